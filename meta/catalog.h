@@ -1,0 +1,137 @@
+// Catalog: the persistent metadata of a gpufs namespace.
+//
+// Entries form a tree: an object (directory) holds members, which are blobs
+// (files) or nested objects. Each entry's id is its inode number; ids are
+// never reused, so a stale kernel inode can never name a newer entry. Blob
+// rows are separate from entries: replacing a member (O_TRUNC) links a new
+// blob to the entry while readers of the old one keep it until they let go.
+//
+// An entry with parent 0 is *detached*: unlinked or overwritten while still
+// open. It stays readable by id until Purge. Detached entries, unsealed blobs
+// and blobs no entry links are garbage after a restart (nobody can hold them
+// open any more); the core sweeps them at start-up.
+//
+// Every method is one SQLite transaction: it either happens whole or not at
+// all. Not thread-safe: the core serialises calls under its own lock.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "store/bulk_store.h"
+#include "util/status.h"
+
+namespace gpufs {
+
+using EntryId = uint64_t;
+inline constexpr EntryId kRootEntryId = 1;  // the mount root; always present
+
+enum class EntryKind : int { kObject = 1, kBlob = 2 };
+enum class BlobState : int { kUnsealed = 0, kSealed = 1, kLost = 2 };
+
+struct Entry {
+  EntryId id = 0;
+  EntryId parent = 0;  // 0: detached
+  std::string name;
+  EntryKind kind = EntryKind::kObject;
+  uint32_t mode = 0;  // st_mode, type bits included (S_IFDIR / S_IFREG)
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  int64_t atime_ns = 0;
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+  BlobId blob = 0;  // kBlob: the blob it links; 0 for objects
+};
+
+struct Blob {
+  BlobId id = 0;
+  std::string device;  // "host", "cuda:0", ...: which store holds the bytes
+  uint64_t size = 0;
+  BlobState state = BlobState::kUnsealed;
+  uint32_t owner_uid = 0;
+  Extent extent;
+};
+
+class Catalog {
+ public:
+  virtual ~Catalog() = default;
+
+  // --- entries -------------------------------------------------------------
+  // ENOENT when absent (detached entries are found).
+  virtual Result<Entry> GetEntry(EntryId id) = 0;
+  // The child `name` of `parent`; ENOENT when absent.
+  virtual Result<Entry> Lookup(EntryId parent, std::string_view name) = 0;
+  // Children of `parent` whose id is greater than `after`, in id order, at
+  // most `limit` of them.
+  virtual Result<std::vector<Entry>> ListChildren(EntryId parent, EntryId after,
+                                                  size_t limit) = 0;
+  virtual Result<bool> HasChildren(EntryId parent) = 0;
+  // Attached entries, the root included.
+  virtual Result<uint64_t> CountEntries() = 0;
+
+  // Inserts `entry` (its id is ignored and assigned) under entry.parent, and,
+  // when `blob` is given, inserts it too and links it to the new entry.
+  // Touches the parent's mtime/ctime with entry.ctime_ns. Returns the entry
+  // as stored (id and blob set). EEXIST when the name is taken, ENOENT when
+  // the parent is gone or detached.
+  virtual Result<Entry> CreateEntry(const Entry& entry, const std::optional<Blob>& blob) = 0;
+
+  // Stores mode, uid, gid and the three times of entry.id. ENOENT.
+  virtual Status UpdateEntryAttrs(const Entry& entry) = 0;
+
+  // Detaches `id` from its parent (parent becomes 0), touching the parent's
+  // mtime/ctime with now_ns. ENOENT.
+  virtual Status Detach(EntryId id, int64_t now_ns) = 0;
+
+  // Moves `id` to (new_parent, new_name), touching both parents and the
+  // entry's ctime with now_ns. An entry already at the target is detached in
+  // the same transaction; its id is returned (0 when there was none). The
+  // caller checks POSIX rules (types, emptiness, loops) beforehand.
+  virtual Result<EntryId> Move(EntryId id, EntryId new_parent, std::string_view new_name,
+                               int64_t now_ns) = 0;
+
+  // Deletes a detached entry, its xattrs and the blob it links. Returns that
+  // blob (for the store to free), if any. EBUSY if the entry is attached.
+  virtual Result<std::optional<Blob>> Purge(EntryId id) = 0;
+
+  // Detached entries (to purge at start-up).
+  virtual Result<std::vector<EntryId>> ListDetached() = 0;
+
+  // --- blobs ---------------------------------------------------------------
+  // Inserts `blob` (id assigned) and links it to blob entry `entry` in place
+  // of its current blob, whose id is returned through `old_blob` (0 if none);
+  // the old blob row stays until DeleteBlob. Returns the new blob.
+  virtual Result<Blob> LinkNewBlob(EntryId entry, const Blob& blob, BlobId* old_blob) = 0;
+  virtual Result<Blob> GetBlob(BlobId id) = 0;
+  // Stores device, size, state, owner and extent of blob.id. ENOENT.
+  virtual Status UpdateBlob(const Blob& blob) = 0;
+  // Deletes a blob row that no entry links (EBUSY if one does). ENOENT.
+  virtual Status DeleteBlob(BlobId id) = 0;
+  // Every blob row, in id order.
+  virtual Result<std::vector<Blob>> ListBlobs() = 0;
+  // Ids of blobs no entry links.
+  virtual Result<std::vector<BlobId>> ListUnlinkedBlobs() = 0;
+  // The entry linking `blob`, ENOENT if none.
+  virtual Result<EntryId> EntryOfBlob(BlobId blob) = 0;
+
+  // --- extended attributes (user fields, typename, dtype, shape...) ---------
+  // ENODATA when absent.
+  virtual Result<std::string> GetXattr(EntryId id, std::string_view name) = 0;
+  // flags: 0, XATTR_CREATE (EEXIST if present) or XATTR_REPLACE (ENODATA if
+  // absent). ENOENT when the entry is gone.
+  virtual Status SetXattr(EntryId id, std::string_view name, std::string_view value,
+                          int flags) = 0;
+  // Names in name order.
+  virtual Result<std::vector<std::string>> ListXattrs(EntryId id) = 0;
+  virtual Status RemoveXattr(EntryId id, std::string_view name) = 0;  // ENODATA
+
+  // --- daemon state --------------------------------------------------------
+  // Increments and returns the generation: one per daemon start, so IPC
+  // handles of an earlier daemon can be told apart.
+  virtual Result<uint64_t> NextGeneration() = 0;
+};
+
+}  // namespace gpufs

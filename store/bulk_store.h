@@ -1,0 +1,114 @@
+// BulkStore: where blob bytes live. One instance per device ("host", "cuda:0",
+// ...). The core decides *which* blobs exist and persists their placement in the
+// catalog; a store only holds bytes and says where it put them (an Extent).
+//
+// Contract shared by every implementation:
+// - Thread-safe. The core never issues two mutating calls (Allocate, Resize,
+//   Write, Seal, Free) for the same blob at once, and never Reads a blob while
+//   it Resizes, Seals or Frees it; calls for different blobs may overlap.
+// - `used` counts bytes reserved by live blobs and never exceeds `capacity`;
+//   a call that would exceed it fails with ENOSPC and changes nothing.
+// - Errors are Status codes (errno values) with context; a failed call leaves
+//   the blob as it was before the call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "util/status.h"
+
+namespace gpufs {
+
+using BlobId = uint64_t;
+
+// Where a blob's bytes sit inside its store. Chosen by the store, persisted by
+// the catalog, handed back on every call. The meaning of arena and offset is
+// the store's own (HostBulkStore ignores both); `reserved` is the number of
+// bytes the store has set aside for the blob, counted in `used`.
+struct Extent {
+  uint64_t arena = 0;
+  uint64_t offset = 0;
+  uint64_t reserved = 0;
+  bool operator==(const Extent&) const = default;
+};
+
+struct StoreUsage {
+  uint64_t capacity = 0;  // bytes the store may hold
+  uint64_t used = 0;      // bytes reserved by live blobs
+  uint64_t blobs = 0;     // live blobs
+};
+
+// A blob as the catalog remembers it, handed to Recover.
+struct StoredBlob {
+  BlobId id = 0;
+  uint32_t owner_uid = 0;
+  uint64_t size = 0;
+  Extent extent;
+};
+
+// What a process needs to map a device blob in place (the body of
+// struct gpufs_ipc_info in client/include/gpufs/uapi.h).
+struct IpcExport {
+  uint8_t handle[64] = {};
+  uint64_t offset = 0;  // of the blob inside the exported allocation
+  uint64_t size = 0;
+  uint8_t device_uuid[16] = {};
+};
+
+class BulkStore {
+ public:
+  virtual ~BulkStore() = default;
+
+  // "host" or "cuda:N".
+  virtual const std::string& device() const = 0;
+  virtual StoreUsage Usage() const = 0;
+
+  // Called once, before any other call, with every blob the catalog places in
+  // this store. Bytes the store holds for blobs not in `live` are released.
+  // Returns the ids in `live` whose bytes are missing or shorter than their
+  // size (the core marks them lost); the others are counted in `used`.
+  virtual Result<std::vector<BlobId>> Recover(std::span<const StoredBlob> live) = 0;
+
+  // Reserves a new writable blob able to hold `size` bytes, which read as zero.
+  // `owner_uid` lets a store keep owners apart (a legacy CUDA IPC handle maps
+  // a whole arena). ENOSPC when the capacity would be exceeded.
+  virtual Result<Extent> Allocate(BlobId id, uint32_t owner_uid, uint64_t size) = 0;
+
+  // Changes the size of an unsealed blob from `old_size` to `new_size`; bytes
+  // past old_size read as zero. The store may reserve more than asked (to grow
+  // geometrically) and may move the blob; the returned Extent replaces the old.
+  // ENOSPC leaves the blob unchanged.
+  virtual Result<Extent> Resize(BlobId id, const Extent& extent, uint64_t old_size,
+                                uint64_t new_size) = 0;
+
+  // Copies `src` into the blob at `offset`. offset + src.size() must not pass
+  // the blob's size as last set by Allocate or Resize (EINVAL otherwise).
+  virtual Status Write(BlobId id, const Extent& extent, uint64_t offset,
+                       std::span<const std::byte> src) = 0;
+
+  // Fills `dst` from the blob at `offset`; the range must lie within the
+  // blob's size (the core clamps reads at end of file). EIO if bytes are gone.
+  virtual Status Read(BlobId id, const Extent& extent, uint64_t offset,
+                      std::span<std::byte> dst) = 0;
+
+  // The blob will not change again: trims the reservation to `size` and makes
+  // its bytes durable as far as the store can (host: on disk, GPU: nothing).
+  virtual Result<Extent> Seal(BlobId id, const Extent& extent, uint64_t size) = 0;
+
+  // Releases the blob's bytes and reservation. Errors are logged, not returned:
+  // the blob is gone for the core either way.
+  virtual void Free(BlobId id, const Extent& extent) = 0;
+
+  // The handle a process maps to reach the blob in place. EOPNOTSUPP for
+  // stores without device memory.
+  virtual Result<IpcExport> Export(BlobId id, const Extent& extent) {
+    (void)id;
+    (void)extent;
+    return Error(EOPNOTSUPP, "store " + device() + " has no device memory to export");
+  }
+};
+
+}  // namespace gpufs
