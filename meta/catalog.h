@@ -105,6 +105,12 @@ class Catalog {
   // of its current blob, whose id is returned through `old_blob` (0 if none);
   // the old blob row stays until DeleteBlob. Returns the new blob.
   virtual Result<Blob> LinkNewBlob(EntryId entry, const Blob& blob, BlobId* old_blob) = 0;
+  // Inserts `blob` (id assigned) linked to no entry: a blob being prepared,
+  // swept at start-up if the daemon stops before LinkBlob.
+  virtual Result<Blob> CreateBlob(const Blob& blob) = 0;
+  // Links the existing blob `blob` to blob entry `entry` in place of its
+  // current blob, whose id is returned (0 if none). ENOENT.
+  virtual Result<BlobId> LinkBlob(EntryId entry, BlobId blob) = 0;
   virtual Result<Blob> GetBlob(BlobId id) = 0;
   // Stores device, size, state, owner and extent of blob.id. ENOENT.
   virtual Status UpdateBlob(const Blob& blob) = 0;

@@ -39,7 +39,9 @@ class Line {
 
 }  // namespace gpufs::log
 
-#define GPUFS_LOG(level)                                                \
-  if (::gpufs::log::Level::level < ::gpufs::log::GetLevel()) {          \
-  } else                                                                \
-    ::gpufs::log::Line(::gpufs::log::Level::level)
+// A for-statement rather than an if, so that `if (x) GPUFS_LOG(...) << y;
+// else ...` binds as it reads.
+#define GPUFS_LOG(level)                                                                           \
+  for (bool gpufs_log_on_ = ::gpufs::log::Level::level >= ::gpufs::log::GetLevel(); gpufs_log_on_; \
+       gpufs_log_on_ = false)                                                                      \
+  ::gpufs::log::Line(::gpufs::log::Level::level)

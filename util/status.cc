@@ -16,9 +16,9 @@ std::string Status::ToString() const {
   return ErrnoName(code_) + ": " + message_;
 }
 
-Status& Status::Prepend(std::string_view context) {
-  if (!ok()) message_ = std::string(context) + ": " + message_;
-  return *this;
+Status Status::Prepend(std::string_view context) const {
+  if (ok()) return *this;
+  return Status(code_, std::string(context) + ": " + message_);
 }
 
 Status PosixError(std::string_view context, int err) {

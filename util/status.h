@@ -29,8 +29,8 @@ class [[nodiscard]] Status {
   // "ENOENT: lookup o/m: no such entry" (or "OK").
   std::string ToString() const;
 
-  // Prepends "context: " to the message; keeps the code.
-  Status& Prepend(std::string_view context);
+  // A copy with "context: " before the message; same code.
+  Status Prepend(std::string_view context) const;
 
  private:
   int code_ = 0;
@@ -48,7 +48,7 @@ std::string ErrnoName(int code);
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (std::get<Status>(v_).ok()) v_ = Status(EINVAL, "Result built from an OK status");
   }

@@ -20,8 +20,8 @@ TEST(Status, CarriesErrnoAndContext) {
   EXPECT_FALSE(s.ok());
   EXPECT_EQ(s.code(), ENOENT);
   EXPECT_EQ(s.ToString(), "ENOENT: open /x: No such file or directory");
-  s.Prepend("put");
-  EXPECT_EQ(s.message(), "put: open /x: No such file or directory");
+  EXPECT_EQ(s.Prepend("put").message(), "put: open /x: No such file or directory");
+  EXPECT_EQ(s.Prepend("put").code(), ENOENT);
   EXPECT_EQ(Status().ToString(), "OK");
 }
 

@@ -1,0 +1,252 @@
+// Start-up of the gpufs daemon: state directory, single-instance lock, stale
+// mount clean-up, stores, catalog, namespace, FUSE. In background mode the
+// process forks *before* touching CUDA (a forked child cannot use a CUDA
+// context), and the parent waits on a pipe for the child's verdict.
+#include "cli/mount_cmd.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "core/namespace.h"
+#include "fs/fuse_server.h"
+#include "meta/sqlite_catalog.h"
+#include "store/store_factory.h"
+#include "util/log.h"
+#include "util/size.h"
+#include "util/unique_fd.h"
+
+namespace gpufs {
+namespace {
+
+Status MakeDirs(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Error(ec.value(), "create state directory " + dir + ": " + ec.message());
+  return Status::Ok();
+}
+
+// One daemon per state directory: two would share a catalog and host files.
+Result<UniqueFd> LockState(const std::string& dir) {
+  std::string path = dir + "/lock";
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!fd.valid()) return PosixError("open " + path, errno);
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {};
+    ssize_t n = ::pread(fd.get(), pid, sizeof pid - 1, 0);
+    (void)n;
+    return Error(EBUSY, "state directory " + dir + " is in use by another gpufs daemon (pid " +
+                            std::string(pid) + ")");
+  }
+  std::string me = std::to_string(getpid());
+  if (::ftruncate(fd.get(), 0) != 0 || ::pwrite(fd.get(), me.data(), me.size(), 0) < 0) {
+    return PosixError("write " + path, errno);
+  }
+  return fd;
+}
+
+// A daemon killed with -9 leaves its mount behind ("Transport endpoint is not
+// connected"); take it away so the new daemon can mount in its place.
+Status ClearStaleMount(const std::string& mountpoint) {
+  struct stat st {};
+  if (::stat(mountpoint.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode))
+      return Error(ENOTDIR, "mount point " + mountpoint + " is not a directory");
+    return Status::Ok();
+  }
+  if (errno == ENOENT) return Error(ENOENT, "mount point " + mountpoint + " does not exist");
+  if (errno != ENOTCONN) return PosixError("stat " + mountpoint, errno);
+  GPUFS_LOG(WARN) << mountpoint << " is a dead gpufs mount (its daemon died); unmounting it";
+  if (::umount2(mountpoint.c_str(), MNT_DETACH) != 0) {
+    std::string cmd = "fusermount3 -uz '" + mountpoint + "' 2>/dev/null";
+    if (std::system(cmd.c_str()) != 0) {
+      return Error(ENOTCONN, mountpoint +
+                                 " is a dead mount and cannot be unmounted: run "
+                                 "'fusermount3 -uz " +
+                                 mountpoint + "'");
+    }
+  }
+  return Status::Ok();
+}
+
+// Everything after the fork: runs in the daemon process. `report` is the
+// pipe to the waiting parent (-1 in the foreground).
+int Serve(const MountConfig& config, int report) {
+  auto fail = [&](const Status& status) {
+    GPUFS_LOG(ERROR) << status.ToString();
+    if (report >= 0) {
+      std::string msg = status.ToString();
+      ssize_t n = ::write(report, msg.data(), msg.size());
+      (void)n;
+    }
+    return 1;
+  };
+  Status made = MakeDirs(config.state_dir);
+  if (!made.ok()) return fail(made);
+  // A background daemon logs to its state directory; the parent prints the verdict.
+  UniqueFd log_file;
+  if (report >= 0) {
+    std::string log_path = config.state_dir + "/gpufs.log";
+    log_file.reset(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    if (log_file.valid()) log::SetFd(log_file.get());
+  }
+  auto lock = LockState(config.state_dir);
+  if (!lock.ok()) return fail(lock.status());
+  Status cleared = ClearStaleMount(config.mountpoint);
+  if (!cleared.ok()) return fail(cleared);
+
+  StoreConfig store_config;
+  store_config.kind = config.store;
+  store_config.devices = config.devices;
+  store_config.capacity = config.capacity;
+  store_config.host_dir = config.state_dir + "/host";
+  auto stores = OpenStores(store_config);
+  if (!stores.ok()) return fail(stores.status());
+
+  auto catalog = SqliteCatalog::Open(config.state_dir + "/catalog.db", geteuid(), getegid(), 0755);
+  if (!catalog.ok()) return fail(catalog.status());
+  NamespaceOptions options;
+  options.catalog = std::move(*catalog);
+  options.stores = std::move(stores->stores);
+  options.default_device = stores->default_device;
+  auto ns = Namespace::Open(std::move(options));
+  if (!ns.ok()) return fail(ns.status());
+
+  FuseOptions fuse;
+  fuse.mountpoint = config.mountpoint;
+  fuse.options = config.fuse_options;
+  fuse.debug = config.debug;
+  auto on_mounted = [&]() {
+    if (report < 0) return;
+    ssize_t n = ::write(report, "", 1);  // one zero byte: mounted
+    (void)n;
+    ::close(report);
+    int null = ::open("/dev/null", O_RDWR);
+    if (null >= 0) {
+      ::dup2(null, 0);
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      if (null > 2) ::close(null);
+    }
+  };
+  Status served = ServeFuse(**ns, fuse, on_mounted);
+  if (!served.ok()) return fail(served);
+  return 0;
+}
+
+}  // namespace
+
+std::string DefaultStateDir() {
+  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return std::string(xdg) + "/gpufs";
+  }
+  if (geteuid() == 0) return "/var/lib/gpufs";
+  const char* home = std::getenv("HOME");
+  return std::string(home != nullptr ? home : "/tmp") + "/.local/state/gpufs";
+}
+
+Status ApplyMountOptions(const std::string& options, MountConfig* config) {
+  std::stringstream in(options);
+  std::string opt;
+  while (std::getline(in, opt, ',')) {
+    if (opt.empty()) continue;
+    auto eq = opt.find('=');
+    std::string key = opt.substr(0, eq);
+    std::string value = eq == std::string::npos ? "" : opt.substr(eq + 1);
+    if (key == "state") {
+      config->state_dir = value;
+    } else if (key == "store") {
+      config->store = value;
+    } else if (key == "capacity") {
+      GPUFS_ASSIGN_OR_RETURN(uint64_t bytes, ParseSize(value));
+      config->capacity = bytes;
+    } else if (key == "devices") {
+      config->devices.clear();
+      std::stringstream list(value);
+      std::string item;
+      while (std::getline(list, item, ':')) {
+        char* end = nullptr;
+        long n = std::strtol(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || n < 0) {
+          return Error(EINVAL, "devices=" + value + ": want ordinals separated by ':'");
+        }
+        config->devices.push_back(static_cast<int>(n));
+      }
+    } else if (key == "foreground") {
+      config->foreground = true;
+    } else if (key == "debug") {
+      config->debug = true;
+    } else if (key == "defaults" || key == "auto" || key == "noauto" || key == "user" ||
+               key == "nouser" || key == "users" || key == "_netdev" || key == "nofail") {
+      // fstab words mount(8) may hand on; they mean nothing to FUSE.
+    } else {
+      config->fuse_options.push_back(opt);
+    }
+  }
+  return Status::Ok();
+}
+
+int RunMount(MountConfig config) {
+  if (config.state_dir.empty()) config.state_dir = DefaultStateDir();
+  std::error_code ec;
+  auto absolute = std::filesystem::absolute(config.mountpoint, ec);
+  if (!ec) config.mountpoint = absolute.lexically_normal().string();
+  if (config.mountpoint.size() > 1 && config.mountpoint.back() == '/') config.mountpoint.pop_back();
+  auto state = std::filesystem::absolute(config.state_dir, ec);
+  if (!ec) config.state_dir = state.lexically_normal().string();
+
+  if (config.foreground) return Serve(config, -1);
+
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    std::perror("gpufs: pipe");
+    return 1;
+  }
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    std::perror("gpufs: fork");
+    return 1;
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    ::setsid();
+    if (::chdir("/") != 0) {
+      // Not fatal: every path is absolute by now.
+    }
+    ::_exit(Serve(config, fds[1]));
+  }
+  ::close(fds[1]);
+  std::string verdict;
+  char buf[512];
+  ssize_t n;
+  bool mounted = false;
+  while ((n = ::read(fds[0], buf, sizeof buf)) != 0) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (verdict.empty() && n >= 1 && buf[0] == '\0') {
+      mounted = true;
+      break;
+    }
+    verdict.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  if (mounted) return 0;
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (verdict.empty()) verdict = "the daemon exited before mounting";
+  std::fprintf(stderr, "gpufs: mount %s failed: %s\n", config.mountpoint.c_str(), verdict.c_str());
+  return 1;
+}
+
+}  // namespace gpufs

@@ -1,0 +1,125 @@
+#include "core/meta_json.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/xattr_names.h"
+
+namespace gpufs {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kMaxDepth = 64;
+constexpr size_t kMaxJson = 65536;
+
+const char* StateName(BlobState state) {
+  switch (state) {
+    case BlobState::kUnsealed:
+      return "unsealed";
+    case BlobState::kSealed:
+      return "sealed";
+    case BlobState::kLost:
+      return "lost";
+  }
+  return "unknown";
+}
+
+// Appends the tree under `entry` to `out`; `budget` counts entries visited so
+// a huge tree stops early instead of building megabytes.
+Status Build(const MetaSource& source, const Entry& entry, int depth, size_t* budget, json* out) {
+  if (depth > kMaxDepth) return Error(E2BIG, "object tree deeper than 64 levels");
+  if (*budget == 0) return Error(E2BIG, "object tree too large for user.gpufs.meta");
+  --*budget;
+  json& j = *out;
+  j["id"] = entry.id;
+  j["name"] = entry.name;
+  GPUFS_ASSIGN_OR_RETURN(auto attrs, source.xattrs(entry.id));
+  json fields = json::object();
+  std::string type, dtype, shape;
+  bool has_shape = false;
+  for (const auto& [name, value] : attrs) {
+    if (name == xattr::kType) {
+      type = value;
+    } else if (name == xattr::kDtype) {
+      dtype = value;
+    } else if (name == xattr::kShape) {
+      shape = value;
+      has_shape = true;
+    } else if (name.rfind(xattr::kGpufsPrefix, 0) != 0 && name.rfind(xattr::kUserPrefix, 0) == 0) {
+      fields[name.substr(xattr::kUserPrefix.size())] = value;
+    }
+  }
+  if (entry.kind == EntryKind::kBlob) {
+    j["typename"] = "Blob";
+    GPUFS_ASSIGN_OR_RETURN(Blob blob, source.blob(entry.blob));
+    j["size"] = blob.size;
+    j["device"] = blob.device;
+    j["state"] = StateName(blob.state);
+    j["dtype"] = dtype.empty() ? json(nullptr) : json(dtype);
+    if (has_shape) {
+      auto dims = xattr::ParseShape(shape);
+      j["shape"] = dims.ok() ? json(*dims) : json(nullptr);
+    } else {
+      j["shape"] = nullptr;
+    }
+    j["fields"] = std::move(fields);
+    return Status::Ok();
+  }
+  j["typename"] = type.empty() ? json(nullptr) : json(type);
+  j["device"] = source.device_of_object(entry.id);
+  j["fields"] = std::move(fields);
+  json members = json::object();
+  EntryId after = 0;
+  while (true) {
+    GPUFS_ASSIGN_OR_RETURN(auto children, source.children(entry.id, after, 256));
+    if (children.empty()) break;
+    for (const Entry& child : children) {
+      json member;
+      GPUFS_RETURN_IF_ERROR(Build(source, child, depth + 1, budget, &member));
+      members[child.name] = std::move(member);
+      after = child.id;
+    }
+  }
+  j["members"] = std::move(members);
+  return Status::Ok();
+}
+
+std::string Dump(const json& j, int indent) {
+  return j.dump(indent, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace
+
+Result<std::string> BuildMetaJson(const MetaSource& source, const Entry& root) {
+  json j;
+  size_t budget = 4096;
+  GPUFS_RETURN_IF_ERROR(Build(source, root, 0, &budget, &j));
+  std::string text = Dump(j, -1);
+  if (text.size() > kMaxJson) {
+    return Error(E2BIG, "meta of '" + root.name + "' is " + std::to_string(text.size()) +
+                            " bytes, more than an extended attribute holds; use gpufs stat --json");
+  }
+  return text;
+}
+
+std::string BuildStatsJson(const StatsView& view) {
+  json j;
+  j["generation"] = view.generation;
+  j["default_device"] = view.default_device;
+  j["entries"] = view.entries;
+  j["open_handles"] = view.open_handles;
+  j["active_blobs"] = view.active_blobs;
+  j["open_maps"] = view.open_maps;
+  json devices = json::array();
+  for (const auto& [device, usage] : view.stores) {
+    devices.push_back({{"device", device},
+                       {"capacity", usage.capacity},
+                       {"used", usage.used},
+                       {"free", usage.capacity > usage.used ? usage.capacity - usage.used : 0},
+                       {"blobs", usage.blobs}});
+  }
+  j["devices"] = std::move(devices);
+  return Dump(j, 2) + "\n";
+}
+
+}  // namespace gpufs

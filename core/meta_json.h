@@ -1,0 +1,44 @@
+// JSON views of the namespace: an object's meta tree (user.gpufs.meta, in the
+// spirit of vineyard's object meta) and the daemon's /.gpufs/stats.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "meta/catalog.h"
+#include "store/bulk_store.h"
+#include "util/status.h"
+
+namespace gpufs {
+
+// Read access to the catalog for BuildMetaJson.
+struct MetaSource {
+  std::function<Result<Entry>(EntryId)> entry;
+  std::function<Result<std::vector<Entry>>(EntryId parent, EntryId after, size_t limit)> children;
+  std::function<Result<std::vector<std::pair<std::string, std::string>>>(EntryId)> xattrs;
+  std::function<Result<Blob>(BlobId)> blob;
+  std::function<std::string(EntryId)> device_of_object;
+};
+
+// {"id", "name", "typename", "device", "fields": {...}, "members": {...}} for
+// an object; blobs add "size", "dtype", "shape", "state". Fields are the
+// entry's user.* attributes outside user.gpufs.*, without the "user." prefix.
+// E2BIG when the tree is deeper than 64 levels or the JSON passes 64 KiB (the
+// largest extended attribute Linux returns).
+Result<std::string> BuildMetaJson(const MetaSource& source, const Entry& root);
+
+struct StatsView {
+  uint64_t generation = 0;
+  std::string default_device;
+  std::vector<std::pair<std::string, StoreUsage>> stores;
+  uint64_t entries = 0;
+  uint64_t open_handles = 0;
+  uint64_t active_blobs = 0;
+  uint64_t open_maps = 0;
+};
+
+std::string BuildStatsJson(const StatsView& view);
+
+}  // namespace gpufs

@@ -1,0 +1,423 @@
+// FUSE low-level adapters. Each callback decodes the request, makes one call
+// into the Namespace and sends exactly one reply on every path.
+//
+// Inodes: the catalog's entry ids are the inode numbers and are never reused,
+// so nothing here tracks lookup counts: forget has nothing to release, and a
+// stale inode can only ever get ENOENT.
+//
+// Caching: attributes and entries are cached by the kernel for a second;
+// every change goes through this mount, so the kernel's copy stays right. File
+// data is never cached (direct_io): a member's bytes change when it is
+// replaced while earlier readers keep the old blob, and each read must reach
+// the handle it was made through.
+#include "fs/fuse_server.h"
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+
+#include <csignal>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "util/log.h"
+
+namespace gpufs {
+namespace {
+
+constexpr double kAttrTimeout = 1.0;
+constexpr uint32_t kMaxIo = 1u << 20;  // the largest read/write the kernel sends (256 pages)
+
+Namespace& Ns(fuse_req_t req) { return *static_cast<Namespace*>(fuse_req_userdata(req)); }
+
+Caller CallerOf(fuse_req_t req) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  return Caller{ctx->uid, ctx->gid, static_cast<uint32_t>(ctx->pid)};
+}
+
+// Logs a failed request; misses that tools probe for all the time only at debug.
+void LogFailure(const char* op, const Status& status, bool routine) {
+  if (routine) {
+    GPUFS_LOG(DEBUG) << op << ": " << status.ToString();
+  } else if (status.code() == EIO || status.code() == ENOMEM) {
+    GPUFS_LOG(ERROR) << op << ": " << status.ToString();
+  } else {
+    GPUFS_LOG(INFO) << op << ": " << status.ToString();
+  }
+}
+
+void ReplyError(fuse_req_t req, const char* op, const Status& status, bool routine = false) {
+  LogFailure(op, status, routine);
+  fuse_reply_err(req, status.code());
+}
+
+timespec ToTimespec(int64_t ns) {
+  return timespec{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+}
+
+int64_t FromTimespec(const timespec& ts) {
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+int64_t NowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return FromTimespec(ts);
+}
+
+struct stat ToStat(const Attr& attr) {
+  struct stat st {};
+  st.st_ino = attr.ino;
+  st.st_mode = attr.mode;
+  st.st_nlink = attr.nlink;
+  st.st_uid = attr.uid;
+  st.st_gid = attr.gid;
+  st.st_size = static_cast<off_t>(attr.size);
+  st.st_blksize = kMaxIo;
+  st.st_blocks = static_cast<blkcnt_t>((attr.size + 511) / 512);
+  st.st_atim = ToTimespec(attr.atime_ns);
+  st.st_mtim = ToTimespec(attr.mtime_ns);
+  st.st_ctim = ToTimespec(attr.ctime_ns);
+  return st;
+}
+
+fuse_entry_param ToEntry(const Attr& attr) {
+  fuse_entry_param e{};
+  e.ino = attr.ino;
+  e.generation = 1;
+  e.attr = ToStat(attr);
+  e.attr_timeout = kAttrTimeout;
+  e.entry_timeout = kAttrTimeout;
+  return e;
+}
+
+void ReplyEntry(fuse_req_t req, const char* op, const Result<Attr>& attr) {
+  if (!attr.ok()) return ReplyError(req, op, attr.status(), attr.status().code() == ENOENT);
+  fuse_entry_param e = ToEntry(*attr);
+  fuse_reply_entry(req, &e);
+}
+
+// --- callbacks ----------------------------------------------------------------
+
+void OnInit(void* userdata, fuse_conn_info* conn) {
+  (void)userdata;
+  if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+  conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+  if (conn->capable & FUSE_CAP_IOCTL_DIR) conn->want |= FUSE_CAP_IOCTL_DIR;
+  conn->max_write = kMaxIo;
+  conn->max_readahead = kMaxIo;
+  GPUFS_LOG(INFO) << "kernel FUSE protocol " << conn->proto_major << "." << conn->proto_minor
+                  << ", max_write " << conn->max_write;
+}
+
+void OnLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  ReplyEntry(req, "lookup", Ns(req).Lookup(parent, name));
+}
+
+void OnForget(fuse_req_t req, fuse_ino_t, uint64_t) { fuse_reply_none(req); }
+
+void OnForgetMulti(fuse_req_t req, size_t, fuse_forget_data*) { fuse_reply_none(req); }
+
+void OnGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  auto attr = Ns(req).GetAttr(ino);
+  if (!attr.ok()) return ReplyError(req, "getattr", attr.status());
+  struct stat st = ToStat(*attr);
+  fuse_reply_attr(req, &st, kAttrTimeout);
+}
+
+void OnSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* st, int to_set, fuse_file_info* fi) {
+  SetAttrRequest request;
+  if (to_set & FUSE_SET_ATTR_MODE) request.mode = st->st_mode;
+  if (to_set & FUSE_SET_ATTR_UID) request.uid = st->st_uid;
+  if (to_set & FUSE_SET_ATTR_GID) request.gid = st->st_gid;
+  if (to_set & FUSE_SET_ATTR_SIZE) request.size = static_cast<uint64_t>(st->st_size);
+  if (to_set & FUSE_SET_ATTR_ATIME) request.atime_ns = FromTimespec(st->st_atim);
+  if (to_set & FUSE_SET_ATTR_MTIME) request.mtime_ns = FromTimespec(st->st_mtim);
+  if (to_set & FUSE_SET_ATTR_ATIME_NOW) request.atime_ns = NowNs();
+  if (to_set & FUSE_SET_ATTR_MTIME_NOW) request.mtime_ns = NowNs();
+  auto attr = Ns(req).SetAttr(ino, request, fi != nullptr ? fi->fh : 0);
+  if (!attr.ok()) return ReplyError(req, "setattr", attr.status());
+  struct stat out = ToStat(*attr);
+  fuse_reply_attr(req, &out, kAttrTimeout);
+}
+
+void OnMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  ReplyEntry(req, "mkdir", Ns(req).Mkdir(CallerOf(req), parent, name, mode));
+}
+
+void OnMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t) {
+  if (!S_ISREG(mode)) {
+    return ReplyError(
+        req, "mknod",
+        Error(EPERM,
+              std::string(name) + ": gpufs holds objects (directories) and blobs (files) only"));
+  }
+  auto created = Ns(req).Create(CallerOf(req), parent, name, mode, O_RDONLY);
+  if (!created.ok()) return ReplyError(req, "mknod", created.status());
+  Status released = Ns(req).Release(created->handle);  // seals the empty blob
+  if (!released.ok()) return ReplyError(req, "mknod", released);
+  ReplyEntry(req, "mknod", Ns(req).GetAttr(created->attr.ino));
+}
+
+void OnUnsupportedLink(fuse_req_t req, const char* op) {
+  ReplyError(req, op, Error(EPERM, "gpufs has no links: members are objects and blobs"));
+}
+
+void OnSymlink(fuse_req_t req, const char*, fuse_ino_t, const char*) {
+  OnUnsupportedLink(req, "symlink");
+}
+
+void OnLink(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { OnUnsupportedLink(req, "link"); }
+
+void OnRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Status status = Ns(req).Rmdir(parent, name);
+  if (!status.ok()) return ReplyError(req, "rmdir", status);
+  fuse_reply_err(req, 0);
+}
+
+void OnUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Status status = Ns(req).Unlink(parent, name);
+  if (!status.ok()) return ReplyError(req, "unlink", status);
+  fuse_reply_err(req, 0);
+}
+
+void OnRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
+              const char* new_name, unsigned flags) {
+  Status status = Ns(req).Rename(parent, name, new_parent, new_name, flags);
+  if (!status.ok()) return ReplyError(req, "rename", status);
+  fuse_reply_err(req, 0);
+}
+
+void OnCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+              fuse_file_info* fi) {
+  auto opened = Ns(req).Create(CallerOf(req), parent, name, mode, fi->flags);
+  if (!opened.ok()) return ReplyError(req, "create", opened.status());
+  fi->fh = opened->handle;
+  fi->direct_io = 1;
+  fuse_entry_param e = ToEntry(opened->attr);
+  if (fuse_reply_create(req, &e, fi) != 0) {
+    Status ignored = Ns(req).Release(opened->handle);  // the opener was interrupted
+    (void)ignored;
+  }
+}
+
+void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  auto opened = Ns(req).Open(CallerOf(req), ino, fi->flags);
+  if (!opened.ok()) return ReplyError(req, "open", opened.status());
+  fi->fh = opened->handle;
+  fi->direct_io = 1;
+  if (fuse_reply_open(req, fi) != 0) {
+    Status ignored = Ns(req).Release(opened->handle);
+    (void)ignored;
+  }
+}
+
+void OnRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  thread_local std::unique_ptr<std::byte[]> buffer;
+  thread_local size_t capacity = 0;
+  if (capacity < size) {
+    buffer.reset(new std::byte[size]);
+    capacity = size;
+  }
+  auto n = Ns(req).Read(fi->fh, static_cast<uint64_t>(off), {buffer.get(), size});
+  if (!n.ok()) return ReplyError(req, "read", n.status());
+  fuse_reply_buf(req, reinterpret_cast<const char*>(buffer.get()), *n);
+}
+
+void OnWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off,
+             fuse_file_info* fi) {
+  auto n = Ns(req).Write(fi->fh, static_cast<uint64_t>(off),
+                         {reinterpret_cast<const std::byte*>(buf), size});
+  if (!n.ok()) return ReplyError(req, "write", n.status());
+  fuse_reply_write(req, *n);
+}
+
+void OnFlush(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
+
+void OnFsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) { fuse_reply_err(req, 0); }
+
+void OnRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  Status status = Ns(req).Release(fi->fh);
+  if (!status.ok()) LogFailure("release", status, false);
+  fuse_reply_err(req, 0);  // the kernel ignores release errors; the log has it
+}
+
+// Shared by readdir and readdirplus: fills up to `size` bytes.
+void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
+  // ~64 bytes per entry is a safe lower bound for an estimate of what fits.
+  auto entries = Ns(req).ReadDir(ino, static_cast<uint64_t>(off), size / 48 + 1);
+  if (!entries.ok()) return ReplyError(req, plus ? "readdirplus" : "readdir", entries.status());
+  std::vector<char> buf(size);
+  size_t used = 0;
+  for (const DirEntry& d : *entries) {
+    size_t room = size - used;
+    size_t need;
+    if (plus) {
+      fuse_entry_param e = ToEntry(d.attr);
+      if (d.name == "." || d.name == "..") {
+        e = fuse_entry_param{};
+        e.attr.st_ino = d.attr.ino;
+        e.attr.st_mode = d.attr.mode;
+      }
+      need = fuse_add_direntry_plus(req, buf.data() + used, room, d.name.c_str(), &e,
+                                    static_cast<off_t>(d.next_cookie));
+    } else {
+      struct stat st = ToStat(d.attr);
+      need = fuse_add_direntry(req, buf.data() + used, room, d.name.c_str(), &st,
+                               static_cast<off_t>(d.next_cookie));
+    }
+    if (need > room) break;
+    used += need;
+  }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void OnReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  DoReaddir(req, ino, size, off, false);
+}
+
+void OnReaddirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  DoReaddir(req, ino, size, off, true);
+}
+
+void OnStatfs(fuse_req_t req, fuse_ino_t) {
+  FsStats stats = Ns(req).StatFs();
+  struct statvfs st {};
+  st.f_bsize = 4096;
+  st.f_frsize = 4096;
+  st.f_blocks = stats.capacity / st.f_frsize;
+  st.f_bfree = stats.free / st.f_frsize;
+  st.f_bavail = st.f_bfree;
+  st.f_files = stats.entries + (1u << 30);
+  st.f_ffree = 1u << 30;
+  st.f_favail = st.f_ffree;
+  st.f_namemax = kNameMax;
+  fuse_reply_statfs(req, &st);
+}
+
+void OnGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  auto value = Ns(req).GetXattr(ino, name);
+  if (!value.ok())
+    return ReplyError(req, "getxattr", value.status(), value.status().code() == ENODATA);
+  if (size == 0) return static_cast<void>(fuse_reply_xattr(req, value->size()));
+  if (value->size() > size) return static_cast<void>(fuse_reply_err(req, ERANGE));
+  fuse_reply_buf(req, value->data(), value->size());
+}
+
+void OnSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
+                int flags) {
+  Status status = Ns(req).SetXattr(ino, name, {value, size}, flags);
+  if (!status.ok()) return ReplyError(req, "setxattr", status);
+  fuse_reply_err(req, 0);
+}
+
+void OnListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  auto names = Ns(req).ListXattr(ino);
+  if (!names.ok()) return ReplyError(req, "listxattr", names.status());
+  std::string packed;
+  for (const auto& name : *names) {
+    packed += name;
+    packed += '\0';
+  }
+  if (size == 0) return static_cast<void>(fuse_reply_xattr(req, packed.size()));
+  if (packed.size() > size) return static_cast<void>(fuse_reply_err(req, ERANGE));
+  fuse_reply_buf(req, packed.data(), packed.size());
+}
+
+void OnRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  Status status = Ns(req).RemoveXattr(ino, name);
+  if (!status.ok()) return ReplyError(req, "removexattr", status, status.code() == ENODATA);
+  fuse_reply_err(req, 0);
+}
+
+void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info*, unsigned,
+             const void*, size_t, size_t) {
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "0x%08x", cmd);
+  ReplyError(req, "ioctl", Error(ENOTTY, std::string("unknown ioctl ") + hex));
+}
+
+fuse_lowlevel_ops MakeOps() {
+  fuse_lowlevel_ops ops{};
+  ops.init = OnInit;
+  ops.lookup = OnLookup;
+  ops.forget = OnForget;
+  ops.forget_multi = OnForgetMulti;
+  ops.getattr = OnGetattr;
+  ops.setattr = OnSetattr;
+  ops.mknod = OnMknod;
+  ops.mkdir = OnMkdir;
+  ops.symlink = OnSymlink;
+  ops.link = OnLink;
+  ops.unlink = OnUnlink;
+  ops.rmdir = OnRmdir;
+  ops.rename = OnRename;
+  ops.create = OnCreate;
+  ops.open = OnOpen;
+  ops.read = OnRead;
+  ops.write = OnWrite;
+  ops.flush = OnFlush;
+  ops.fsync = OnFsync;
+  ops.release = OnRelease;
+  ops.readdir = OnReaddir;
+  ops.readdirplus = OnReaddirplus;
+  ops.statfs = OnStatfs;
+  ops.getxattr = OnGetxattr;
+  ops.setxattr = OnSetxattr;
+  ops.listxattr = OnListxattr;
+  ops.removexattr = OnRemovexattr;
+  ops.ioctl = OnIoctl;
+  return ops;
+}
+
+}  // namespace
+
+Status ServeFuse(Namespace& ns, const FuseOptions& options,
+                 const std::function<void()>& on_mounted) {
+  std::vector<std::string> argv_store = {"gpufs"};
+  std::string mount_opts = "fsname=gpufs,subtype=gpufs,default_permissions";
+  if (geteuid() == 0) mount_opts += ",allow_other";
+  argv_store.push_back("-o");
+  argv_store.push_back(mount_opts);
+  for (const auto& opt : options.options) {
+    argv_store.push_back("-o");
+    argv_store.push_back(opt);
+  }
+  if (options.debug) argv_store.push_back("-d");
+  std::vector<char*> argv;
+  for (auto& s : argv_store) argv.push_back(s.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+
+  fuse_lowlevel_ops ops = MakeOps();
+  fuse_session* se = fuse_session_new(&args, &ops, sizeof ops, &ns);
+  fuse_opt_free_args(&args);
+  if (se == nullptr) return Error(EINVAL, "fuse_session_new failed (bad -o option?)");
+  std::unique_ptr<fuse_session, void (*)(fuse_session*)> session(se, fuse_session_destroy);
+  if (fuse_set_signal_handlers(se) != 0) return Error(EIO, "cannot install signal handlers");
+  if (fuse_session_mount(se, options.mountpoint.c_str()) != 0) {
+    fuse_remove_signal_handlers(se);
+    return Error(EIO, "cannot mount at " + options.mountpoint + " (see the message above)");
+  }
+  GPUFS_LOG(INFO) << "mounted at " << options.mountpoint;
+  if (on_mounted) on_mounted();
+
+  fuse_loop_config* config = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_max_threads(config, static_cast<unsigned>(options.max_threads));
+  fuse_loop_cfg_set_idle_threads(config, 8);
+  int rc = fuse_session_loop_mt(se, config);
+  fuse_loop_cfg_destroy(config);
+
+  fuse_session_unmount(se);
+  fuse_remove_signal_handlers(se);
+  GPUFS_LOG(INFO) << "unmounted " << options.mountpoint;
+  if (rc != 0 && rc != SIGINT && rc != SIGTERM && rc != SIGHUP) {
+    return Error(EIO, "FUSE loop ended with " + std::to_string(rc));
+  }
+  return Status::Ok();
+}
+
+}  // namespace gpufs

@@ -1,0 +1,83 @@
+// SqliteCatalog: the Catalog kept in one SQLite database file.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "meta/catalog.h"
+#include "meta/sqlite_db.h"
+
+namespace gpufs {
+
+// Implements every Catalog contract (see catalog.h), plus these rules that
+// keep the tree sound whatever the caller passes:
+// - Names (CreateEntry, Move) must be non-empty, not "." or "..", without '/'
+//   or NUL (EINVAL) and at most kMaxNameBytes long (ENAMETOOLONG).
+// - A parent must be an object (ENOTDIR); the root can be neither detached,
+//   moved nor purged (EBUSY); an object cannot move into its own subtree
+//   (EINVAL); a detached entry cannot be moved (ENOENT) and a detached object
+//   that still has children cannot be purged (ENOTEMPTY).
+// - The type bits of an entry's mode follow its kind (S_IFDIR for objects,
+//   S_IFREG for blobs): CreateEntry sets them, UpdateEntryAttrs keeps them.
+// - CreateEntry ignores entry.id and entry.blob; only kBlob entries take a
+//   blob (EINVAL otherwise). LinkNewBlob and LinkBlob need a kBlob entry
+//   (EISDIR); LinkNewBlob accepts a null old_blob. LinkBlob refuses a blob
+//   another entry links (EBUSY) and returns 0 for the blob the entry already
+//   links (nothing is replaced).
+// - Lookup/ListChildren/HasChildren with parent 0 find nothing: detached
+//   entries are nobody's children.
+//
+// Not thread-safe; callers serialise (the core calls it under its own lock).
+class SqliteCatalog final : public Catalog {
+ public:
+  static constexpr size_t kMaxNameBytes = 255;  // NAME_MAX
+
+  // Opens the catalog at `path`, creating the file when missing, brings its
+  // schema up to date and creates the root entry (id 1, an object with mode
+  // S_IFDIR | root_mode, owned by root_uid:root_gid) when it is missing; an
+  // existing root is left as it is. EPROTO when the file was written by a
+  // newer gpufs; ENOENT/EACCES when the file cannot be opened; EIO for a file
+  // that is not a database.
+  static Result<std::unique_ptr<SqliteCatalog>> Open(const std::string& path, uint32_t root_uid,
+                                                     uint32_t root_gid, uint32_t root_mode);
+
+  // The newest schema version this code knows (PRAGMA user_version).
+  static int SchemaVersion();
+
+  Result<Entry> GetEntry(EntryId id) override;
+  Result<Entry> Lookup(EntryId parent, std::string_view name) override;
+  Result<std::vector<Entry>> ListChildren(EntryId parent, EntryId after, size_t limit) override;
+  Result<bool> HasChildren(EntryId parent) override;
+  Result<uint64_t> CountEntries() override;
+  Result<Entry> CreateEntry(const Entry& entry, const std::optional<Blob>& blob) override;
+  Status UpdateEntryAttrs(const Entry& entry) override;
+  Status Detach(EntryId id, int64_t now_ns) override;
+  Result<EntryId> Move(EntryId id, EntryId new_parent, std::string_view new_name,
+                       int64_t now_ns) override;
+  Result<std::optional<Blob>> Purge(EntryId id) override;
+  Result<std::vector<EntryId>> ListDetached() override;
+
+  Result<Blob> LinkNewBlob(EntryId entry, const Blob& blob, BlobId* old_blob) override;
+  Result<Blob> CreateBlob(const Blob& blob) override;
+  Result<BlobId> LinkBlob(EntryId entry, BlobId blob) override;
+  Result<Blob> GetBlob(BlobId id) override;
+  Status UpdateBlob(const Blob& blob) override;
+  Status DeleteBlob(BlobId id) override;
+  Result<std::vector<Blob>> ListBlobs() override;
+  Result<std::vector<BlobId>> ListUnlinkedBlobs() override;
+  Result<EntryId> EntryOfBlob(BlobId blob) override;
+
+  Result<std::string> GetXattr(EntryId id, std::string_view name) override;
+  Status SetXattr(EntryId id, std::string_view name, std::string_view value, int flags) override;
+  Result<std::vector<std::string>> ListXattrs(EntryId id) override;
+  Status RemoveXattr(EntryId id, std::string_view name) override;
+
+  Result<uint64_t> NextGeneration() override;
+
+ private:
+  explicit SqliteCatalog(std::unique_ptr<Db> db) : db_(std::move(db)) {}
+
+  std::unique_ptr<Db> db_;
+};
+
+}  // namespace gpufs

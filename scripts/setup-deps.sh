@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what gpufs needs to build, run and test, from Debian's packages.
+# Safe to rerun: does nothing when everything is already there.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config  # toolchain
+  libfuse3-dev fuse3                # FUSE low-level API, fusermount3
+  libsqlite3-dev                    # the catalog
+  libcli11-dev                      # command-line parsing
+  nlohmann-json3-dev                # JSON (meta, stats, safetensors headers)
+  libgtest-dev                      # unit and end-to-end tests
+  attr                              # getfattr/setfattr, used by tests and docs
+  python3 python3-numpy             # Python package and its tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup-deps: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,448 @@
+#include "store/host_bulk_store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <limits>
+#include <optional>
+#include <unordered_set>
+#include <utility>
+
+#include "util/log.h"
+
+namespace gpufs {
+namespace {
+
+constexpr uint64_t kMaxFileSize = static_cast<uint64_t>(std::numeric_limits<off_t>::max());
+
+// The blob id a file name stands for, if the name is exactly its decimal form.
+std::optional<BlobId> ParseBlobName(std::string_view name) {
+  if (name.empty() || (name.size() > 1 && name[0] == '0')) return std::nullopt;
+  BlobId id = 0;
+  auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), id);
+  if (ec != std::errc() || end != name.data() + name.size()) return std::nullopt;
+  return id;
+}
+
+// mkdir -p with mode 0700 for every directory it creates.
+Status MakeDirs(const std::string& dir) {
+  for (size_t slash = dir.find('/', 1);; slash = dir.find('/', slash + 1)) {
+    const std::string prefix = dir.substr(0, slash);
+    if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) {
+      return PosixError("create store directory " + prefix, errno);
+    }
+    if (slash == std::string::npos) return Status::Ok();
+  }
+}
+
+Status WriteAll(int fd, uint64_t offset, std::span<const std::byte> src, const std::string& what) {
+  size_t done = 0;
+  while (done < src.size()) {
+    ssize_t n = ::pwrite(fd, src.data() + done, src.size() - done, offset + done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return PosixError("write " + what, errno);
+    }
+    if (n == 0) return Error(EIO, "write " + what + ": no progress");
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status ReadAll(int fd, uint64_t offset, std::span<std::byte> dst, const std::string& what) {
+  size_t done = 0;
+  while (done < dst.size()) {
+    ssize_t n = ::pread(fd, dst.data() + done, dst.size() - done, offset + done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return PosixError("read " + what, errno);
+    }
+    if (n == 0) {
+      return Error(EIO, "read " + what + ": file ends at byte " + std::to_string(offset + done) +
+                            ", wanted " + std::to_string(dst.size()) + " bytes from " +
+                            std::to_string(offset) + "; blob bytes are missing");
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+std::string Range(uint64_t offset, uint64_t length) {
+  return "[" + std::to_string(offset) + ", +" + std::to_string(length) + ")";
+}
+
+}  // namespace
+
+Result<std::unique_ptr<HostBulkStore>> HostBulkStore::Open(const std::string& dir,
+                                                           uint64_t capacity,
+                                                           size_t max_open_files) {
+  if (dir.empty()) return Error(EINVAL, "host store: empty directory name");
+  GPUFS_RETURN_IF_ERROR(MakeDirs(dir));
+  UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir_fd.valid()) return PosixError("open store directory " + dir, errno);
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return PosixError("store directory " + dir + " is not writable", errno);
+  }
+  if (::flock(dir_fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) {
+      return Error(EBUSY, "store directory " + dir + " is in use by another gpufs store");
+    }
+    return PosixError("lock store directory " + dir, errno);
+  }
+  return std::unique_ptr<HostBulkStore>(
+      new HostBulkStore(dir, std::move(dir_fd), capacity, std::max<size_t>(max_open_files, 1)));
+}
+
+HostBulkStore::HostBulkStore(std::string dir, UniqueFd dir_fd, uint64_t capacity,
+                             size_t max_open_files)
+    : dir_(std::move(dir)),
+      dir_fd_(std::move(dir_fd)),
+      capacity_(capacity),
+      max_open_files_(max_open_files) {}
+
+HostBulkStore::~HostBulkStore() = default;
+
+StoreUsage HostBulkStore::Usage() const {
+  std::lock_guard lock(mu_);
+  return StoreUsage{.capacity = capacity_, .used = used_, .blobs = sizes_.size()};
+}
+
+Result<std::vector<BlobId>> HostBulkStore::Recover(std::span<const StoredBlob> live) {
+  std::unordered_map<BlobId, uint64_t> wanted;
+  for (const StoredBlob& blob : live) {
+    if (!wanted.emplace(blob.id, blob.size).second) {
+      GPUFS_LOG(WARN) << "host store: blob " << blob.id << " listed twice for recovery";
+    }
+  }
+
+  // Sort the live blobs into intact, to trim, and lost, before touching a file.
+  std::vector<BlobId> lost;
+  std::vector<std::pair<BlobId, uint64_t>> to_trim;
+  std::unordered_map<BlobId, uint64_t> intact;
+  uint64_t total = 0;
+  for (const auto& [id, size] : wanted) {
+    struct stat st;
+    if (::fstatat(dir_fd_.get(), std::to_string(id).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      GPUFS_LOG(WARN) << "host store: blob " << id
+                      << " lost: " << PosixError("stat " + PathOf(id), errno).ToString();
+      lost.push_back(id);
+    } else if (!S_ISREG(st.st_mode)) {
+      GPUFS_LOG(WARN) << "host store: blob " << id << " lost: " << PathOf(id)
+                      << " is not a regular file";
+      lost.push_back(id);
+    } else if (static_cast<uint64_t>(st.st_size) < size) {
+      GPUFS_LOG(WARN) << "host store: blob " << id << " lost: " << PathOf(id) << " has "
+                      << st.st_size << " of its " << size << " bytes";
+      lost.push_back(id);
+    } else {
+      if (static_cast<uint64_t>(st.st_size) > size) to_trim.emplace_back(id, size);
+      intact.emplace(id, size);
+      total = size > std::numeric_limits<uint64_t>::max() - total
+                  ? std::numeric_limits<uint64_t>::max()
+                  : total + size;
+    }
+  }
+  if (total > capacity_) {
+    return Error(ENOSPC, "host store in " + dir_ + ": its " + std::to_string(intact.size()) +
+                             " blobs hold " + std::to_string(total) +
+                             " bytes, more than the capacity of " + std::to_string(capacity_) +
+                             " bytes; start with a larger capacity");
+  }
+
+  // Remove everything that is not a live blob's file.
+  UniqueFd scan_fd(::openat(dir_fd_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  DIR* scan = scan_fd.valid() ? ::fdopendir(scan_fd.get()) : nullptr;
+  if (scan == nullptr) return PosixError("list store directory " + dir_, errno);
+  scan_fd.release();                                 // now owned by `scan`
+  std::vector<std::pair<std::string, bool>> strays;  // name, is a directory
+  int list_errno = 0;
+  for (;;) {
+    errno = 0;
+    const dirent* entry = ::readdir(scan);
+    if (entry == nullptr) {
+      list_errno = errno;
+      break;
+    }
+    const std::string_view name = entry->d_name;
+    if (name == "." || name == "..") continue;
+    std::optional<BlobId> id = ParseBlobName(name);
+    if (id && wanted.contains(*id)) continue;
+    bool is_dir = entry->d_type == DT_DIR;
+    if (entry->d_type == DT_UNKNOWN) {
+      struct stat st;
+      is_dir = ::fstatat(dir_fd_.get(), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+               S_ISDIR(st.st_mode);
+    }
+    strays.emplace_back(name, is_dir);
+  }
+  ::closedir(scan);
+  if (list_errno != 0) return PosixError("list store directory " + dir_, list_errno);
+  for (const auto& [name, is_dir] : strays) {
+    const std::string path = dir_ + "/" + name;
+    if (::unlinkat(dir_fd_.get(), name.c_str(), is_dir ? AT_REMOVEDIR : 0) != 0) {
+      GPUFS_LOG(WARN) << "host store: cannot remove stray " << PosixError(path, errno).ToString();
+    } else {
+      GPUFS_LOG(INFO) << "host store: removed " << path << ", which holds no live blob";
+    }
+  }
+
+  // Files longer than their blob: the tail is not part of the blob.
+  for (const auto& [id, size] : to_trim) {
+    const std::string path = PathOf(id);
+    UniqueFd fd(
+        ::openat(dir_fd_.get(), std::to_string(id).c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!fd.valid() || ::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) {
+      GPUFS_LOG(WARN) << "host store: cannot trim " << PosixError(path, errno).ToString();
+    } else {
+      GPUFS_LOG(INFO) << "host store: trimmed " << path << " to its blob's " << size << " bytes";
+    }
+  }
+
+  std::unordered_map<BlobId, CachedFd> old_fds;
+  {
+    std::lock_guard lock(mu_);
+    sizes_ = std::move(intact);
+    used_ = total;
+    old_fds.swap(fds_);
+    lru_.clear();
+  }
+  return lost;
+}
+
+Result<Extent> HostBulkStore::Allocate(BlobId id, uint32_t owner_uid, uint64_t size) {
+  (void)owner_uid;  // every blob has its own file; owners never share one
+  if (size > kMaxFileSize) {
+    return Error(EFBIG, "host store: blob " + std::to_string(id) + " of " + std::to_string(size) +
+                            " bytes is too large for a file");
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (sizes_.contains(id)) {
+      return Error(EEXIST, "host store: blob " + std::to_string(id) + " already exists");
+    }
+    if (size > capacity_ - used_) {
+      return Error(ENOSPC, "host store full: blob " + std::to_string(id) + " needs " +
+                               std::to_string(size) + " bytes, " + std::to_string(used_) + " of " +
+                               std::to_string(capacity_) + " bytes are used");
+    }
+    sizes_.emplace(id, size);
+    used_ += size;
+  }
+
+  const std::string name = std::to_string(id);
+  UniqueFd fd(::openat(dir_fd_.get(), name.c_str(),
+                       O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+  Status status;
+  if (!fd.valid()) {
+    status = PosixError("create " + PathOf(id), errno);
+  } else if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) {
+    status = PosixError("size " + PathOf(id) + " to " + std::to_string(size) + " bytes", errno);
+    fd.reset();
+    ::unlinkat(dir_fd_.get(), name.c_str(), 0);
+  }
+
+  std::vector<SharedFd> evicted;  // closed after the lock is released
+  std::lock_guard lock(mu_);
+  if (!status.ok()) {
+    sizes_.erase(id);
+    used_ -= size;
+    return status;
+  }
+  evicted.push_back(UncacheFd(id));
+  CacheFd(id, std::make_shared<const UniqueFd>(std::move(fd)), &evicted);
+  return Extent{.arena = 0, .offset = 0, .reserved = size};
+}
+
+Result<Extent> HostBulkStore::Resize(BlobId id, const Extent& extent, uint64_t old_size,
+                                     uint64_t new_size) {
+  (void)extent;
+  if (new_size > kMaxFileSize) {
+    return Error(EFBIG, "host store: blob " + std::to_string(id) + " of " +
+                            std::to_string(new_size) + " bytes is too large for a file");
+  }
+  const uint64_t grow = new_size > old_size ? new_size - old_size : 0;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sizes_.find(id);
+    if (it == sizes_.end()) {
+      return Error(ENOENT, "host store: resize of unknown blob " + std::to_string(id));
+    }
+    if (it->second != old_size) {
+      return Error(EINVAL, "host store: resize of blob " + std::to_string(id) + " from " +
+                               std::to_string(old_size) + " bytes, but it has " +
+                               std::to_string(it->second));
+    }
+    if (grow > capacity_ - used_) {
+      return Error(ENOSPC, "host store full: blob " + std::to_string(id) + " needs " +
+                               std::to_string(grow) + " more bytes, " + std::to_string(used_) +
+                               " of " + std::to_string(capacity_) + " bytes are used");
+    }
+    used_ += grow;  // reserved now, so a concurrent Allocate cannot take it
+  }
+
+  Status status;
+  Result<SharedFd> fd = FdOf(id);
+  if (!fd.ok()) {
+    status = fd.status();
+  } else if (::ftruncate((*fd)->get(), static_cast<off_t>(new_size)) != 0) {
+    status =
+        PosixError("resize " + PathOf(id) + " to " + std::to_string(new_size) + " bytes", errno);
+  }
+
+  std::lock_guard lock(mu_);
+  if (!status.ok()) {
+    used_ -= grow;
+    return status;
+  }
+  sizes_[id] = new_size;
+  if (new_size < old_size) used_ -= old_size - new_size;
+  return Extent{.arena = 0, .offset = 0, .reserved = new_size};
+}
+
+Status HostBulkStore::Write(BlobId id, const Extent& extent, uint64_t offset,
+                            std::span<const std::byte> src) {
+  (void)extent;
+  uint64_t size = 0;
+  SharedFd fd;
+  GPUFS_RETURN_IF_ERROR(Lookup(id, &size, &fd));
+  if (offset > size || src.size() > size - offset) {
+    return Error(EINVAL, "host store: write " + Range(offset, src.size()) +
+                             " past the end of blob " + std::to_string(id) + " (" +
+                             std::to_string(size) + " bytes)");
+  }
+  return WriteAll(fd->get(), offset, src, PathOf(id));
+}
+
+Status HostBulkStore::Read(BlobId id, const Extent& extent, uint64_t offset,
+                           std::span<std::byte> dst) {
+  (void)extent;
+  uint64_t size = 0;
+  SharedFd fd;
+  Status status = Lookup(id, &size, &fd);
+  if (status.code() == ENOENT) return Error(EIO, status.message());
+  GPUFS_RETURN_IF_ERROR(status);
+  if (offset > size || dst.size() > size - offset) {
+    return Error(EINVAL, "host store: read " + Range(offset, dst.size()) +
+                             " past the end of blob " + std::to_string(id) + " (" +
+                             std::to_string(size) + " bytes)");
+  }
+  return ReadAll(fd->get(), offset, dst, PathOf(id));
+}
+
+Result<Extent> HostBulkStore::Seal(BlobId id, const Extent& extent, uint64_t size) {
+  (void)extent;
+  uint64_t current = 0;
+  SharedFd fd;
+  GPUFS_RETURN_IF_ERROR(Lookup(id, &current, &fd));
+  if (size > current) {
+    return Error(EINVAL, "host store: seal of blob " + std::to_string(id) + " at " +
+                             std::to_string(size) + " bytes, but it has only " +
+                             std::to_string(current));
+  }
+  if (size < current) {
+    if (::ftruncate(fd->get(), static_cast<off_t>(size)) != 0) {
+      return PosixError("trim " + PathOf(id) + " to " + std::to_string(size) + " bytes", errno);
+    }
+    std::lock_guard lock(mu_);
+    sizes_[id] = size;
+    used_ -= current - size;
+  }
+  // No fsync: the page cache outlives a crash of the daemon, which is all this
+  // store promises.
+  return Extent{.arena = 0, .offset = 0, .reserved = size};
+}
+
+void HostBulkStore::Free(BlobId id, const Extent& extent) {
+  (void)extent;
+  bool known = false;
+  SharedFd fd;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sizes_.find(id);
+    if (it != sizes_.end()) {
+      known = true;
+      used_ -= it->second;
+      sizes_.erase(it);
+    }
+    fd = UncacheFd(id);
+  }
+  fd.reset();
+  if (::unlinkat(dir_fd_.get(), std::to_string(id).c_str(), 0) != 0) {
+    const int err = errno;
+    if (err != ENOENT) {
+      GPUFS_LOG(ERROR) << "host store: free of blob " << id << ": "
+                       << PosixError("unlink " + PathOf(id), err).ToString();
+    } else if (known) {
+      GPUFS_LOG(WARN) << "host store: free of blob " << id << ": " << PathOf(id)
+                      << " was already gone";
+    } else {
+      GPUFS_LOG(WARN) << "host store: free of blob " << id << ", which the store does not hold";
+    }
+  }
+}
+
+std::string HostBulkStore::PathOf(BlobId id) const { return dir_ + "/" + std::to_string(id); }
+
+Status HostBulkStore::Lookup(BlobId id, uint64_t* size, SharedFd* fd) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = sizes_.find(id);
+    if (it == sizes_.end()) {
+      return Error(ENOENT, "host store: blob " + std::to_string(id) + " is not in the store");
+    }
+    *size = it->second;
+  }
+  GPUFS_ASSIGN_OR_RETURN(*fd, FdOf(id));
+  return Status::Ok();
+}
+
+Result<HostBulkStore::SharedFd> HostBulkStore::FdOf(BlobId id) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = fds_.find(id);
+    if (it != fds_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      return it->second.fd;
+    }
+  }
+  UniqueFd fd(::openat(dir_fd_.get(), std::to_string(id).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) return PosixError("open " + PathOf(id), errno);
+  std::vector<SharedFd> evicted;  // closed after the lock is released
+  std::lock_guard lock(mu_);
+  return CacheFd(id, std::make_shared<const UniqueFd>(std::move(fd)), &evicted);
+}
+
+HostBulkStore::SharedFd HostBulkStore::CacheFd(BlobId id, SharedFd fd,
+                                               std::vector<SharedFd>* evicted) {
+  auto [it, inserted] = fds_.try_emplace(id);
+  if (!inserted) {
+    lru_.splice(lru_.begin(), lru_, it->second.lru);
+    evicted->push_back(std::move(fd));
+    return it->second.fd;
+  }
+  lru_.push_front(id);
+  it->second = CachedFd{.fd = std::move(fd), .lru = lru_.begin()};
+  while (fds_.size() > max_open_files_) {
+    auto victim = fds_.find(lru_.back());
+    evicted->push_back(std::move(victim->second.fd));
+    fds_.erase(victim);
+    lru_.pop_back();
+  }
+  return it->second.fd;
+}
+
+HostBulkStore::SharedFd HostBulkStore::UncacheFd(BlobId id) {
+  auto it = fds_.find(id);
+  if (it == fds_.end()) return nullptr;
+  SharedFd fd = std::move(it->second.fd);
+  lru_.erase(it->second.lru);
+  fds_.erase(it);
+  return fd;
+}
+
+}  // namespace gpufs

@@ -1,0 +1,129 @@
+// HostBulkStore: blob bytes in host memory, kept in one file per blob so they
+// survive a restart of the daemon.
+//
+// Layout: `dir/<id>` (decimal blob id, mode 0600) holds exactly the blob's
+// bytes; nothing else belongs in `dir`. The files live in the page cache, so
+// they are host memory in practice, and no call fsyncs: a crash of the daemon
+// (kill -9 included) loses nothing the kernel already has, and surviving a
+// crash of the machine is not promised.
+//
+// Accounting: a blob reserves exactly its size (Extent{0, 0, size}; arena and
+// offset are unused). `used` is the sum over live blobs and never exceeds the
+// capacity given to Open.
+//
+// While a store is open it holds an exclusive flock on `dir`, so a second
+// daemon (or a second store in the same process) cannot use the same directory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "store/bulk_store.h"
+#include "util/status.h"
+#include "util/unique_fd.h"
+
+namespace gpufs {
+
+// Threads: every method may be called from any thread. One mutex guards the
+// blob table, the usage counters and the fd cache; it is never held across
+// file I/O (open, pread, pwrite, ftruncate, unlink). A reader holds a
+// shared_ptr to its fd, so evicting that fd from the cache meanwhile only
+// drops the cache's reference; the fd closes after the read.
+class HostBulkStore final : public BulkStore {
+ public:
+  static constexpr size_t kDefaultMaxOpenFiles = 512;
+
+  // Opens the store in `dir`, creating it (mode 0700, parents too) if missing.
+  // `max_open_files` bounds the cache of open blob files (at least 1).
+  // Errors: the directory cannot be created or opened (errno of the failing
+  // call), is not writable (EACCES), or is in use by another store (EBUSY).
+  static Result<std::unique_ptr<HostBulkStore>> Open(const std::string& dir, uint64_t capacity,
+                                                     size_t max_open_files = kDefaultMaxOpenFiles);
+
+  ~HostBulkStore() override;
+  HostBulkStore(const HostBulkStore&) = delete;
+  HostBulkStore& operator=(const HostBulkStore&) = delete;
+
+  const std::string& device() const override { return device_; }
+  StoreUsage Usage() const override;
+
+  // Deletes every entry of `dir` that is not the file of a blob in `live`
+  // (stray files, temp files, old blobs), logging each removal; sub-directories
+  // are removed only when empty. Files longer than their blob's size are
+  // trimmed to it. Returns the ids whose file is missing, not a regular file,
+  // or shorter than their size; their files stay until Free. ENOSPC, with
+  // nothing deleted, when the surviving blobs need more than the capacity.
+  // Meant as the first call; a later call replaces the whole blob table.
+  Result<std::vector<BlobId>> Recover(std::span<const StoredBlob> live) override;
+
+  // Creates (or truncates) the blob's file to `size` zero bytes. EEXIST if the
+  // store already holds `id`; ENOSPC, with no file left behind, past capacity.
+  Result<Extent> Allocate(BlobId id, uint32_t owner_uid, uint64_t size) override;
+
+  // Truncates the file to `new_size`. EINVAL if `old_size` is not the size the
+  // store has for the blob; ENOENT if the store does not hold it.
+  Result<Extent> Resize(BlobId id, const Extent& extent, uint64_t old_size,
+                        uint64_t new_size) override;
+
+  // EINVAL if the range passes the blob's size; ENOENT if the store does not
+  // hold the blob; the errno of pwrite (ENOSPC, EIO, ...) if the file cannot
+  // be written, in which case part of `src` may have been written.
+  Status Write(BlobId id, const Extent& extent, uint64_t offset,
+               std::span<const std::byte> src) override;
+
+  // EIO if the store does not hold the blob or its file is shorter than the
+  // range; EINVAL if the range passes the blob's size.
+  Status Read(BlobId id, const Extent& extent, uint64_t offset, std::span<std::byte> dst) override;
+
+  // Trims the file and the reservation to `size` (no fsync: see above).
+  // EINVAL if `size` exceeds the blob's current size; ENOENT if not held.
+  Result<Extent> Seal(BlobId id, const Extent& extent, uint64_t size) override;
+
+  // Removes the blob's file (also for a blob reported lost by Recover), closes
+  // its fd and releases its reservation.
+  void Free(BlobId id, const Extent& extent) override;
+
+ private:
+  using SharedFd = std::shared_ptr<const UniqueFd>;
+
+  struct CachedFd {
+    SharedFd fd;
+    std::list<BlobId>::iterator lru;  // position in lru_
+  };
+
+  HostBulkStore(std::string dir, UniqueFd dir_fd, uint64_t capacity, size_t max_open_files);
+
+  std::string PathOf(BlobId id) const;
+  // The blob's size and an open fd for its file. ENOENT if the store does not
+  // hold `id`.
+  Status Lookup(BlobId id, uint64_t* size, SharedFd* fd);
+  // An open fd for the blob's file, from the cache or opened (and cached) now.
+  Result<SharedFd> FdOf(BlobId id);
+  // Adds `fd` for `id` to the cache (keeping an entry already there) and
+  // returns the cached one. Evicted fds are moved into `evicted`, so that they
+  // close after the caller drops the lock.
+  SharedFd CacheFd(BlobId id, SharedFd fd, std::vector<SharedFd>* evicted);
+  // Drops `id` from the cache; the fd closes once no reader holds it.
+  SharedFd UncacheFd(BlobId id);
+
+  const std::string device_ = "host";
+  const std::string dir_;
+  const UniqueFd dir_fd_;  // also holds the flock
+  const uint64_t capacity_;
+  const size_t max_open_files_;
+
+  mutable std::mutex mu_;
+  std::unordered_map<BlobId, uint64_t> sizes_;  // GUARDED_BY(mu_): live blobs
+  uint64_t used_ = 0;                           // GUARDED_BY(mu_): sum of sizes_
+  std::unordered_map<BlobId, CachedFd> fds_;    // GUARDED_BY(mu_)
+  std::list<BlobId> lru_;                       // GUARDED_BY(mu_): most recent first
+};
+
+}  // namespace gpufs

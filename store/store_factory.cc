@@ -1,0 +1,83 @@
+#include "store/store_factory.h"
+
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "store/host_bulk_store.h"
+#include "util/log.h"
+#include "util/size.h"
+#ifdef GPUFS_HAVE_CUDA
+#include "store/gpu_bulk_store.h"
+#endif
+
+namespace gpufs {
+namespace {
+
+uint64_t DefaultHostCapacity(const std::string& dir) {
+  uint64_t ram = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                 static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+  uint64_t capacity = ram / 2;
+  struct statvfs st {};
+  if (statvfs(dir.c_str(), &st) == 0) {
+    uint64_t disk = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+    capacity = std::min(capacity, disk / 10 * 9);
+  }
+  return capacity;
+}
+
+}  // namespace
+
+#ifndef GPUFS_HAVE_CUDA
+int CudaDeviceCount() { return 0; }
+#endif
+
+Result<OpenedStores> OpenStores(const StoreConfig& config) {
+  if (config.kind != "auto" && config.kind != "gpu" && config.kind != "host") {
+    return Error(EINVAL, "--store " + config.kind + ": want auto, gpu or host");
+  }
+  OpenedStores out;
+  bool want_gpu = config.kind != "host";
+  int gpus = want_gpu ? CudaDeviceCount() : 0;
+  bool use_gpu = want_gpu && gpus > 0;
+  if (config.kind == "gpu" && !use_gpu) {
+#ifdef GPUFS_HAVE_CUDA
+    return Error(ENODEV, "--store gpu: no CUDA device is visible");
+#else
+    return Error(ENODEV, "--store gpu: this gpufs was built without CUDA");
+#endif
+  }
+  uint64_t host_capacity =
+      !use_gpu && config.capacity ? *config.capacity : DefaultHostCapacity(config.host_dir);
+  GPUFS_ASSIGN_OR_RETURN(auto host, HostBulkStore::Open(config.host_dir, host_capacity));
+  GPUFS_LOG(INFO) << "store host: " << FormatSize(host_capacity) << " under " << config.host_dir;
+  out.stores.push_back(std::move(host));
+  out.default_device = "host";
+#ifdef GPUFS_HAVE_CUDA
+  if (use_gpu) {
+    std::vector<int> devices = config.devices;
+    if (devices.empty()) {
+      for (int i = 0; i < gpus; ++i) devices.push_back(i);
+    }
+    for (int ordinal : devices) {
+      if (ordinal < 0 || ordinal >= gpus) {
+        return Error(ENODEV, "--devices: no CUDA device " + std::to_string(ordinal) + " (" +
+                                 std::to_string(gpus) + " visible)");
+      }
+      GpuStoreOptions options;
+      options.ordinal = ordinal;
+      options.capacity = config.capacity;
+      GPUFS_ASSIGN_OR_RETURN(auto gpu, GpuBulkStore::Open(options));
+      GPUFS_LOG(INFO) << "store " << gpu->device() << ": " << FormatSize(gpu->Usage().capacity);
+      out.stores.push_back(std::move(gpu));
+    }
+    out.default_device = "cuda:" + std::to_string(devices.front());
+  }
+#else
+  (void)gpus;
+#endif
+  return out;
+}
+
+}  // namespace gpufs

@@ -1,0 +1,37 @@
+// Builds the stores a daemon serves from its command-line choices.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "store/bulk_store.h"
+#include "util/status.h"
+
+namespace gpufs {
+
+struct StoreConfig {
+  std::string kind = "auto";         // auto | gpu | host
+  std::vector<int> devices;          // CUDA ordinals; empty: every visible GPU
+  std::optional<uint64_t> capacity;  // per store new blobs go to; default: see OpenStores
+  std::string host_dir;              // where the host store keeps its files
+};
+
+struct OpenedStores {
+  std::vector<std::unique_ptr<BulkStore>> stores;  // "host" first, then "cuda:N"...
+  std::string default_device;                      // where new blobs go
+};
+
+// The host store is always opened (migration target, and the default without
+// a GPU). kind "gpu" fails with ENODEV when no GPU is usable (or gpufs was
+// built without CUDA); "auto" falls back to the host store then. Default
+// capacity: 90% of a GPU's free memory; for the host store, half the RAM,
+// bounded by the free space under host_dir.
+Result<OpenedStores> OpenStores(const StoreConfig& config);
+
+// Number of CUDA devices this process sees (0 without CUDA or a GPU).
+int CudaDeviceCount();
+
+}  // namespace gpufs

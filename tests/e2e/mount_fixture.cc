@@ -1,0 +1,153 @@
+#include "tests/e2e/mount_fixture.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+namespace gpufs::e2e {
+namespace {
+
+constexpr long kFuseSuperMagic = 0x65735546;
+
+bool IsFuseMount(const std::string& path) {
+  struct statfs st {};
+  return ::statfs(path.c_str(), &st) == 0 && st.f_type == kFuseSuperMagic;
+}
+
+// waitpid with a deadline; true if the child exited.
+bool WaitExit(pid_t pid, std::chrono::milliseconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid || (r < 0 && errno == ECHILD)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+}  // namespace
+
+ShResult Sh(const std::string& command) {
+  ShResult result;
+  std::string full = "( " + command + " ) 2>&1";
+  FILE* pipe = ::popen(full.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) result.output.append(buf, n);
+  int status = ::pclose(pipe);
+  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string GpufsBin() { return GPUFS_BIN; }
+std::string MountHelperBin() { return GPUFS_MOUNT_HELPER_BIN; }
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteFile(const std::string& path, const std::string& data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+
+std::string RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::string out(n, '\0');
+  for (size_t i = 0; i < n; i += 4) {
+    uint32_t v = gen();
+    for (size_t k = 0; k < 4 && i + k < n; ++k) out[i + k] = static_cast<char>(v >> (8 * k));
+  }
+  return out;
+}
+
+GpufsMount::GpufsMount(std::vector<std::string> args) : args_(std::move(args)) {
+  char tmpl[] = "/tmp/gpufs-e2e-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) std::abort();
+  root_ = tmpl;
+  mnt_ = root_ + "/mnt";
+  state_ = root_ + "/state";
+  log_ = root_ + "/daemon.log";
+  std::filesystem::create_directories(mnt_);
+}
+
+GpufsMount::~GpufsMount() {
+  Stop();
+  if (IsFuseMount(mnt_) || ::access(mnt_.c_str(), F_OK) != 0) ::umount2(mnt_.c_str(), MNT_DETACH);
+  std::error_code ec;
+  std::filesystem::remove_all(root_, ec);
+}
+
+bool GpufsMount::Start() {
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    std::vector<std::string> argv = {GpufsBin(), "mount", mnt_, "--foreground", "--state", state_};
+    argv.insert(argv.end(), args_.begin(), args_.end());
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    ::execv(cargv[0], cargv.data());
+    std::perror("exec gpufs");
+    ::_exit(127);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (IsFuseMount(mnt_)) return true;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::cerr << "gpufs did not mount; its log:\n" << Log() << std::endl;
+  return false;
+}
+
+bool GpufsMount::Stop() {
+  if (pid_ <= 0) return true;
+  if (::umount2(mnt_.c_str(), 0) != 0) ::umount2(mnt_.c_str(), MNT_DETACH);
+  bool exited = WaitExit(pid_, std::chrono::seconds(10));
+  if (!exited) {
+    std::cerr << "gpufs did not exit after unmount; killing it. Log:\n" << Log() << std::endl;
+    ::kill(pid_, SIGKILL);
+    WaitExit(pid_, std::chrono::seconds(5));
+  }
+  pid_ = -1;
+  return exited;
+}
+
+void GpufsMount::Kill9() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  WaitExit(pid_, std::chrono::seconds(5));
+  pid_ = -1;
+}
+
+std::string GpufsMount::Log() const { return ReadFile(log_); }
+
+}  // namespace gpufs::e2e

@@ -1,0 +1,56 @@
+// End-to-end harness: runs the real `gpufs mount --foreground` on a temporary
+// state directory and mount point, waits for the mount, and guarantees the
+// unmount (and kills a stuck daemon) when the test ends.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace gpufs::e2e {
+
+struct ShResult {
+  int status = -1;     // exit status, or -1 if it did not exit normally
+  std::string output;  // stdout and stderr together
+};
+
+// Runs `command` with /bin/sh; stdout and stderr are captured.
+ShResult Sh(const std::string& command);
+// Path of the gpufs binary under test.
+std::string GpufsBin();
+std::string MountHelperBin();
+// Reads a whole file; "" if unreadable.
+std::string ReadFile(const std::string& path);
+void WriteFile(const std::string& path, const std::string& data);
+// Deterministic pseudo-random bytes.
+std::string RandomBytes(size_t n, uint32_t seed);
+
+class GpufsMount {
+ public:
+  explicit GpufsMount(std::vector<std::string> args = {"--store", "host", "--capacity", "256M"});
+  ~GpufsMount();
+  GpufsMount(const GpufsMount&) = delete;
+  GpufsMount& operator=(const GpufsMount&) = delete;
+
+  // Starts the daemon and waits (10 s at most) until the mount answers.
+  // Returns false, with the daemon's log on stderr, if it does not.
+  bool Start();
+  // Unmounts and waits for the daemon to exit; kills it after 10 s.
+  bool Stop();
+  // kill -9 of the daemon; the dead mount stays behind, as in real life.
+  void Kill9();
+
+  const std::string& mnt() const { return mnt_; }
+  const std::string& state() const { return state_; }
+  std::string Path(const std::string& rel) const { return mnt_ + "/" + rel; }
+  std::string Log() const;
+  pid_t pid() const { return pid_; }
+
+ private:
+  std::string root_, mnt_, state_, log_;
+  std::vector<std::string> args_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace gpufs::e2e

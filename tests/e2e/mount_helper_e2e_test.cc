@@ -1,0 +1,107 @@
+// `mount -t gpufs` through the mount.gpufs helper, `umount`, and the
+// background daemon of `gpufs mount`.
+#include <gtest/gtest.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "tests/e2e/mount_fixture.h"
+
+namespace gpufs::e2e {
+namespace {
+
+class TempDirs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpufs-helper-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    mnt_ = root_ + "/mnt";
+    state_ = root_ + "/state";
+    std::filesystem::create_directories(mnt_);
+  }
+  void TearDown() override {
+    Sh("umount " + mnt_ + " 2>/dev/null; sleep 0.2");
+    std::error_code ec;
+    std::filesystem::remove_all(root_, ec);
+  }
+  bool Mounted() {
+    struct statfs st {};
+    return ::statfs(mnt_.c_str(), &st) == 0 && st.f_type == 0x65735546;
+  }
+  std::string root_, mnt_, state_;
+};
+
+TEST_F(TempDirs, MountDashTGpufsAndUmount) {
+  // mount(8) finds helpers in /sbin; scripts/build.sh links mount.gpufs there.
+  auto helper = Sh("readlink -f /sbin/mount.gpufs");
+  if (helper.status != 0 || ::access("/sbin/mount.gpufs", X_OK) != 0) {
+    GTEST_SKIP() << "mount.gpufs is not installed in /sbin (run scripts/build.sh)";
+  }
+  auto mounted =
+      Sh("mount -t gpufs gpufs " + mnt_ + " -o state=" + state_ + ",store=host,capacity=64M");
+  ASSERT_EQ(mounted.status, 0) << mounted.output;
+  ASSERT_TRUE(Mounted());
+  auto line = Sh("grep ' " + mnt_ + " ' /proc/mounts");
+  EXPECT_NE(line.output.find("fuse.gpufs"), std::string::npos) << line.output;
+  WriteFile(mnt_ + "/m", "via mount -t");
+  EXPECT_EQ(ReadFile(mnt_ + "/m"), "via mount -t");
+  EXPECT_NE(Sh("df -h " + mnt_).output.find("64M"), std::string::npos);
+  ASSERT_EQ(Sh("umount " + mnt_).status, 0);
+  EXPECT_FALSE(Mounted());
+  EXPECT_TRUE(std::filesystem::exists(state_ + "/catalog.db"));
+}
+
+TEST_F(TempDirs, HelperRunDirectlyAsMountWould) {
+  auto mounted = Sh(MountHelperBin() + " gpufs " + mnt_ + " -o rw,state=" + state_ +
+                    ",store=host,capacity=32M,noatime");
+  ASSERT_EQ(mounted.status, 0) << mounted.output;
+  ASSERT_TRUE(Mounted());
+  WriteFile(mnt_ + "/m", "helper");
+  EXPECT_EQ(ReadFile(mnt_ + "/m"), "helper");
+  ASSERT_EQ(Sh("umount " + mnt_).status, 0);
+  // The background daemon logged to its state directory and exits after umount.
+  for (int i = 0; i < 100 && Sh("pgrep -f 'state=" + state_ + "'").status == 0; ++i) usleep(20000);
+  EXPECT_NE(ReadFile(state_ + "/gpufs.log").find("mounted at " + mnt_), std::string::npos);
+}
+
+TEST_F(TempDirs, BadOptionsFailClearlyWithoutMounting) {
+  auto bad_store = Sh(GpufsBin() + " mount " + mnt_ + " --state " + state_ + " --store tape");
+  EXPECT_NE(bad_store.status, 0);
+  auto bad_capacity =
+      Sh(MountHelperBin() + " gpufs " + mnt_ + " -o state=" + state_ + ",capacity=lots");
+  EXPECT_NE(bad_capacity.status, 0);
+  EXPECT_NE(bad_capacity.output.find("not a size"), std::string::npos) << bad_capacity.output;
+  auto no_dir = Sh(GpufsBin() + " mount " + root_ + "/missing --state " + state_ + " --store host");
+  EXPECT_NE(no_dir.status, 0);
+  EXPECT_NE(no_dir.output.find("does not exist"), std::string::npos) << no_dir.output;
+  EXPECT_FALSE(Mounted());
+}
+
+TEST_F(TempDirs, CliPutGetLsStatRm) {
+  ASSERT_EQ(Sh(GpufsBin() + " mount " + mnt_ + " --state " + state_ + " --store host").status, 0);
+  ASSERT_TRUE(Mounted());
+  std::string local = root_ + "/data.bin";
+  WriteFile(local, RandomBytes(100000, 9));
+  auto put = Sh(GpufsBin() + " put " + local + " " + mnt_ + "/obj/x --dtype float32 --shape 25000");
+  ASSERT_EQ(put.status, 0) << put.output;
+  auto ls = Sh(GpufsBin() + " ls -l " + mnt_ + "/obj");
+  EXPECT_NE(ls.output.find("100000"), std::string::npos) << ls.output;
+  EXPECT_NE(ls.output.find("float32[25000]"), std::string::npos) << ls.output;
+  auto stat = Sh(GpufsBin() + " stat " + mnt_ + "/obj/x");
+  EXPECT_NE(stat.output.find("dtype:    float32"), std::string::npos) << stat.output;
+  ASSERT_EQ(Sh(GpufsBin() + " get " + mnt_ + "/obj/x " + root_ + "/back.bin").status, 0);
+  EXPECT_EQ(Sh("cmp " + local + " " + root_ + "/back.bin").status, 0);
+  auto rm_dir = Sh(GpufsBin() + " rm " + mnt_ + "/obj");
+  EXPECT_NE(rm_dir.status, 0);
+  EXPECT_NE(rm_dir.output.find("EISDIR"), std::string::npos) << rm_dir.output;
+  ASSERT_EQ(Sh(GpufsBin() + " rm -r " + mnt_ + "/obj").status, 0);
+  EXPECT_NE(::access((mnt_ + "/obj").c_str(), F_OK), 0);
+  auto missing = Sh(GpufsBin() + " get " + mnt_ + "/nope " + root_ + "/x");
+  EXPECT_NE(missing.status, 0);
+  EXPECT_NE(missing.output.find("ENOENT"), std::string::npos) << missing.output;
+}
+
+}  // namespace
+}  // namespace gpufs::e2e
