@@ -14,6 +14,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <vector>
@@ -58,6 +60,9 @@ struct IpcExport {
   uint8_t device_uuid[16] = {};
 };
 
+// Host memory from a store's allocator; frees itself.
+using HostBuffer = std::unique_ptr<std::byte, void (*)(std::byte*)>;
+
 class BulkStore {
  public:
   virtual ~BulkStore() = default;
@@ -101,6 +106,13 @@ class BulkStore {
   // Releases the blob's bytes and reservation. Errors are logged, not returned:
   // the blob is gone for the core either way.
   virtual void Free(BlobId id, const Extent& extent) = 0;
+
+  // Host memory for long-lived I/O buffers (the FUSE workers' read buffers,
+  // migration bounce buffers). GPU stores return pinned memory, so copies to
+  // and from it run at full PCIe speed. Null if it cannot be had.
+  virtual HostBuffer AllocateHostBuffer(size_t bytes) {
+    return HostBuffer(new (std::nothrow) std::byte[bytes], [](std::byte* p) { delete[] p; });
+  }
 
   // The handle a process maps to reach the blob in place. EOPNOTSUPP for
   // stores without device memory.

@@ -1,0 +1,87 @@
+/* libgpufs: map gpufs blobs into this process's GPU address space, zero-copy.
+ *
+ *   struct gpufs_buffer buf;
+ *   if (gpufs_map("/gpu/model/w", &buf) == 0) {
+ *     kernel<<<...>>>((const float*)buf.ptr, buf.size / 4);
+ *     gpufs_unmap(&buf);
+ *   }
+ *
+ * Every function returns 0 on success or a negative errno value (and sets
+ * errno); gpufs_last_error() describes the last failure of the calling thread.
+ *
+ * Devices are matched by UUID, so CUDA_VISIBLE_DEVICES may differ between the
+ * daemon and this process. Each arena is opened once per process
+ * (cudaIpcOpenMemHandle) and closed at the last unmap of a blob in it. A
+ * buffer keeps its member open, so the daemon frees nothing still mapped,
+ * also when the member is removed or replaced meanwhile.
+ *
+ * Thread-safe. Uses the CUDA driver API and the device's primary context, so
+ * pointers are valid in the CUDA runtime, PyTorch, CuPy and JAX alike. A
+ * process that forks after mapping must not use the mappings in the child.
+ */
+#ifndef GPUFS_GPUFS_H_
+#define GPUFS_GPUFS_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpufs/uapi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GPUFS_BUFFER_WRITABLE 1u /* made by gpufs_create and not sealed yet */
+
+struct gpufs_buffer {
+  void* ptr;           /* device pointer to the blob's first byte */
+  uint64_t size;       /* bytes */
+  int device;          /* CUDA ordinal of the blob's GPU in this process */
+  int fd;              /* the open member; owned by the buffer */
+  uint32_t flags;      /* GPUFS_BUFFER_* */
+  uint64_t blob_id;
+  uint64_t generation;
+  void* internal;      /* libgpufs's bookkeeping; do not touch */
+};
+
+/* Maps the sealed GPU blob at `path` (read-only by contract: blobs are
+ * immutable). -ENODEV: in host memory or on a GPU this process cannot see;
+ * -EBUSY: still being written; -ENOENT, -EACCES: as open(2). */
+int gpufs_map(const char* path, struct gpufs_buffer* buf);
+
+/* Like gpufs_map for a member already open (fd is duplicated, not taken). */
+int gpufs_map_fd(int fd, struct gpufs_buffer* buf);
+
+/* Maps a handle obtained elsewhere (e.g. from getxattr by another process)
+ * for the member at `path`: refused with -ESTALE if it no longer describes
+ * that member's current blob (replaced, or the daemon restarted since). */
+int gpufs_map_handle(const char* path, const struct gpufs_ipc_info* info,
+                     struct gpufs_buffer* buf);
+
+/* Creates (or replaces) the member at `path` as a new GPU blob of `size`
+ * bytes, mapped writable: write it with kernels, then gpufs_seal. A blob
+ * released unsealed (gpufs_unmap before gpufs_seal, or the process dying) is
+ * discarded, never served half-written. */
+int gpufs_create(const char* path, uint64_t size, struct gpufs_buffer* buf);
+
+/* Waits for the device's pending work, then seals the blob. The buffer stays
+ * mapped (now read-only by contract). */
+int gpufs_seal(struct gpufs_buffer* buf);
+
+/* Releases the mapping and closes the member. Safe on a zeroed buffer. */
+int gpufs_unmap(struct gpufs_buffer* buf);
+
+/* Reads the handle of the member at `path` without mapping it. */
+int gpufs_ipc_info(const char* path, struct gpufs_ipc_info* info);
+
+/* The calling thread's last error, as text ("" if none). */
+const char* gpufs_last_error(void);
+
+/* Number of arenas this process has open (for tests and diagnostics). */
+int gpufs_open_arenas(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* GPUFS_GPUFS_H_ */
