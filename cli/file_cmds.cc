@@ -205,4 +205,8 @@ Status Rm(const std::string& path, bool recursive) {
   return Status::Ok();
 }
 
+Status Migrate(const std::string& path, const std::string& device) {
+  return SetAttrValue(path, "user.gpufs.device", device);
+}
+
 }  // namespace gpufs

@@ -27,5 +27,8 @@ Status Ls(const std::string& path, bool long_format);
 Status Stat(const std::string& path, bool json);
 // Removes a member; objects need `recursive`.
 Status Rm(const std::string& path, bool recursive);
+// Moves a blob's bytes, or every blob of an object, to `device` ("host" or
+// "cuda:N") by setting user.gpufs.device.
+Status Migrate(const std::string& path, const std::string& device);
 
 }  // namespace gpufs

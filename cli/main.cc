@@ -65,6 +65,11 @@ int main(int argc, char** argv) {
   rm->add_option("path", src, "Path on a gpufs mount")->required();
   rm->add_flag("-r,--recursive", recursive, "Remove objects and everything in them");
 
+  std::string to;
+  auto* migrate = app.add_subcommand("migrate", "Move a blob's (or an object's) bytes between devices");
+  migrate->add_option("path", src, "Path on a gpufs mount")->required();
+  migrate->add_option("--to", to, "host or cuda:N")->required();
+
   CLI11_PARSE(app, argc, argv);
 
   if (mount_cmd->parsed()) {
@@ -91,5 +96,6 @@ int main(int argc, char** argv) {
   if (ls->parsed()) return Report(gpufs::Ls(src, long_format));
   if (stat->parsed()) return Report(gpufs::Stat(src, json));
   if (rm->parsed()) return Report(gpufs::Rm(src, recursive));
+  if (migrate->parsed()) return Report(gpufs::Migrate(src, to));
   return 1;
 }

@@ -6,9 +6,12 @@
 #include <sys/xattr.h>
 #include <time.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
+#include "core/ipc_info.h"
 #include "core/meta_json.h"
 #include "core/xattr_names.h"
 #include "util/log.h"
@@ -753,46 +756,42 @@ Status Namespace::Release(HandleId id) {
   std::lock_guard lock(mu_);
   blob.handles--;
   if (handle.writable) blob.writers--;
+  if (handle.mapped) blob.mapped--;
   if (--entry_opens_[handle.entry] == 0) entry_opens_.erase(handle.entry);
   Status result;
   Blob& rec = blob.rec;
   if (rec.state == BlobState::kUnsealed && blob.writers == 0) {
-    Status sealed = blob.broken ? Error(EIO, "a write failed") : Status::Ok();
-    if (sealed.ok()) {
-      auto extent = StoreFor(rec.device)->Seal(rec.id, rec.extent, blob.size.load());
-      if (extent.ok()) {
-        Blob done = rec;
-        done.extent = *extent;
-        done.size = blob.size.load();
-        done.state = BlobState::kSealed;
-        sealed = catalog_->UpdateBlob(done);
-        if (sealed.ok()) rec = done;
-      } else {
-        sealed = extent.status();
-      }
-    }
-    auto entry = catalog_->GetEntry(handle.entry);
-    if (sealed.ok()) {
-      if (entry.ok() && entry->blob == rec.id) {
-        entry->mtime_ns = entry->ctime_ns = Now();
-        Status touched = catalog_->UpdateEntryAttrs(*entry);
-        (void)touched;
-      }
+    Status sealed;
+    if (blob.broken) {
+      sealed = Error(EIO, "a write failed");
+    } else if (blob.needs_explicit_seal) {
+      sealed = Error(EIO, "it got device memory with GPUFS_IOC_ALLOC and was released without "
+                          "GPUFS_IOC_SEAL (its producer exited or gave up)");
     } else {
+      sealed = SealLocked(blob, handle.entry);
+    }
+    if (!sealed.ok()) {
       // Never serve a half-written blob as sealed: take the member away.
+      blob.broken = true;
       GPUFS_LOG(WARN) << "discarding " << PathOf(handle.entry) << ": it was not sealed ("
                       << sealed.ToString() << ")";
+      auto entry = catalog_->GetEntry(handle.entry);
       if (entry.ok() && entry->blob == rec.id && entry->parent != 0) {
         Status detached = catalog_->Detach(entry->id, Now());
         if (!detached.ok()) GPUFS_LOG(ERROR) << "detach: " << detached.ToString();
       }
       result = sealed;
     }
+    sealed_cv_.notify_all();
   }
   if (blob.handles == 0) {
+    for (const auto& [device, extent] : blob.retired) {
+      if (BulkStore* store = StoreFor(device)) store->Free(rec.id, extent);
+    }
+    blob.retired.clear();
     active_.erase(rec.id);
-    if (rec.state == BlobState::kUnsealed && blob.writers == 0) {
-      // Discarded: it must not survive as an unsealed row linked to nothing.
+    if (rec.state == BlobState::kUnsealed) {
+      // Discarded: it must not survive as an unsealed row.
       auto entry = catalog_->EntryOfBlob(rec.id);
       if (entry.ok()) CollectEntry(*entry);
     }
@@ -802,6 +801,280 @@ Status Namespace::Release(HandleId id) {
   return result;
 }
 
+Status Namespace::SealLocked(ActiveBlob& blob, EntryId entry_id) {
+  Blob& rec = blob.rec;
+  GPUFS_ASSIGN_OR_RETURN(Extent extent,
+                         StoreFor(rec.device)->Seal(rec.id, rec.extent, blob.size.load()));
+  Blob done = rec;
+  done.extent = extent;
+  done.size = blob.size.load();
+  done.state = BlobState::kSealed;
+  GPUFS_RETURN_IF_ERROR(catalog_->UpdateBlob(done));
+  rec = done;
+  blob.needs_explicit_seal = false;
+  auto entry = catalog_->GetEntry(entry_id);
+  if (entry.ok() && entry->blob == rec.id) {
+    entry->mtime_ns = entry->ctime_ns = Now();
+    Status touched = catalog_->UpdateEntryAttrs(*entry);
+    if (!touched.ok()) GPUFS_LOG(WARN) << "touch " << PathOf(entry_id) << ": " << touched.ToString();
+  }
+  return Status::Ok();
+}
+
+Result<Namespace::Handle*> Namespace::FindHandle(HandleId id) {
+  auto it = handles_.find(id);
+  if (it == handles_.end()) return Error(EBADF, "no open handle " + std::to_string(id));
+  return &it->second;
+}
+
+// --- device memory ---------------------------------------------------------------
+
+Result<gpufs_ipc_info> Namespace::ExportLocked(const Blob& rec) {
+  BulkStore* store = StoreFor(rec.device);
+  if (store == nullptr) return Error(ENODEV, "no store for " + rec.device);
+  auto exported = store->Export(rec.id, rec.extent);
+  if (!exported.ok()) {
+    if (exported.status().code() == EOPNOTSUPP) {
+      return Error(ENODEV, "the blob is in " + rec.device +
+                               " memory; move it to a GPU first (setfattr -n user.gpufs.device "
+                               "-v cuda:0, or gpufs migrate)");
+    }
+    return exported.status();
+  }
+  return MakeIpcInfo(*exported, rec.id, generation_);
+}
+
+Result<gpufs_ipc_info> Namespace::MapHandle(HandleId id) {
+  std::unique_lock lock(mu_);
+  GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
+  if (!handle->blob) return Error(ENODEV, "/.gpufs/stats is not in device memory");
+  std::shared_ptr<ActiveBlob> blob = handle->blob;
+  EntryId entry = handle->entry;
+  if (blob->rec.state == BlobState::kUnsealed && !handle->writable) {
+    sealed_cv_.wait_for(lock, std::chrono::seconds(2), [&] {
+      return blob->rec.state != BlobState::kUnsealed || blob->writers == 0;
+    });
+  }
+  if (blob->rec.state == BlobState::kUnsealed) {
+    return Error(EBUSY, PathOf(entry) + " is still being written; map it once it is sealed");
+  }
+  if (blob->rec.state == BlobState::kLost) return Error(EIO, PathOf(entry) + " lost its bytes");
+  auto info = ExportLocked(blob->rec);
+  if (!info.ok()) return info.status().Prepend(PathOf(entry));
+  GPUFS_ASSIGN_OR_RETURN(handle, FindHandle(id));  // the table may have changed while waiting
+  if (!handle->mapped) {
+    handle->mapped = true;
+    blob->mapped++;
+  }
+  return info;
+}
+
+Result<gpufs_ipc_info> Namespace::AllocDevice(HandleId id, uint64_t size) {
+  std::shared_ptr<ActiveBlob> blob;
+  EntryId entry = 0;
+  {
+    std::lock_guard lock(mu_);
+    GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
+    if (!handle->blob || !handle->writable) {
+      return Error(EPERM, "GPUFS_IOC_ALLOC needs a member opened for writing");
+    }
+    blob = handle->blob;
+    entry = handle->entry;
+  }
+  std::unique_lock io(blob->io_mu);
+  std::lock_guard lock(mu_);
+  Blob& rec = blob->rec;
+  std::string path = PathOf(entry);
+  if (rec.state != BlobState::kUnsealed) return Error(EPERM, path + " is sealed");
+  if (blob->broken) return Error(EIO, path + " had a failed write");
+  if (blob->size.load() > 0 || blob->needs_explicit_seal) {
+    return Error(EEXIST, path + " already has bytes; GPUFS_IOC_ALLOC wants a new empty member");
+  }
+  if (size > (1ull << 62)) return Error(EFBIG, "GPUFS_IOC_ALLOC of " + std::to_string(size) + " bytes");
+  Blob next = rec;
+  if (rec.device == "host") {
+    // The producer wants device memory: use the default GPU, or the first one.
+    std::string device = default_device_ != "host" ? default_device_ : "";
+    for (const auto& [name, store] : stores_) {
+      if (device.empty() && name != "host") device = name;
+    }
+    if (device.empty()) return Error(ENODEV, "this daemon serves no GPU (started with --store host?)");
+    GPUFS_ASSIGN_OR_RETURN(next.extent, StoreFor(device)->Allocate(rec.id, rec.owner_uid, size));
+    next.device = device;
+  } else {
+    GPUFS_ASSIGN_OR_RETURN(next.extent, StoreFor(rec.device)->Resize(rec.id, rec.extent, 0, size));
+  }
+  Status recorded = catalog_->UpdateBlob(next);
+  if (!recorded.ok()) {
+    if (next.device != rec.device) {
+      StoreFor(next.device)->Free(rec.id, next.extent);
+    } else {
+      auto back = StoreFor(rec.device)->Resize(rec.id, next.extent, size, 0);
+      if (back.ok()) rec.extent = *back;
+    }
+    return recorded;
+  }
+  if (next.device != rec.device) StoreFor(rec.device)->Free(rec.id, rec.extent);
+  rec = next;
+  blob->size = size;
+  blob->needs_explicit_seal = true;
+  auto info = ExportLocked(rec);
+  if (!info.ok()) return info.status().Prepend(path);
+  GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
+  if (!handle->mapped) {
+    handle->mapped = true;
+    blob->mapped++;
+  }
+  return info;
+}
+
+Status Namespace::SealHandle(HandleId id) {
+  std::shared_ptr<ActiveBlob> blob;
+  EntryId entry = 0;
+  {
+    std::lock_guard lock(mu_);
+    GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
+    if (!handle->blob) return Error(EPERM, "/.gpufs/stats cannot be sealed");
+    blob = handle->blob;
+    entry = handle->entry;
+  }
+  std::unique_lock io(blob->io_mu);
+  std::lock_guard lock(mu_);
+  if (blob->rec.state == BlobState::kSealed) return Status::Ok();
+  if (blob->rec.state != BlobState::kUnsealed) return Error(EPERM, PathOf(entry) + " lost its bytes");
+  if (blob->broken) return Error(EIO, PathOf(entry) + " had a failed write and will be discarded");
+  Status sealed = SealLocked(*blob, entry);
+  sealed_cv_.notify_all();
+  return sealed;
+}
+
+Result<std::vector<EntryId>> Namespace::BlobsUnder(EntryId ino) {
+  std::vector<EntryId> blobs, objects = {ino};
+  GPUFS_ASSIGN_OR_RETURN(Entry root, catalog_->GetEntry(ino));
+  if (root.kind == EntryKind::kBlob) return std::vector<EntryId>{ino};
+  while (!objects.empty()) {
+    EntryId object = objects.back();
+    objects.pop_back();
+    for (EntryId after = 0;;) {
+      GPUFS_ASSIGN_OR_RETURN(auto children, catalog_->ListChildren(object, after, 512));
+      if (children.empty()) break;
+      for (const Entry& child : children) {
+        (child.kind == EntryKind::kBlob ? blobs : objects).push_back(child.id);
+        after = child.id;
+      }
+    }
+  }
+  return blobs;
+}
+
+Status Namespace::Migrate(uint64_t ino, const std::string& device) {
+  if (IsControl(ino)) return Error(EPERM, "/.gpufs is read-only");
+  if (!IsDeviceName(device)) return Error(EINVAL, "device '" + device + "': want host or cuda:N");
+  if (!stores_.contains(device)) {
+    return Error(ENODEV, "device " + device + " is not served by this daemon");
+  }
+  std::vector<EntryId> blobs;
+  {
+    std::lock_guard lock(mu_);
+    GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
+    if (entry.kind == EntryKind::kObject) {
+      GPUFS_RETURN_IF_ERROR(catalog_->SetXattr(ino, xattr::kDevice, device, 0));
+    }
+    GPUFS_ASSIGN_OR_RETURN(blobs, BlobsUnder(ino));
+  }
+  for (EntryId blob : blobs) GPUFS_RETURN_IF_ERROR(MigrateBlob(blob, device));
+  return Status::Ok();
+}
+
+// Copies the blob to `device` under its exclusive io lock (readers wait, the
+// namespace does not), then switches the catalog over.
+Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device) {
+  BulkStore* target = StoreFor(device);
+  HandleId pin = 0;
+  std::shared_ptr<ActiveBlob> blob;
+  std::string path;
+  {
+    std::lock_guard lock(mu_);
+    GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(entry_id));
+    GPUFS_ASSIGN_OR_RETURN(Blob rec, catalog_->GetBlob(entry.blob));
+    path = PathOf(entry_id);
+    if (auto it = active_.find(rec.id); it != active_.end()) rec = it->second->rec;
+    if (rec.device == device) return Status::Ok();
+    if (rec.state == BlobState::kUnsealed) {
+      return Error(EBUSY, path + " is being written; move it once it is sealed");
+    }
+    if (rec.state == BlobState::kLost) return Error(EIO, path + " lost its bytes");
+    Handle handle;  // holds the blob while it moves
+    handle.entry = entry_id;
+    handle.blob = Activate(rec);
+    blob = handle.blob;
+    for (const auto& [retired_device, extent] : blob->retired) {
+      if (retired_device == device) {
+        return Error(EBUSY, path + ": a process still maps its earlier place on " + device);
+      }
+    }
+    pin = AddHandle(std::move(handle));
+  }
+  auto started = std::chrono::steady_clock::now();
+  Status moved = [&]() -> Status {
+    std::unique_lock io(blob->io_mu);
+    const Blob rec = blob->rec;
+    if (rec.device == device) return Status::Ok();
+    BulkStore* source = StoreFor(rec.device);
+    GPUFS_ASSIGN_OR_RETURN(Extent extent, target->Allocate(rec.id, rec.owner_uid, rec.size));
+    Status copied = [&]() -> Status {
+      constexpr uint64_t kChunk = 64ull << 20;
+      size_t chunk = static_cast<size_t>(std::min<uint64_t>(std::max<uint64_t>(rec.size, 1), kChunk));
+      HostBuffer buffer = AllocateIoBuffer(chunk);
+      if (!buffer) return Error(ENOMEM, "no bounce buffer of " + std::to_string(chunk) + " bytes");
+      for (uint64_t off = 0; off < rec.size; off += chunk) {
+        size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, rec.size - off));
+        std::span<std::byte> bytes(buffer.get(), n);
+        GPUFS_RETURN_IF_ERROR(source->Read(rec.id, rec.extent, off, bytes));
+        GPUFS_RETURN_IF_ERROR(target->Write(rec.id, extent, off, bytes));
+      }
+      GPUFS_ASSIGN_OR_RETURN(extent, target->Seal(rec.id, extent, rec.size));
+      return Status::Ok();
+    }();
+    if (!copied.ok()) {
+      target->Free(rec.id, extent);
+      return copied;
+    }
+    std::lock_guard lock(mu_);
+    Blob next = rec;
+    next.device = device;
+    next.extent = extent;
+    Status recorded = catalog_->UpdateBlob(next);
+    if (!recorded.ok()) {
+      target->Free(rec.id, extent);
+      return recorded;
+    }
+    blob->rec = next;
+    // Processes that mapped the old place keep it until they close.
+    if (blob->mapped > 0 && rec.device != "host") {
+      blob->retired.emplace_back(rec.device, rec.extent);
+    } else {
+      source->Free(rec.id, rec.extent);
+    }
+    return Status::Ok();
+  }();
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+                  .count();
+  if (moved.ok()) {
+    GPUFS_LOG(INFO) << "moved " << path << " to " << device << " in " << ms << " ms";
+  }
+  Status released = Release(pin);
+  if (!released.ok()) GPUFS_LOG(WARN) << "migrate " << path << ": " << released.ToString();
+  return moved.ok() ? moved : moved.Prepend("move " + path + " to " + device);
+}
+
+HostBuffer Namespace::AllocateIoBuffer(size_t bytes) {
+  for (const auto& [device, store] : stores_) {
+    if (device != "host") return store->AllocateHostBuffer(bytes);
+  }
+  return stores_.at("host")->AllocateHostBuffer(bytes);
+}
+
 // --- extended attributes --------------------------------------------------------
 
 Result<std::string> Namespace::GetXattr(uint64_t ino, std::string_view name) {
@@ -809,7 +1082,7 @@ Result<std::string> Namespace::GetXattr(uint64_t ino, std::string_view name) {
   if (!StartsWith(name, xattr::kUserPrefix)) {
     return Error(ENODATA, "no attribute " + std::string(name));
   }
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
   if (name == xattr::kMeta) return MetaJson(entry);
   if (name == xattr::kDevice) {
@@ -818,7 +1091,22 @@ Result<std::string> Namespace::GetXattr(uint64_t ino, std::string_view name) {
     return blob.device;
   }
   if (name == xattr::kIpcHandle) {
-    return Error(ENODATA, PathOf(ino) + " has no IPC handle: it is not in device memory");
+    if (entry.kind != EntryKind::kBlob) return Error(ENODATA, PathOf(ino) + " is an object");
+    GPUFS_ASSIGN_OR_RETURN(Blob rec, catalog_->GetBlob(entry.blob));
+    if (auto it = active_.find(rec.id); it != active_.end()) {
+      // Written just now? Its release may still be on the way.
+      std::shared_ptr<ActiveBlob> blob = it->second;
+      sealed_cv_.wait_for(lock, std::chrono::seconds(2), [&] {
+        return blob->rec.state != BlobState::kUnsealed || blob->writers == 0;
+      });
+      rec = blob->rec;
+    }
+    if (rec.state != BlobState::kSealed || rec.device == "host") {
+      return Error(ENODATA, PathOf(ino) + " has no IPC handle: it is " +
+                                (rec.device == "host" ? "in host memory" : "not sealed"));
+    }
+    GPUFS_ASSIGN_OR_RETURN(gpufs_ipc_info info, ExportLocked(rec));
+    return IpcInfoBytes(info);
   }
   auto value = catalog_->GetXattr(ino, name);
   if (!value.ok() && value.status().code() == ENODATA) {
@@ -832,32 +1120,16 @@ Status Namespace::SetXattr(uint64_t ino, std::string_view name, std::string_view
   if (!StartsWith(name, xattr::kUserPrefix)) {
     return Error(EOPNOTSUPP, "gpufs keeps only user.* attributes, not " + std::string(name));
   }
+  if (name == xattr::kDevice) {
+    if (flags & XATTR_CREATE) return Error(EEXIST, std::string(name) + " always exists");
+    return Migrate(ino, std::string(value));
+  }
   std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
   std::string path = PathOf(ino);
   bool object = entry.kind == EntryKind::kObject;
   if (name == xattr::kMeta || name == xattr::kIpcHandle) {
     return Error(EPERM, std::string(name) + " is read-only");
-  }
-  if (name == xattr::kDevice) {
-    std::string device(value);
-    if (!IsDeviceName(device)) {
-      return Error(EINVAL, "device '" + device + "': want host or cuda:N");
-    }
-    if (!stores_.contains(device)) {
-      return Error(ENODEV, "device " + device + " is not served by this daemon");
-    }
-    if (object) {
-      GPUFS_RETURN_IF_ERROR(catalog_->SetXattr(ino, name, value, flags));
-    } else {
-      GPUFS_ASSIGN_OR_RETURN(Blob blob, catalog_->GetBlob(entry.blob));
-      if (blob.device != device) {
-        return Error(ENODEV, path + " is on " + blob.device +
-                                 "; this daemon serves no other "
-                                 "device to move it to");
-      }
-    }
-    return Status::Ok();
   }
   if (name == xattr::kType) {
     if (!object) {
@@ -888,6 +1160,12 @@ Result<std::vector<std::string>> Namespace::ListXattr(uint64_t ino) {
   std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
   std::vector<std::string> names = {std::string(xattr::kDevice), std::string(xattr::kMeta)};
+  if (entry.kind == EntryKind::kBlob) {
+    GPUFS_ASSIGN_OR_RETURN(Blob rec, catalog_->GetBlob(entry.blob));
+    if (rec.state == BlobState::kSealed && rec.device != "host") {
+      names.emplace_back(xattr::kIpcHandle);
+    }
+  }
   GPUFS_ASSIGN_OR_RETURN(auto stored, catalog_->ListXattrs(ino));
   for (auto& name : stored) {
     if (name != xattr::kDevice) names.push_back(std::move(name));
@@ -948,6 +1226,7 @@ std::string Namespace::StatsJson() {
   view.stores = usage;
   view.open_handles = handles_.size();
   view.active_blobs = active_.size();
+  for (const auto& [id, blob] : active_) view.open_maps += static_cast<uint64_t>(blob->mapped);
   auto entries = catalog_->CountEntries();
   view.entries = entries.ok() ? *entries : 0;
   return BuildStatsJson(view);

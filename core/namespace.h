@@ -38,6 +38,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "gpufs/uapi.h"
 #include "meta/catalog.h"
 #include "store/bulk_store.h"
 #include "util/status.h"
@@ -155,6 +156,27 @@ class Namespace {
   Result<std::vector<std::string>> ListXattr(uint64_t ino);
   Status RemoveXattr(uint64_t ino, std::string_view name);
 
+  // --- device memory ---------------------------------------------------------
+  // GPUFS_IOC_MAP: the IPC handle of the handle's blob, which must be sealed
+  // and in device memory (ENODEV otherwise). A blob whose writer has just
+  // closed is being sealed (the kernel sends release after close returns):
+  // this waits up to two seconds for it, then gives EBUSY.
+  Result<gpufs_ipc_info> MapHandle(HandleId handle);
+  // GPUFS_IOC_ALLOC: gives the empty unsealed blob of a writable handle
+  // `size` bytes of device memory (moving it to a GPU if its object places it
+  // in host memory) and returns its handle. Such a blob must be sealed with
+  // SealHandle: released unsealed, it is discarded.
+  Result<gpufs_ipc_info> AllocDevice(HandleId handle, uint64_t size);
+  // GPUFS_IOC_SEAL: seals the handle's blob now.
+  Status SealHandle(HandleId handle);
+  // Moves the bytes of blob `ino`, or of every blob under object `ino`, to
+  // `device`; an object also places its future members there. Readers see
+  // the same bytes throughout; processes that mapped the old place keep it
+  // until they close. EBUSY for a blob being written.
+  Status Migrate(uint64_t ino, const std::string& device);
+  // Host memory for long-lived I/O buffers: pinned when a GPU is served.
+  HostBuffer AllocateIoBuffer(size_t bytes);
+
   // The JSON of /.gpufs/stats.
   std::string StatsJson();
 
@@ -167,15 +189,21 @@ class Namespace {
     Blob rec;
     std::atomic<uint64_t> size{0};  // the live size, for GetAttr under mu_
     std::atomic<bool> broken{false};
+    // Set by AllocDevice: released unsealed, the blob is discarded.
+    std::atomic<bool> needs_explicit_seal{false};
     // Guarded by mu_:
     int handles = 0;
     int writers = 0;
+    int mapped = 0;  // handles that took an IPC handle (GPUFS_IOC_MAP/ALLOC)
+    // Places the blob left by migration while mapped: freed at the last close.
+    std::vector<std::pair<std::string, Extent>> retired;
   };
   struct Handle {
     EntryId entry = 0;
     std::shared_ptr<ActiveBlob> blob;  // null for the stats file
     bool writable = false;
     bool append = false;
+    bool mapped = false;
     std::string snapshot;  // the stats file's content at open
   };
 
@@ -200,9 +228,18 @@ class Namespace {
   void CollectBlob(BlobId blob);
   void FreeBlob(const Blob& blob);
   Result<std::string> MetaJson(const Entry& entry);
+  // The blob of a live handle, or EBADF.
+  Result<Handle*> FindHandle(HandleId id);
+  // Seals `blob` (io_mu held exclusively, mu_ held): store, catalog, entry mtime.
+  Status SealLocked(ActiveBlob& blob, EntryId entry);
+  Result<gpufs_ipc_info> ExportLocked(const Blob& rec);
+  Status MigrateBlob(EntryId entry, const std::string& device);
+  // Blob entries at and under `ino`.
+  Result<std::vector<EntryId>> BlobsUnder(EntryId ino);
   int64_t Now() const;
 
   std::mutex mu_;
+  std::condition_variable sealed_cv_;  // with mu_: a blob was sealed or discarded
   std::unique_ptr<Catalog> catalog_;                          // GUARDED_BY(mu_)
   std::map<std::string, std::unique_ptr<BulkStore>> stores_;  // fixed after Open
   std::string default_device_;

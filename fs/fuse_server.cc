@@ -19,10 +19,12 @@
 #include <sys/xattr.h>
 
 #include <csignal>
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
 
+#include "gpufs/uapi.h"
 #include "util/log.h"
 
 namespace gpufs {
@@ -217,11 +219,14 @@ void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 void OnRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
-  thread_local std::unique_ptr<std::byte[]> buffer;
+  // One buffer per worker thread, from the namespace: pinned when a GPU is
+  // served, so device-to-host copies land in it at full speed.
+  thread_local HostBuffer buffer(nullptr, nullptr);
   thread_local size_t capacity = 0;
   if (capacity < size) {
-    buffer.reset(new std::byte[size]);
-    capacity = size;
+    buffer = Ns(req).AllocateIoBuffer(std::max<size_t>(size, kMaxIo));
+    capacity = buffer ? std::max<size_t>(size, kMaxIo) : 0;
+    if (!buffer) return ReplyError(req, "read", Error(ENOMEM, "no read buffer"));
   }
   auto n = Ns(req).Read(fi->fh, static_cast<uint64_t>(off), {buffer.get(), size});
   if (!n.ok()) return ReplyError(req, "read", n.status());
@@ -334,11 +339,49 @@ void OnRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   fuse_reply_err(req, 0);
 }
 
-void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info*, unsigned,
-             const void*, size_t, size_t) {
-  char hex[16];
-  std::snprintf(hex, sizeof hex, "0x%08x", cmd);
-  ReplyError(req, "ioctl", Error(ENOTTY, std::string("unknown ioctl ") + hex));
+void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info* fi,
+             unsigned flags, const void* in_buf, size_t in_bufsz, size_t out_bufsz) {
+  HandleId handle = fi != nullptr ? fi->fh : 0;
+  if (flags & FUSE_IOCTL_COMPAT) {
+    return ReplyError(req, "ioctl", Error(ENOTTY, "32-bit ioctls are not supported"));
+  }
+  switch (cmd) {
+    case GPUFS_IOC_MAP: {
+      if (handle == 0) return ReplyError(req, "ioctl MAP", Error(ENOTTY, "not a blob"));
+      if (out_bufsz < sizeof(gpufs_ipc_info)) {
+        return ReplyError(req, "ioctl MAP", Error(EINVAL, "short buffer"));
+      }
+      auto info = Ns(req).MapHandle(handle);
+      if (!info.ok()) return ReplyError(req, "ioctl MAP", info.status());
+      fuse_reply_ioctl(req, 0, &*info, sizeof *info);
+      return;
+    }
+    case GPUFS_IOC_ALLOC: {
+      if (handle == 0) return ReplyError(req, "ioctl ALLOC", Error(ENOTTY, "not a blob"));
+      if (in_bufsz < sizeof(gpufs_alloc) || out_bufsz < sizeof(gpufs_alloc)) {
+        return ReplyError(req, "ioctl ALLOC", Error(EINVAL, "short buffer"));
+      }
+      gpufs_alloc alloc{};
+      std::memcpy(&alloc, in_buf, sizeof alloc);
+      auto info = Ns(req).AllocDevice(handle, alloc.size);
+      if (!info.ok()) return ReplyError(req, "ioctl ALLOC", info.status());
+      alloc.info = *info;
+      fuse_reply_ioctl(req, 0, &alloc, sizeof alloc);
+      return;
+    }
+    case GPUFS_IOC_SEAL: {
+      if (handle == 0) return ReplyError(req, "ioctl SEAL", Error(ENOTTY, "not a blob"));
+      Status sealed = Ns(req).SealHandle(handle);
+      if (!sealed.ok()) return ReplyError(req, "ioctl SEAL", sealed);
+      fuse_reply_ioctl(req, 0, nullptr, 0);
+      return;
+    }
+    default: {
+      char hex[16];
+      std::snprintf(hex, sizeof hex, "0x%08x", cmd);
+      ReplyError(req, "ioctl", Error(ENOTTY, std::string("unknown ioctl ") + hex));
+    }
+  }
 }
 
 fuse_lowlevel_ops MakeOps() {

@@ -1,0 +1,242 @@
+// The core's device-memory paths (placement, migration, IPC map, alloc, seal)
+// without a GPU: a second host store stands in for "cuda:0" and exports a
+// handle naming the blob. The real GPU store runs these paths end to end on
+// the GPU machine (scripts/gpu-check.sh).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/xattr.h>
+
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/namespace.h"
+#include "meta/sqlite_catalog.h"
+#include "store/host_bulk_store.h"
+
+namespace gpufs {
+namespace {
+
+// Host memory under another device name, with an export that records which
+// blob and place it names.
+class DeviceLikeStore final : public BulkStore {
+ public:
+  explicit DeviceLikeStore(std::unique_ptr<HostBulkStore> inner) : inner_(std::move(inner)) {}
+  const std::string& device() const override { return name_; }
+  StoreUsage Usage() const override { return inner_->Usage(); }
+  Result<std::vector<BlobId>> Recover(std::span<const StoredBlob> live) override {
+    return inner_->Recover(live);
+  }
+  Result<Extent> Allocate(BlobId id, uint32_t owner, uint64_t size) override {
+    return inner_->Allocate(id, owner, size);
+  }
+  Result<Extent> Resize(BlobId id, const Extent& e, uint64_t o, uint64_t n) override {
+    return inner_->Resize(id, e, o, n);
+  }
+  Status Write(BlobId id, const Extent& e, uint64_t off, std::span<const std::byte> src) override {
+    return inner_->Write(id, e, off, src);
+  }
+  Status Read(BlobId id, const Extent& e, uint64_t off, std::span<std::byte> dst) override {
+    return inner_->Read(id, e, off, dst);
+  }
+  Result<Extent> Seal(BlobId id, const Extent& e, uint64_t size) override {
+    return inner_->Seal(id, e, size);
+  }
+  void Free(BlobId id, const Extent& e) override { inner_->Free(id, e); }
+  Result<IpcExport> Export(BlobId id, const Extent& e) override {
+    IpcExport out;
+    std::memcpy(out.handle, &id, sizeof id);
+    out.offset = e.offset;
+    out.size = e.reserved;
+    out.device_uuid[0] = 0xd7;
+    return out;
+  }
+
+ private:
+  std::string name_ = "cuda:0";
+  std::unique_ptr<HostBulkStore> inner_;
+};
+
+std::span<const std::byte> Bytes(const std::string& s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+class DeviceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpufs-dev-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    auto catalog = SqliteCatalog::Open(dir_ + "/catalog.db", 0, 0, 0755);
+    ASSERT_TRUE(catalog.ok());
+    auto host = HostBulkStore::Open(dir_ + "/host", 1 << 24);
+    auto dev = HostBulkStore::Open(dir_ + "/dev", 1 << 24);
+    ASSERT_TRUE(host.ok() && dev.ok());
+    host_ = host->get();
+    auto device = std::make_unique<DeviceLikeStore>(std::move(*dev));
+    dev_ = device.get();
+    NamespaceOptions options;
+    options.catalog = std::move(*catalog);
+    options.stores.push_back(std::move(*host));
+    options.stores.push_back(std::move(device));
+    options.default_device = "host";
+    auto ns = Namespace::Open(std::move(options));
+    ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+    ns_ = std::move(*ns);
+  }
+  void TearDown() override {
+    ns_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  uint64_t Put(uint64_t parent, const std::string& name, const std::string& data) {
+    auto h = ns_->Create(caller_, parent, name, 0644, O_WRONLY);
+    EXPECT_TRUE(h.ok()) << h.status().ToString();
+    EXPECT_TRUE(ns_->Write(h->handle, 0, Bytes(data)).ok());
+    EXPECT_TRUE(ns_->Release(h->handle).ok());
+    return h->attr.ino;
+  }
+  std::string Cat(uint64_t ino) {
+    auto h = ns_->Open(caller_, ino, O_RDONLY);
+    EXPECT_TRUE(h.ok());
+    std::string out(h->attr.size, '\0');
+    auto n = ns_->Read(h->handle, 0, {reinterpret_cast<std::byte*>(out.data()), out.size()});
+    EXPECT_TRUE(n.ok());
+    EXPECT_TRUE(ns_->Release(h->handle).ok());
+    return out;
+  }
+
+  std::string dir_;
+  Caller caller_{0, 0, 1};
+  std::unique_ptr<Namespace> ns_;
+  HostBulkStore* host_ = nullptr;
+  DeviceLikeStore* dev_ = nullptr;
+};
+
+TEST_F(DeviceTest, MigrateBlobBothWaysKeepsBytes) {
+  uint64_t m = Put(kRootEntryId, "m", "migrating bytes");
+  EXPECT_EQ(host_->Usage().used, 15u);
+  ASSERT_TRUE(ns_->SetXattr(m, "user.gpufs.device", "cuda:0", 0).ok());
+  EXPECT_EQ(*ns_->GetXattr(m, "user.gpufs.device"), "cuda:0");
+  EXPECT_EQ(host_->Usage().used, 0u);
+  EXPECT_EQ(dev_->Usage().used, 15u);
+  EXPECT_EQ(Cat(m), "migrating bytes");
+  ASSERT_TRUE(ns_->Migrate(m, "host").ok());
+  EXPECT_EQ(Cat(m), "migrating bytes");
+  EXPECT_EQ(dev_->Usage().blobs, 0u);
+  EXPECT_EQ(ns_->Migrate(m, "cuda:5").code(), ENODEV);
+}
+
+TEST_F(DeviceTest, ObjectPlacementAppliesToMembersOldAndNew) {
+  auto o = ns_->Mkdir(caller_, kRootEntryId, "o", 0755);
+  ASSERT_TRUE(o.ok());
+  uint64_t before = Put(o->ino, "before", "b");
+  ASSERT_TRUE(ns_->SetXattr(o->ino, "user.gpufs.device", "cuda:0", 0).ok());
+  uint64_t after = Put(o->ino, "after", "a");
+  EXPECT_EQ(*ns_->GetXattr(before, "user.gpufs.device"), "cuda:0");
+  EXPECT_EQ(*ns_->GetXattr(after, "user.gpufs.device"), "cuda:0");
+  EXPECT_EQ(*ns_->GetXattr(o->ino, "user.gpufs.device"), "cuda:0");
+  auto meta = nlohmann::json::parse(*ns_->GetXattr(o->ino, "user.gpufs.meta"));
+  EXPECT_EQ(meta["device"], "cuda:0");
+  EXPECT_EQ(meta["members"]["after"]["device"], "cuda:0");
+  EXPECT_EQ(dev_->Usage().blobs, 2u);
+}
+
+TEST_F(DeviceTest, MapNeedsASealedDeviceBlob) {
+  uint64_t m = Put(kRootEntryId, "m", "0123456789");
+  auto h = ns_->Open(caller_, m, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(ns_->MapHandle(h->handle).status().code(), ENODEV);  // in host memory
+  EXPECT_EQ(ns_->GetXattr(m, "user.gpufs.ipc_handle").status().code(), ENODATA);
+  ASSERT_TRUE(ns_->Release(h->handle).ok());
+
+  ASSERT_TRUE(ns_->Migrate(m, "cuda:0").ok());
+  h = ns_->Open(caller_, m, O_RDONLY);
+  auto info = ns_->MapHandle(h->handle);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->magic, GPUFS_MAGIC);
+  EXPECT_EQ(info->version, GPUFS_UAPI_VERSION);
+  EXPECT_EQ(info->size, 10u);
+  EXPECT_EQ(info->generation, ns_->generation());
+  EXPECT_EQ(info->device_uuid[0], 0xd7);
+  auto stats = nlohmann::json::parse(ns_->StatsJson());
+  EXPECT_EQ(stats["open_maps"], 1);
+  auto bytes = ns_->GetXattr(m, "user.gpufs.ipc_handle");
+  ASSERT_TRUE(bytes.ok());
+  ASSERT_EQ(bytes->size(), sizeof(gpufs_ipc_info));
+  EXPECT_EQ(std::memcmp(bytes->data(), &*info, sizeof *info), 0);
+  auto names = ns_->ListXattr(m);
+  EXPECT_NE(std::find(names->begin(), names->end(), "user.gpufs.ipc_handle"), names->end());
+  ASSERT_TRUE(ns_->Release(h->handle).ok());
+  EXPECT_EQ(nlohmann::json::parse(ns_->StatsJson())["open_maps"], 0);
+}
+
+TEST_F(DeviceTest, MigrationKeepsTheOldPlaceWhileMapped) {
+  uint64_t m = Put(kRootEntryId, "m", "mapped");
+  ASSERT_TRUE(ns_->Migrate(m, "cuda:0").ok());
+  auto h = ns_->Open(caller_, m, O_RDONLY);
+  ASSERT_TRUE(ns_->MapHandle(h->handle).ok());
+  ASSERT_TRUE(ns_->Migrate(m, "host").ok());
+  EXPECT_EQ(dev_->Usage().blobs, 1u);  // a process still maps it there
+  EXPECT_EQ(Cat(m), "mapped");
+  ASSERT_TRUE(ns_->Release(h->handle).ok());
+  EXPECT_EQ(dev_->Usage().blobs, 0u);
+  EXPECT_EQ(host_->Usage().blobs, 1u);
+}
+
+TEST_F(DeviceTest, AllocThenSealKeepsAllocWithoutSealDiscards) {
+  auto made = ns_->Create(caller_, kRootEntryId, "kept", 0644, O_RDWR);
+  ASSERT_TRUE(made.ok());
+  auto info = ns_->AllocDevice(made->handle, 4096);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->size, 4096u);
+  EXPECT_EQ(ns_->AllocDevice(made->handle, 4096).status().code(), EEXIST);
+  ASSERT_TRUE(ns_->SealHandle(made->handle).ok());
+  EXPECT_EQ(ns_->Write(made->handle, 0, Bytes("x")).status().code(), EPERM);
+  ASSERT_TRUE(ns_->Release(made->handle).ok());
+  auto kept = ns_->Lookup(kRootEntryId, "kept");
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->size, 4096u);
+  EXPECT_EQ(*ns_->GetXattr(kept->ino, "user.gpufs.device"), "cuda:0");
+
+  auto lost = ns_->Create(caller_, kRootEntryId, "dropped", 0644, O_RDWR);
+  ASSERT_TRUE(ns_->AllocDevice(lost->handle, 8192).ok());
+  EXPECT_FALSE(ns_->Release(lost->handle).ok());  // released unsealed: discarded
+  EXPECT_EQ(ns_->Lookup(kRootEntryId, "dropped").status().code(), ENOENT);
+  EXPECT_EQ(dev_->Usage().blobs, 1u);
+
+  auto reader = ns_->Open(caller_, kept->ino, O_RDONLY);
+  EXPECT_EQ(ns_->AllocDevice(reader->handle, 1).status().code(), EPERM);
+  ASSERT_TRUE(ns_->Release(reader->handle).ok());
+}
+
+TEST_F(DeviceTest, MapWaitsForAWriterThatIsClosing) {
+  ASSERT_TRUE(ns_->SetXattr(kRootEntryId, "user.gpufs.device", "cuda:0", 0).ok());
+  auto writer = ns_->Create(caller_, kRootEntryId, "m", 0644, O_WRONLY);
+  ASSERT_TRUE(ns_->Write(writer->handle, 0, Bytes("late seal")).ok());
+  auto reader = ns_->Open(caller_, writer->attr.ino, O_RDONLY);
+  ASSERT_TRUE(reader.ok());
+  std::thread closer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_TRUE(ns_->Release(writer->handle).ok());
+  });
+  auto info = ns_->MapHandle(reader->handle);
+  closer.join();
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->size, 9u);
+  ASSERT_TRUE(ns_->Release(reader->handle).ok());
+}
+
+TEST_F(DeviceTest, MapOfABlobStillBeingWrittenIsEbusy) {
+  ASSERT_TRUE(ns_->SetXattr(kRootEntryId, "user.gpufs.device", "cuda:0", 0).ok());
+  auto writer = ns_->Create(caller_, kRootEntryId, "m", 0644, O_WRONLY);
+  auto reader = ns_->Open(caller_, writer->attr.ino, O_RDONLY);
+  EXPECT_EQ(ns_->MapHandle(reader->handle).status().code(), EBUSY);
+  EXPECT_EQ(ns_->Migrate(writer->attr.ino, "host").code(), EBUSY);
+  ASSERT_TRUE(ns_->Release(reader->handle).ok());
+  ASSERT_TRUE(ns_->Release(writer->handle).ok());
+}
+
+}  // namespace
+}  // namespace gpufs
