@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "store/host_bulk_store.h"
 #include "util/log.h"
@@ -15,14 +16,24 @@
 namespace gpufs {
 namespace {
 
+// Half the RAM, bounded by what the disk under `dir` can hold: its free space
+// plus what the store's own files already take.
 uint64_t DefaultHostCapacity(const std::string& dir) {
   uint64_t ram = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
                  static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
   uint64_t capacity = ram / 2;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
   struct statvfs st {};
   if (statvfs(dir.c_str(), &st) == 0) {
-    uint64_t disk = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
-    capacity = std::min(capacity, disk / 10 * 9);
+    uint64_t held = 0;
+    for (const auto& file : std::filesystem::directory_iterator(dir, ec)) {
+      std::error_code size_ec;
+      uint64_t size = file.file_size(size_ec);
+      if (!size_ec) held += size;
+    }
+    uint64_t disk = static_cast<uint64_t>(st.f_bavail) * st.f_frsize / 10 * 9 + held;
+    capacity = std::min(capacity, disk);
   }
   return capacity;
 }
