@@ -1,0 +1,220 @@
+// GpuBulkStore: blob bytes in the memory of one CUDA device, exported to other
+// processes through legacy CUDA IPC handles (cudaIpcGetMemHandle).
+//
+// Layout: small blobs share cudaMalloc'd arenas of `arena_size` bytes, each
+// arena holding the blobs of a single owner (an IPC handle maps a whole
+// allocation, so owners never share one); a blob whose reservation reaches
+// arena_size / 4 has a cudaMalloc of its own ("dedicated"). Extent.arena names the allocation
+// (an id of this store, never reused while it is open), Extent.offset is the
+// blob's offset inside it and Extent.reserved the bytes set aside for it, a
+// multiple of `alignment` and at least one alignment unit (zero-byte blobs too).
+//
+// Accounting: `used` is the sum of the reservations of live blobs, never more
+// than the capacity (default: 90% of the device's free memory at Open). Arena
+// space not reserved by a blob is not counted, so the device can run out of
+// memory first; a failed cudaMalloc is ENOSPC as well, and changes nothing.
+//
+// The store keeps its own table of blobs by id, which is authoritative: the
+// Extent arguments of the BulkStore calls are not used to find the bytes (the
+// catalog's extents of blobs recovered after a restart are stale).
+//
+// Device memory does not survive the daemon: Recover reports every non-empty
+// blob as lost.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "store/bulk_store.h"
+#include "util/status.h"
+
+namespace gpufs {
+
+struct GpuStoreOptions {
+  int ordinal = 0;                     // CUDA device, as numbered in this process
+  std::optional<uint64_t> capacity;    // default: 90% of the free device memory at Open
+  uint64_t arena_size = 256ull << 20;  // bytes per shared arena; a multiple of alignment
+  uint64_t alignment = 512;            // of every blob's offset; a power of two
+};
+
+// Threads: every method may be called from any thread, as bulk_store.h says.
+// One mutex guards the blob table, the allocations (with their RangeAllocators
+// and cached IPC handles) and the usage counters; it is never held across a
+// copy, a memset, cudaMalloc, cudaFree or cudaIpcGetMemHandle. Copies run on a
+// stream of the calling thread's own (one non-blocking stream per thread and
+// device, with pinned staging buffers), so copies of different threads overlap.
+// Every call makes `ordinal` the calling thread's current CUDA device and
+// leaves it so.
+class GpuBulkStore final : public BulkStore {
+ public:
+  // Opens the store on device `options.ordinal`. Errors: ENODEV if there is no
+  // such device (or no usable driver); EINVAL if alignment is not a power of
+  // two, or arena_size is not a multiple of it or less than 4 units; the
+  // mapped CUDA error (see CudaError) if the device cannot be queried.
+  static Result<std::unique_ptr<GpuBulkStore>> Open(const GpuStoreOptions& options);
+
+  // Frees all device memory, whether or not blobs are still live.
+  ~GpuBulkStore() override;
+  GpuBulkStore(const GpuBulkStore&) = delete;
+  GpuBulkStore& operator=(const GpuBulkStore&) = delete;
+
+  // "cuda:N", N the ordinal.
+  const std::string& device() const override { return device_; }
+  StoreUsage Usage() const override;
+
+  // Releases all device memory the store holds, then returns the id of every
+  // blob in `live` with size > 0 (their bytes went with the previous daemon).
+  // Blobs of size 0 get a fresh place and stay live (reported lost only if no
+  // place can be had). Reads of a lost blob give EIO; Free forgets it.
+  Result<std::vector<BlobId>> Recover(std::span<const StoredBlob> live) override;
+
+  // Places `size` zero bytes in an arena of `owner_uid` (a new arena if none
+  // has room) or, from arena_size / 4 bytes on, in a dedicated allocation.
+  // EEXIST if `id` is live; ENOSPC past the capacity or when the device is out
+  // of memory, with nothing changed.
+  Result<Extent> Allocate(BlobId id, uint32_t owner_uid, uint64_t size) override;
+
+  // Grows within the reservation when it can; otherwise reserves
+  // geometrically (2x, else 1.25x, else exactly, as the capacity allows),
+  // in place if the arena has room behind the blob, else in a new place with a
+  // device-to-device copy (which makes earlier Export results for the blob
+  // stale). Bytes from old_size to new_size read as zero.
+  // Shrinking keeps the reservation (Seal trims it). ENOENT if the blob is not
+  // live; EINVAL if old_size is not its size; EPERM if it is sealed; ENOSPC
+  // (blob unchanged) if no larger place can be had.
+  Result<Extent> Resize(BlobId id, const Extent& extent, uint64_t old_size,
+                        uint64_t new_size) override;
+
+  // Host-to-device copy: one DMA from pinned host memory (or from device
+  // memory, for in-process callers), else pipelined through the calling
+  // thread's pinned staging buffers. ENOENT if the blob is not live (EIO if it was
+  // lost); EPERM if it is sealed; EINVAL if the range passes its size; the
+  // mapped CUDA error if a copy fails (part of `src` may have been written).
+  Status Write(BlobId id, const Extent& extent, uint64_t offset,
+               std::span<const std::byte> src) override;
+
+  // Device-to-host copy, like Write. EIO if the blob is not live or was lost;
+  // EINVAL if the range passes its size.
+  Status Read(BlobId id, const Extent& extent, uint64_t offset, std::span<std::byte> dst) override;
+
+  // Trims the reservation to `size` (which may be less than the blob's size,
+  // not more: EINVAL). An arena range shrinks in place; a dedicated allocation
+  // with more than 1/8 slack moves to an exact place (an arena if small
+  // enough), with a device-to-device copy, unless it has been exported (a
+  // writer may have it mapped). If that move fails the blob stays where it
+  // is, the failure is logged, and the seal still succeeds. Sealing twice is
+  // allowed. ENOENT if the blob is not live (EIO if it was lost).
+  Result<Extent> Seal(BlobId id, const Extent& extent, uint64_t size) override;
+
+  // Releases the blob's place; an allocation whose last blob goes is freed
+  // (cudaFree). Unknown ids are logged.
+  void Free(BlobId id, const Extent& extent) override;
+
+  // Pinned host memory (cudaHostAlloc, cudaHostAllocPortable: usable with
+  // every device), freed with cudaFreeHost. Null if it cannot be had.
+  HostBuffer AllocateHostBuffer(size_t bytes) override;
+
+  // The cudaIpcMemHandle_t of the allocation holding the blob (computed once
+  // per allocation), the blob's offset in it, its size and the device UUID.
+  // ENOENT if the blob is not live (EIO if it was lost); the mapped CUDA error
+  // if the handle cannot be had.
+  Result<IpcExport> Export(BlobId id, const Extent& extent) override;
+
+  int ordinal() const { return ordinal_; }
+  // cudaDeviceProp::uuid of the device.
+  const std::array<uint8_t, 16>& uuid() const { return uuid_; }
+  uint64_t arena_size() const { return arena_size_; }
+  // Live allocations of each kind (for tests and stats).
+  size_t arena_count() const;
+  size_t dedicated_count() const;
+  // Tests only: the device address of allocation `arena` (an Extent::arena),
+  // or nullptr if there is none. Valid until its last blob is freed.
+  void* AllocationBaseForTesting(uint64_t arena) const;
+
+ private:
+  struct Allocation;  // a cudaMalloc: an arena or one dedicated blob
+
+  // Where a blob lives: allocation id, offset in it, reserved bytes, and the
+  // device address of its first byte.
+  struct Place {
+    uint64_t alloc = 0;
+    uint64_t offset = 0;
+    uint64_t reserved = 0;
+    std::byte* data = nullptr;
+  };
+
+  struct BlobRecord {
+    Place place;
+    uint64_t size = 0;
+    uint32_t owner = 0;
+    bool sealed = false;
+  };
+
+  using Dropped = std::vector<std::unique_ptr<Allocation>>;
+
+  GpuBulkStore(const GpuStoreOptions& options, uint64_t capacity, std::array<uint8_t, 16> uuid);
+
+  // Bytes a request of `bytes` reserves: rounded up to the alignment, at least
+  // one unit; UINT64_MAX if that overflows.
+  uint64_t Units(uint64_t bytes) const;
+  // Capacity left for a reservation that replaces `replaced` reserved bytes.
+  uint64_t RoomLocked(uint64_t replaced) const;
+  // ENOSPC for `what`, which needs `need` more bytes than the capacity leaves.
+  Status FullLocked(std::string_view what, uint64_t need) const;
+  // cudaSetDevice(ordinal_) on the calling thread.
+  Status Enter() const;
+
+  // A new place of Units(bytes) for a blob of `owner`: in one of the owner's
+  // arenas (or a new one) below the dedicated threshold, else a dedicated
+  // allocation. Does not touch used_. Locks mu_ itself; must not hold it.
+  Result<Place> AcquirePlace(uint32_t owner, uint64_t bytes);
+  // Returns `place` to its allocation; an allocation left without blobs moves
+  // into `dropped`, to be freed once mu_ is released.
+  void ReleasePlaceLocked(const Place& place, Dropped* dropped);
+  // Allocation `alloc`, or nullptr.
+  Allocation* FindAllocLocked(uint64_t alloc) const;
+  // The live blob `id`, or nullptr.
+  BlobRecord* FindLocked(BlobId id);
+  // ENOENT for an unknown blob, EIO for a lost one ("what" names the call).
+  Status MissingLocked(BlobId id, std::string_view what) const;
+
+  // Copies on the calling thread's stream, synchronised before returning.
+  Status ToDevice(std::byte* dst, const std::byte* src, size_t bytes) const;
+  Status ToHost(std::byte* dst, const std::byte* src, size_t bytes) const;
+  Status DeviceToDevice(std::byte* dst, const std::byte* src, uint64_t bytes) const;
+  Status Zero(std::byte* dst, uint64_t bytes) const;
+
+  std::string Describe(BlobId id) const;
+
+  const int ordinal_;
+  const std::string device_;
+  const std::array<uint8_t, 16> uuid_;
+  const uint64_t capacity_;
+  const uint64_t arena_size_;
+  const uint64_t alignment_;
+  const uint64_t dedicated_threshold_;  // arena_size / 4
+
+  mutable std::mutex mu_;
+  std::unordered_map<BlobId, BlobRecord> blobs_;                      // GUARDED_BY(mu_)
+  std::unordered_set<BlobId> lost_;                                   // GUARDED_BY(mu_)
+  std::map<uint64_t, std::unique_ptr<Allocation>> allocs_;            // GUARDED_BY(mu_)
+  std::unordered_map<uint32_t, std::set<uint64_t>> arenas_of_owner_;  // GUARDED_BY(mu_)
+  size_t arena_count_ = 0;                                            // GUARDED_BY(mu_)
+  size_t dedicated_count_ = 0;                                        // GUARDED_BY(mu_)
+  uint64_t used_ = 0;                                                 // GUARDED_BY(mu_)
+  uint64_t next_alloc_id_ = 1;                                        // GUARDED_BY(mu_)
+};
+
+}  // namespace gpufs
