@@ -505,6 +505,15 @@ Status Namespace::ReplaceBlob(const Entry& entry, const std::string& device, uin
     }
   }
   auto old = catalog_->LinkBlob(entry.id, blob.id);
+  if (old.ok()) {
+    // The tensor description was the old bytes'; the new ones have none yet.
+    for (std::string_view name : {xattr::kDtype, xattr::kShape}) {
+      Status removed = catalog_->RemoveXattr(entry.id, name);
+      if (!removed.ok() && removed.code() != ENODATA) {
+        GPUFS_LOG(WARN) << "replace " << PathOf(entry.id) << ": " << removed.ToString();
+      }
+    }
+  }
   if (!old.ok()) {
     FreeBlob(blob);
     Status ignored = catalog_->DeleteBlob(blob.id);

@@ -7,7 +7,8 @@
 // - A blob is written through handles opened for writing; when the last of
 //   them is released it is sealed, and from then on it never changes.
 //   Opening a sealed blob for writing fails with EPERM unless O_TRUNC is
-//   given, which links a new empty blob to the member instead.
+//   given, which links a new empty blob to the member instead (and drops
+//   the member's dtype and shape, which described the old bytes).
 // - A blob's bytes are freed when no member links it and no handle holds it:
 //   unlink, rename over and O_TRUNC all leave earlier holders their bytes.
 // - A write that fails (ENOSPC, EIO) marks its blob broken; at the last

@@ -130,6 +130,20 @@ TEST_F(NamespaceTest, SealedBlobRefusesWritesButTruncReplaces) {
   EXPECT_EQ(host_->Usage().used, 3u);
 }
 
+TEST_F(NamespaceTest, ReplacingABlobDropsItsTensorDescription) {
+  uint64_t m = PutBlob(kRootEntryId, "m", std::string(16, 'x'));
+  ASSERT_TRUE(ns_->SetXattr(m, "user.gpufs.dtype", "float32", 0).ok());
+  ASSERT_TRUE(ns_->SetXattr(m, "user.gpufs.shape", "4", 0).ok());
+  ASSERT_TRUE(ns_->SetXattr(m, "user.note", "kept", 0).ok());
+  auto w = ns_->Open(caller_, m, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(ns_->Write(w->handle, 0, Bytes("abc")).ok());
+  ASSERT_TRUE(ns_->Release(w->handle).ok());
+  EXPECT_EQ(ns_->GetXattr(m, "user.gpufs.dtype").status().code(), ENODATA);
+  EXPECT_EQ(ns_->GetXattr(m, "user.gpufs.shape").status().code(), ENODATA);
+  EXPECT_EQ(*ns_->GetXattr(m, "user.note"), "kept");
+}
+
 TEST_F(NamespaceTest, TruncateSealedToZeroReplacesOtherSizesRefused) {
   uint64_t m = PutBlob(kRootEntryId, "m", "abcdef");
   SetAttrRequest shrink;

@@ -379,7 +379,8 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
     default: {
       char hex[16];
       std::snprintf(hex, sizeof hex, "0x%08x", cmd);
-      ReplyError(req, "ioctl", Error(ENOTTY, std::string("unknown ioctl ") + hex));
+      // Tools probe with terminal ioctls (isatty's TCGETS) all the time.
+      ReplyError(req, "ioctl", Error(ENOTTY, std::string("unknown ioctl ") + hex), true);
     }
   }
 }

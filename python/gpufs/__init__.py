@@ -1,0 +1,33 @@
+"""gpufs: share immutable data in GPU memory, zero-copy, through a mount point.
+
+    import gpufs, torch
+    gpufs.save(torch.randn(1024, 1024, device="cuda"), "/gpu/model/w")
+    w = torch.from_dlpack(gpufs.open("/gpu/model/w"))   # another process: same memory
+
+Public API:
+
+- ``open(path) -> Blob``: map a sealed GPU blob (``__dlpack__``,
+  ``__cuda_array_interface__``, ``ptr``, ``shape``, ``dtype``...).
+- ``save(array, path, *, type=None)``: store a CUDA array (torch, cupy,
+  jax...), a numpy array, or a dict of them (an object).
+- ``load(path)``: a Blob, or for an object a dict of its members.
+- ``meta(path)``, ``info(path)``: the ``user.gpufs.meta`` tree and the IPC
+  handle, parsed.
+- ``read_numpy(path)``: a blob's bytes as a numpy array, through the file
+  (works without a GPU).
+
+libgpufs.so is loaded on first use (``$GPUFS_LIB`` overrides the search);
+without it, metadata functions and host-memory blobs still work, and mapping
+raises OSError(ENODEV).  Importing gpufs imports no GPU framework.
+"""
+
+from . import dlpack, dtypes
+from .blob import Blob, HostBlob, read_numpy
+from .blob import open_blob as open  # noqa: A001  (gpufs.open mirrors io.open)
+from .objects import Object, info, load, meta
+from ._save import save
+
+__version__ = "0.1.0"
+
+__all__ = ["open", "save", "load", "meta", "info", "read_numpy", "Blob", "HostBlob", "Object",
+           "dtypes", "dlpack", "__version__"]

@@ -1,0 +1,211 @@
+"""ctypes binding of libgpufs (client/include/gpufs/gpufs.h and uapi.h).
+
+Contracts:
+- The library is loaded lazily, at the first call that needs it, so that
+  ``import gpufs`` and everything that only reads metadata work where libgpufs
+  is not installed.  ``$GPUFS_LIB`` (a file, or a folder holding
+  ``libgpufs.so``) names the one library to use; without it the search goes
+  next to this package, ``<repo>/build*/client/``, then the system
+  (``ctypes.util.find_library``, ``/usr/local/lib``).
+- Where no usable library is found, :func:`lib` raises
+  ``OSError(ENODEV, ...)`` that says where it looked and why each candidate
+  was refused; the answer is cached, so set ``$GPUFS_LIB`` before first use
+  (or call :func:`reset` in tests).
+- :func:`call` turns a negative errno into ``OSError(errno, "<strerror>:
+  <gpufs_last_error()>", path)``.  Functions the loaded library lacks (an older
+  build) raise ``OSError(ENOSYS)`` when called.
+- The structs mirror the C headers field for field; tests pin their layout.
+"""
+
+import ctypes
+import ctypes.util
+import errno
+import glob
+import os
+import threading
+
+__all__ = [
+    "GPUFS_MAGIC", "GPUFS_UAPI_VERSION", "GPUFS_BUFFER_WRITABLE", "IPC_HANDLE_XATTR",
+    "GpufsIpcInfo", "GpufsBuffer", "lib", "has", "call", "reset", "library_path",
+]
+
+GPUFS_MAGIC = 0x46555047  # "GPUF" in memory order
+GPUFS_UAPI_VERSION = 1
+GPUFS_BUFFER_WRITABLE = 1  # made by gpufs_create and not sealed yet
+IPC_HANDLE_XATTR = "user.gpufs.ipc_handle"
+
+
+class GpufsIpcInfo(ctypes.Structure):
+    """struct gpufs_ipc_info (uapi.h): 120 bytes, fields only ever appended."""
+    _fields_ = [
+        ("magic", ctypes.c_uint32),
+        ("version", ctypes.c_uint32),
+        ("handle", ctypes.c_uint8 * 64),
+        ("offset", ctypes.c_uint64),
+        ("size", ctypes.c_uint64),
+        ("device_uuid", ctypes.c_uint8 * 16),
+        ("blob_id", ctypes.c_uint64),
+        ("generation", ctypes.c_uint64),
+    ]
+
+
+class GpufsBuffer(ctypes.Structure):
+    """struct gpufs_buffer (gpufs.h): a mapping; owns an fd and an arena ref."""
+    _fields_ = [
+        ("ptr", ctypes.c_void_p),
+        ("size", ctypes.c_uint64),
+        ("device", ctypes.c_int),
+        ("fd", ctypes.c_int),
+        ("flags", ctypes.c_uint32),
+        ("blob_id", ctypes.c_uint64),
+        ("generation", ctypes.c_uint64),
+        ("internal", ctypes.c_void_p),
+    ]
+
+
+_BUF = ctypes.POINTER(GpufsBuffer)
+_INFO = ctypes.POINTER(GpufsIpcInfo)
+
+# name -> (restype, argtypes), exactly as declared in gpufs.h.
+_SIGNATURES = {
+    "gpufs_map": (ctypes.c_int, [ctypes.c_char_p, _BUF]),
+    "gpufs_map_fd": (ctypes.c_int, [ctypes.c_int, _BUF]),
+    "gpufs_map_handle": (ctypes.c_int, [ctypes.c_char_p, _INFO, _BUF]),
+    "gpufs_create": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_uint64, _BUF]),
+    "gpufs_seal": (ctypes.c_int, [_BUF]),
+    "gpufs_write": (ctypes.c_int, [_BUF, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64]),
+    "gpufs_read": (ctypes.c_int, [_BUF, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64]),
+    "gpufs_unmap": (ctypes.c_int, [_BUF]),
+    "gpufs_ipc_info": (ctypes.c_int, [ctypes.c_char_p, _INFO]),
+    "gpufs_last_error": (ctypes.c_char_p, []),
+    "gpufs_open_arenas": (ctypes.c_int, []),
+}
+# Without these a candidate library is refused (e.g. built with hidden symbols).
+_REQUIRED = ("gpufs_map", "gpufs_unmap", "gpufs_last_error")
+
+_lock = threading.Lock()
+_state = None  # (CDLL, path) once loaded, or OSError once refused
+
+
+def _candidates():
+    """Paths (or bare sonames for the dynamic loader) to try, in order."""
+    env = os.environ.get("GPUFS_LIB")
+    if env:  # explicit: that library or none
+        yield os.path.join(env, "libgpufs.so") if os.path.isdir(env) else env
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in ("libgpufs.so", "libgpufs.so.0"):
+        yield os.path.join(here, name)
+    repo = os.path.dirname(os.path.dirname(here))  # python/gpufs -> repo root
+    for build in sorted(glob.glob(os.path.join(repo, "build*"))):
+        yield os.path.join(build, "client", "libgpufs.so")
+    found = ctypes.util.find_library("gpufs")
+    if found:
+        yield found
+    for d in ("/usr/local/lib", "/usr/local/lib64", "/usr/lib"):
+        yield os.path.join(d, "libgpufs.so.0")
+        yield os.path.join(d, "libgpufs.so")
+
+
+def _declare(cdll):
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        try:
+            fn = getattr(cdll, name)
+        except AttributeError:
+            continue  # older build: call() reports ENOSYS for it
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        if os.sep in path and not os.path.exists(path):
+            tried.append(f"{path}: no such file")
+            continue
+        try:
+            cdll = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append(f"{path}: {e}")
+            continue
+        missing = [n for n in _REQUIRED if not hasattr(cdll, n)]
+        if missing:
+            tried.append(f"{path}: does not export {', '.join(missing)}")
+            continue
+        _declare(cdll)
+        return cdll, path
+    detail = "; ".join(tried) if tried else "no candidate found"
+    return OSError(errno.ENODEV,
+                   f"libgpufs is not available ({detail}); build it with the CUDA Toolkit "
+                   "or point GPUFS_LIB at libgpufs.so")
+
+
+def _loaded():
+    global _state
+    with _lock:
+        if _state is None:
+            _state = _load()
+        return _state
+
+
+def lib():
+    """The loaded libgpufs CDLL; OSError(ENODEV) if there is none."""
+    state = _loaded()
+    if isinstance(state, OSError):
+        raise OSError(state.errno, state.strerror)
+    return state[0]
+
+
+def library_path():
+    """Path of the loaded libgpufs, or None where none could be loaded."""
+    state = _loaded()
+    return None if isinstance(state, OSError) else state[1]
+
+
+def has(name):
+    """Whether libgpufs is loadable and exports `name` (e.g. "gpufs_write")."""
+    try:
+        return hasattr(lib(), name)
+    except OSError:
+        return False
+
+
+def reset():
+    """Forget the cached load result (tests; after changing $GPUFS_LIB)."""
+    global _state
+    with _lock:
+        _state = None
+
+
+def last_error():
+    """gpufs_last_error() of the calling thread, as str ("" if none)."""
+    try:
+        text = lib().gpufs_last_error()
+    except OSError:
+        return ""
+    return text.decode(errors="replace") if text else ""
+
+
+def raise_for(rc, path=None):
+    """Raise OSError for a negative errno returned by libgpufs."""
+    if rc >= 0:
+        return rc
+    code = -rc
+    message = os.strerror(code)
+    detail = last_error()
+    if detail:
+        message = f"{message}: {detail}"
+    if path is None:
+        raise OSError(code, message)
+    raise OSError(code, message, os.fspath(path))
+
+
+def call(name, *args, path=None):
+    """Call gpufs_<...> `name`; returns its result, raises OSError on -errno."""
+    cdll = lib()
+    try:
+        fn = getattr(cdll, name)
+    except AttributeError:
+        raise OSError(errno.ENOSYS,
+                      f"{library_path()} does not provide {name} (an older libgpufs?)") from None
+    return raise_for(fn(*args), path)

@@ -1,0 +1,279 @@
+"""gpufs.save: store an array (or a dict of arrays) as sealed gpufs blobs.
+
+Sources, in the order they are recognised:
+
+1. numpy arrays (host): made C-contiguous and native-endian (a copy if need be).
+2. ``__cuda_array_interface__`` (torch and cupy CUDA tensors, jax GPU
+   arrays, numba...): no framework import needed.  Must be C-contiguous.
+3. ``__dlpack__`` (anything else, and CAI refusals such as torch bfloat16):
+   the capsule is consumed, read, and its deleter called once the copy is
+   done.  CUDA memory goes the device path, CPU memory the host path.
+4. Anything numpy can turn into an array (lists, scalars, buffers).
+
+Device path: ``gpufs_create`` -> set dtype/shape -> ``gpufs_write`` ->
+``gpufs_seal`` -> unmap.  The blob's description is set before it is sealed,
+so no reader ever sees a sealed blob without it; a failure leaves nothing
+(an unsealed blob is discarded by the daemon).
+
+Host path: the same through libgpufs (pageable memory is staged), unless
+the daemon serves no GPU (its ``/.gpufs/stats`` says so) or libgpufs answers
+ENODEV (no CUDA driver or no libgpufs here): then the bytes are written
+through the file, which seals at close.  Outside a gpufs mount (ENOTTY) this
+makes a plain file with the same attributes.
+
+A device source on a daemon without a GPU is OSError(ENODEV), raised before
+the member is touched.
+
+Synchronisation contract: the source must be complete when ``save`` reads it.
+``save`` waits for it where it can without importing anything: jax arrays
+(``block_until_ready``), and torch/cupy arrays when the caller has imported
+torch/cupy (``torch.cuda.synchronize``, ``Device.synchronize``).  For other
+producers pass an array whose writes have finished.
+"""
+
+import builtins
+import collections.abc
+import contextlib
+import ctypes
+import errno
+import json
+import math
+import os
+import sys
+from typing import NamedTuple, Optional, Tuple
+
+from . import _lib, dlpack, dtypes
+from .blob import DTYPE_XATTR, SHAPE_XATTR, format_shape
+
+__all__ = ["save", "TYPE_XATTR"]
+
+TYPE_XATTR = "user.gpufs.type"
+
+
+class _Source(NamedTuple):
+    ptr: int                 # first byte (device or host address)
+    nbytes: int
+    dtype: dtypes.DType
+    shape: Tuple[int, ...]
+    on_device: bool          # CUDA memory (else host memory)
+    host: Optional[memoryview] = None  # the bytes, for host sources
+
+
+def save(array, path, *, type=None):
+    """Store `array` as the blob at `path`, replacing any blob there.
+
+    A mapping (dict) is stored as an object: a directory with one member per
+    key, nested mappings as nested objects, and ``type`` as its typename
+    (``user.gpufs.type``).  For a single array, ``type`` names the object that
+    holds it (the parent directory).  Parent directories are created.
+
+    ValueError: non-contiguous device source, or a dtype gpufs does not know.
+    OSError: as the filesystem or libgpufs reports it (ENODEV when a device
+    source meets a daemon that serves no GPU).
+    """
+    path = os.fspath(path)
+    if isinstance(array, collections.abc.Mapping):
+        _save_object(array, path, type if type is not None else getattr(array, "typename", None))
+        return
+    parent = os.path.dirname(path)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    if type is not None:
+        os.setxattr(parent or ".", TYPE_XATTR, str(type).encode())
+    with _describe(array) as src:
+        if src.on_device:
+            _sync(array)
+            _write_lib(path, src)
+        else:
+            _write_host(path, src)
+
+
+def _save_object(mapping, path, typename):
+    os.makedirs(path, exist_ok=True)
+    if typename is not None:
+        os.setxattr(path, TYPE_XATTR, str(typename).encode())
+    for name, value in mapping.items():
+        if not isinstance(name, str) or name in ("", ".", "..") or "/" in name:
+            raise ValueError(f"bad member name {name!r} in object {path}")
+        save(value, os.path.join(path, name))
+
+
+# -- describing sources ---------------------------------------------------------
+
+def _is_numpy(array):
+    return builtins.type(array).__module__ == "numpy" and hasattr(array, "__array_interface__")
+
+
+@contextlib.contextmanager
+def _describe(array):
+    """Yield the _Source of `array`; its memory is valid inside the block."""
+    if _is_numpy(array):
+        yield _numpy_source(array)
+        return
+    refused = None
+    try:
+        cai = array.__cuda_array_interface__
+    except AttributeError:
+        cai = None
+    except Exception as e:  # e.g. torch refusing bfloat16 or requires_grad
+        cai, refused = None, e
+    if cai is not None:
+        yield _cai_source(cai)
+        return
+    if hasattr(array, "__dlpack__"):
+        try:
+            capsule = array.__dlpack__()
+        except Exception as e:
+            if refused is not None:
+                raise e from refused
+            raise
+        with dlpack.consume(capsule) as view:
+            yield _dlpack_source(view)
+        return
+    if refused is not None:
+        raise refused
+    if isinstance(array, (bytes, bytearray, memoryview)):
+        yield _bytes_source(array)
+        return
+    try:
+        import numpy as np
+    except ImportError:
+        yield _bytes_source(array)
+        return
+    yield _numpy_source(np.asarray(array))
+
+
+def _numpy_source(a):
+    import numpy as np
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    if not a.flags.c_contiguous:
+        a = a.copy(order="C")  # (np.ascontiguousarray would turn scalars into 1-d)
+    dt = dtypes.from_numpy(a.dtype)
+    flat = a.reshape(-1).view(np.uint8)
+    return _Source(a.ctypes.data, a.nbytes, dt, tuple(a.shape), False, memoryview(flat))
+
+
+def _bytes_source(obj):
+    data = bytearray(memoryview(obj).cast("B"))  # a copy with a stable address
+    ptr = ctypes.addressof((ctypes.c_char * len(data)).from_buffer(data)) if data else 0
+    return _Source(ptr, len(data), dtypes.by_name("uint8"), (len(data),), False, memoryview(data))
+
+
+def _cai_source(cai):
+    if cai.get("mask") is not None:
+        raise ValueError("masked __cuda_array_interface__ arrays cannot be saved")
+    dt = dtypes.from_typestr(cai["typestr"])
+    shape = tuple(int(d) for d in cai["shape"])
+    strides = cai.get("strides")
+    if strides is not None:
+        if any(s % dt.itemsize for s in strides):
+            raise ValueError(f"strides {tuple(strides)} are not multiples of {dt.itemsize}")
+        strides = tuple(s // dt.itemsize for s in strides)
+    if not dlpack.c_contiguous(shape, strides):
+        raise ValueError(f"array is not C-contiguous (shape {shape}, strides "
+                         f"{tuple(cai['strides'])} bytes): make it contiguous first "
+                         "(tensor.contiguous(), cupy.ascontiguousarray)")
+    ptr = int(cai["data"][0] or 0)
+    return _Source(ptr, math.prod(shape) * dt.itemsize, dt, shape, True)
+
+
+def _dlpack_source(view):
+    try:
+        dt = dtypes.from_dlpack(*view.dtype)
+    except ValueError as e:
+        raise ValueError(f"cannot save this tensor: {e}") from None
+    if not dlpack.c_contiguous(view.shape, view.strides):
+        raise ValueError(f"tensor is not C-contiguous (shape {view.shape}, strides "
+                         f"{view.strides} elements): make it contiguous first")
+    nbytes = math.prod(view.shape) * dt.itemsize
+    kind = view.device[0]
+    if kind in (dlpack.kDLCUDA, dlpack.kDLCUDAManaged):
+        return _Source(view.data, nbytes, dt, view.shape, True)
+    if kind in (dlpack.kDLCPU, dlpack.kDLCUDAHost):
+        host = memoryview((ctypes.c_char * nbytes).from_address(view.data)).cast("B") \
+            if nbytes else memoryview(b"")
+        return _Source(view.data, nbytes, dt, view.shape, False, host)
+    raise ValueError(f"DLPack device type {kind} is neither CUDA nor CPU memory")
+
+
+def _sync(array):
+    """Wait for the producer's pending writes where that needs no import."""
+    block = getattr(array, "block_until_ready", None)
+    if callable(block):
+        block()
+        return
+    top = builtins.type(array).__module__.split(".")[0]
+    framework = sys.modules.get(top)
+    if top == "torch" and framework is not None:
+        framework.cuda.synchronize(array.device)
+    elif top == "cupy" and framework is not None:
+        framework.cuda.Device(array.device.id).synchronize()
+
+
+# -- writing -----------------------------------------------------------------------
+
+def _set_attrs(target, src):
+    os.setxattr(target, DTYPE_XATTR, src.dtype.name.encode())
+    os.setxattr(target, SHAPE_XATTR, format_shape(src.shape).encode())
+
+
+def _serves_gpu(path):
+    """Whether the daemon of the mount holding `path` serves a GPU (from
+    /.gpufs/stats); None where that cannot be told (not a gpufs mount)."""
+    root = os.path.abspath(os.path.dirname(path) or ".")
+    while not os.path.ismount(root):
+        root = os.path.dirname(root)
+    try:
+        with builtins.open(os.path.join(root, ".gpufs", "stats"), "rb", buffering=0) as f:
+            stats = json.loads(f.read())
+        return any(d.get("device", "").startswith("cuda:") for d in stats["devices"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _write_lib(path, src):
+    """gpufs_create + gpufs_write + gpufs_seal: a new GPU blob filled from src."""
+    if src.nbytes == 0:
+        _write_file(path, src)
+        return
+    if _serves_gpu(path) is False:
+        # Asked first: a failed gpufs_create would already have replaced the
+        # member with an empty blob.
+        raise OSError(errno.ENODEV, "the gpufs daemon of this mount serves no GPU (host "
+                      "store): save a host copy instead (e.g. tensor.cpu().numpy())", path)
+    if not _lib.has("gpufs_write"):
+        _lib.lib()  # OSError(ENODEV) when there is no libgpufs at all
+        raise OSError(errno.ENOSYS, f"{_lib.library_path()} has no gpufs_write: update libgpufs",
+                      path)
+    buf = _lib.GpufsBuffer()
+    _lib.call("gpufs_create", os.fsencode(path), src.nbytes, ctypes.byref(buf), path=path)
+    try:
+        _set_attrs(buf.fd, src)
+        _lib.call("gpufs_write", ctypes.byref(buf), 0, src.ptr, src.nbytes, path=path)
+        _lib.call("gpufs_seal", ctypes.byref(buf), path=path)
+    finally:
+        # Unsealed (an error above): the daemon discards the blob.
+        _lib.lib().gpufs_unmap(ctypes.byref(buf))
+
+
+def _write_host(path, src):
+    if src.nbytes and _lib.has("gpufs_write") and _serves_gpu(path) is not False:
+        try:
+            _write_lib(path, src)
+            return
+        except OSError as e:
+            # ENODEV: no GPU served, or no driver/libgpufs here; ENOTTY: not
+            # a gpufs mount (a plain file with the same attributes).
+            if e.errno not in (errno.ENODEV, errno.ENOTTY):
+                raise
+    _write_file(path, src)
+
+
+def _write_file(path, src):
+    """write(2) through the mount: an unsealed blob, sealed at close."""
+    with builtins.open(path, "wb", buffering=0) as f:  # unbuffered: no isatty ioctl
+        _set_attrs(f.fileno(), src)
+        done = 0
+        while done < src.nbytes:
+            done += f.write(src.host[done:])

@@ -1,0 +1,150 @@
+"""Objects (directories of members) and the metadata views of the mount.
+
+- :func:`meta` parses ``user.gpufs.meta``: the JSON of an object's (or a
+  blob's) tree, ``{"typename", "device", "fields", "members": {name: {...,
+  "size", "dtype", "shape", "state"}}}``.
+- :func:`info` parses ``user.gpufs.ipc_handle`` (a ``struct
+  gpufs_ipc_info``) without mapping anything.
+- :func:`load` opens a whole object: a :class:`Object` (a dict) of member
+  name -> :class:`~gpufs.Blob` for GPU blobs, :class:`~gpufs.HostBlob` for
+  blobs in host memory, and nested :class:`Object` for nested objects.
+"""
+
+import ctypes
+import errno
+import json
+import os
+import stat
+import uuid
+
+from . import _lib
+from .blob import DEVICE_XATTR, Blob, HostBlob
+
+__all__ = ["Object", "load", "meta", "info", "META_XATTR"]
+
+META_XATTR = "user.gpufs.meta"
+
+
+def meta(path):
+    """The parsed ``user.gpufs.meta`` of an object or blob (a dict)."""
+    return json.loads(os.getxattr(path, META_XATTR))
+
+
+def info(path):
+    """The ``struct gpufs_ipc_info`` of a GPU blob, as a dict.
+
+    Keys: magic, version, handle (bytes), offset, size, device_uuid (str, as
+    torch prints it), blob_id, generation.  OSError ENODEV for a blob in
+    host memory; EPROTO if the attribute is not a gpufs_ipc_info.
+    """
+    path = os.fspath(path)
+    try:
+        raw = os.getxattr(path, _lib.IPC_HANDLE_XATTR)
+    except OSError as e:
+        if e.errno == errno.ENODATA and _device_of(path) == "host":
+            raise OSError(errno.ENODEV, "the blob is in host memory: it has no IPC handle",
+                          path) from None
+        raise
+    size = ctypes.sizeof(_lib.GpufsIpcInfo)
+    if len(raw) < size:  # fields are only ever appended: a longer one is fine
+        raise OSError(errno.EPROTO, f"{_lib.IPC_HANDLE_XATTR} is {len(raw)} bytes, "
+                      f"want at least {size}", path)
+    s = _lib.GpufsIpcInfo.from_buffer_copy(raw[:size])
+    if s.magic != _lib.GPUFS_MAGIC:
+        raise OSError(errno.EPROTO, f"bad magic 0x{s.magic:08x} in {_lib.IPC_HANDLE_XATTR}", path)
+    return {
+        "magic": s.magic,
+        "version": s.version,
+        "handle": bytes(s.handle),
+        "offset": s.offset,
+        "size": s.size,
+        "device_uuid": str(uuid.UUID(bytes=bytes(s.device_uuid))),
+        "blob_id": s.blob_id,
+        "generation": s.generation,
+    }
+
+
+def _device_of(path):
+    try:
+        return os.getxattr(path, DEVICE_XATTR).decode()
+    except OSError:
+        return None
+
+
+class Object(dict):
+    """A loaded gpufs object: member name -> Blob / HostBlob / Object.
+
+    ``path``, ``typename`` (``user.gpufs.type`` or None) and ``fields`` (the
+    object's other ``user.*`` attributes) describe it; ``close()`` closes
+    every member (also on leaving a ``with`` block).
+    """
+
+    def __init__(self, path, typename=None, fields=None):
+        super().__init__()
+        self.path = path
+        self.typename = typename
+        self.fields = dict(fields or {})
+
+    def close(self):
+        for member in self.values():
+            member.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _open_member(path):
+    """Blob for a GPU blob, HostBlob for one in host memory (or a plain file)."""
+    try:
+        return Blob(path)
+    except OSError as e:
+        # ENODEV: in host memory (or no libgpufs here); ENOTTY: not on a gpufs
+        # mount. Either way, readable through the file unless it is on a GPU.
+        if e.errno in (errno.ENODEV, errno.ENOTTY) and _device_of(path) in (None, "host"):
+            return HostBlob(path)
+        raise
+
+
+def _load_tree(path, tree):
+    obj = Object(path, tree.get("typename"), tree.get("fields"))
+    try:
+        for name, member in sorted(tree.get("members", {}).items()):
+            child = os.path.join(path, name)
+            if "members" in member:
+                obj[name] = _load_tree(child, member)
+            else:
+                obj[name] = _open_member(child)
+    except BaseException:
+        obj.close()
+        raise
+    return obj
+
+
+def _scan_tree(path):
+    """The tree of `path` from the directory itself, where meta is unavailable."""
+    members = {}
+    with os.scandir(path) as it:
+        for entry in it:
+            if entry.name == ".gpufs" and os.path.ismount(path):
+                continue
+            members[entry.name] = _scan_tree(entry.path) if entry.is_dir() else {}
+    try:
+        typename = os.getxattr(path, "user.gpufs.type").decode()
+    except OSError:
+        typename = None
+    return {"typename": typename, "members": members}
+
+
+def load(path):
+    """Open the blob at `path` (a Blob or HostBlob) or the object there (an Object)."""
+    path = os.fspath(path)
+    if not stat.S_ISDIR(os.stat(path).st_mode):
+        return _open_member(path)
+    try:
+        tree = meta(path)
+    except (OSError, ValueError):  # E2BIG for huge trees, or not a gpufs mount
+        tree = _scan_tree(path)
+    return _load_tree(path, tree)

@@ -1,0 +1,178 @@
+"""End to end against a real gpufs mount with the host store (no GPU needed).
+
+Each test mounts its own daemon (``gpufs mount DIR --foreground --store host``)
+with a timeout, and unmounts it in cleanup whatever happens.  Skipped when the
+gpufs binary ($GPUFS_BIN, else <repo>/build/cli/gpufs) or /dev/fuse is missing.
+"""
+
+import errno
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import gpufs  # noqa: E402
+from gpufs import _lib  # noqa: E402
+
+try:
+    import numpy as np
+except ImportError:  # pragma: no cover
+    np = None
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GPUFS_BIN = os.environ.get("GPUFS_BIN") or os.path.join(REPO, "build", "cli", "gpufs")
+MOUNT_TIMEOUT_S = 10
+
+
+def _skip_reason():
+    if not os.access(GPUFS_BIN, os.X_OK):
+        return f"gpufs binary not built ({GPUFS_BIN}; set GPUFS_BIN)"
+    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
+        return "/dev/fuse is not usable here"
+    if np is None:
+        return "numpy not installed"
+    return None
+
+
+@unittest.skipIf(_skip_reason(), _skip_reason())
+class HostMountTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="gpufs-py-")
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+        self.mnt = os.path.join(self.tmp, "mnt")
+        state = os.path.join(self.tmp, "state")
+        os.mkdir(self.mnt)
+        os.mkdir(state)
+        self.log_path = os.path.join(self.tmp, "daemon.log")
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [GPUFS_BIN, "mount", self.mnt, "--foreground", "--store", "host",
+                 "--state", state, "--capacity", "256M"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.addCleanup(self._unmount)
+        deadline = time.monotonic() + MOUNT_TIMEOUT_S
+        while not os.path.ismount(self.mnt):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.fail(f"gpufs did not mount (rc={self.proc.poll()}):\n{self._log()}")
+            time.sleep(0.02)
+
+    def _log(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def _unmount(self):
+        if os.path.ismount(self.mnt):
+            for cmd in (["umount", self.mnt], ["fusermount3", "-u", self.mnt],
+                        ["umount", "-l", self.mnt]):
+                try:
+                    if subprocess.run(cmd, capture_output=True, timeout=10).returncode == 0:
+                        break
+                except (OSError, subprocess.TimeoutExpired):
+                    continue
+        try:
+            self.proc.wait(timeout=MOUNT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            self.fail(f"the daemon did not exit after unmount:\n{self._log()}")
+
+    def p(self, *parts):
+        return os.path.join(self.mnt, *parts)
+
+    # -- tests ----------------------------------------------------------------------
+
+    def test_save_meta_read_roundtrip(self):
+        a = np.arange(12, dtype=np.float32).reshape(3, 4)
+        gpufs.save(a, self.p("o", "x"))  # no GPU: falls back to write(2) + xattrs
+        m = gpufs.meta(self.p("o", "x"))
+        self.assertEqual((m["dtype"], m["shape"], m["size"], m["state"], m["device"]),
+                         ("float32", [3, 4], 48, "sealed", "host"))
+        self.assertEqual(list(gpufs.meta(self.p("o"))["members"]), ["x"])
+        back = gpufs.read_numpy(self.p("o", "x"))
+        self.assertEqual(back.dtype, np.float32)
+        np.testing.assert_array_equal(back, a)
+        self.assertEqual(os.getxattr(self.p("o", "x"), "user.gpufs.shape"), b"3,4")
+
+    def test_dtypes_and_replace(self):
+        cases = [np.array(True), np.arange(5, dtype=np.int8), np.arange(4, dtype=np.uint64),
+                 np.linspace(0, 1, 6, dtype=np.float16).reshape(2, 3),
+                 (np.arange(3) * 1j).astype(np.complex128), np.zeros((0,), np.int32)]
+        for i, a in enumerate(cases):
+            gpufs.save(a, self.p("t", "m"))  # replaces the previous blob each time
+            back = gpufs.read_numpy(self.p("t", "m"))
+            self.assertEqual((back.dtype, back.shape), (a.dtype, a.shape), i)
+            np.testing.assert_array_equal(back, a)
+
+    def test_load_object(self):
+        gpufs.save({"w": np.ones((4, 4), np.float32), "b": np.zeros(4, np.float32),
+                    "act": {"scale": np.array(2.0)}}, self.p("layer"), type="Linear")
+        gpufs.save(np.arange(3), self.p("o", "x"), type="Tensor")
+        obj = gpufs.load(self.p("layer"))
+        self.assertEqual(sorted(obj), ["act", "b", "w"])
+        self.assertEqual(obj.typename, "Linear")
+        self.assertEqual(list(obj["act"]), ["scale"])
+        self.assertIsInstance(obj["w"], gpufs.HostBlob)
+        np.testing.assert_array_equal(obj["w"].numpy(), np.ones((4, 4), np.float32))
+        self.assertEqual(float(obj["act"]["scale"].numpy()), 2.0)
+        self.assertEqual(gpufs.meta(self.p("o"))["typename"], "Tensor")
+        root = gpufs.load(self.mnt)
+        self.assertEqual(sorted(root), ["layer", "o"])
+        blob = gpufs.load(self.p("o", "x"))
+        self.assertEqual(blob.shape, (3,))
+
+    def test_open_host_blob_is_enodev(self):
+        gpufs.save(np.arange(8, dtype=np.int32), self.p("o", "x"))
+        with self.assertRaises(OSError) as cm:
+            gpufs.open(self.p("o", "x"))
+        self.assertEqual(cm.exception.errno, errno.ENODEV)
+        with self.assertRaises(OSError) as cm:
+            gpufs.info(self.p("o", "x"))
+        self.assertEqual(cm.exception.errno, errno.ENODEV)
+
+    def test_without_libgpufs(self):
+        saved = (_lib._state, _lib._candidates)
+        _lib._state, _lib._candidates = None, lambda: iter([])
+        try:
+            gpufs.save(np.arange(6, dtype=np.uint16), self.p("nolib"))
+            np.testing.assert_array_equal(gpufs.read_numpy(self.p("nolib")), np.arange(6))
+            with self.assertRaises(OSError) as cm:
+                gpufs.open(self.p("nolib"))
+            self.assertEqual(cm.exception.errno, errno.ENODEV)
+            self.assertIsInstance(gpufs.load(self.p("nolib")), gpufs.HostBlob)
+        finally:
+            _lib._state, _lib._candidates = saved
+
+    def test_device_source_without_gpu_keeps_member(self):
+        from test_blob import FakeCuda
+        a = np.arange(4, dtype=np.float32)
+        gpufs.save(a, self.p("x"))
+        with self.assertRaises(OSError) as cm:
+            gpufs.save(FakeCuda(a + 1), self.p("x"))
+        self.assertEqual(cm.exception.errno, errno.ENODEV)
+        self.assertIn("serves no GPU", str(cm.exception))
+        np.testing.assert_array_equal(gpufs.read_numpy(self.p("x")), a)  # untouched
+
+    def test_inconsistent_shape_is_reported(self):
+        with open(self.p("raw"), "wb") as f:
+            f.write(bytes(12))
+        np.testing.assert_array_equal(gpufs.read_numpy(self.p("raw")), np.zeros(12, np.uint8))
+        os.setxattr(self.p("raw"), "user.gpufs.dtype", b"float32")
+        self.assertEqual(gpufs.read_numpy(self.p("raw")).shape, (3,))
+        os.setxattr(self.p("raw"), "user.gpufs.shape", b"2,2")
+        with self.assertRaisesRegex(ValueError, "16 bytes, but the blob holds 12"):
+            gpufs.read_numpy(self.p("raw"))
+
+    def test_missing_member(self):
+        with self.assertRaises(FileNotFoundError):
+            gpufs.load(self.p("nothing"))
+        with self.assertRaises(OSError):
+            gpufs.meta(self.p("nothing"))
+
+
+if __name__ == "__main__":
+    unittest.main()
