@@ -76,7 +76,7 @@ _SIGNATURES = {
     "gpufs_write": (ctypes.c_int, [_BUF, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64]),
     "gpufs_read": (ctypes.c_int, [_BUF, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64]),
     "gpufs_unmap": (ctypes.c_int, [_BUF]),
-    "gpufs_ipc_info": (ctypes.c_int, [ctypes.c_char_p, _INFO]),
+    "gpufs_get_ipc_info": (ctypes.c_int, [ctypes.c_char_p, _INFO]),
     "gpufs_last_error": (ctypes.c_char_p, []),
     "gpufs_open_arenas": (ctypes.c_int, []),
 }

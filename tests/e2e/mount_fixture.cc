@@ -55,8 +55,15 @@ ShResult Sh(const std::string& command) {
   return result;
 }
 
-std::string GpufsBin() { return GPUFS_BIN; }
-std::string MountHelperBin() { return GPUFS_MOUNT_HELPER_BIN; }
+// The build's binaries, unless the environment names others (a build copied
+// to another machine, as scripts/gpu-check.sh does).
+std::string FromEnv(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : fallback;
+}
+
+std::string GpufsBin() { return FromEnv("GPUFS_BIN", GPUFS_BIN); }
+std::string MountHelperBin() { return FromEnv("GPUFS_MOUNT_HELPER_BIN", GPUFS_MOUNT_HELPER_BIN); }
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -17,8 +17,10 @@ struct ShResult {
 
 // Runs `command` with /bin/sh; stdout and stderr are captured.
 ShResult Sh(const std::string& command);
-// Path of the gpufs binary under test.
+// Path of the gpufs binary under test ($GPUFS_BIN overrides the build's).
 std::string GpufsBin();
+// $NAME if set, else `fallback`.
+std::string FromEnv(const char* name, const char* fallback);
 std::string MountHelperBin();
 // Reads a whole file; "" if unreadable.
 std::string ReadFile(const std::string& path);

@@ -68,11 +68,21 @@ int gpufs_create(const char* path, uint64_t size, struct gpufs_buffer* buf);
  * mapped (now read-only by contract). */
 int gpufs_seal(struct gpufs_buffer* buf);
 
+/* Copies n bytes into a writable buffer (made by gpufs_create, not yet
+ * sealed) at `offset`, from host memory or from device memory (any pointer
+ * CUDA's unified addressing knows: cudaMalloc, PyTorch, CuPy, JAX). Pageable
+ * host memory goes through pinned staging buffers, pipelined. Synchronous.
+ * -EPERM on a sealed buffer, -EINVAL past its end. */
+int gpufs_write(struct gpufs_buffer* buf, uint64_t offset, const void* src, uint64_t n);
+
+/* Copies n bytes of a mapped blob at `offset` into host or device memory. */
+int gpufs_read(const struct gpufs_buffer* buf, uint64_t offset, void* dst, uint64_t n);
+
 /* Releases the mapping and closes the member. Safe on a zeroed buffer. */
 int gpufs_unmap(struct gpufs_buffer* buf);
 
 /* Reads the handle of the member at `path` without mapping it. */
-int gpufs_ipc_info(const char* path, struct gpufs_ipc_info* info);
+int gpufs_get_ipc_info(const char* path, struct gpufs_ipc_info* info);
 
 /* The calling thread's last error, as text ("" if none). */
 const char* gpufs_last_error(void);

@@ -1,0 +1,180 @@
+#include "client/arena_cache.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "client/driver.h"
+
+namespace gpufs::client {
+namespace {
+
+static_assert(sizeof(CUipcMemHandle) == sizeof(gpufs_ipc_info::handle));
+static_assert(sizeof(CUuuid) == sizeof(gpufs_ipc_info::device_uuid));
+
+// Treats "the driver is already shutting down" as nothing left to release:
+// late unmaps (static destructors, Python's atexit) must not report errors.
+bool Released(CUresult r) { return r == CUDA_SUCCESS || r == CUDA_ERROR_DEINITIALIZED; }
+
+// The device of this process whose UUID is `uuid`, as (ordinal, handle).
+Result<std::pair<int, CUdevice>> FindDevice(const DriverApi& api, const uint8_t uuid[16]) {
+  int count = 0;
+  CUresult r = api.DeviceGetCount(&count);
+  if (r != CUDA_SUCCESS) return CudaError(api, "cuDeviceGetCount", r);
+  for (int i = 0; i < count; ++i) {
+    CUdevice dev = 0;
+    r = api.DeviceGet(&dev, i);
+    if (r != CUDA_SUCCESS) return CudaError(api, "cuDeviceGet", r);
+    CUuuid id;
+    r = api.DeviceGetUuid(&id, dev);
+    if (r != CUDA_SUCCESS) return CudaError(api, "cuDeviceGetUuid", r);
+    if (std::memcmp(id.bytes, uuid, sizeof(id.bytes)) == 0) return std::make_pair(i, dev);
+  }
+  return Error(ENODEV, "the blob is on GPU " + FormatUuid(uuid) + ", which is not among the " +
+                           std::to_string(count) +
+                           " CUDA device(s) this process sees (check CUDA_VISIBLE_DEVICES)");
+}
+
+Status CheckRange(const Arena& arena, const struct gpufs_ipc_info& info) {
+  if (info.offset > arena.size || info.size > arena.size - info.offset) {
+    return Error(EPROTO, "the blob (offset " + std::to_string(info.offset) + ", " +
+                             std::to_string(info.size) + " bytes) is not inside its arena (" +
+                             std::to_string(arena.size) + " bytes)");
+  }
+  return Status::Ok();
+}
+
+// Opens `arena` (key and device filled in): retains the primary context and
+// opens the IPC handle inside it. On failure nothing stays open.
+Status Open(const DriverApi& api, Arena* arena) {
+  CUresult r = api.DevicePrimaryCtxRetain(&arena->context, arena->device);
+  if (r != CUDA_SUCCESS) return CudaError(api, "cuDevicePrimaryCtxRetain", r);
+  Status status;
+  {
+    ScopedContext scope(api, arena->context);
+    status = scope.status();
+    if (status.ok()) {
+      CUipcMemHandle handle;
+      std::memcpy(&handle, arena->key.handle.data(), sizeof(handle));
+      r = api.IpcOpenMemHandle(&arena->base, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+      if (r != CUDA_SUCCESS) {
+        status = CudaError(api, "cuIpcOpenMemHandle", r);
+        if (status.code() != ENOMEM) {
+          status = Error(status.code(),
+                         status.message() +
+                             "; legacy CUDA IPC needs this process in the daemon's PID namespace "
+                             "(containers: --pid=host) and the arena still allocated");
+        }
+      } else {
+        CUdeviceptr alloc_base = 0;
+        r = api.MemGetAddressRange(&alloc_base, &arena->size, arena->base);
+        if (r != CUDA_SUCCESS) {
+          status = CudaError(api, "cuMemGetAddressRange", r);
+          api.IpcCloseMemHandle(arena->base);
+          arena->base = 0;
+        }
+      }
+    }
+  }
+  if (!status.ok()) {
+    api.DevicePrimaryCtxRelease(arena->device);
+    arena->context = nullptr;
+  }
+  return status;
+}
+
+// Closes what Open opened. The first failure is returned; both steps run.
+Status Close(const DriverApi& api, Arena* arena) {
+  Status status;
+  {
+    ScopedContext scope(api, arena->context);
+    if (scope.status().ok()) {
+      // Kernels queued before the unmap may still read the arena.
+      CUresult r = api.CtxSynchronize();
+      if (!Released(r)) status = CudaError(api, "cuCtxSynchronize", r);
+      r = api.IpcCloseMemHandle(arena->base);
+      if (!Released(r) && status.ok()) status = CudaError(api, "cuIpcCloseMemHandle", r);
+    }
+  }
+  CUresult r = api.DevicePrimaryCtxRelease(arena->device);
+  if (!Released(r) && status.ok()) status = CudaError(api, "cuDevicePrimaryCtxRelease", r);
+  return status;
+}
+
+}  // namespace
+
+std::string FormatUuid(const uint8_t uuid[16]) {
+  char text[64];
+  std::snprintf(text, sizeof(text),
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", uuid[0],
+                uuid[1], uuid[2], uuid[3], uuid[4], uuid[5], uuid[6], uuid[7], uuid[8], uuid[9],
+                uuid[10], uuid[11], uuid[12], uuid[13], uuid[14], uuid[15]);
+  return text;
+}
+
+ArenaCache& ArenaCache::Instance() {
+  static ArenaCache* cache = new ArenaCache();  // never destroyed (see the header)
+  return *cache;
+}
+
+Result<Arena*> ArenaCache::Acquire(const struct gpufs_ipc_info& info) {
+  ArenaKey key;
+  std::memcpy(key.device_uuid.data(), info.device_uuid, sizeof(info.device_uuid));
+  std::memcpy(key.handle.data(), info.handle, sizeof(info.handle));
+  key.generation = info.generation;
+
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = arenas_.find(key); it != arenas_.end()) {
+    Arena* arena = it->second.get();
+    GPUFS_RETURN_IF_ERROR(CheckRange(*arena, info));
+    ++arena->refs;
+    return arena;
+  }
+
+  GPUFS_ASSIGN_OR_RETURN(const DriverApi* api, LoadDriver());
+  GPUFS_ASSIGN_OR_RETURN(auto device, FindDevice(*api, info.device_uuid));
+  // The table entry is made before the arena is opened, so that nothing can
+  // fail (throw) between opening it and recording it.
+  auto entry = std::make_unique<Arena>();
+  Arena* arena = entry.get();
+  arena->key = key;
+  arena->ordinal = device.first;
+  arena->device = device.second;
+  auto it = arenas_.emplace(key, std::move(entry)).first;
+  Status status = Open(*api, arena);
+  if (status.ok()) {
+    status = CheckRange(*arena, info);
+    if (!status.ok()) (void)Close(*api, arena);
+  }
+  if (!status.ok()) {
+    arenas_.erase(it);
+    return status;
+  }
+  arena->refs = 1;
+  return arena;
+}
+
+Status ArenaCache::Release(Arena* arena, bool* released) {
+  *released = false;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = arenas_.begin();
+  while (it != arenas_.end() && it->second.get() != arena) ++it;
+  if (it == arenas_.end() || arena->refs <= 0) {
+    return Error(EINVAL, "not a live libgpufs mapping (unmapped already, or a copy of a buffer)");
+  }
+  *released = true;
+  if (--arena->refs > 0) return Status::Ok();
+  // Acquire loaded the driver, so this cannot fail now.
+  Result<const DriverApi*> api = LoadDriver();
+  Status status = api.ok() ? Close(**api, arena) : api.status();
+  arenas_.erase(it);
+  return status;
+}
+
+int ArenaCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(arenas_.size());
+}
+
+}  // namespace gpufs::client

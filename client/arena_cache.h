@@ -1,0 +1,90 @@
+// ArenaCache: each daemon arena is opened once per process.
+//
+// The daemon exports cudaMalloc arenas through legacy CUDA IPC; a blob is an
+// (arena handle, offset, size) triple, because the handle of an interior
+// pointer is its base allocation's. Opening a handle costs ~150 µs (the
+// process's first context ~150 ms) and maps the whole arena, so the cache
+// opens each arena once, inside the primary context of its device (so the
+// pointer is valid for the CUDA runtime, PyTorch, CuPy and JAX alike), counts
+// the blobs mapped from it, and closes it when the last one is released.
+//
+// Key: device UUID, handle bytes and the daemon's generation.
+//
+// Thread-safe: one mutex guards the table. It is held across the driver calls
+// that open and close arenas (so two threads never open one arena twice) and
+// is a leaf lock: nothing else is locked while it is held.
+//
+// The process-wide instance is never destroyed: at exit the driver may already
+// be torn down, and the operating system reclaims IPC mappings anyway.
+#pragma once
+
+#include <cuda.h>
+
+#include <array>
+#include <compare>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "gpufs/uapi.h"
+#include "util/status.h"
+
+namespace gpufs::client {
+
+struct ArenaKey {
+  std::array<uint8_t, 16> device_uuid;
+  std::array<uint8_t, 64> handle;
+  uint64_t generation;
+  auto operator<=>(const ArenaKey&) const = default;
+};
+
+// One opened arena. Fields other than `refs` never change while it lives.
+struct Arena {
+  ArenaKey key;
+  int ordinal = -1;  // CUDA ordinal of its device in this process
+  CUdevice device = 0;
+  CUcontext context = nullptr;  // the device's primary context, retained by this arena
+  CUdeviceptr base = 0;         // where the arena is mapped
+  size_t size = 0;              // bytes of the arena (cuMemGetAddressRange)
+  int refs = 0;                 // blobs mapped from it; guarded by the cache's mutex
+};
+
+class ArenaCache {
+ public:
+  // The process-wide cache.
+  static ArenaCache& Instance();
+
+  ArenaCache() = default;
+  ArenaCache(const ArenaCache&) = delete;
+  ArenaCache& operator=(const ArenaCache&) = delete;
+
+  // Takes a reference to the arena holding the blob `info` describes,
+  // opening it on first use on the visible device whose UUID is
+  // info.device_uuid, and checks that the blob lies inside it. On success the
+  // caller owns one reference (give it back with Release). Errors: ENODEV (no
+  // driver, or the GPU is not visible to this process), EPROTO (the blob is
+  // not inside the arena), the errno of the failing CUDA call otherwise.
+  Result<Arena*> Acquire(const struct gpufs_ipc_info& info);
+
+  // Gives back a reference taken by Acquire. The last one waits for the
+  // device's pending work (kernels may still read the arena), closes the IPC
+  // mapping and releases the primary context; a CUDA failure there is
+  // returned, but the reference is gone either way (*released true). EINVAL
+  // with *released false, touching nothing, when `arena` is not in this
+  // cache (a buffer unmapped twice, or a copy of one).
+  Status Release(Arena* arena, bool* released);
+
+  // Arenas open now.
+  int size() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<ArenaKey, std::unique_ptr<Arena>> arenas_;  // guarded by mu_
+};
+
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L shows it.
+std::string FormatUuid(const uint8_t uuid[16]);
+
+}  // namespace gpufs::client

@@ -1,0 +1,25 @@
+// The steps gpufs.cc builds the C API from, exposed for the tests (which
+// stand in for the daemon with a process that exports an allocation).
+#pragma once
+
+#include <cstdint>
+
+#include "gpufs/gpufs.h"
+#include "util/status.h"
+#include "util/unique_fd.h"
+
+namespace gpufs::client {
+
+// OK when `info` can be a struct gpufs_ipc_info: GPUFS_MAGIC, a version of 1
+// or more (fields are only ever appended, so a newer daemon's reply begins
+// with the fields this library knows), and offset + size not overflowing.
+// Otherwise an error with `code` (EPROTO for a daemon's reply, EINVAL for a
+// caller's argument).
+Status CheckInfo(const struct gpufs_ipc_info& info, int code);
+
+// Maps the blob `info` describes into `*buf` (ptr, size, device, fd, flags,
+// blob_id, generation, internal), the buffer owning `fd` from then on. On
+// failure `fd` is closed and `*buf` is left as it was.
+Status MapInfo(UniqueFd fd, const struct gpufs_ipc_info& info, uint32_t flags, gpufs_buffer* buf);
+
+}  // namespace gpufs::client

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Runs what needs a GPU, on a machine that has one: the GPU unit tests, the
+# end-to-end tests (host and GPU) on real mounts, and optionally the benchmark.
+#
+#   scripts/gpu-check.sh [--build DIR] [--bench] [--out DIR]
+#
+# The build may come from another machine (scripts/build.sh there, then copy
+# the build folder): binaries are found through --build, not through the paths
+# compiled into the tests. Libraries the machine lacks (libfuse3, sqlite,
+# getfattr) are taken from Debian .deb files in .debs/ when present:
+#   (cd .debs && apt-get download libfuse3-3 fuse3 attr libattr1 libsqlite3-0)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=build
+bench=0
+out=${OUT:-/tmp/gpufs-gpu-check}
+while [ $# -gt 0 ]; do
+  case $1 in
+    --build) build=$2; shift 2 ;;
+    --bench) bench=1; shift ;;
+    --out) out=$2; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+build=$(realpath "$build")
+mkdir -p "$out"
+
+if ! ldconfig -p | grep -q 'libfuse3.so.3 ' || ! command -v getfattr >/dev/null; then
+  if ls .debs/*.deb >/dev/null 2>&1; then
+    for deb in .debs/*.deb; do dpkg -x "$deb" /tmp/gpufs-debs; done
+    export LD_LIBRARY_PATH=/tmp/gpufs-debs/usr/lib/x86_64-linux-gnu:/tmp/gpufs-debs/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+    export PATH=$PATH:/tmp/gpufs-debs/usr/bin:/tmp/gpufs-debs/bin
+  fi
+fi
+
+export LD_LIBRARY_PATH=$build/client:${LD_LIBRARY_PATH:-}
+export GPUFS_LIB=$build/client/libgpufs.so
+export GPUFS_BIN=$build/cli/gpufs
+export GPUFS_MOUNT_HELPER_BIN=$build/cli/mount.gpufs
+export GPUFS_EXAMPLES_DIR=$build/examples/cuda
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+nvidia-smi -L || { echo "gpu-check: no GPU here"; exit 1; }
+failed=()
+run() {
+  local name=$1; shift
+  echo "=== $name: $*"
+  if "$@" >"$out/$name.log" 2>&1; then
+    echo "--- $name: ok ($(grep -Eo '\[  PASSED  \] [0-9]+ tests?' "$out/$name.log" | tail -1))"
+  else
+    echo "--- $name: FAILED"; tail -60 "$out/$name.log"; failed+=("$name")
+  fi
+  grep -E '^\[  (SKIPPED|FAILED) ' "$out/$name.log" | sort -u | head -20
+}
+
+run gpu_store_test "$build/store/gpu_store_test"
+run client_test "$build/client/client_test"
+[ -x "$build/client/client_gpu_test" ] && run client_gpu_test "$build/client/client_gpu_test"
+run e2e_test "$build/tests/e2e_test"
+run gpu_e2e_test "$build/tests/gpu_e2e_test"
+
+# Python interop: torch, cupy and jax on one blob (where they are installed).
+if python3 -c "import torch, cupy, jax" 2>/dev/null; then
+  mnt=/tmp/gpufs-py-mnt
+  mkdir -p $mnt
+  if "$GPUFS_BIN" mount $mnt --state /tmp/gpufs-py-state --store gpu --capacity 16G; then
+    run python_gpu_check python3 python/tests/gpu_check.py $mnt
+    umount $mnt
+  else
+    failed+=(python_mount)
+  fi
+fi
+
+if [ $bench = 1 ]; then
+  mnt=/tmp/gpufs-bench-mnt
+  mkdir -p $mnt
+  "$GPUFS_BIN" mount $mnt --state /tmp/gpufs-bench-state --store gpu && {
+    echo "=== bench"
+    "$build/bench/gpufs-bench" $mnt | tee "$out/bench.txt"
+    umount $mnt
+  }
+fi
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "gpu-check: FAILED: ${failed[*]}"; exit 1
+fi
+echo "gpu-check: all passed"
