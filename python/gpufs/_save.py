@@ -118,8 +118,13 @@ def _describe(array):
     except Exception as e:  # e.g. torch refusing bfloat16 or requires_grad
         cai, refused = None, e
     if cai is not None:
-        yield _cai_source(cai)
-        return
+        try:
+            source = _cai_source(cai)
+        except ValueError as e:  # a typestr with no gpufs dtype ('<V2': bfloat16)
+            cai, refused = None, e
+        else:
+            yield source
+            return
     if hasattr(array, "__dlpack__"):
         try:
             capsule = array.__dlpack__()

@@ -174,7 +174,7 @@ class Blob:
 
     @property
     def __cuda_array_interface__(self):
-        """CAI v3: read-only, C-contiguous, no stream to wait on.
+        """CAI v3: C-contiguous, no stream to wait on; immutable by contract.
 
         AttributeError for dtypes without a standard typestr (bfloat16, float8),
         so that consumers probing with hasattr fall back to DLPack.
@@ -246,13 +246,17 @@ class Blob:
 
 
 def cuda_array_interface(ptr, shape, dt):
-    """The CAI v3 dict of a read-only C-contiguous device tensor."""
+    """The CAI v3 dict of a C-contiguous device tensor.
+
+    The data is immutable by contract, but the read-only flag stays False:
+    torch.as_tensor refuses read-only CUDA arrays outright.
+    """
     nbytes = math.prod(shape) * dt.itemsize
     return {
         "version": 3,
         "shape": tuple(shape),
         "typestr": dt.typestr,
-        "data": (ptr if nbytes else 0, True),
+        "data": (ptr if nbytes else 0, False),
         "strides": None,
         "descr": [("", dt.typestr)],
         "stream": None,  # sealed: nothing to wait for

@@ -3,6 +3,7 @@
 // and ordinary tools reading the same bytes. Skips where there is no GPU;
 // scripts/gpu-check.sh runs it on the GPU machine.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -75,6 +76,13 @@ class GpuE2E : public ::testing::Test {
   }
   std::string P(const std::string& rel) { return mount_->Path(rel); }
   nlohmann::json Stats() { return nlohmann::json::parse(ReadFile(P(".gpufs/stats"))); }
+  // One device's entry of /.gpufs/stats.
+  nlohmann::json Device(const std::string& name) {
+    for (const auto& d : Stats()["devices"]) {
+      if (d["device"] == name) return d;
+    }
+    return nlohmann::json::object();
+  }
 
   std::unique_ptr<GpufsMount> mount_;
 };
@@ -103,6 +111,7 @@ TEST_F(GpuE2E, CopyInThenAnotherProcessMapsTheSameBytes) {
 
 TEST_F(GpuE2E, ProducerWritesInPlaceConsumerVerifies) {
   uint64_t size = (100ull << 20) + 3;
+  ASSERT_EQ(::mkdir(P("p").c_str(), 0755), 0);
   auto producer = Sh(Example("gpufs-producer") + " " + P("p/w") + " " + std::to_string(size) + " 7");
   ASSERT_EQ(producer.status, 0) << producer.output;
   auto consumer = Sh(Example("gpufs-consumer") + " " + P("p/w") + " --expect-seed 7");
@@ -131,14 +140,14 @@ TEST_F(GpuE2E, RemoveWhileMappedKeepsTheMemoryUntilUnmap) {
   EXPECT_TRUE(mapped);
   ASSERT_EQ(Sh("rm " + P("r")).status, 0);
   EXPECT_NE(::access(P("r").c_str(), F_OK), 0);
-  EXPECT_EQ(Stats()["devices"][1]["blobs"], 1) << "freed while still mapped";
+  EXPECT_EQ(Device("cuda:0")["blobs"], 1) << "freed while still mapped";
   consumer.join();
   std::string result = ReadFile(out);
   EXPECT_NE(result.find("verify=ok"), std::string::npos) << result;
   EXPECT_NE(result.find("exit=0"), std::string::npos) << result;
   auto stats = Stats();
-  EXPECT_EQ(stats["devices"][1]["blobs"], 0) << stats.dump();
-  EXPECT_EQ(stats["devices"][1]["used"], 0) << stats.dump();
+  EXPECT_EQ(Device("cuda:0")["blobs"], 0) << stats.dump();
+  EXPECT_EQ(Device("cuda:0")["used"], 0) << stats.dump();
   EXPECT_EQ(stats["open_maps"], 0);
   uint64_t used_after = GpuMemoryUsedMiB();
   std::printf("GPU memory used: %" PRIu64 " MiB with the blob, %" PRIu64 " MiB after rm+unmap\n",
@@ -183,8 +192,7 @@ TEST_F(GpuE2E, MigrationToHostAndBackKeepsTheBytes) {
 TEST_F(GpuE2E, StatsAndDfShowGpuMemory) {
   auto stats = Stats();
   ASSERT_GE(stats["devices"].size(), 2u) << stats.dump();
-  EXPECT_EQ(stats["devices"][1]["device"], "cuda:0");
-  EXPECT_EQ(stats["devices"][1]["capacity"], 16ull << 30);
+  EXPECT_EQ(Device("cuda:0")["capacity"], 16ull << 30) << stats.dump();
   EXPECT_EQ(stats["default_device"], "cuda:0");
   auto df = Sh("df -B1 --output=size " + mount_->mnt() + " | tail -1");
   // df sums the GPU stores: 16 GiB each.
@@ -237,7 +245,7 @@ TEST_F(GpuE2E, UnsealedDeviceBlobIsDiscardedWhenItsProducerDies) {
   EXPECT_NE(died.status, 0);
   bool clean = false;
   for (int i = 0; i < 200 && !clean; ++i) {
-    clean = Sh("ls -A " + mount_->mnt()).output == ".gpufs\nkeep\n" && Stats()["devices"][1]["blobs"] == 1;
+    clean = Sh("ls -A " + mount_->mnt()).output == ".gpufs\nkeep\n" && Device("cuda:0")["blobs"] == 1;
     if (!clean) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_TRUE(clean) << Sh("ls -A " + mount_->mnt()).output << Stats().dump();
