@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,93 +12,245 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "cli/cli_util.h"
+#include "cli/npy.h"
+#include "cli/progress.h"
+#include "core/xattr_names.h"
 #include "util/size.h"
-#include "util/unique_fd.h"
 
 namespace gpufs {
 namespace {
 
-constexpr size_t kChunk = 1 << 20;  // the largest request FUSE passes on
+using nlohmann::json;
 
-Result<std::string> GetAttrValue(const std::string& path, const char* name) {
-  std::string value(256, '\0');
-  while (true) {
-    ssize_t n = ::getxattr(path.c_str(), name, value.data(), value.size());
-    if (n >= 0) {
-      value.resize(static_cast<size_t>(n));
-      return value;
-    }
-    if (errno != ERANGE) return PosixError("getxattr " + path + " " + name, errno);
-    ssize_t need = ::getxattr(path.c_str(), name, nullptr, 0);
-    if (need < 0) return PosixError("getxattr " + path + " " + name, errno);
-    value.resize(static_cast<size_t>(need) + 1);
-  }
+// Bytes per read(2); writes to the mount go in FUSE's 1 MiB requests.
+constexpr size_t kChunk = 4 << 20;
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-Status SetAttrValue(const std::string& path, const char* name, const std::string& value) {
-  if (::setxattr(path.c_str(), name, value.data(), value.size(), 0) != 0) {
-    return PosixError("setxattr " + path + " " + name + "=" + value, errno);
-  }
-  return Status::Ok();
+std::string BaseName(const std::string& path) {
+  std::string name = std::filesystem::path(path).filename().string();
+  return name.empty() ? path : name;
 }
 
-Status WriteAll(int fd, const std::byte* data, size_t size, const std::string& what) {
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return PosixError("write " + what, errno);
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return Status::Ok();
+std::string JoinShape(const std::vector<uint64_t>& shape) {
+  std::string s;
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s;
 }
 
-// Copies all of `in` to `out` in FUSE-sized chunks.
-Status Copy(int in, const std::string& from, int out, const std::string& to) {
+// Whatever json::dump makes of it, invalid UTF-8 (names are bytes) included.
+std::string Dump(const json& j, int indent) {
+  return j.dump(indent, ' ', false, json::error_handler_t::replace);
+}
+
+// Copies `length` bytes from `in` to `out` (everything up to the end of `in`
+// when `length` is unset). `out_is_member`: `out` is a new member on the
+// mount (written with WriteMember).
+Status Copy(int in, const std::string& from, int out, const std::string& to, bool out_is_member,
+            std::optional<uint64_t> length, Progress* progress) {
   std::unique_ptr<std::byte[]> buf(new std::byte[kChunk]);
-  while (true) {
-    ssize_t n = ::read(in, buf.get(), kChunk);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return PosixError("read " + from, errno);
+  uint64_t done = 0;
+  while (!length || done < *length) {
+    size_t want = length ? static_cast<size_t>(std::min<uint64_t>(kChunk, *length - done)) : kChunk;
+    GPUFS_ASSIGN_OR_RETURN(size_t n, ReadFull(in, buf.get(), want, from));
+    if (n > 0) {
+      GPUFS_RETURN_IF_ERROR(out_is_member ? WriteMember(out, buf.get(), n, to)
+                                          : WriteAll(out, buf.get(), n, to));
     }
-    if (n == 0) return Status::Ok();
-    GPUFS_RETURN_IF_ERROR(WriteAll(out, buf.get(), static_cast<size_t>(n), to));
+    done += n;
+    progress->Add(n);
+    if (n < want) {
+      if (!length) return Status::Ok();
+      return Error(EIO, from + " ended after " + std::to_string(done) + " of " +
+                            std::to_string(*length) + " bytes (did it change meanwhile?)");
+    }
   }
+  return Status::Ok();
 }
 
-Status CloseChecked(UniqueFd& fd, const std::string& what) {
-  if (::close(fd.release()) != 0) return PosixError("close " + what, errno);
-  return Status::Ok();
+// The product of `shape` times `itemsize`, or nullopt on overflow.
+std::optional<uint64_t> LayoutBytes(const std::vector<uint64_t>& shape, uint64_t itemsize) {
+  uint64_t bytes = itemsize;
+  for (uint64_t d : shape) {
+    if (__builtin_mul_overflow(bytes, d, &bytes)) return std::nullopt;
+  }
+  return bytes;
+}
+
+// EINVAL unless `dtype` (and `shape`, when known) describe exactly `bytes`.
+Status CheckLayout(const std::string& what, const std::string& dtype,
+                   const std::optional<std::vector<uint64_t>>& shape, uint64_t bytes) {
+  uint64_t itemsize = *xattr::DtypeSize(dtype);
+  if (!shape) {
+    if (bytes % itemsize == 0) return Status::Ok();
+    return Error(EINVAL, what + ": " + std::to_string(bytes) + " bytes are not a whole number of " +
+                             dtype + " (" + std::to_string(itemsize) + " bytes each)");
+  }
+  auto need = LayoutBytes(*shape, itemsize);
+  if (need && *need == bytes) return Status::Ok();
+  return Error(EINVAL, what + ": dtype " + dtype + " with shape " + npy::ShapeTuple(*shape) +
+                           " is " + (need ? std::to_string(*need) : std::string("too many")) +
+                           " bytes, but there are " + std::to_string(bytes) + " bytes of data");
+}
+
+// An attribute that may be unset: nullopt for ENODATA, an error for anything else.
+Result<std::optional<std::string>> OptionalAttr(const std::string& path, const char* name) {
+  auto value = GetAttrValue(path, name);
+  if (value.ok()) return std::optional<std::string>(std::move(*value));
+  if (value.status().code() == ENODATA) return std::optional<std::string>();
+  return value.status();
 }
 
 }  // namespace
 
 Status Put(const std::string& file, const std::string& path, const PutOptions& options) {
+  std::optional<std::vector<uint64_t>> shape;
+  if (options.shape) {
+    auto parsed = xattr::ParseShape(*options.shape);
+    if (!parsed.ok()) return parsed.status().Prepend("--shape");
+    shape = *parsed;
+  }
+  std::optional<std::string> dtype = options.dtype;
+  if (dtype) GPUFS_RETURN_IF_ERROR(xattr::CheckDtype(*dtype).Prepend("--dtype"));
+
   UniqueFd in(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
   if (!in.valid()) return PosixError("open " + file, errno);
+  struct stat st {};
+  if (::fstat(in.get(), &st) != 0) return PosixError("stat " + file, errno);
+  if (S_ISDIR(st.st_mode)) return Error(EISDIR, file + " is a directory");
+  bool regular = S_ISREG(st.st_mode);
+  uint64_t offset = 0;
+  std::optional<uint64_t> length;
+  if (regular) length = static_cast<uint64_t>(st.st_size);
+
+  bool is_npy = false;
+  if (!options.raw) {
+    char magic[6] = {};
+    is_npy = EndsWith(file, ".npy") ||
+             (regular && ::pread(in.get(), magic, sizeof magic, 0) == sizeof magic &&
+              npy::HasMagic(std::string_view(magic, sizeof magic)));
+  }
+  if (is_npy) {
+    if (!regular) return Error(EINVAL, file + ": a .npy must be a regular file (or use --raw)");
+    GPUFS_ASSIGN_OR_RETURN(npy::Header header,
+                           npy::ReadHeader(in.get(), static_cast<uint64_t>(st.st_size), file));
+    offset = header.data_offset;
+    length = header.data_size;
+    if (!dtype) {
+      if (header.dtype.empty()) {
+        return Error(EINVAL, file + ": numpy dtype '" + header.descr +
+                                 "' has no gpufs equivalent; name the element type with --dtype");
+      }
+      dtype = header.dtype;
+    }
+    if (!shape) shape = header.shape;
+    if (options.dtype || options.shape) {
+      GPUFS_RETURN_IF_ERROR(CheckLayout(file, *dtype, shape, *length));
+    }
+  } else if (dtype && length) {
+    GPUFS_RETURN_IF_ERROR(CheckLayout(file, *dtype, shape, *length));
+  }
+
   std::filesystem::path parent = std::filesystem::path(path).parent_path();
   std::error_code ec;
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   if (ec) return Error(ec.value(), "create " + parent.string() + ": " + ec.message());
   UniqueFd out(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!out.valid()) return PosixError("create " + path, errno);
-  GPUFS_RETURN_IF_ERROR(Copy(in.get(), file, out.get(), path));
-  GPUFS_RETURN_IF_ERROR(CloseChecked(out, path));
-  if (options.dtype) GPUFS_RETURN_IF_ERROR(SetAttrValue(path, "user.gpufs.dtype", *options.dtype));
-  if (options.shape) GPUFS_RETURN_IF_ERROR(SetAttrValue(path, "user.gpufs.shape", *options.shape));
+  // Unlinked before its last close, a member is discarded, never sealed half-written.
+  auto discard = [&](const Status& status) {
+    ::unlink(path.c_str());
+    return status;
+  };
+  if (offset > 0 && ::lseek(in.get(), static_cast<off_t>(offset), SEEK_SET) < 0) {
+    return discard(PosixError("seek " + file, errno));
+  }
+  Progress progress("put " + BaseName(file), length.value_or(0));
+  Status copied = Copy(in.get(), file, out.get(), path, true, length, &progress);
+  progress.Finish();
+  if (!copied.ok()) return discard(copied);
+  Status closed = CloseChecked(out, path);
+  if (!closed.ok()) return discard(closed);
+  if (dtype) {
+    Status set = SetAttrValue(path, std::string(xattr::kDtype).c_str(), *dtype);
+    if (!set.ok()) return discard(set);
+  }
+  if (shape) {
+    Status set = SetAttrValue(path, std::string(xattr::kShape).c_str(), JoinShape(*shape));
+    if (!set.ok()) return discard(set);
+  }
   return Status::Ok();
 }
 
-Status Get(const std::string& path, const std::string& file) {
+namespace {
+
+// The .npy header for the blob at `path` of `size` bytes, from its dtype and shape.
+Result<std::string> NpyHeaderFor(const std::string& path, uint64_t size, const std::string& file) {
+  GPUFS_ASSIGN_OR_RETURN(auto dtype, OptionalAttr(path, std::string(xattr::kDtype).c_str()));
+  if (!dtype) return npy::BuildHeader("|u1", std::vector<uint64_t>{size});
+  auto descr = npy::DescrForDtype(*dtype);
+  auto itemsize = xattr::DtypeSize(*dtype);
+  if (!descr || !itemsize) {
+    return Error(EINVAL,
+                 path + " has dtype '" + *dtype + "', which .npy cannot describe; use --raw");
+  }
+  GPUFS_ASSIGN_OR_RETURN(auto shape_attr, OptionalAttr(path, std::string(xattr::kShape).c_str()));
+  std::vector<uint64_t> shape;
+  if (shape_attr) {
+    auto parsed = xattr::ParseShape(*shape_attr);
+    if (!parsed.ok()) return parsed.status().Prepend(path);
+    shape = *parsed;
+  } else {
+    shape = {size / *itemsize};
+  }
+  auto need = LayoutBytes(shape, *itemsize);
+  if (!need || *need != size) {
+    return Error(EINVAL, path + ": dtype " + *dtype + " and shape " + npy::ShapeTuple(shape) +
+                             " describe " +
+                             (need ? std::to_string(*need) : std::string("too many")) +
+                             " bytes, but the blob holds " + std::to_string(size) +
+                             "; use --raw to copy the bytes as they are");
+  }
+  if (!descr->exact) {
+    std::fprintf(stderr, "gpufs: note: numpy has no %s; %s holds its bits as '%s'\n",
+                 dtype->c_str(), file.c_str(), descr->descr.c_str());
+  }
+  return npy::BuildHeader(descr->descr, shape);
+}
+
+}  // namespace
+
+Status Get(const std::string& path, const std::string& file, const GetOptions& options) {
   UniqueFd in(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!in.valid()) return PosixError("open " + path, errno);
+  struct stat st {};
+  if (::fstat(in.get(), &st) != 0) return PosixError("stat " + path, errno);
+  if (S_ISDIR(st.st_mode)) return Error(EISDIR, path + " is an object, not a blob");
+  uint64_t size = static_cast<uint64_t>(st.st_size);
+  std::string header;
+  if (!options.raw && EndsWith(file, ".npy")) {
+    GPUFS_ASSIGN_OR_RETURN(header, NpyHeaderFor(path, size, file));
+  }
   UniqueFd out(::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!out.valid()) return PosixError("create " + file, errno);
-  GPUFS_RETURN_IF_ERROR(Copy(in.get(), path, out.get(), file));
-  return CloseChecked(out, file);
+  auto discard = [&](const Status& status) {
+    out.reset();
+    ::unlink(file.c_str());
+    return status;
+  };
+  Status written =
+      WriteAll(out.get(), reinterpret_cast<const std::byte*>(header.data()), header.size(), file);
+  if (!written.ok()) return discard(written);
+  Progress progress("get " + BaseName(path), size);
+  Status copied = Copy(in.get(), path, out.get(), file, false, size, &progress);
+  progress.Finish();
+  if (!copied.ok()) return discard(copied);
+  Status closed = CloseChecked(out, file);
+  if (!closed.ok()) return discard(closed);
+  return Status::Ok();
 }
 
 namespace {
@@ -126,67 +277,186 @@ std::string Describe(const std::string& path, const struct stat& st) {
   return line;
 }
 
+json AttrOrNull(const std::string& path, const char* name) {
+  auto value = GetAttrValue(path, name);
+  return value.ok() ? json(*value) : json(nullptr);
+}
+
+// One `ls --json` entry.
+json DescribeJson(const std::string& path, const std::string& shown, const struct stat& st) {
+  bool object = S_ISDIR(st.st_mode);
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", st.st_mode & 07777);
+  json j = json::object();
+  j["name"] = shown;
+  j["type"] = object ? "object" : "blob";
+  j["size"] = object ? json(nullptr) : json(static_cast<uint64_t>(st.st_size));
+  j["device"] = AttrOrNull(path, "user.gpufs.device");
+  j["mode"] = mode;
+  if (object) {
+    j["typename"] = AttrOrNull(path, "user.gpufs.type");
+    j["dtype"] = nullptr;
+    j["shape"] = nullptr;
+  } else {
+    j["typename"] = "Blob";
+    j["dtype"] = AttrOrNull(path, "user.gpufs.dtype");
+    auto shape = GetAttrValue(path, "user.gpufs.shape");
+    auto dims =
+        shape.ok() ? xattr::ParseShape(*shape) : Result<std::vector<uint64_t>>(shape.status());
+    j["shape"] = dims.ok() ? json(*dims) : json(nullptr);
+  }
+  return j;
+}
+
+// The names in directory `path` but ".", ".." and ".gpufs", sorted.
+Result<std::vector<std::string>> ListDir(const std::string& path) {
+  std::vector<std::string> names;
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(path.c_str()), ::closedir);
+  if (!dir) return PosixError("opendir " + path, errno);
+  errno = 0;
+  while (dirent* d = ::readdir(dir.get())) {
+    std::string name = d->d_name;
+    if (name != "." && name != ".." && name != ".gpufs") names.push_back(name);
+  }
+  if (errno != 0) return PosixError("readdir " + path, errno);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 }  // namespace
 
-Status Ls(const std::string& path, bool long_format) {
+Status Ls(const std::string& path, bool long_format, bool as_json) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return PosixError("stat " + path, errno);
   std::vector<std::string> names;
   if (S_ISDIR(st.st_mode)) {
-    std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(path.c_str()), ::closedir);
-    if (!dir) return PosixError("opendir " + path, errno);
-    errno = 0;
-    while (dirent* d = ::readdir(dir.get())) {
-      std::string name = d->d_name;
-      if (name != "." && name != ".." && name != ".gpufs") names.push_back(name);
-    }
-    if (errno != 0) return PosixError("readdir " + path, errno);
-    std::sort(names.begin(), names.end());
+    GPUFS_ASSIGN_OR_RETURN(names, ListDir(path));
   } else {
     names.push_back("");
   }
+  json listing = json::array();
   for (const auto& name : names) {
     std::string full = name.empty() ? path : path + "/" + name;
     std::string shown = name.empty() ? path : name;
-    if (!long_format) {
+    if (!long_format && !as_json) {
       std::printf("%s\n", shown.c_str());
       continue;
     }
     struct stat child {};
-    if (::lstat(full.c_str(), &child) != 0) return PosixError("stat " + full, errno);
-    std::printf("%s\t%s\n", Describe(full, child).c_str(), shown.c_str());
+    if (::lstat(full.c_str(), &child) != 0) {
+      if (errno == ENOENT) continue;  // removed since readdir
+      return PosixError("stat " + full, errno);
+    }
+    if (as_json) {
+      listing.push_back(DescribeJson(full, shown, child));
+    } else {
+      std::printf("%s\t%s\n", Describe(full, child).c_str(), shown.c_str());
+    }
   }
+  if (as_json) std::printf("%s\n", Dump(listing, 2).c_str());
   return Status::Ok();
 }
 
-Status Stat(const std::string& path, bool json) {
-  auto meta = GetAttrValue(path, "user.gpufs.meta");
-  if (!meta.ok()) return meta.status();
-  if (json) {
-    std::printf("%s\n", meta->c_str());
+namespace {
+
+constexpr int kMaxMetaDepth = 64;
+
+// The meta of `path` as user.gpufs.meta has it. An object too large for an
+// extended attribute (E2BIG) is put together here from its own attributes
+// and its members' meta, in the same shape.
+Result<json> LoadMeta(const std::string& path, int depth) {
+  auto text = GetAttrValue(path, std::string(xattr::kMeta).c_str());
+  if (text.ok()) {
+    json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) {
+      return Error(EIO, path + ": user.gpufs.meta is not a JSON object");
+    }
+    return j;
+  }
+  if (text.status().code() != E2BIG) return text.status();
+  if (depth > kMaxMetaDepth) return Error(E2BIG, path + ": object tree deeper than 64 levels");
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return PosixError("stat " + path, errno);
+  if (!S_ISDIR(st.st_mode)) return text.status();
+  json j = json::object();
+  j["id"] = static_cast<uint64_t>(st.st_ino);
+  j["name"] = BaseName(path);
+  j["typename"] = AttrOrNull(path, std::string(xattr::kType).c_str());
+  j["device"] = AttrOrNull(path, std::string(xattr::kDevice).c_str());
+  json fields = json::object();
+  GPUFS_ASSIGN_OR_RETURN(auto names, ListAttrNames(path));
+  for (const auto& name : names) {
+    if (!name.starts_with(xattr::kUserPrefix) || name.starts_with(xattr::kGpufsPrefix)) continue;
+    auto value = GetAttrValue(path, name.c_str());
+    if (!value.ok()) {
+      if (value.status().code() == ENODATA) continue;  // removed meanwhile
+      return value.status();
+    }
+    fields[name.substr(xattr::kUserPrefix.size())] = *value;
+  }
+  j["fields"] = std::move(fields);
+  json members = json::object();
+  GPUFS_ASSIGN_OR_RETURN(auto children, ListDir(path));
+  for (const auto& child : children) {
+    auto meta = LoadMeta(path + "/" + child, depth + 1);
+    if (!meta.ok()) {
+      if (meta.status().code() == ENOENT) continue;  // removed meanwhile
+      return meta.status();
+    }
+    members[child] = std::move(*meta);
+  }
+  j["members"] = std::move(members);
+  return j;
+}
+
+std::string Text(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return "-";
+  if (it->is_string()) return it->get<std::string>();
+  return Dump(*it, -1);
+}
+
+}  // namespace
+
+Status Stat(const std::string& path, bool as_json) {
+  if (as_json) {
+    // The daemon's JSON as it is, when it fits in the attribute.
+    auto raw = GetAttrValue(path, std::string(xattr::kMeta).c_str());
+    if (raw.ok()) {
+      std::printf("%s\n", raw->c_str());
+      return Status::Ok();
+    }
+    if (raw.status().code() != E2BIG) return raw.status();
+  }
+  GPUFS_ASSIGN_OR_RETURN(json j, LoadMeta(path, 0));
+  if (as_json) {
+    std::printf("%s\n", Dump(j, -1).c_str());
     return Status::Ok();
   }
-  auto j = nlohmann::json::parse(*meta, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Error(EIO, path + ": user.gpufs.meta is not JSON");
-  auto text = [](const nlohmann::json& v) { return v.is_null() ? std::string("-") : v.dump(); };
   std::printf("path:     %s\n", path.c_str());
-  std::printf("id:       %s\n", text(j["id"]).c_str());
-  std::printf("typename: %s\n",
-              j["typename"].is_string() ? j["typename"].get<std::string>().c_str() : "-");
-  std::printf("device:   %s\n",
-              j["device"].is_string() ? j["device"].get<std::string>().c_str() : "-");
-  if (j["typename"] == "Blob") {
-    std::printf("size:     %s (%s)\n", text(j["size"]).c_str(),
-                FormatSize(j["size"].get<uint64_t>()).c_str());
-    std::printf("state:    %s\n", j["state"].get<std::string>().c_str());
-    std::printf("dtype:    %s\n",
-                j["dtype"].is_string() ? j["dtype"].get<std::string>().c_str() : "-");
-    std::printf("shape:    %s\n", text(j["shape"]).c_str());
+  std::printf("id:       %s\n", Text(j, "id").c_str());
+  std::printf("typename: %s\n", Text(j, "typename").c_str());
+  std::printf("device:   %s\n", Text(j, "device").c_str());
+  if (Text(j, "typename") == "Blob") {
+    auto size = j.find("size");
+    std::string human = size != j.end() && size->is_number_unsigned()
+                            ? " (" + FormatSize(size->get<uint64_t>()) + ")"
+                            : "";
+    std::printf("size:     %s%s\n", Text(j, "size").c_str(), human.c_str());
+    std::printf("state:    %s\n", Text(j, "state").c_str());
+    std::printf("dtype:    %s\n", Text(j, "dtype").c_str());
+    std::printf("shape:    %s\n", Text(j, "shape").c_str());
   } else {
-    std::printf("members:  %zu\n", j["members"].size());
+    auto members = j.find("members");
+    std::printf("members:  %zu\n",
+                members != j.end() && members->is_object() ? members->size() : size_t{0});
   }
-  for (auto& [key, value] : j["fields"].items()) {
-    std::printf("field:    %s=%s\n", key.c_str(), value.get<std::string>().c_str());
+  auto fields = j.find("fields");
+  if (fields != j.end() && fields->is_object()) {
+    for (const auto& [key, value] : fields->items()) {
+      std::string text = value.is_string() ? value.get<std::string>() : Dump(value, -1);
+      std::printf("field:    %s=%s\n", key.c_str(), text.c_str());
+    }
   }
   return Status::Ok();
 }

@@ -8,6 +8,7 @@
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,24 +56,28 @@ Result<UniqueFd> LockState(const std::string& dir) {
 }
 
 // A daemon killed with -9 leaves its mount behind ("Transport endpoint is not
-// connected"); take it away so the new daemon can mount in its place.
+// connected"); take it away so the new daemon can mount in its place. statfs,
+// unlike stat, always asks the daemon, so a dead one is never missed.
 Status ClearStaleMount(const std::string& mountpoint) {
-  struct stat st {};
-  if (::stat(mountpoint.c_str(), &st) == 0) {
-    if (!S_ISDIR(st.st_mode))
-      return Error(ENOTDIR, "mount point " + mountpoint + " is not a directory");
+  constexpr long kFuseSuperMagic = 0x65735546;
+  struct statfs fs {};
+  if (::statfs(mountpoint.c_str(), &fs) == 0) {
+    struct stat st {};
+    if (::stat(mountpoint.c_str(), &st) != 0) return PosixError("stat " + mountpoint, errno);
+    if (!S_ISDIR(st.st_mode)) return Error(ENOTDIR, "mount point " + mountpoint + " is not a directory");
+    if (fs.f_type == kFuseSuperMagic) {
+      return Error(EBUSY, mountpoint + " is already a mounted FUSE file system: umount it first");
+    }
     return Status::Ok();
   }
   if (errno == ENOENT) return Error(ENOENT, "mount point " + mountpoint + " does not exist");
-  if (errno != ENOTCONN) return PosixError("stat " + mountpoint, errno);
+  if (errno != ENOTCONN) return PosixError("statfs " + mountpoint, errno);
   GPUFS_LOG(WARN) << mountpoint << " is a dead gpufs mount (its daemon died); unmounting it";
   if (::umount2(mountpoint.c_str(), MNT_DETACH) != 0) {
     std::string cmd = "fusermount3 -uz '" + mountpoint + "' 2>/dev/null";
     if (std::system(cmd.c_str()) != 0) {
-      return Error(ENOTCONN, mountpoint +
-                                 " is a dead mount and cannot be unmounted: run "
-                                 "'fusermount3 -uz " +
-                                 mountpoint + "'");
+      return Error(ENOTCONN, mountpoint + " is a dead mount and cannot be unmounted: run "
+                                          "'fusermount3 -uz " + mountpoint + "'");
     }
   }
   return Status::Ok();

@@ -2,7 +2,7 @@
 # Runs what needs a GPU, on a machine that has one: the GPU unit tests, the
 # end-to-end tests (host and GPU) on real mounts, and optionally the benchmark.
 #
-#   scripts/gpu-check.sh [--build DIR] [--bench] [--out DIR]
+#   scripts/gpu-check.sh [--build DIR] [--examples] [--bench] [--out DIR]
 #
 # The build may come from another machine (scripts/build.sh there, then copy
 # the build folder): binaries are found through --build, not through the paths
@@ -13,11 +13,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 build=build
 bench=0
+examples=0
 out=${OUT:-/tmp/gpufs-gpu-check}
 while [ $# -gt 0 ]; do
   case $1 in
     --build) build=$2; shift 2 ;;
     --bench) bench=1; shift ;;
+    --examples) examples=1; shift ;;
     --out) out=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -42,15 +44,19 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 
 nvidia-smi -L || { echo "gpu-check: no GPU here"; exit 1; }
 failed=()
+# Every step's output goes to $out/all.log; a summary to stdout.
 run() {
   local name=$1; shift
+  local log="$out/$name.tmp"
   echo "=== $name: $*"
-  if "$@" >"$out/$name.log" 2>&1; then
-    echo "--- $name: ok ($(grep -Eo '\[  PASSED  \] [0-9]+ tests?' "$out/$name.log" | tail -1))"
+  if "$@" >"$log" 2>&1; then
+    echo "--- $name: ok ($(grep -Eo '\[  PASSED  \] [0-9]+ tests?' "$log" | tail -1))"
   else
-    echo "--- $name: FAILED"; tail -60 "$out/$name.log"; failed+=("$name")
+    echo "--- $name: FAILED"; tail -60 "$log"; failed+=("$name")
   fi
-  grep -E '^\[  (SKIPPED|FAILED) ' "$out/$name.log" | sort -u | head -20
+  grep -E '^\[  (SKIPPED|FAILED) ' "$log" | sort -u | head -20
+  { echo "=================== $name: $*"; cat "$log"; } >> "$out/all.log"
+  rm -f "$log"
 }
 
 run gpu_store_test "$build/store/gpu_store_test"
@@ -58,6 +64,15 @@ run client_test "$build/client/client_test"
 [ -x "$build/client/client_gpu_test" ] && run client_gpu_test "$build/client/client_gpu_test"
 run e2e_test "$build/tests/e2e_test"
 run gpu_e2e_test "$build/tests/gpu_e2e_test"
+[ -x "$build/cli/cli_e2e_test" ] && run cli_e2e_test "$build/cli/cli_e2e_test"
+
+# The three cross-engine examples (each mounts its own gpufs).
+if [ $examples = 1 ]; then
+  for example in cross_engine graph model; do
+    run "example_$example" examples/$example/run.sh
+    sed -n "/=================== example_$example/,\$p" "$out/all.log" | grep -vE '^\s*$' | tail -25
+  done
+fi
 
 # Python interop: torch, cupy and jax on one blob (where they are installed).
 if python3 -c "import torch, cupy, jax" 2>/dev/null; then
@@ -77,6 +92,13 @@ if [ $bench = 1 ]; then
   "$GPUFS_BIN" mount $mnt --state /tmp/gpufs-bench-state --store gpu && {
     echo "=== bench"
     "$build/bench/gpufs-bench" $mnt | tee "$out/bench.txt"
+    umount $mnt
+  }
+  # The same dd through a host-store mount: what FUSE itself costs here.
+  "$GPUFS_BIN" mount $mnt --state /tmp/gpufs-bench-host --store host --capacity 4G && {
+    dd if=/dev/zero of=$mnt/f bs=1M count=1024 2>&1 | tail -1 | sed 's/^/host store dd write: /' | tee -a "$out/bench.txt"
+    sleep 0.2
+    dd if=$mnt/f of=/dev/null bs=1M 2>&1 | tail -1 | sed 's/^/host store dd read:  /' | tee -a "$out/bench.txt"
     umount $mnt
   }
 fi

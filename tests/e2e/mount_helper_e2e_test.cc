@@ -79,6 +79,15 @@ TEST_F(TempDirs, BadOptionsFailClearlyWithoutMounting) {
   EXPECT_FALSE(Mounted());
 }
 
+TEST_F(TempDirs, MountingOverALiveMountIsRefused) {
+  ASSERT_EQ(Sh(GpufsBin() + " mount " + mnt_ + " --state " + state_ + " --store host").status, 0);
+  auto again = Sh(GpufsBin() + " mount " + mnt_ + " --state " + state_ + "-2 --store host");
+  EXPECT_NE(again.status, 0);
+  EXPECT_NE(again.output.find("already a mounted FUSE file system"), std::string::npos)
+      << again.output;
+  EXPECT_EQ(Sh("grep -c ' " + mnt_ + " ' /proc/mounts").output, "1\n");
+}
+
 TEST_F(TempDirs, CliPutGetLsStatRm) {
   ASSERT_EQ(Sh(GpufsBin() + " mount " + mnt_ + " --state " + state_ + " --store host").status, 0);
   ASSERT_TRUE(Mounted());

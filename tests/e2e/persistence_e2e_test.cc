@@ -97,6 +97,9 @@ TEST(PersistenceE2E, KillNineThenRemountKeepsEverything) {
   CheckTree(m, t);
   EXPECT_NE(::access(m.Path("model/partial").c_str(), F_OK), 0);
   EXPECT_NE(m.Log().find("discarding /model/partial"), std::string::npos) << m.Log();
+  EXPECT_NE(m.Log().find("dead gpufs mount"), std::string::npos) << m.Log();
+  EXPECT_EQ(Sh("grep -c ' " + m.mnt() + " ' /proc/mounts").output, "1\n")
+      << "the dead mount is still under the new one";
   EXPECT_TRUE(m.Stop());
 }
 

@@ -1,0 +1,41 @@
+// Small helpers shared by the client commands: extended attributes, whole
+// writes and checked closes, and finding the gpufs mount a path lives on.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "util/status.h"
+#include "util/unique_fd.h"
+
+namespace gpufs {
+
+// The value of extended attribute `name` of `path` (following symlinks).
+// The error keeps getxattr's errno (ENODATA when the attribute is unset).
+Result<std::string> GetAttrValue(const std::string& path, const char* name);
+Status SetAttrValue(const std::string& path, const char* name, const std::string& value);
+// The names of `path`'s extended attributes.
+Result<std::vector<std::string>> ListAttrNames(const std::string& path);
+
+// write(2) until all `size` bytes are written; `what` names the file in errors.
+Status WriteAll(int fd, const std::byte* data, size_t size, const std::string& what);
+// Writes `size` bytes to a member open for writing on a gpufs mount. The
+// daemon opens members with direct_io, so the kernel cuts a write into FUSE
+// requests of at most 256 pages *of the source buffer*; writes here are cut
+// so that each is one request. An error such as ENOSPC then reaches the
+// caller as itself, instead of as a short write followed by EIO.
+Status WriteMember(int fd, const std::byte* data, size_t size, const std::string& what);
+// read(2) until `size` bytes are read or the end of the file; returns the bytes read.
+Result<size_t> ReadFull(int fd, std::byte* data, size_t size, const std::string& what);
+// Closes `fd` (releasing it) and reports close(2)'s error.
+Status CloseChecked(UniqueFd& fd, const std::string& what);
+
+// The root of the gpufs mount that holds `path`: the nearest directory at or
+// above it (lexically, from the nearest existing ancestor) with a
+// `.gpufs/stats`. ENOENT-free paths need not exist. EINVAL if none is found.
+Result<std::string> FindMountRoot(const std::string& path);
+// "default_device" of MOUNT/.gpufs/stats: "host" or "cuda:N".
+Result<std::string> DefaultDevice(const std::string& mount_root);
+
+}  // namespace gpufs

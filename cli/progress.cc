@@ -1,0 +1,90 @@
+#include "cli/progress.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "util/size.h"
+
+namespace gpufs {
+namespace {
+
+constexpr auto kRedrawInterval = std::chrono::milliseconds(100);
+
+void WriteAll(int fd, std::string_view text) {
+  while (!text.empty()) {
+    ssize_t n = ::write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // a progress bar is not worth failing for
+    text.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+}  // namespace
+
+std::string FormatRate(double bytes_per_second) {
+  static constexpr const char* kUnits[] = {"B/s", "kB/s", "MB/s", "GB/s", "TB/s"};
+  double v = bytes_per_second > 0 ? bytes_per_second : 0;
+  int unit = 0;
+  while (v >= 1000 && unit < 4) {
+    v /= 1000;
+    ++unit;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, unit == 0 ? "%.0f %s" : "%.1f %s", v, kUnits[unit]);
+  return buf;
+}
+
+std::string FormatProgressLine(std::string_view label, uint64_t done, uint64_t total,
+                               double seconds) {
+  std::string line(label);
+  line += "  " + FormatSize(done);
+  if (total > 0) {
+    // done may pass total where the source grew; the percentage stops at 100.
+    double fraction = std::min(1.0, static_cast<double>(done) / static_cast<double>(total));
+    line +=
+        " / " + FormatSize(total) + "  " + std::to_string(static_cast<int>(fraction * 100)) + "%";
+  }
+  if (seconds > 0) line += "  " + FormatRate(static_cast<double>(done) / seconds);
+  return line;
+}
+
+Progress::Progress(std::string label, uint64_t total)
+    : Progress(std::move(label), total, 2, ::isatty(2) == 1) {}
+
+Progress::Progress(std::string label, uint64_t total, int fd, bool enabled)
+    : label_(std::move(label)), total_(total), fd_(fd), enabled_(enabled) {
+  start_ = last_ = std::chrono::steady_clock::now();
+}
+
+Progress::~Progress() { Finish(); }
+
+void Progress::Add(uint64_t bytes) {
+  done_ += bytes;
+  if (!enabled_ || finished_) return;
+  auto now = std::chrono::steady_clock::now();
+  if (now - last_ < kRedrawInterval) return;
+  last_ = now;
+  Draw();
+}
+
+void Progress::Finish() {
+  if (finished_) return;
+  finished_ = true;
+  if (!enabled_ || !drawn_) return;
+  Draw();
+  WriteAll(fd_, "\n");
+}
+
+void Progress::Draw() {
+  std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start_;
+  std::string line = FormatProgressLine(label_, done_, total_, elapsed.count());
+  size_t width = line.size();
+  if (width < width_) line.append(width_ - width, ' ');
+  width_ = width;
+  WriteAll(fd_, "\r" + line);
+  drawn_ = true;
+}
+
+}  // namespace gpufs

@@ -1,0 +1,53 @@
+#include "cli/progress.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <thread>
+
+namespace gpufs {
+namespace {
+
+TEST(Progress, Formats) {
+  EXPECT_EQ(FormatRate(512), "512 B/s");
+  EXPECT_EQ(FormatRate(2.1e9), "2.1 GB/s");
+  EXPECT_EQ(FormatRate(0), "0 B/s");
+  EXPECT_EQ(FormatProgressLine("import model.safetensors", 1288490189, 4294967296, 0.6),
+            "import model.safetensors  1.2 GiB / 4.0 GiB  30%  2.1 GB/s");
+  EXPECT_EQ(FormatProgressLine("get x", 10, 0, 0), "get x  10 B");
+  EXPECT_EQ(FormatProgressLine("get x", 20, 10, 0), "get x  20 B / 10 B  100%");
+}
+
+// What a Progress writes to a pipe.
+std::string Drive(bool enabled, bool slow) {
+  int fds[2];
+  EXPECT_EQ(::pipe2(fds, O_NONBLOCK), 0);
+  {
+    Progress p("put x", 100, fds[1], enabled);
+    p.Add(10);
+    if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(120));
+    p.Add(40);
+    p.Add(50);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  return out;
+}
+
+TEST(Progress, DrawsOnlyWhenEnabledAndSlow) {
+  EXPECT_EQ(Drive(false, true), "");
+  EXPECT_EQ(Drive(true, false), "");  // done before the first redraw: nothing
+  std::string out = Drive(true, true);
+  EXPECT_EQ(out.front(), '\r') << out;
+  EXPECT_EQ(out.back(), '\n') << out;
+  EXPECT_NE(out.find("put x  50 B / 100 B  50%"), std::string::npos) << out;
+  EXPECT_NE(out.find("put x  100 B / 100 B  100%"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace gpufs
