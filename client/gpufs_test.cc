@@ -238,4 +238,12 @@ TEST_F(ClientTest, WrapperCarriesTheError) {
   EXPECT_EQ(gpufs::IpcInfo(file_, &info), -ENOTTY);
 }
 
+TEST(DlpackExport, RefusesWhatItCannotDescribe) {
+  int64_t shape[1] = {4};
+  gpufs_buffer none{};
+  EXPECT_EQ(gpufs_dlpack_export(nullptr, 2, 32, 1, 1, shape), nullptr);
+  EXPECT_EQ(gpufs_dlpack_export(&none, 2, 32, 1, 1, shape), nullptr);  // nothing mapped
+  EXPECT_EQ(errno, EINVAL);
+}
+
 }  // namespace

@@ -9,6 +9,7 @@ packages=(
   libsqlite3-dev                    # the catalog
   libcli11-dev                      # command-line parsing
   nlohmann-json3-dev                # JSON (meta, stats, safetensors headers)
+  libdlpack-dev                     # DLPack tensor ABI (libgpufs exports tensors)
   libgtest-dev                      # unit and end-to-end tests
   attr                              # getfattr/setfattr, used by tests and docs
   python3 python3-numpy             # Python package and its tests

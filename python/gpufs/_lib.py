@@ -79,6 +79,8 @@ _SIGNATURES = {
     "gpufs_get_ipc_info": (ctypes.c_int, [ctypes.c_char_p, _INFO]),
     "gpufs_last_error": (ctypes.c_char_p, []),
     "gpufs_open_arenas": (ctypes.c_int, []),
+    "gpufs_dlpack_export": (ctypes.c_void_p, [_BUF, ctypes.c_uint8, ctypes.c_uint8, ctypes.c_uint16,
+                                              ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)]),
 }
 # Without these a candidate library is refused (e.g. built with hidden symbols).
 _REQUIRED = ("gpufs_map", "gpufs_unmap", "gpufs_last_error")

@@ -164,6 +164,15 @@ class Blob:
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"{self.path} is on {self.__dlpack_device__()}, "
                               f"not {tuple(dl_device)}")
+        if self._buf.internal and _lib.has("gpufs_dlpack_export"):
+            # The tensor gets a mapping of its own, released in C by the consumer.
+            shape = (ctypes.c_int64 * max(len(self.shape), 1))(*self.shape)
+            code, bits, lanes = self._dtype.dlpack
+            address = _lib.lib().gpufs_dlpack_export(ctypes.byref(self._buf), code, bits, lanes,
+                                                     len(self.shape), shape)
+            if not address:
+                raise OSError(errno.EIO, f"gpufs_dlpack_export: {_lib.last_error()}", self.path)
+            return dlpack.wrap_managed(address)
         self._retain()
         try:
             return dlpack.export(self._ptr, self.__dlpack_device__(), self._dtype.dlpack,

@@ -146,6 +146,26 @@ def _capsule_destructor(capsule):
         pass
 
 
+@CAPSULE_DESTRUCTOR
+def _c_owned_destructor(capsule):
+    # An unconsumed capsule of a tensor made in C: run the tensor's own deleter.
+    try:
+        if _api.PyCapsule_IsValid(capsule, _DLTENSOR):
+            address = _api.PyCapsule_GetPointer(capsule, _DLTENSOR)
+            managed = DLManagedTensor.from_address(address)
+            if managed.deleter:
+                managed.deleter(ctypes.cast(address, ctypes.POINTER(DLManagedTensor)))
+    except BaseException:  # pragma: no cover
+        pass
+
+
+def wrap_managed(address):
+    """A ``"dltensor"`` capsule of a DLManagedTensor made in C (libgpufs's
+    gpufs_dlpack_export): consumers release it through its C deleter, so no
+    call comes back into Python, even while the interpreter shuts down."""
+    return _api.PyCapsule_New(address, _DLTENSOR, _c_owned_destructor)
+
+
 def _c_strides(shape):
     strides, step = [], 1
     for dim in reversed(shape):

@@ -120,13 +120,12 @@ def check_float32(root):
         check(f"{name} bytes", digest == want)
 
     # Lifetime: CAI consumers hold no reference to the mapping, so drop them
-    # first; DLPack consumers do, and closing must wait for them.
+    # first; DLPack tensors hold mappings of their own (released in C).
     tc = a2 = None  # noqa: F841
     gc.collect()
     b.close()
-    check("close defers unmap while DLPack tensors live",
-          bool(b._buf.internal) and _lib.call("gpufs_open_arenas") > 0,
-          f"{b.consumers} consumers")
+    check("DLPack tensors keep their own mapping after close",
+          _lib.call("gpufs_open_arenas") > 0, f"{_lib.call('gpufs_open_arenas')} arenas open")
     check("torch still reads after close", torch_sha(tt) == want)
     tt = a1 = x = None  # noqa: F841
     deadline = time.monotonic() + 5  # some consumers free asynchronously

@@ -78,7 +78,8 @@ class GpuE2E : public ::testing::Test {
   nlohmann::json Stats() { return nlohmann::json::parse(ReadFile(P(".gpufs/stats"))); }
   // One device's entry of /.gpufs/stats.
   nlohmann::json Device(const std::string& name) {
-    for (const auto& d : Stats()["devices"]) {
+    nlohmann::json stats = Stats();  // iterate a live object, not a temporary's member
+    for (const auto& d : stats["devices"]) {
       if (d["device"] == name) return d;
     }
     return nlohmann::json::object();

@@ -78,6 +78,16 @@ int gpufs_write(struct gpufs_buffer* buf, uint64_t offset, const void* src, uint
 /* Copies n bytes of a mapped blob at `offset` into host or device memory. */
 int gpufs_read(const struct gpufs_buffer* buf, uint64_t offset, void* dst, uint64_t n);
 
+/* DLPack export for language bindings: a DLManagedTensor (dlpack.h, legacy
+ * ABI) viewing `buf`'s blob as a C-contiguous tensor of `ndim` dimensions
+ * `shape` and DLPack dtype (code, bits, lanes) on kDLCUDA. It holds a mapping
+ * of its own (the member is opened again), released by its deleter, which is
+ * plain C: a consumer may free the tensor at any time, even while the process
+ * exits, without calling back into the binding. NULL on failure
+ * (gpufs_last_error); shape x itemsize must equal the blob's size. */
+void* gpufs_dlpack_export(const struct gpufs_buffer* buf, uint8_t code, uint8_t bits,
+                          uint16_t lanes, int32_t ndim, const int64_t* shape);
+
 /* Releases the mapping and closes the member. Safe on a zeroed buffer. */
 int gpufs_unmap(struct gpufs_buffer* buf);
 
