@@ -51,6 +51,30 @@ bool IsDeviceName(std::string_view d) {
   return true;
 }
 
+// Checks for a name about to be created under `parent`.
+Status CheckNewName(uint64_t parent, std::string_view name) {
+  GPUFS_RETURN_IF_ERROR(CheckName(name));
+  if (IsControl(parent)) return Error(EPERM, "/.gpufs is read-only");
+  if (parent == kRootEntryId && name == kControlDirName) {
+    return Error(EEXIST, "/.gpufs is reserved for gpufs");
+  }
+  return Status::Ok();
+}
+
+// A new entry owned by the caller; `mode` holds the permission bits.
+Entry NewEntry(const Caller& caller, uint64_t parent, std::string_view name, EntryKind kind,
+               uint32_t mode, int64_t now) {
+  Entry entry;
+  entry.parent = parent;
+  entry.name = std::string(name);
+  entry.kind = kind;
+  entry.mode = (kind == EntryKind::kObject ? S_IFDIR : S_IFREG) | (mode & 07777);
+  entry.uid = caller.uid;
+  entry.gid = caller.gid;
+  entry.atime_ns = entry.mtime_ns = entry.ctime_ns = now;
+  return entry;
+}
+
 }  // namespace
 
 Namespace::Namespace(NamespaceOptions options)
@@ -305,22 +329,10 @@ Result<Attr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& request, Han
 
 Result<Attr> Namespace::Mkdir(const Caller& caller, uint64_t parent, std::string_view name,
                               uint32_t mode) {
-  GPUFS_RETURN_IF_ERROR(CheckName(name));
-  if (IsControl(parent)) return Error(EPERM, "/.gpufs is read-only");
-  if (parent == kRootEntryId && name == kControlDirName) {
-    return Error(EEXIST, "/.gpufs is reserved for gpufs");
-  }
+  GPUFS_RETURN_IF_ERROR(CheckNewName(parent, name));
   std::lock_guard lock(mu_);
   GPUFS_RETURN_IF_ERROR(ObjectEntry(parent).status());
-  int64_t now = Now();
-  Entry entry;
-  entry.parent = parent;
-  entry.name = std::string(name);
-  entry.kind = EntryKind::kObject;
-  entry.mode = S_IFDIR | (mode & 07777);
-  entry.uid = caller.uid;
-  entry.gid = caller.gid;
-  entry.atime_ns = entry.mtime_ns = entry.ctime_ns = now;
+  Entry entry = NewEntry(caller, parent, name, EntryKind::kObject, mode, Now());
   auto created = catalog_->CreateEntry(entry, std::nullopt);
   if (!created.ok()) return created.status().Prepend("mkdir " + PathOf(parent) + "/" + entry.name);
   return AttrOf(*created);
@@ -577,11 +589,7 @@ void Namespace::CollectEntry(EntryId id) {
 
 Result<OpenResult> Namespace::Create(const Caller& caller, uint64_t parent, std::string_view name,
                                      uint32_t mode, int flags) {
-  GPUFS_RETURN_IF_ERROR(CheckName(name));
-  if (IsControl(parent)) return Error(EPERM, "/.gpufs is read-only");
-  if (parent == kRootEntryId && name == kControlDirName) {
-    return Error(EEXIST, "/.gpufs is reserved for gpufs");
-  }
+  GPUFS_RETURN_IF_ERROR(CheckNewName(parent, name));
   std::lock_guard lock(mu_);
   GPUFS_RETURN_IF_ERROR(ObjectEntry(parent).status());
   std::string path = PathOf(parent) + "/" + std::string(name);
@@ -589,14 +597,7 @@ Result<OpenResult> Namespace::Create(const Caller& caller, uint64_t parent, std:
   BulkStore* store = StoreFor(device);
   if (store == nullptr) return Error(ENODEV, "create " + path + ": no store for " + device);
   int64_t now = Now();
-  Entry entry;
-  entry.parent = parent;
-  entry.name = std::string(name);
-  entry.kind = EntryKind::kBlob;
-  entry.mode = S_IFREG | (mode & 07777);
-  entry.uid = caller.uid;
-  entry.gid = caller.gid;
-  entry.atime_ns = entry.mtime_ns = entry.ctime_ns = now;
+  Entry entry = NewEntry(caller, parent, name, EntryKind::kBlob, mode, now);
   Blob blob;
   blob.device = device;
   blob.state = BlobState::kUnsealed;
@@ -774,8 +775,9 @@ Status Namespace::Release(HandleId id) {
     if (blob.broken) {
       sealed = Error(EIO, "a write failed");
     } else if (blob.needs_explicit_seal) {
-      sealed = Error(EIO, "it got device memory with GPUFS_IOC_ALLOC and was released without "
-                          "GPUFS_IOC_SEAL (its producer exited or gave up)");
+      sealed = Error(EIO,
+                     "it got device memory with GPUFS_IOC_ALLOC and was released without "
+                     "GPUFS_IOC_SEAL (its producer exited or gave up)");
     } else {
       sealed = SealLocked(blob, handle.entry);
     }
@@ -825,7 +827,8 @@ Status Namespace::SealLocked(ActiveBlob& blob, EntryId entry_id) {
   if (entry.ok() && entry->blob == rec.id) {
     entry->mtime_ns = entry->ctime_ns = Now();
     Status touched = catalog_->UpdateEntryAttrs(*entry);
-    if (!touched.ok()) GPUFS_LOG(WARN) << "touch " << PathOf(entry_id) << ": " << touched.ToString();
+    if (!touched.ok())
+      GPUFS_LOG(WARN) << "touch " << PathOf(entry_id) << ": " << touched.ToString();
   }
   return Status::Ok();
 }
@@ -899,7 +902,8 @@ Result<gpufs_ipc_info> Namespace::AllocDevice(HandleId id, uint64_t size) {
   if (blob->size.load() > 0 || blob->needs_explicit_seal) {
     return Error(EEXIST, path + " already has bytes; GPUFS_IOC_ALLOC wants a new empty member");
   }
-  if (size > (1ull << 62)) return Error(EFBIG, "GPUFS_IOC_ALLOC of " + std::to_string(size) + " bytes");
+  if (size > (1ull << 62))
+    return Error(EFBIG, "GPUFS_IOC_ALLOC of " + std::to_string(size) + " bytes");
   Blob next = rec;
   if (rec.device == "host") {
     // The producer wants device memory: use the default GPU, or the first one.
@@ -907,7 +911,8 @@ Result<gpufs_ipc_info> Namespace::AllocDevice(HandleId id, uint64_t size) {
     for (const auto& [name, store] : stores_) {
       if (device.empty() && name != "host") device = name;
     }
-    if (device.empty()) return Error(ENODEV, "this daemon serves no GPU (started with --store host?)");
+    if (device.empty())
+      return Error(ENODEV, "this daemon serves no GPU (started with --store host?)");
     GPUFS_ASSIGN_OR_RETURN(next.extent, StoreFor(device)->Allocate(rec.id, rec.owner_uid, size));
     next.device = device;
   } else {
@@ -950,7 +955,8 @@ Status Namespace::SealHandle(HandleId id) {
   std::unique_lock io(blob->io_mu);
   std::lock_guard lock(mu_);
   if (blob->rec.state == BlobState::kSealed) return Status::Ok();
-  if (blob->rec.state != BlobState::kUnsealed) return Error(EPERM, PathOf(entry) + " lost its bytes");
+  if (blob->rec.state != BlobState::kUnsealed)
+    return Error(EPERM, PathOf(entry) + " lost its bytes");
   if (blob->broken) return Error(EIO, PathOf(entry) + " had a failed write and will be discarded");
   Status sealed = SealLocked(*blob, entry);
   sealed_cv_.notify_all();
@@ -1033,7 +1039,8 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device) {
     GPUFS_ASSIGN_OR_RETURN(Extent extent, target->Allocate(rec.id, rec.owner_uid, rec.size));
     Status copied = [&]() -> Status {
       constexpr uint64_t kChunk = 64ull << 20;
-      size_t chunk = static_cast<size_t>(std::min<uint64_t>(std::max<uint64_t>(rec.size, 1), kChunk));
+      size_t chunk =
+          static_cast<size_t>(std::min<uint64_t>(std::max<uint64_t>(rec.size, 1), kChunk));
       HostBuffer buffer = AllocateIoBuffer(chunk);
       if (!buffer) return Error(ENOMEM, "no bounce buffer of " + std::to_string(chunk) + " bytes");
       for (uint64_t off = 0; off < rec.size; off += chunk) {
@@ -1067,8 +1074,8 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device) {
     }
     return Status::Ok();
   }();
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
-                  .count();
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   if (moved.ok()) {
     GPUFS_LOG(INFO) << "moved " << path << " to " << device << " in " << ms << " ms";
   }
