@@ -46,19 +46,8 @@ json T(const std::string& dtype, json shape, uint64_t begin, uint64_t end) {
   return {{"dtype", dtype}, {"shape", std::move(shape)}, {"data_offsets", {begin, end}}};
 }
 
-class CliE2E : public ::testing::Test {
+class CliE2E : public MountedTest {
  protected:
-  void SetUp() override {
-    ASSERT_TRUE(mount_.Start());
-    local_ = mount_.state() + "-local";
-    ASSERT_EQ(Sh("mkdir -p " + local_).status, 0);
-  }
-  void TearDown() override {
-    EXPECT_TRUE(mount_.Stop());
-    Sh("rm -rf " + local_);
-  }
-  std::string P(const std::string& rel) { return mount_.Path(rel); }
-  std::string L(const std::string& rel) { return local_ + "/" + rel; }
   ShResult Gpufs(const std::string& args) { return Sh(GpufsBin() + " " + args); }
   // Everything in the namespace, with sizes and attributes, one line each.
   std::string Listing() {
@@ -71,9 +60,6 @@ class CliE2E : public ::testing::Test {
     WriteFile(L("script.py"), "import numpy as np\n" + script);
     return Sh(std::string(kPython) + " " + L("script.py"));
   }
-
-  GpufsMount mount_;
-  std::string local_;
 };
 
 // --- .npy ---------------------------------------------------------------------

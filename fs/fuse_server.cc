@@ -247,7 +247,8 @@ void OnFsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) { fuse_reply_err(
 
 void OnRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   Status status = Ns(req).Release(fi->fh);
-  if (!status.ok()) LogFailure("release", status, false);
+  // The core already logged what a failed release did (discarding a blob).
+  if (!status.ok()) LogFailure("release", status, true);
   fuse_reply_err(req, 0);  // the kernel ignores release errors; the log has it
 }
 

@@ -3,6 +3,7 @@
 // unmount (and kills a stuck daemon) when the test ends.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/types.h>
 
 #include <string>
@@ -53,6 +54,27 @@ class GpufsMount {
   std::string root_, mnt_, state_, log_;
   std::vector<std::string> args_;
   pid_t pid_ = -1;
+};
+
+// A test with its own host-store mount and a local scratch directory beside
+// it, both gone after the test.
+class MountedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(mount_.Start());
+    local_ = mount_.state() + "-local";
+    ASSERT_EQ(Sh("mkdir -p " + local_).status, 0);
+  }
+  void TearDown() override {
+    EXPECT_TRUE(mount_.Stop());
+    Sh("rm -rf " + local_);
+  }
+  // A path on the mount, and one in the scratch directory.
+  std::string P(const std::string& rel) { return mount_.Path(rel); }
+  std::string L(const std::string& rel) { return local_ + "/" + rel; }
+
+  GpufsMount mount_;
+  std::string local_;
 };
 
 }  // namespace gpufs::e2e

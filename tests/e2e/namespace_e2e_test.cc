@@ -15,23 +15,7 @@
 namespace gpufs::e2e {
 namespace {
 
-class NamespaceE2E : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_TRUE(mount_.Start());
-    local_ = mount_.state() + "-local";
-    ASSERT_EQ(Sh("mkdir -p " + local_).status, 0);
-  }
-  void TearDown() override {
-    EXPECT_TRUE(mount_.Stop());
-    Sh("rm -rf " + local_);
-  }
-  std::string P(const std::string& rel) { return mount_.Path(rel); }
-  std::string L(const std::string& rel) { return local_ + "/" + rel; }
-
-  GpufsMount mount_;
-  std::string local_;
-};
+class NamespaceE2E : public MountedTest {};
 
 TEST_F(NamespaceE2E, CopyInListCatCompare) {
   WriteFile(L("a.bin"), RandomBytes(3 * 1024 * 1024 + 17, 1));
