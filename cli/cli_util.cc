@@ -116,7 +116,9 @@ Result<std::string> FindMountRoot(const std::string& path) {
   return Error(EINVAL, path + " is not on a gpufs mount (no .gpufs/stats in it or above it)");
 }
 
-Result<std::string> DefaultDevice(const std::string& mount_root) {
+namespace {
+
+Result<nlohmann::json> ReadStats(const std::string& mount_root) {
   std::string path = mount_root + "/.gpufs/stats";
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return PosixError("open " + path, errno);
@@ -130,11 +132,50 @@ Result<std::string> DefaultDevice(const std::string& mount_root) {
   }
   auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Error(EIO, path + " is not a JSON object");
+  return j;
+}
+
+}  // namespace
+
+Result<std::string> DefaultDevice(const std::string& mount_root) {
+  GPUFS_ASSIGN_OR_RETURN(nlohmann::json j, ReadStats(mount_root));
   auto it = j.find("default_device");
   if (it == j.end() || !it->is_string()) {
-    return Error(EIO, path + " has no \"default_device\" string");
+    return Error(EIO, mount_root + "/.gpufs/stats has no \"default_device\" string");
   }
   return it->get<std::string>();
+}
+
+Result<std::vector<std::string>> ServedDevices(const std::string& mount_root) {
+  GPUFS_ASSIGN_OR_RETURN(nlohmann::json j, ReadStats(mount_root));
+  std::vector<std::string> names;
+  auto it = j.find("devices");
+  if (it == j.end() || !it->is_array()) {
+    return Error(EIO, mount_root + "/.gpufs/stats has no \"devices\" array");
+  }
+  for (const auto& d : *it) {
+    if (d.is_object() && d.contains("device") && d["device"].is_string()) {
+      names.push_back(d["device"].get<std::string>());
+    }
+  }
+  return names;
+}
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+std::string BaseName(const std::string& path) {
+  std::string name = std::filesystem::path(path).filename().string();
+  return name.empty() ? path : name;
+}
+
+std::optional<uint64_t> LayoutBytes(const std::vector<uint64_t>& shape, uint64_t itemsize) {
+  uint64_t bytes = itemsize;
+  for (uint64_t d : shape) {
+    if (__builtin_mul_overflow(bytes, d, &bytes)) return std::nullopt;
+  }
+  return bytes;
 }
 
 }  // namespace gpufs

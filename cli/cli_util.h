@@ -3,7 +3,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "util/status.h"
@@ -37,5 +40,13 @@ Status CloseChecked(UniqueFd& fd, const std::string& what);
 Result<std::string> FindMountRoot(const std::string& path);
 // "default_device" of MOUNT/.gpufs/stats: "host" or "cuda:N".
 Result<std::string> DefaultDevice(const std::string& mount_root);
+// The "device" names of MOUNT/.gpufs/stats's "devices": "host", "cuda:0"...
+Result<std::vector<std::string>> ServedDevices(const std::string& mount_root);
+
+bool EndsWith(std::string_view s, std::string_view suffix);
+// The last component of `path` (`path` itself when it has none).
+std::string BaseName(const std::string& path);
+// The product of `shape` times `itemsize`, or nullopt on overflow.
+std::optional<uint64_t> LayoutBytes(const std::vector<uint64_t>& shape, uint64_t itemsize);
 
 }  // namespace gpufs

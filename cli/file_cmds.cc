@@ -26,21 +26,6 @@ using nlohmann::json;
 // Bytes per read(2); writes to the mount go in FUSE's 1 MiB requests.
 constexpr size_t kChunk = 4 << 20;
 
-bool EndsWith(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
-std::string BaseName(const std::string& path) {
-  std::string name = std::filesystem::path(path).filename().string();
-  return name.empty() ? path : name;
-}
-
-std::string JoinShape(const std::vector<uint64_t>& shape) {
-  std::string s;
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s;
-}
-
 // Whatever json::dump makes of it, invalid UTF-8 (names are bytes) included.
 std::string Dump(const json& j, int indent) {
   return j.dump(indent, ' ', false, json::error_handler_t::replace);
@@ -71,31 +56,6 @@ Status Copy(int in, const std::string& from, int out, const std::string& to, boo
   return Status::Ok();
 }
 
-// The product of `shape` times `itemsize`, or nullopt on overflow.
-std::optional<uint64_t> LayoutBytes(const std::vector<uint64_t>& shape, uint64_t itemsize) {
-  uint64_t bytes = itemsize;
-  for (uint64_t d : shape) {
-    if (__builtin_mul_overflow(bytes, d, &bytes)) return std::nullopt;
-  }
-  return bytes;
-}
-
-// EINVAL unless `dtype` (and `shape`, when known) describe exactly `bytes`.
-Status CheckLayout(const std::string& what, const std::string& dtype,
-                   const std::optional<std::vector<uint64_t>>& shape, uint64_t bytes) {
-  uint64_t itemsize = *xattr::DtypeSize(dtype);
-  if (!shape) {
-    if (bytes % itemsize == 0) return Status::Ok();
-    return Error(EINVAL, what + ": " + std::to_string(bytes) + " bytes are not a whole number of " +
-                             dtype + " (" + std::to_string(itemsize) + " bytes each)");
-  }
-  auto need = LayoutBytes(*shape, itemsize);
-  if (need && *need == bytes) return Status::Ok();
-  return Error(EINVAL, what + ": dtype " + dtype + " with shape " + npy::ShapeTuple(*shape) +
-                           " is " + (need ? std::to_string(*need) : std::string("too many")) +
-                           " bytes, but there are " + std::to_string(bytes) + " bytes of data");
-}
-
 // An attribute that may be unset: nullopt for ENODATA, an error for anything else.
 Result<std::optional<std::string>> OptionalAttr(const std::string& path, const char* name) {
   auto value = GetAttrValue(path, name);
@@ -103,89 +63,6 @@ Result<std::optional<std::string>> OptionalAttr(const std::string& path, const c
   if (value.status().code() == ENODATA) return std::optional<std::string>();
   return value.status();
 }
-
-}  // namespace
-
-Status Put(const std::string& file, const std::string& path, const PutOptions& options) {
-  std::optional<std::vector<uint64_t>> shape;
-  if (options.shape) {
-    auto parsed = xattr::ParseShape(*options.shape);
-    if (!parsed.ok()) return parsed.status().Prepend("--shape");
-    shape = *parsed;
-  }
-  std::optional<std::string> dtype = options.dtype;
-  if (dtype) GPUFS_RETURN_IF_ERROR(xattr::CheckDtype(*dtype).Prepend("--dtype"));
-
-  UniqueFd in(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!in.valid()) return PosixError("open " + file, errno);
-  struct stat st {};
-  if (::fstat(in.get(), &st) != 0) return PosixError("stat " + file, errno);
-  if (S_ISDIR(st.st_mode)) return Error(EISDIR, file + " is a directory");
-  bool regular = S_ISREG(st.st_mode);
-  uint64_t offset = 0;
-  std::optional<uint64_t> length;
-  if (regular) length = static_cast<uint64_t>(st.st_size);
-
-  bool is_npy = false;
-  if (!options.raw) {
-    char magic[6] = {};
-    is_npy = EndsWith(file, ".npy") ||
-             (regular && ::pread(in.get(), magic, sizeof magic, 0) == sizeof magic &&
-              npy::HasMagic(std::string_view(magic, sizeof magic)));
-  }
-  if (is_npy) {
-    if (!regular) return Error(EINVAL, file + ": a .npy must be a regular file (or use --raw)");
-    GPUFS_ASSIGN_OR_RETURN(npy::Header header,
-                           npy::ReadHeader(in.get(), static_cast<uint64_t>(st.st_size), file));
-    offset = header.data_offset;
-    length = header.data_size;
-    if (!dtype) {
-      if (header.dtype.empty()) {
-        return Error(EINVAL, file + ": numpy dtype '" + header.descr +
-                                 "' has no gpufs equivalent; name the element type with --dtype");
-      }
-      dtype = header.dtype;
-    }
-    if (!shape) shape = header.shape;
-    if (options.dtype || options.shape) {
-      GPUFS_RETURN_IF_ERROR(CheckLayout(file, *dtype, shape, *length));
-    }
-  } else if (dtype && length) {
-    GPUFS_RETURN_IF_ERROR(CheckLayout(file, *dtype, shape, *length));
-  }
-
-  std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  std::error_code ec;
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  if (ec) return Error(ec.value(), "create " + parent.string() + ": " + ec.message());
-  UniqueFd out(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!out.valid()) return PosixError("create " + path, errno);
-  // Unlinked before its last close, a member is discarded, never sealed half-written.
-  auto discard = [&](const Status& status) {
-    ::unlink(path.c_str());
-    return status;
-  };
-  if (offset > 0 && ::lseek(in.get(), static_cast<off_t>(offset), SEEK_SET) < 0) {
-    return discard(PosixError("seek " + file, errno));
-  }
-  Progress progress("put " + BaseName(file), length.value_or(0));
-  Status copied = Copy(in.get(), file, out.get(), path, true, length, &progress);
-  progress.Finish();
-  if (!copied.ok()) return discard(copied);
-  Status closed = CloseChecked(out, path);
-  if (!closed.ok()) return discard(closed);
-  if (dtype) {
-    Status set = SetAttrValue(path, std::string(xattr::kDtype).c_str(), *dtype);
-    if (!set.ok()) return discard(set);
-  }
-  if (shape) {
-    Status set = SetAttrValue(path, std::string(xattr::kShape).c_str(), JoinShape(*shape));
-    if (!set.ok()) return discard(set);
-  }
-  return Status::Ok();
-}
-
-namespace {
 
 // The .npy header for the blob at `path` of `size` bytes, from its dtype and shape.
 Result<std::string> NpyHeaderFor(const std::string& path, uint64_t size, const std::string& file) {
@@ -223,32 +100,46 @@ Result<std::string> NpyHeaderFor(const std::string& path, uint64_t size, const s
 
 }  // namespace
 
-Status Get(const std::string& path, const std::string& file, const GetOptions& options) {
+Status Get(const std::string& path, const std::string& file_arg, const GetOptions& options) {
   UniqueFd in(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!in.valid()) return PosixError("open " + path, errno);
   struct stat st {};
   if (::fstat(in.get(), &st) != 0) return PosixError("stat " + path, errno);
   if (S_ISDIR(st.st_mode)) return Error(EISDIR, path + " is an object, not a blob");
   uint64_t size = static_cast<uint64_t>(st.st_size);
+  bool to_stdout = file_arg == "-";
+  std::string file = file_arg;
+  struct stat local {};
+  if (!to_stdout && (EndsWith(file, "/") || (::stat(file.c_str(), &local) == 0 &&
+                                            S_ISDIR(local.st_mode)))) {
+    file = (std::filesystem::path(file) / BaseName(path)).string();
+  }
   std::string header;
   if (!options.raw && EndsWith(file, ".npy")) {
     GPUFS_ASSIGN_OR_RETURN(header, NpyHeaderFor(path, size, file));
   }
-  UniqueFd out(::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!out.valid()) return PosixError("create " + file, errno);
+  UniqueFd owned;
+  if (!to_stdout) {
+    owned.reset(::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!owned.valid()) return PosixError("create " + file, errno);
+  }
+  int out = to_stdout ? 1 : owned.get();
+  std::string name = to_stdout ? "stdout" : file;
   auto discard = [&](const Status& status) {
-    out.reset();
+    if (to_stdout) return status;
+    owned.reset();
     ::unlink(file.c_str());
     return status;
   };
   Status written =
-      WriteAll(out.get(), reinterpret_cast<const std::byte*>(header.data()), header.size(), file);
+      WriteAll(out, reinterpret_cast<const std::byte*>(header.data()), header.size(), name);
   if (!written.ok()) return discard(written);
   Progress progress("get " + BaseName(path), size);
-  Status copied = Copy(in.get(), path, out.get(), file, false, size, &progress);
+  Status copied = Copy(in.get(), path, out, name, false, size, &progress);
   progress.Finish();
   if (!copied.ok()) return discard(copied);
-  Status closed = CloseChecked(out, file);
+  if (to_stdout) return Status::Ok();
+  Status closed = CloseChecked(owned, file);
   if (!closed.ok()) return discard(closed);
   return Status::Ok();
 }
@@ -476,7 +367,16 @@ Status Rm(const std::string& path, bool recursive) {
 }
 
 Status Migrate(const std::string& path, const std::string& device) {
-  return SetAttrValue(path, "user.gpufs.device", device);
+  Status set = SetAttrValue(path, "user.gpufs.device", device);
+  if (set.code() != ENODEV) return set;
+  auto root = FindMountRoot(path);
+  if (!root.ok()) return set;
+  auto devices = ServedDevices(*root);
+  if (!devices.ok()) return set;
+  std::string list;
+  for (const auto& d : *devices) list += (list.empty() ? "" : ", ") + d;
+  return Error(ENODEV, "cannot migrate " + path + " to " + device + ": the mount at " + *root +
+                           " serves only " + list);
 }
 
 }  // namespace gpufs

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cli/cli_util.h"
+#include "cli/interrupt.h"
 #include "cli/progress.h"
 #include "cli/safetensors.h"
 #include "core/xattr_names.h"
@@ -39,38 +40,6 @@ constexpr const char* kTypename = "SafeTensors";
 // How long members written through the mount may take to be sealed after
 // their close (the daemon seals at release, which follows close).
 constexpr auto kSealWait = std::chrono::seconds(60);
-
-// --- interruption -------------------------------------------------------------
-
-volatile sig_atomic_t g_interrupted = 0;
-
-void OnSignal(int) { g_interrupted = 1; }
-
-// While alive, SIGINT, SIGTERM and SIGHUP set a flag instead of killing the
-// process, so an interrupted import can remove what it made.
-class InterruptGuard {
- public:
-  InterruptGuard() {
-    g_interrupted = 0;
-    struct sigaction sa {};
-    sa.sa_handler = OnSignal;
-    sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < std::size(kSignals); ++i) ::sigaction(kSignals[i], &sa, &old_[i]);
-  }
-  ~InterruptGuard() {
-    for (size_t i = 0; i < std::size(kSignals); ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
-  }
-  InterruptGuard(const InterruptGuard&) = delete;
-  InterruptGuard& operator=(const InterruptGuard&) = delete;
-
-  static Status Check() {
-    return g_interrupted ? Error(EINTR, "interrupted; nothing was imported") : Status::Ok();
-  }
-
- private:
-  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
-  struct sigaction old_[std::size(kSignals)]{};
-};
 
 // --- reading ------------------------------------------------------------------
 

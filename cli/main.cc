@@ -1,20 +1,36 @@
 // gpufs: the command line. `mount` starts a daemon; the other commands are
 // clients of a mounted gpufs.
+//
+// Exit status: 0 success, 1 a failed command, 2 a usage error (unknown
+// command or option, missing argument), 130 interrupted (put, import).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "cli/command_names.h"
 #include "cli/file_cmds.h"
 #include "cli/import_cmd.h"
+#include "cli/interrupt.h"
+#include "cli/mount_check.h"
 #include "cli/mount_cmd.h"
+#include "cli/progress.h"
+#include "cli/put_cmd.h"
 #include "util/size.h"
 
+#ifndef GPUFS_VERSION
+#define GPUFS_VERSION "unknown"
+#endif
+
 namespace {
+
+constexpr int kUsageError = 2;
+constexpr int kInterrupted = 130;  // 128 + SIGINT, as shells report it
 
 int Report(const gpufs::Status& status) {
   if (status.ok()) return 0;
   std::fprintf(stderr, "gpufs: %s\n", status.ToString().c_str());
+  if (status.code() == EINTR && gpufs::InterruptGuard::Interrupted()) return kInterrupted;
   return 1;
 }
 
@@ -23,6 +39,15 @@ int Report(const gpufs::Status& status) {
 int main(int argc, char** argv) {
   CLI::App app{"gpufs: share immutable data in GPU memory through a mount point"};
   app.require_subcommand(1);
+  app.fallthrough();  // global flags may follow the command: gpufs put x y --force
+  app.set_version_flag("--version", "gpufs " GPUFS_VERSION);
+  bool force = false, progress_on = false, progress_off = false;
+  app.add_flag("--force", force,
+               "Act on paths outside a gpufs mount too (put, get, ls, stat, rm, migrate, import)");
+  auto* progress_on_flag =
+      app.add_flag("--progress", progress_on, "Show the progress line even when not on a terminal");
+  app.add_flag("--no-progress", progress_off, "Never show the progress line")
+      ->excludes(progress_on_flag);
 
   gpufs::MountConfig mount;
   std::string devices, capacity;
@@ -45,8 +70,10 @@ int main(int argc, char** argv) {
   std::string dtype, shape;
   auto* put =
       app.add_subcommand("put", "Copy a local file (or the data of a .npy) into a blob member");
-  put->add_option("file", src, "Local file; a .npy gives its data, dtype and shape")->required();
-  put->add_option("path", dst, "Member path on a gpufs mount")->required();
+  put->add_option("file", src, "Local file ('-': stdin); a .npy gives its data, dtype and shape")
+      ->required();
+  put->add_option("path", dst, "Member path on a gpufs mount (an object: FILE's name in it)")
+      ->required();
   auto* dtype_opt =
       put->add_option("--dtype", dtype, "Element type, e.g. float32 (overrides a .npy's)");
   auto* shape_opt = put->add_option(
@@ -57,7 +84,8 @@ int main(int argc, char** argv) {
   auto* get =
       app.add_subcommand("get", "Copy a blob member to a local file (a .npy if FILE ends so)");
   get->add_option("path", src, "Member path on a gpufs mount")->required();
-  get->add_option("file", dst, "Local file")->required();
+  get->add_option("file", dst, "Local file ('-': stdout; a directory: PATH's name in it)")
+      ->required();
   get->add_flag("--raw", get_options.raw, "Copy the bytes as they are, even to a .npy name");
 
   gpufs::ImportOptions import_options;
@@ -88,7 +116,21 @@ int main(int argc, char** argv) {
   migrate->add_option("path", src, "Path on a gpufs mount")->required();
   migrate->add_option("--to", to, "host or cuda:N")->required();
 
-  CLI11_PARSE(app, argc, argv);
+  if (auto unknown = gpufs::UnknownCommand(app, argc, argv)) {
+    std::fprintf(stderr, "gpufs: %s\nRun 'gpufs --help' for the commands.\n", unknown->c_str());
+    return kUsageError;
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version are "errors" that exit 0; every other one is usage.
+    return app.exit(e) == 0 ? 0 : kUsageError;
+  }
+  if (progress_on || progress_off) gpufs::Progress::Force(progress_on);
+  // Client commands act on gpufs paths only, unless --force.
+  auto on_gpufs = [&](const std::string& path) {
+    return force ? gpufs::Status::Ok() : gpufs::CheckOnGpufs(path);
+  };
 
   if (mount_cmd->parsed()) {
     if (!capacity.empty()) {
@@ -108,10 +150,16 @@ int main(int argc, char** argv) {
   if (put->parsed()) {
     if (dtype_opt->count() > 0) put_options.dtype = dtype;
     if (shape_opt->count() > 0) put_options.shape = shape;
+    put_options.force = force;
+    if (auto s = on_gpufs(dst); !s.ok()) return Report(s);
     return Report(gpufs::Put(src, dst, put_options));
   }
+  if (import_cmd->parsed()) {
+    if (auto s = on_gpufs(dst); !s.ok()) return Report(s);
+    return Report(gpufs::Import(src, dst, import_options));
+  }
+  if (auto s = on_gpufs(src); !s.ok()) return Report(s);
   if (get->parsed()) return Report(gpufs::Get(src, dst, get_options));
-  if (import_cmd->parsed()) return Report(gpufs::Import(src, dst, import_options));
   if (ls->parsed()) return Report(gpufs::Ls(src, long_format, json));
   if (stat->parsed()) return Report(gpufs::Stat(src, json));
   if (rm->parsed()) return Report(gpufs::Rm(src, recursive));

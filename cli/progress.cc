@@ -24,15 +24,29 @@ void WriteAll(int fd, std::string_view text) {
 }  // namespace
 
 std::string FormatRate(double bytes_per_second) {
-  static constexpr const char* kUnits[] = {"B/s", "kB/s", "MB/s", "GB/s", "TB/s"};
+  static constexpr const char* kUnits[] = {"B/s", "KiB/s", "MiB/s", "GiB/s", "TiB/s"};
   double v = bytes_per_second > 0 ? bytes_per_second : 0;
   int unit = 0;
-  while (v >= 1000 && unit < 4) {
-    v /= 1000;
+  while (v >= 1024 && unit < 4) {
+    v /= 1024;
     ++unit;
   }
   char buf[32];
   std::snprintf(buf, sizeof buf, unit == 0 ? "%.0f %s" : "%.1f %s", v, kUnits[unit]);
+  return buf;
+}
+
+std::string FormatDuration(double seconds) {
+  uint64_t s = seconds > 0 ? static_cast<uint64_t>(seconds + 0.5) : 0;
+  char buf[32];
+  if (s >= 3600) {
+    std::snprintf(buf, sizeof buf, "%llu:%02llu:%02llu", static_cast<unsigned long long>(s / 3600),
+                  static_cast<unsigned long long>(s / 60 % 60),
+                  static_cast<unsigned long long>(s % 60));
+  } else {
+    std::snprintf(buf, sizeof buf, "%llu:%02llu", static_cast<unsigned long long>(s / 60),
+                  static_cast<unsigned long long>(s % 60));
+  }
   return buf;
 }
 
@@ -46,12 +60,25 @@ std::string FormatProgressLine(std::string_view label, uint64_t done, uint64_t t
     line +=
         " / " + FormatSize(total) + "  " + std::to_string(static_cast<int>(fraction * 100)) + "%";
   }
-  if (seconds > 0) line += "  " + FormatRate(static_cast<double>(done) / seconds);
+  if (seconds > 0) {
+    double rate = static_cast<double>(done) / seconds;
+    line += "  " + FormatRate(rate) + "  " + FormatDuration(seconds);
+    if (total > 0 && rate > 0) {
+      double left = done < total ? static_cast<double>(total - done) / rate : 0;
+      line += "  ETA " + FormatDuration(left);
+    }
+  }
   return line;
 }
 
+namespace {
+std::optional<bool> g_forced;
+}  // namespace
+
+void Progress::Force(std::optional<bool> enabled) { g_forced = enabled; }
+
 Progress::Progress(std::string label, uint64_t total)
-    : Progress(std::move(label), total, 2, ::isatty(2) == 1) {}
+    : Progress(std::move(label), total, 2, g_forced.value_or(::isatty(2) == 1)) {}
 
 Progress::Progress(std::string label, uint64_t total, int fd, bool enabled)
     : label_(std::move(label)), total_(total), fd_(fd), enabled_(enabled) {

@@ -11,10 +11,15 @@ namespace {
 
 TEST(Progress, Formats) {
   EXPECT_EQ(FormatRate(512), "512 B/s");
-  EXPECT_EQ(FormatRate(2.1e9), "2.1 GB/s");
+  EXPECT_EQ(FormatRate(2.0 * (1 << 30)), "2.0 GiB/s");
+  EXPECT_EQ(FormatRate(100 * (1 << 20)), "100.0 MiB/s");
   EXPECT_EQ(FormatRate(0), "0 B/s");
-  EXPECT_EQ(FormatProgressLine("import model.safetensors", 1288490189, 4294967296, 0.6),
-            "import model.safetensors  1.2 GiB / 4.0 GiB  30%  2.1 GB/s");
+  EXPECT_EQ(FormatDuration(7.2), "0:07");
+  EXPECT_EQ(FormatDuration(754), "12:34");
+  EXPECT_EQ(FormatDuration(3723), "1:02:03");
+  // 1.2 GiB in 6 s: 204.8 MiB/s, 2.8 GiB left at that rate: 14 s.
+  EXPECT_EQ(FormatProgressLine("import model.safetensors", 1288490189, 4294967296, 6),
+            "import model.safetensors  1.2 GiB / 4.0 GiB  30%  204.8 MiB/s  0:06  ETA 0:14");
   EXPECT_EQ(FormatProgressLine("get x", 10, 0, 0), "get x  10 B");
   EXPECT_EQ(FormatProgressLine("get x", 20, 10, 0), "get x  20 B / 10 B  100%");
 }

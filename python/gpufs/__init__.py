@@ -8,9 +8,16 @@ Public API:
 
 - ``open(path) -> Blob``: map a sealed GPU blob (``__dlpack__``,
   ``__cuda_array_interface__``, ``ptr``, ``shape``, ``dtype``...).
-- ``save(array, path, *, type=None)``: store a CUDA array (torch, cupy,
-  jax...), a numpy array, or a dict of them (an object).
-- ``load(path)``: a Blob, or for an object a dict of its members.
+- ``save(array, path, *, type=None, force=False)``: store a CUDA array
+  (torch, cupy, jax...), a numpy array or scalar, or a dict of them (an
+  object).
+- ``load(path, *, device=None, framework=None, force=False)``: a Blob, or
+  for an object a dict of its members; with ``framework``/``device``,
+  tensors (``gpufs.load("/gpu/model", device="cuda:0")`` gives torch
+  tensors, as safetensors' ``load_file`` does).
+
+Paths must be on a gpufs mount (OSError EXDEV otherwise) unless
+``force=True``.
 - ``meta(path)``, ``info(path)``: the ``user.gpufs.meta`` tree and the IPC
   handle, parsed.
 - ``read_numpy(path)``: a blob's bytes as a numpy array, through the file
@@ -21,7 +28,7 @@ without it, metadata functions and host-memory blobs still work, and mapping
 raises OSError(ENODEV).  Importing gpufs imports no GPU framework.
 """
 
-from . import dlpack, dtypes
+from . import dlpack, dtypes, tensors
 from .blob import Blob, HostBlob, read_numpy
 from .blob import open_blob as open  # noqa: A001  (gpufs.open mirrors io.open)
 from .objects import Object, info, load, meta
@@ -30,4 +37,4 @@ from ._save import save
 __version__ = "0.1.0"
 
 __all__ = ["open", "save", "load", "meta", "info", "read_numpy", "Blob", "HostBlob", "Object",
-           "dtypes", "dlpack", "__version__"]
+           "dtypes", "dlpack", "tensors", "__version__"]

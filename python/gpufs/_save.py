@@ -40,9 +40,10 @@ import json
 import math
 import os
 import sys
-from typing import NamedTuple, Optional, Tuple
+from typing import Any, NamedTuple, Optional, Tuple
 
 from . import _lib, dlpack, dtypes
+from ._mount import check_on_gpufs
 from .blob import DTYPE_XATTR, SHAPE_XATTR, format_shape
 
 __all__ = ["save", "TYPE_XATTR"]
@@ -59,7 +60,8 @@ class _Source(NamedTuple):
     host: Optional[memoryview] = None  # the bytes, for host sources
 
 
-def save(array, path, *, type=None):
+def save(array: Any, path: "os.PathLike[str] | str", *, type: Optional[str] = None,
+         force: bool = False) -> None:
     """Store `array` as the blob at `path`, replacing any blob there.
 
     A mapping (dict) is stored as an object: a directory with one member per
@@ -69,15 +71,18 @@ def save(array, path, *, type=None):
 
     ValueError: non-contiguous device source, or a dtype gpufs does not know.
     OSError: as the filesystem or libgpufs reports it (ENODEV when a device
-    source meets a daemon that serves no GPU).
+    source meets a daemon that serves no GPU; EXDEV when `path` is not on a
+    gpufs mount, unless ``force=True``, which makes plain files with the same
+    attributes).  NotADirectoryError: a parent of `path` is a member (blob).
     """
     path = os.fspath(path)
+    check_on_gpufs(path, force)
     if isinstance(array, collections.abc.Mapping):
         _save_object(array, path, type if type is not None else getattr(array, "typename", None))
         return
     parent = os.path.dirname(path)
     if parent:
-        os.makedirs(parent, exist_ok=True)
+        _make_objects(parent)
     if type is not None:
         os.setxattr(parent or ".", TYPE_XATTR, str(type).encode())
     with _describe(array) as src:
@@ -88,14 +93,28 @@ def save(array, path, *, type=None):
             _write_host(path, src)
 
 
-def _save_object(mapping, path, typename):
+def _make_objects(path):
+    """mkdir -p `path`; NotADirectoryError where a member (a blob) is in the way."""
+    at = path
+    while not os.path.lexists(at):
+        up = os.path.dirname(at)
+        if up == at:
+            break
+        at = up
+    if os.path.lexists(at) and not os.path.isdir(at):
+        raise NotADirectoryError(errno.ENOTDIR, "a member (blob), not an object: cannot save "
+                                 "under it", at)
     os.makedirs(path, exist_ok=True)
+
+
+def _save_object(mapping, path, typename):
+    _make_objects(path)
     if typename is not None:
         os.setxattr(path, TYPE_XATTR, str(typename).encode())
     for name, value in mapping.items():
         if not isinstance(name, str) or name in ("", ".", "..") or "/" in name:
             raise ValueError(f"bad member name {name!r} in object {path}")
-        save(value, os.path.join(path, name))
+        save(value, os.path.join(path, name), force=True)  # checked by the caller
 
 
 # -- describing sources ---------------------------------------------------------
@@ -108,7 +127,8 @@ def _is_numpy(array):
 def _describe(array):
     """Yield the _Source of `array`; its memory is valid inside the block."""
     if _is_numpy(array):
-        yield _numpy_source(array)
+        import numpy as np
+        yield _numpy_source(np.asarray(array))  # numpy scalars (np.float32(3)) as 0-d arrays
         return
     refused = None
     try:

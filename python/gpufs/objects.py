@@ -16,8 +16,10 @@ import json
 import os
 import stat
 import uuid
+from typing import Any, Dict, Optional, Union
 
-from . import _lib
+from . import _lib, tensors
+from ._mount import check_on_gpufs
 from .blob import DEVICE_XATTR, Blob, HostBlob
 
 __all__ = ["Object", "load", "meta", "info", "META_XATTR"]
@@ -25,12 +27,12 @@ __all__ = ["Object", "load", "meta", "info", "META_XATTR"]
 META_XATTR = "user.gpufs.meta"
 
 
-def meta(path):
+def meta(path: "os.PathLike[str] | str") -> Dict[str, Any]:
     """The parsed ``user.gpufs.meta`` of an object or blob (a dict)."""
     return json.loads(os.getxattr(path, META_XATTR))
 
 
-def info(path):
+def info(path: "os.PathLike[str] | str") -> Dict[str, Any]:
     """The ``struct gpufs_ipc_info`` of a GPU blob, as a dict.
 
     Keys: magic, version, handle (bytes), offset, size, device_uuid (str, as
@@ -138,9 +140,34 @@ def _scan_tree(path):
     return {"typename": typename, "members": members}
 
 
-def load(path):
-    """Open the blob at `path` (a Blob or HostBlob) or the object there (an Object)."""
+def load(path: "os.PathLike[str] | str", *, device: Any = None, framework: Optional[str] = None,
+         force: bool = False) -> Union[Blob, HostBlob, Object, Any, Dict[str, Any]]:
+    """Open the blob at `path` (a Blob or HostBlob) or the object there (an Object).
+
+    With ``framework`` ("numpy", "torch", "cupy", "jax") or ``device`` (e.g.
+    "cuda:0", "cpu"; alone it means torch, as safetensors' ``load_file``),
+    returns tensors instead: one for a blob, a dict of member name -> tensor
+    (nested dicts for nested objects) for an object.  See :mod:`gpufs.tensors`.
+
+    OSError EXDEV: `path` is not on a gpufs mount (``force=True`` reads
+    plain files and directories too).
+    """
     path = os.fspath(path)
+    check_on_gpufs(path, force)
+    if framework is None and device is None:
+        return _load(path)
+    framework = tensors.check(framework, device)
+    with _load(path) as loaded:
+        return _convert(loaded, framework, device)
+
+
+def _convert(loaded, framework, device):
+    if isinstance(loaded, Object):
+        return {name: _convert(member, framework, device) for name, member in loaded.items()}
+    return tensors.to_tensor(loaded, framework, device)
+
+
+def _load(path):
     if not stat.S_ISDIR(os.stat(path).st_mode):
         return _open_member(path)
     try:

@@ -210,9 +210,17 @@ class FakeCuda:
         return d
 
 
+def save(*args, **kwargs):
+    return gpufs.save(*args, force=True, **kwargs)
+
+
+def load(*args, **kwargs):
+    return gpufs.load(*args, force=True, **kwargs)
+
+
 @unittest.skipIf(np is None, "numpy not installed")
 class PlainFileTest(unittest.TestCase):
-    """save/read_numpy/load outside a mount: plain files with the same attributes."""
+    """save/read_numpy/load outside a mount (force=True): plain files with the same attributes."""
 
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
@@ -236,7 +244,7 @@ class PlainFileTest(unittest.TestCase):
         }
         for name, a in arrays.items():
             p = os.path.join(self.root, "sub", name)
-            gpufs.save(a, p)
+            save(a, p)
             back = gpufs.read_numpy(p)
             self.assertEqual(back.shape, a.shape, name)
             self.assertEqual(back.dtype, a.dtype.newbyteorder("="), name)
@@ -244,15 +252,15 @@ class PlainFileTest(unittest.TestCase):
 
     def test_bytes_and_lists(self):
         p = os.path.join(self.root, "raw")
-        gpufs.save(b"hello", p)
+        save(b"hello", p)
         self.assertEqual(gpufs.read_numpy(p).tobytes(), b"hello")
-        gpufs.save([[1.5, 2.5]], p)
+        save([[1.5, 2.5]], p)
         np.testing.assert_array_equal(gpufs.read_numpy(p), [[1.5, 2.5]])
 
     def test_object_load(self):
-        gpufs.save({"w": np.ones((2, 2), np.float16), "inner": {"b": np.arange(3)}},
+        save({"w": np.ones((2, 2), np.float16), "inner": {"b": np.arange(3)}},
                    os.path.join(self.root, "layer"), type="Linear")
-        obj = gpufs.load(os.path.join(self.root, "layer"))
+        obj = load(os.path.join(self.root, "layer"))
         self.assertEqual(sorted(obj), ["inner", "w"])
         self.assertEqual(obj.typename, "Linear")
         self.assertIsInstance(obj["w"], gpufs.HostBlob)
@@ -262,30 +270,39 @@ class PlainFileTest(unittest.TestCase):
 
     def test_bad_member_name(self):
         with self.assertRaises(ValueError):
-            gpufs.save({"a/b": np.zeros(1)}, os.path.join(self.root, "o"))
+            save({"a/b": np.zeros(1)}, os.path.join(self.root, "o"))
 
     def test_unknown_dtype(self):
         with self.assertRaises(ValueError):
-            gpufs.save(np.array(["text"]), os.path.join(self.root, "s"))
+            save(np.array(["text"]), os.path.join(self.root, "s"))
 
     def test_dlpack_only_host_source(self):
         a = np.arange(10, dtype=np.int32).reshape(2, 5)
         p = os.path.join(self.root, "dl")
-        gpufs.save(DLPackOnly(a), p)
+        save(DLPackOnly(a), p)
         np.testing.assert_array_equal(gpufs.read_numpy(p), a)
         with self.assertRaisesRegex(ValueError, "not C-contiguous"):
-            gpufs.save(DLPackOnly(a.T), p)
+            save(DLPackOnly(a.T), p)
         gc.collect()
         self.assertEqual(dlpack.live_exports(), 0)
 
     def test_non_contiguous_cai_source(self):
         a = np.zeros((4, 4), np.float32)[:, :2]
         with self.assertRaisesRegex(ValueError, "not C-contiguous"):
-            gpufs.save(FakeCuda(a), os.path.join(self.root, "nc"))
+            save(FakeCuda(a), os.path.join(self.root, "nc"))
+
+    def test_refused_without_force(self):
+        for call in (lambda: gpufs.save(np.zeros(2), os.path.join(self.root, "x")),
+                     lambda: gpufs.load(self.root)):
+            with self.assertRaises(OSError) as cm:
+                call()
+            self.assertEqual(cm.exception.errno, errno.EXDEV)
+            self.assertIn("not on a gpufs mount", str(cm.exception))
+        self.assertEqual(os.listdir(self.root), [])
 
     def test_info_on_plain_file(self):
         p = os.path.join(self.root, "x")
-        gpufs.save(np.zeros(2), p)
+        save(np.zeros(2), p)
         with self.assertRaises(OSError) as cm:
             gpufs.info(p)
         self.assertEqual(cm.exception.errno, errno.ENODATA)

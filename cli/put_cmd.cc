@@ -1,0 +1,238 @@
+#include "cli/put_cmd.h"
+
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "cli/cli_util.h"
+#include "cli/interrupt.h"
+#include "cli/npy.h"
+#include "cli/progress.h"
+#include "core/xattr_names.h"
+#include "gpufs/uapi.h"
+#include "util/size.h"
+
+namespace gpufs {
+namespace {
+
+// Bytes per read(2); WriteMember cuts them into FUSE's 1 MiB requests.
+constexpr size_t kChunk = 4 << 20;
+constexpr const char* kInterrupted = "nothing was put";
+
+std::string JoinShape(const std::vector<uint64_t>& shape) {
+  std::string s;
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s;
+}
+
+// EINVAL unless `dtype` (and `shape`, when known) describe exactly `bytes`.
+Status CheckLayout(const std::string& what, const std::string& dtype,
+                   const std::optional<std::vector<uint64_t>>& shape, uint64_t bytes) {
+  uint64_t itemsize = *xattr::DtypeSize(dtype);
+  if (!shape) {
+    if (bytes % itemsize == 0) return Status::Ok();
+    return Error(EINVAL, what + ": " + std::to_string(bytes) + " bytes are not a whole number of " +
+                             dtype + " (" + std::to_string(itemsize) + " bytes each)");
+  }
+  auto need = LayoutBytes(*shape, itemsize);
+  if (need && *need == bytes) return Status::Ok();
+  return Error(EINVAL, what + ": dtype " + dtype + " with shape " + npy::ShapeTuple(*shape) +
+                           " is " + (need ? std::to_string(*need) : std::string("too many")) +
+                           " bytes, but there are " + std::to_string(bytes) + " bytes of data");
+}
+
+// Free bytes of the file system holding `dir`, for an unprivileged writer.
+std::optional<uint64_t> FreeBytes(const std::string& dir) {
+  struct statvfs vfs {};
+  if (::statvfs(dir.c_str(), &vfs) != 0) return std::nullopt;
+  return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+}
+
+// Copies `in` to member `out` up to `length` bytes (to the end when unset).
+// Reads what is there rather than waiting for whole chunks, so a slow pipe
+// streams; a signal (read or write returning EINTR, or the flag between
+// chunks) ends the copy with EINTR.
+Status CopyIn(int in, const std::string& from, int out, const std::string& to,
+              std::optional<uint64_t> length, Progress* progress, uint64_t* done) {
+  std::unique_ptr<std::byte[]> buf(new std::byte[kChunk]);
+  while (!length || *done < *length) {
+    GPUFS_RETURN_IF_ERROR(InterruptGuard::Check(kInterrupted));
+    size_t want = length ? static_cast<size_t>(std::min<uint64_t>(kChunk, *length - *done)) : kChunk;
+    ssize_t n = ::read(in, buf.get(), want);
+    if (n < 0) {
+      if (errno == EINTR) continue;  // the flag is checked at the top
+      return PosixError("read " + from, errno);
+    }
+    if (n == 0) {
+      if (!length) return Status::Ok();
+      return Error(EIO, from + " ended after " + std::to_string(*done) + " of " +
+                            std::to_string(*length) + " bytes (did it change meanwhile?)");
+    }
+    Status written = WriteMember(out, buf.get(), static_cast<size_t>(n), to);
+    if (!written.ok()) {
+      if (written.code() == EINTR) return InterruptGuard::Check(kInterrupted);
+      return written;
+    }
+    *done += static_cast<uint64_t>(n);
+    progress->Add(static_cast<uint64_t>(n));
+  }
+  return Status::Ok();
+}
+
+// What a put reads: its fd, its size when known, where the data starts, and
+// the dtype and shape (from --dtype/--shape or a .npy header).
+struct Source {
+  UniqueFd owned;
+  int fd = -1;
+  std::optional<uint64_t> length;
+  uint64_t offset = 0;
+  std::optional<std::string> dtype;
+  std::optional<std::vector<uint64_t>> shape;
+};
+
+Result<Source> OpenSource(const std::string& file, const PutOptions& options) {
+  Source src;
+  if (options.shape) {
+    auto parsed = xattr::ParseShape(*options.shape);
+    if (!parsed.ok()) return parsed.status().Prepend("--shape");
+    src.shape = *parsed;
+  }
+  src.dtype = options.dtype;
+  if (src.dtype) GPUFS_RETURN_IF_ERROR(xattr::CheckDtype(*src.dtype).Prepend("--dtype"));
+  if (file == "-") {
+    src.fd = 0;
+  } else {
+    src.owned.reset(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!src.owned.valid()) return PosixError("open " + file, errno);
+    src.fd = src.owned.get();
+  }
+  struct stat st {};
+  if (::fstat(src.fd, &st) != 0) return PosixError("stat " + file, errno);
+  if (S_ISDIR(st.st_mode)) return Error(EISDIR, file + " is a directory");
+  bool regular = S_ISREG(st.st_mode);
+  if (regular) src.length = static_cast<uint64_t>(st.st_size);
+
+  bool is_npy = false;
+  if (!options.raw) {
+    char magic[6] = {};
+    is_npy = EndsWith(file, ".npy") ||
+             (regular && ::pread(src.fd, magic, sizeof magic, 0) == sizeof magic &&
+              npy::HasMagic(std::string_view(magic, sizeof magic)));
+  }
+  if (is_npy) {
+    if (!regular) return Error(EINVAL, file + ": a .npy must be a regular file (or use --raw)");
+    GPUFS_ASSIGN_OR_RETURN(npy::Header header,
+                           npy::ReadHeader(src.fd, static_cast<uint64_t>(st.st_size), file));
+    src.offset = header.data_offset;
+    src.length = header.data_size;
+    if (!src.dtype) {
+      if (header.dtype.empty()) {
+        return Error(EINVAL, file + ": numpy dtype '" + header.descr +
+                                 "' has no gpufs equivalent; name the element type with --dtype");
+      }
+      src.dtype = header.dtype;
+    }
+    if (!src.shape) src.shape = header.shape;
+    if (options.dtype || options.shape) {
+      GPUFS_RETURN_IF_ERROR(CheckLayout(file, *src.dtype, src.shape, *src.length));
+    }
+  } else if (src.dtype && src.length) {
+    GPUFS_RETURN_IF_ERROR(CheckLayout(file, *src.dtype, src.shape, *src.length));
+  }
+  if (src.offset > 0 && ::lseek(src.fd, static_cast<off_t>(src.offset), SEEK_SET) < 0) {
+    return PosixError("seek " + file, errno);
+  }
+  return src;
+}
+
+// `path`, or FILE's name inside it when it names an object (cp's rule).
+Result<std::string> ResolveTarget(const std::string& file, const std::string& path) {
+  struct stat st {};
+  bool dir = EndsWith(path, "/") || (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode));
+  if (!dir) return path;
+  if (file == "-") return Error(EINVAL, path + " is an object: name the member to put stdin in");
+  return (std::filesystem::path(path) / BaseName(file)).string();
+}
+
+}  // namespace
+
+Status Put(const std::string& file, const std::string& path_arg, const PutOptions& options) {
+  GPUFS_ASSIGN_OR_RETURN(Source src, OpenSource(file, options));
+  GPUFS_ASSIGN_OR_RETURN(std::string path, ResolveTarget(file, path_arg));
+  std::filesystem::path target(path);
+  std::string name = target.filename().string();
+  if (name.empty() || name == "." || name == "..") return Error(EINVAL, path + ": no member name");
+  std::filesystem::path parent = target.parent_path();
+  if (parent.empty()) parent = ".";
+  std::error_code ec;
+  std::filesystem::create_directories(parent, ec);
+  if (ec) return Error(ec.value(), "create " + parent.string() + ": " + ec.message());
+
+  std::optional<uint64_t> free_before = FreeBytes(parent.string());
+  if (src.length && free_before && *src.length > *free_before) {
+    return Error(ENOSPC, "not enough space for " + path + ": it needs " + FormatSize(*src.length) +
+                             " (" + std::to_string(*src.length) + " bytes), the mount has " +
+                             FormatSize(*free_before) + " free");
+  }
+
+  InterruptGuard interrupts;
+  std::string tmp =
+      (parent / ("." + name.substr(0, 200) + ".putting-" + std::to_string(::getpid()))).string();
+  UniqueFd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (!out.valid()) return PosixError("create " + tmp, errno);
+  // Unlinked before its last close, a member is discarded, never sealed
+  // half-written; `path` is not touched until the rename.
+  auto discard = [&](Status status) {
+    ::unlink(tmp.c_str());
+    out.reset();
+    if (status.code() == ENOSPC) {
+      std::string need = src.length ? FormatSize(*src.length) + " (" +
+                                          std::to_string(*src.length) + " bytes)"
+                                    : "more than was free";
+      std::string had = free_before ? FormatSize(*free_before) + " were free when it started"
+                                    : "free space unknown";
+      status = status.Prepend("out of space putting " + path + ": it needs " + need + ", " + had);
+    }
+    return status;
+  };
+
+  Progress progress("put " + BaseName(file == "-" ? path : file), src.length.value_or(0));
+  uint64_t done = 0;
+  Status copied = CopyIn(src.fd, file, out.get(), tmp, src.length, &progress, &done);
+  progress.Finish();
+  if (!copied.ok()) return discard(copied);
+  if (src.dtype) {
+    Status set = SetAttrValue(tmp, std::string(xattr::kDtype).c_str(), *src.dtype);
+    if (!set.ok()) return discard(set);
+  }
+  if (src.dtype && !src.length) {
+    Status layout = CheckLayout(file, *src.dtype, src.shape, done);
+    if (!layout.ok()) return discard(layout);
+  }
+  if (src.shape) {
+    Status set = SetAttrValue(tmp, std::string(xattr::kShape).c_str(), JoinShape(*src.shape));
+    if (!set.ok()) return discard(set);
+  }
+  if (InterruptGuard::Interrupted()) return discard(InterruptGuard::Check(kInterrupted));
+  // Sealed explicitly, so that a close error cannot hide a failed seal;
+  // --force on another file system has no seal (ENOTTY).
+  if (::ioctl(out.get(), GPUFS_IOC_SEAL) != 0 && !(options.force && errno == ENOTTY)) {
+    return discard(PosixError("seal " + tmp, errno));
+  }
+  Status closed = CloseChecked(out, tmp);
+  if (!closed.ok()) return discard(closed);
+  if (InterruptGuard::Interrupted()) return discard(InterruptGuard::Check(kInterrupted));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    return discard(PosixError("rename " + tmp + " to " + path, errno));
+  }
+  return Status::Ok();
+}
+
+}  // namespace gpufs

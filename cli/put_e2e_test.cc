@@ -1,0 +1,194 @@
+// gpufs put on a real mount: atomic (a SIGINT or ENOSPC mid-put leaves the
+// target as it was and no hidden member behind), cp's rules for a target
+// object, '-' for stdin/stdout, and the progress line forced on or off.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/e2e/mount_fixture.h"
+
+extern char** environ;
+
+namespace gpufs::e2e {
+namespace {
+
+// A running `gpufs ARGS...` whose stderr is a pipe the test reads.
+class Child {
+ public:
+  explicit Child(std::vector<std::string> args) {
+    int fds[2];
+    EXPECT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    std::string bin = GpufsBin();
+    std::vector<char*> argv = {bin.data()};
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    EXPECT_EQ(::posix_spawn(&pid_, bin.c_str(), &actions, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(fds[1]);
+    err_ = fds[0];
+  }
+  ~Child() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      Wait();
+    }
+    ::close(err_);
+  }
+  // Exit status (-1 if killed by a signal); collects the rest of stderr.
+  int Wait() {
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(err_, buf, sizeof buf)) > 0) stderr_.append(buf, static_cast<size_t>(n));
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  // Reads what stderr has within `ms` milliseconds (poll, not a sleep).
+  void ReadErr(int ms) {
+    pollfd p{err_, POLLIN, 0};
+    if (::poll(&p, 1, ms) == 1 && (p.revents & POLLIN)) {
+      char buf[4096];
+      ssize_t n = ::read(err_, buf, sizeof buf);
+      if (n > 0) stderr_.append(buf, static_cast<size_t>(n));
+    }
+  }
+  pid_t pid() const { return pid_; }
+  const std::string& err() const { return stderr_; }
+
+ private:
+  pid_t pid_ = -1;
+  int err_ = -1;
+  std::string stderr_;
+};
+
+void WriteFd(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    ASSERT_GT(n, 0) << strerror(errno);
+    done += static_cast<size_t>(n);
+  }
+}
+
+class PutE2E : public MountedTest {
+ protected:
+  ShResult Gpufs(const std::string& args) { return Sh(GpufsBin() + " " + args); }
+  // The names in object `rel`, hidden ones included.
+  std::string Names(const std::string& rel) {
+    return Sh("ls -A " + P(rel) + " | grep -v '^.gpufs$' | tr '\\n' ' '").output;
+  }
+  // Starts `gpufs put FIFO TARGET`, feeds it `bytes` through the FIFO (the
+  // write returns once put has read all but a pipe's worth), then sends
+  // SIGINT while put waits for more. Returns the exit status.
+  int InterruptedPut(const std::string& target, size_t bytes, std::string* err) {
+    std::string fifo = L("fifo");
+    EXPECT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    Child put({"put", fifo, target});
+    int w = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);  // returns when put opened it
+    EXPECT_GE(w, 0);
+    WriteFd(w, RandomBytes(bytes, 7));
+    EXPECT_EQ(::kill(put.pid(), SIGINT), 0);
+    int status = put.Wait();  // the FIFO stays open: put must stop on the signal, not on EOF
+    ::close(w);
+    *err = put.err();
+    return status;
+  }
+};
+
+TEST_F(PutE2E, SigintMidPutKeepsTheOldMemberAndLeavesNoHiddenOne) {
+  std::string old_bytes = RandomBytes(3 << 20, 1);
+  WriteFile(L("old"), old_bytes);
+  ASSERT_EQ(Gpufs("put " + L("old") + " " + P("o/w")).status, 0);
+  std::string err;
+  EXPECT_EQ(InterruptedPut(P("o/w"), 16 << 20, &err), 130) << err;
+  EXPECT_NE(err.find("interrupted"), std::string::npos) << err;
+  EXPECT_EQ(ReadFile(P("o/w")), old_bytes);
+  EXPECT_EQ(Names("o"), "w ");
+  EXPECT_EQ(Sh("getfattr --only-values -n user.gpufs.meta " + P("o/w")).output.find("unsealed"),
+            std::string::npos);
+}
+
+TEST_F(PutE2E, SigintMidPutOfANewMemberLeavesNothing) {
+  ASSERT_EQ(Sh("mkdir " + P("o")).status, 0);
+  std::string err;
+  EXPECT_EQ(InterruptedPut(P("o/new"), 16 << 20, &err), 130) << err;
+  EXPECT_EQ(Names("o"), "");
+  struct stat st {};
+  EXPECT_NE(::stat(P("o/new").c_str(), &st), 0);
+}
+
+TEST_F(PutE2E, OutOfSpaceKeepsTheOldMemberAndSaysHowMuch) {
+  WriteFile(L("old"), "old bytes");
+  ASSERT_EQ(Gpufs("put " + L("old") + " " + P("o/w")).status, 0);
+  // A regular file larger than the mount's free space: refused up front.
+  ASSERT_EQ(Sh("truncate -s 300M " + L("big")).status, 0);
+  ShResult r = Gpufs("put " + L("big") + " " + P("o/w"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("needs 300.0 MiB"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("free"), std::string::npos) << r.output;
+  // A stream of unknown size runs out of space while writing.
+  r = Sh("head -c 300M /dev/zero | " + GpufsBin() + " put - " + P("o/w"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("out of space putting"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("were free when it started"), std::string::npos) << r.output;
+  EXPECT_EQ(ReadFile(P("o/w")), "old bytes");
+  EXPECT_EQ(Names("o"), "w ");
+}
+
+TEST_F(PutE2E, IntoAnObjectLikeCpAndDashIsStdinAndStdout) {
+  WriteFile(L("x.bin"), "0123456789");
+  ASSERT_EQ(Sh("mkdir " + P("o")).status, 0);
+  EXPECT_EQ(Gpufs("put " + L("x.bin") + " " + P("o")).status, 0);
+  EXPECT_EQ(Gpufs("put " + L("x.bin") + " " + P("n/")).status, 0);
+  EXPECT_EQ(ReadFile(P("o/x.bin")), "0123456789");
+  EXPECT_EQ(ReadFile(P("n/x.bin")), "0123456789");
+  EXPECT_EQ(Sh("printf abc | " + GpufsBin() + " put - " + P("o/s") + " --dtype uint8").status, 0);
+  ShResult r = Sh(GpufsBin() + " get " + P("o/s") + " - 2>/dev/null");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.output, "abc");
+  EXPECT_EQ(Sh("getfattr --only-values -n user.gpufs.dtype " + P("o/s") + " 2>/dev/null").output,
+            "uint8");
+  EXPECT_EQ(Sh(GpufsBin() + " get " + P("o/s") + " " + local_).status, 0);
+  EXPECT_EQ(ReadFile(L("s")), "abc");
+  r = Sh("printf abc | " + GpufsBin() + " put - " + P("o"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("name the member"), std::string::npos) << r.output;
+}
+
+TEST_F(PutE2E, ProgressForcedOnShowsRateAndElapsedTime) {
+  std::string fifo = L("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Child put({"put", "--progress", fifo, P("o/p")});
+  int w = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(w, 0);
+  // Feed 64 KiB at a time until the first redraw (100 ms after the start) shows.
+  std::string chunk = RandomBytes(64 << 10, 3);
+  for (int i = 0; i < 2000 && put.err().empty(); ++i) {
+    WriteFd(w, chunk);
+    put.ReadErr(20);
+  }
+  ::close(w);
+  EXPECT_EQ(put.Wait(), 0) << put.err();
+  EXPECT_NE(put.err().find("\rput fifo  "), std::string::npos) << put.err();
+  EXPECT_NE(put.err().find("/s  0:0"), std::string::npos) << put.err();
+  EXPECT_EQ(put.err().back(), '\n');
+  ShResult quiet = Sh("head -c 1M /dev/zero | " + GpufsBin() + " put --no-progress - " + P("o/q"));
+  EXPECT_EQ(quiet.status, 0);
+  EXPECT_EQ(quiet.output, "");
+}
+
+}  // namespace
+}  // namespace gpufs::e2e

@@ -1,0 +1,74 @@
+"""Refusing paths outside a gpufs mount, as the CLI does.
+
+``save`` and ``load`` on a path that is not on a gpufs mount raise
+``OSError(EXDEV, "... is not on a gpufs mount ...")`` unless called with
+``force=True`` (which makes plain files with the same attributes).  The
+mount is the one /proc/self/mountinfo lists with the longest mount point
+holding the path's nearest existing ancestor; gpufs mounts have type
+``fuse.gpufs``.
+"""
+
+import errno
+import os
+from typing import Optional, Tuple
+
+__all__ = ["GPUFS_FSTYPE", "mount_of", "check_on_gpufs"]
+
+GPUFS_FSTYPE = "fuse.gpufs"
+
+
+def _unescape(field: str) -> str:
+    r"""mountinfo writes space, tab, newline and backslash as \ooo."""
+    out, i = [], 0
+    while i < len(field):
+        c = field[i]
+        if c == "\\" and i + 3 < len(field) and all(ch in "01234567" for ch in field[i + 1:i + 4]):
+            out.append(chr(int(field[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _nearest_existing(path: str) -> str:
+    at = os.path.abspath(path)
+    while not os.path.lexists(at):
+        parent = os.path.dirname(at)
+        if parent == at:
+            break
+        at = parent
+    return at
+
+
+def mount_of(path: "os.PathLike[str] | str") -> Optional[Tuple[str, str]]:
+    """(mount point, fs type) of the mount holding `path` (or its nearest
+    existing ancestor), or None if /proc/self/mountinfo is unreadable."""
+    real = os.path.realpath(_nearest_existing(os.fspath(path)))
+    best: Optional[Tuple[str, str]] = None
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) < 7 or "-" not in fields:
+                    continue
+                point = _unescape(fields[4])
+                fstype = fields[fields.index("-", 6) + 1]
+                inside = point == "/" or real == point or real.startswith(point.rstrip("/") + "/")
+                if inside and (best is None or len(point) >= len(best[0])):
+                    best = (point, fstype)
+    except OSError:
+        return None
+    return best
+
+
+def check_on_gpufs(path: "os.PathLike[str] | str", force: bool = False) -> None:
+    """Raise OSError(EXDEV) unless `path` is on a gpufs mount or `force`."""
+    if force:
+        return
+    found = mount_of(path)
+    if found is not None and found[1] == GPUFS_FSTYPE:
+        return
+    where = f" ({found[0]} is {found[1]})" if found else ""
+    raise OSError(errno.EXDEV, f"not on a gpufs mount{where}; pass force=True to use it anyway",
+                  os.fspath(path))
