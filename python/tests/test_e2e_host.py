@@ -173,6 +173,65 @@ class HostMountTest(unittest.TestCase):
         with self.assertRaises(OSError):
             gpufs.meta(self.p("nothing"))
 
+    # -- a new user's first hour (issue 11) ---------------------------------------
+
+    def test_load_with_framework_numpy_gives_arrays(self):
+        w = np.arange(6, dtype=np.float32).reshape(2, 3)
+        gpufs.save({"w": w, "inner": {"b": np.arange(3, dtype=np.int16)}}, self.p("m"))
+        got = gpufs.load(self.p("m"), framework="numpy")
+        self.assertIs(type(got), dict)
+        self.assertEqual(sorted(got), ["inner", "w"])
+        np.testing.assert_array_equal(got["w"], w)
+        self.assertEqual(got["w"].dtype, np.float32)
+        np.testing.assert_array_equal(got["inner"]["b"], np.arange(3, dtype=np.int16))
+        one = gpufs.load(self.p("m", "w"), framework="numpy", device="cpu")
+        np.testing.assert_array_equal(one, w)
+        with self.assertRaisesRegex(ValueError, "device must be 'cpu'"):
+            gpufs.load(self.p("m"), framework="numpy", device="cuda:0")
+        with self.assertRaisesRegex(ValueError, "framework must be one of"):
+            gpufs.load(self.p("m"), framework="tensorflow")
+
+    def test_load_with_device_gives_torch_tensors(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("torch is not installed")
+        gpufs.save(np.arange(4, dtype=np.float32), self.p("t", "x"))
+        got = gpufs.load(self.p("t"), device="cpu")
+        self.assertTrue(torch.equal(got["x"], torch.arange(4, dtype=torch.float32)))
+
+    def test_save_numpy_scalar_is_0d(self):
+        gpufs.save(np.float32(3), self.p("s"))
+        self.assertEqual(os.getxattr(self.p("s"), "user.gpufs.shape"), b"")
+        back = gpufs.read_numpy(self.p("s"))
+        self.assertEqual((back.shape, back.dtype, float(back)), ((), np.float32, 3.0))
+
+    def test_save_under_a_member_is_not_a_directory(self):
+        gpufs.save(np.zeros(2), self.p("o", "w"))
+        for target in (self.p("o", "w", "x"), self.p("o", "w", "deeper", "x")):
+            with self.assertRaises(NotADirectoryError):
+                gpufs.save(np.zeros(2), target)
+        with self.assertRaises(NotADirectoryError):
+            gpufs.save({"a": np.zeros(1)}, self.p("o", "w", "obj"))
+        np.testing.assert_array_equal(gpufs.read_numpy(self.p("o", "w")), np.zeros(2))
+
+    def test_paths_off_the_mount_are_refused(self):
+        local = os.path.join(self.tmp, "local")
+        os.mkdir(local)
+        with self.assertRaises(OSError) as cm:
+            gpufs.save(np.zeros(2), os.path.join(local, "x"))
+        self.assertEqual(cm.exception.errno, errno.EXDEV)
+        self.assertIn("not on a gpufs mount", str(cm.exception))
+        self.assertEqual(os.listdir(local), [])
+        gpufs.save(np.zeros(2), os.path.join(local, "x"), force=True)
+        self.assertEqual(os.listdir(local), ["x"])
+        self.assertEqual(gpufs._mount.mount_of(self.p("new", "deep"))[1], "fuse.gpufs")
+
+    def test_package_is_typed(self):
+        self.assertTrue(os.path.exists(os.path.join(os.path.dirname(gpufs.__file__), "py.typed")))
+        self.assertIn("device", gpufs.load.__annotations__)
+        self.assertIn("force", gpufs.save.__annotations__)
+
 
 if __name__ == "__main__":
     unittest.main()
