@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Configures and builds gpufs into build/ (or $GPUFS_BUILD_DIR), then installs
-# the binaries so that `gpufs` is on the PATH and `mount -t gpufs` finds
-# mount.gpufs. CUDA is used when the toolkit is found (/usr/local/cuda).
+# it under /usr/local (stripped) so that `gpufs` is on the PATH, `mount -t
+# gpufs` finds mount.gpufs and python3 finds `import gpufs`; GPUFS_NO_INSTALL=1
+# skips the install. CUDA is used when the toolkit is found (/usr/local/cuda).
+# GPUFS_BUILD_TYPE (default RelWithDebInfo: warnings are errors) and
+# GPUFS_CMAKE_ARGS go to cmake.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${GPUFS_BUILD_DIR:-build}
@@ -10,7 +13,8 @@ cmake --build "$build" -j "$(nproc)"
 if [ "${GPUFS_NO_INSTALL:-0}" != 1 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo cmake --install "$build" --prefix /usr/local >/dev/null
+  $sudo cmake --install "$build" --prefix /usr/local --strip >/dev/null
+  $sudo ldconfig  # libgpufs.so.0 in /usr/local/lib
   # mount(8) looks for helpers in /sbin only.
   $sudo ln -sf /usr/local/sbin/mount.gpufs /sbin/mount.gpufs
 fi
