@@ -119,6 +119,26 @@ std::string BuildStatsJson(const StatsView& view) {
                        {"blobs", usage.blobs}});
   }
   j["devices"] = std::move(devices);
+  auto or_null = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
+  j["version"] = view.version;
+  j["uptime_s"] = view.uptime_s;
+  j["state_dir"] = or_null(view.state_dir);
+  j["log"] = or_null(view.log_path);
+  json objects = json::array();
+  for (const auto& o : view.objects) {
+    objects.push_back({{"name", o.name}, {"bytes", o.bytes}, {"blobs", o.blobs}});
+  }
+  j["objects"] = std::move(objects);
+  if (view.objects_truncated) j["objects_truncated"] = true;
+  json open = json::array();
+  for (const auto& m : view.open_members) {
+    open.push_back({{"pid", m.pid},
+                    {"member", m.member},
+                    {"handles", m.handles},
+                    {"mapped", m.mapped},
+                    {"writable", m.writable}});
+  }
+  j["open_members"] = std::move(open);
   return Dump(j, 2) + "\n";
 }
 

@@ -37,6 +37,28 @@ struct StatsView {
   uint64_t open_handles = 0;
   uint64_t active_blobs = 0;
   uint64_t open_maps = 0;
+  // The daemon.
+  std::string version;
+  uint64_t uptime_s = 0;
+  std::string state_dir;  // "" -> null
+  std::string log_path;   // "" -> null
+  // Per top-level object: bytes and blobs under it.
+  struct ObjectUsage {
+    std::string name;
+    uint64_t bytes = 0;
+    uint64_t blobs = 0;
+  };
+  std::vector<ObjectUsage> objects;
+  bool objects_truncated = false;  // more top-level objects than listed
+  // Open members: who has which member open (a mapping keeps its member open).
+  struct OpenMember {
+    uint32_t pid = 0;
+    std::string member;  // path in the mount, "/o/w"
+    uint64_t handles = 0;
+    bool mapped = false;
+    bool writable = false;
+  };
+  std::vector<OpenMember> open_members;
 };
 
 std::string BuildStatsJson(const StatsView& view);

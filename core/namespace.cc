@@ -78,7 +78,10 @@ Entry NewEntry(const Caller& caller, uint64_t parent, std::string_view name, Ent
 }  // namespace
 
 Namespace::Namespace(NamespaceOptions options)
-    : catalog_(std::move(options.catalog)), default_device_(std::move(options.default_device)) {
+    : catalog_(std::move(options.catalog)),
+      default_device_(std::move(options.default_device)),
+      state_dir_(std::move(options.state_dir)),
+      log_path_(std::move(options.log_path)) {
   for (auto& store : options.stores) {
     std::string name = store->device();
     stores_[name] = std::move(store);
@@ -624,6 +627,7 @@ Result<OpenResult> Namespace::Create(const Caller& caller, uint64_t parent, std:
   handle.blob = Activate(*stored);
   handle.writable = (flags & O_ACCMODE) != O_RDONLY;
   handle.append = (flags & O_APPEND) != 0;
+  handle.pid = caller.pid;
   OpenResult result;
   result.handle = AddHandle(std::move(handle));
   GPUFS_ASSIGN_OR_RETURN(result.attr, AttrOf(entry));
@@ -671,6 +675,7 @@ Result<OpenResult> Namespace::Open(const Caller& caller, uint64_t ino, int flags
   handle.blob = Activate(blob);
   handle.writable = write;
   handle.append = (flags & O_APPEND) != 0;
+  handle.pid = caller.pid;
   OpenResult result;
   result.handle = AddHandle(std::move(handle));
   GPUFS_ASSIGN_OR_RETURN(result.attr, AttrOf(entry));
@@ -1245,6 +1250,7 @@ std::string Namespace::StatsJson() {
   for (const auto& [id, blob] : active_) view.open_maps += static_cast<uint64_t>(blob->mapped);
   auto entries = catalog_->CountEntries();
   view.entries = entries.ok() ? *entries : 0;
+  AddStatsDetail(&view);
   return BuildStatsJson(view);
 }
 

@@ -26,6 +26,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -45,6 +46,8 @@
 #include "util/status.h"
 
 namespace gpufs {
+
+struct StatsView;  // core/meta_json.h
 
 // Who asks: the FUSE request's credentials.
 struct Caller {
@@ -100,6 +103,10 @@ struct NamespaceOptions {
   std::vector<std::unique_ptr<BulkStore>> stores;
   // Device new blobs go to unless an enclosing object says otherwise.
   std::string default_device = "host";
+  // Shown in /.gpufs/stats ("state_dir", "log"; null when empty): the
+  // daemon's state directory and where its log goes (a path or "stderr").
+  std::string state_dir;
+  std::string log_path;
 };
 
 // Inode numbers of the reserved, read-only /.gpufs directory and its files.
@@ -205,6 +212,7 @@ class Namespace {
     bool writable = false;
     bool append = false;
     bool mapped = false;
+    uint32_t pid = 0;      // of the process that opened it (/.gpufs/stats "open_members")
     std::string snapshot;  // the stats file's content at open
   };
 
@@ -229,6 +237,9 @@ class Namespace {
   void CollectBlob(BlobId blob);
   void FreeBlob(const Blob& blob);
   Result<std::string> MetaJson(const Entry& entry);
+  // The daemon's identity, per-object usage and open members, for
+  // /.gpufs/stats (namespace_stats.cc).
+  void AddStatsDetail(StatsView* view);
   // The blob of a live handle, or EBADF.
   Result<Handle*> FindHandle(HandleId id);
   // Seals `blob` (io_mu held exclusively, mu_ held): store, catalog, entry mtime.
@@ -244,6 +255,8 @@ class Namespace {
   std::unique_ptr<Catalog> catalog_;                          // GUARDED_BY(mu_)
   std::map<std::string, std::unique_ptr<BulkStore>> stores_;  // fixed after Open
   std::string default_device_;
+  std::string state_dir_, log_path_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   uint64_t generation_ = 0;
   HandleId next_handle_ = 1;                                        // GUARDED_BY(mu_)
   std::unordered_map<HandleId, Handle> handles_;                    // GUARDED_BY(mu_)
