@@ -42,9 +42,9 @@ TEST_F(ConventionsE2E, PathsOutsideAGpufsMountAreRefused) {
   WriteFile(L("x"), "local bytes");
   ASSERT_EQ(Sh("mkdir -p " + L("tree/sub") + " && touch " + L("tree/sub/f")).status, 0);
   for (const std::string& args :
-       {"put " + L("x") + " " + L("y"), "put " + L("x") + " " + L("newdir/y"),
-        "rm -r " + L("tree"), "rm " + L("x"), "migrate " + L("x") + " --to host", "ls " + L("tree"),
-        "stat " + L("x"), "get " + L("x") + " " + L("z")}) {
+       {"put " + L("x") + " " + L("y"), "put " + L("x") + " " + L("newdir/y"), "rm -r " + L("tree"),
+        "rm " + L("x"), "migrate " + L("x") + " --to host", "ls " + L("tree"), "stat " + L("x"),
+        "get " + L("x") + " " + L("z")}) {
     ShResult r = Gpufs(args);
     EXPECT_EQ(r.status, 1) << args << ": " << r.output;
     EXPECT_NE(r.output.find("is not on a gpufs mount"), std::string::npos) << args << r.output;

@@ -110,8 +110,8 @@ Status Get(const std::string& path, const std::string& file_arg, const GetOption
   bool to_stdout = file_arg == "-";
   std::string file = file_arg;
   struct stat local {};
-  if (!to_stdout && (EndsWith(file, "/") || (::stat(file.c_str(), &local) == 0 &&
-                                            S_ISDIR(local.st_mode)))) {
+  if (!to_stdout &&
+      (EndsWith(file, "/") || (::stat(file.c_str(), &local) == 0 && S_ISDIR(local.st_mode)))) {
     file = (std::filesystem::path(file) / BaseName(path)).string();
   }
   std::string header;

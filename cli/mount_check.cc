@@ -109,7 +109,8 @@ Status CheckOnGpufs(const std::string& path) {
   }
   auto mount = FindMountOf(existing);
   std::string where = mount.ok() ? " (" + mount->mountpoint + " is " + mount->fstype + ")" : "";
-  return Error(EXDEV, path + " is not on a gpufs mount" + where + "; pass --force to use it anyway");
+  return Error(EXDEV,
+               path + " is not on a gpufs mount" + where + "; pass --force to use it anyway");
 }
 
 }  // namespace gpufs

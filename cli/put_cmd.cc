@@ -64,7 +64,8 @@ Status CopyIn(int in, const std::string& from, int out, const std::string& to,
   std::unique_ptr<std::byte[]> buf(new std::byte[kChunk]);
   while (!length || *done < *length) {
     GPUFS_RETURN_IF_ERROR(InterruptGuard::Check(kInterrupted));
-    size_t want = length ? static_cast<size_t>(std::min<uint64_t>(kChunk, *length - *done)) : kChunk;
+    size_t want =
+        length ? static_cast<size_t>(std::min<uint64_t>(kChunk, *length - *done)) : kChunk;
     ssize_t n = ::read(in, buf.get(), want);
     if (n < 0) {
       if (errno == EINTR) continue;  // the flag is checked at the top
@@ -193,9 +194,9 @@ Status Put(const std::string& file, const std::string& path_arg, const PutOption
     ::unlink(tmp.c_str());
     out.reset();
     if (status.code() == ENOSPC) {
-      std::string need = src.length ? FormatSize(*src.length) + " (" +
-                                          std::to_string(*src.length) + " bytes)"
-                                    : "more than was free";
+      std::string need =
+          src.length ? FormatSize(*src.length) + " (" + std::to_string(*src.length) + " bytes)"
+                     : "more than was free";
       std::string had = free_before ? FormatSize(*free_before) + " were free when it started"
                                     : "free space unknown";
       status = status.Prepend("out of space putting " + path + ": it needs " + need + ", " + had);

@@ -252,7 +252,7 @@ class Namespace {
 
   std::mutex mu_;
   std::condition_variable sealed_cv_;  // with mu_: a blob was sealed or discarded
-  std::unique_ptr<Catalog> catalog_;                          // GUARDED_BY(mu_)
+  std::unique_ptr<Catalog> catalog_;   // GUARDED_BY(mu_)
   std::map<std::string, std::unique_ptr<BulkStore>> stores_;  // fixed after Open
   std::string default_device_;
   std::string state_dir_, log_path_;

@@ -22,6 +22,7 @@ import errno
 import math
 import os
 import threading
+from typing import Any
 
 from . import _lib, dlpack, dtypes
 
@@ -310,7 +311,7 @@ class HostBlob:
         return f"<gpufs.HostBlob {self.path!r} {self.dtype}{list(self.shape)}>"
 
 
-def open_blob(path):
+def open_blob(path: "os.PathLike[str] | str") -> "Blob":
     """Map the sealed GPU blob at `path` (see :class:`Blob`).
 
     OSError ENODEV: the blob is in host memory, on a GPU this process cannot
@@ -320,7 +321,7 @@ def open_blob(path):
     return Blob(path)
 
 
-def read_numpy(path):
+def read_numpy(path: "os.PathLike[str] | str") -> Any:
     """The blob at `path` as a new numpy array, read through the file.
 
     Works for any blob (host or GPU memory: the daemon copies device to host).
