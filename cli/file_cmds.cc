@@ -15,7 +15,9 @@
 #include "cli/cli_util.h"
 #include "cli/npy.h"
 #include "cli/progress.h"
-#include "core/xattr_names.h"
+#include "proto/dtypes.h"
+#include "proto/shape.h"
+#include "proto/xattr_names.h"
 #include "util/size.h"
 
 namespace gpufs {
@@ -33,12 +35,6 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
 std::string BaseName(const std::string& path) {
   std::string name = std::filesystem::path(path).filename().string();
   return name.empty() ? path : name;
-}
-
-std::string JoinShape(const std::vector<uint64_t>& shape) {
-  std::string s;
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s;
 }
 
 // Whatever json::dump makes of it, invalid UTF-8 (names are bytes) included.
@@ -71,29 +67,10 @@ Status Copy(int in, const std::string& from, int out, const std::string& to, boo
   return Status::Ok();
 }
 
-// The product of `shape` times `itemsize`, or nullopt on overflow.
-std::optional<uint64_t> LayoutBytes(const std::vector<uint64_t>& shape, uint64_t itemsize) {
-  uint64_t bytes = itemsize;
-  for (uint64_t d : shape) {
-    if (__builtin_mul_overflow(bytes, d, &bytes)) return std::nullopt;
-  }
-  return bytes;
-}
-
 // EINVAL unless `dtype` (and `shape`, when known) describe exactly `bytes`.
 Status CheckLayout(const std::string& what, const std::string& dtype,
                    const std::optional<std::vector<uint64_t>>& shape, uint64_t bytes) {
-  uint64_t itemsize = *xattr::DtypeSize(dtype);
-  if (!shape) {
-    if (bytes % itemsize == 0) return Status::Ok();
-    return Error(EINVAL, what + ": " + std::to_string(bytes) + " bytes are not a whole number of " +
-                             dtype + " (" + std::to_string(itemsize) + " bytes each)");
-  }
-  auto need = LayoutBytes(*shape, itemsize);
-  if (need && *need == bytes) return Status::Ok();
-  return Error(EINVAL, what + ": dtype " + dtype + " with shape " + npy::ShapeTuple(*shape) +
-                           " is " + (need ? std::to_string(*need) : std::string("too many")) +
-                           " bytes, but there are " + std::to_string(bytes) + " bytes of data");
+  return proto::CheckTensorSize(dtype, shape, bytes).Prepend(what);
 }
 
 // An attribute that may be unset: nullopt for ENODATA, an error for anything else.
@@ -109,12 +86,12 @@ Result<std::optional<std::string>> OptionalAttr(const std::string& path, const c
 Status Put(const std::string& file, const std::string& path, const PutOptions& options) {
   std::optional<std::vector<uint64_t>> shape;
   if (options.shape) {
-    auto parsed = xattr::ParseShape(*options.shape);
+    auto parsed = proto::ParseShape(*options.shape);
     if (!parsed.ok()) return parsed.status().Prepend("--shape");
     shape = *parsed;
   }
   std::optional<std::string> dtype = options.dtype;
-  if (dtype) GPUFS_RETURN_IF_ERROR(xattr::CheckDtype(*dtype).Prepend("--dtype"));
+  if (dtype) GPUFS_RETURN_IF_ERROR(proto::CheckDtype(*dtype).Prepend("--dtype"));
 
   UniqueFd in(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
   if (!in.valid()) return PosixError("open " + file, errno);
@@ -179,7 +156,7 @@ Status Put(const std::string& file, const std::string& path, const PutOptions& o
     if (!set.ok()) return discard(set);
   }
   if (shape) {
-    Status set = SetAttrValue(path, std::string(xattr::kShape).c_str(), JoinShape(*shape));
+    Status set = SetAttrValue(path, std::string(xattr::kShape).c_str(), proto::FormatShape(*shape));
     if (!set.ok()) return discard(set);
   }
   return Status::Ok();
@@ -192,7 +169,7 @@ Result<std::string> NpyHeaderFor(const std::string& path, uint64_t size, const s
   GPUFS_ASSIGN_OR_RETURN(auto dtype, OptionalAttr(path, std::string(xattr::kDtype).c_str()));
   if (!dtype) return npy::BuildHeader("|u1", std::vector<uint64_t>{size});
   auto descr = npy::DescrForDtype(*dtype);
-  auto itemsize = xattr::DtypeSize(*dtype);
+  auto itemsize = proto::DtypeSize(*dtype);
   if (!descr || !itemsize) {
     return Error(EINVAL,
                  path + " has dtype '" + *dtype + "', which .npy cannot describe; use --raw");
@@ -200,13 +177,13 @@ Result<std::string> NpyHeaderFor(const std::string& path, uint64_t size, const s
   GPUFS_ASSIGN_OR_RETURN(auto shape_attr, OptionalAttr(path, std::string(xattr::kShape).c_str()));
   std::vector<uint64_t> shape;
   if (shape_attr) {
-    auto parsed = xattr::ParseShape(*shape_attr);
+    auto parsed = proto::ParseShape(*shape_attr);
     if (!parsed.ok()) return parsed.status().Prepend(path);
     shape = *parsed;
   } else {
     shape = {size / *itemsize};
   }
-  auto need = LayoutBytes(shape, *itemsize);
+  auto need = proto::TensorBytes(*itemsize, shape);
   if (!need || *need != size) {
     return Error(EINVAL, path + ": dtype " + *dtype + " and shape " + npy::ShapeTuple(shape) +
                              " describe " +
@@ -302,7 +279,7 @@ json DescribeJson(const std::string& path, const std::string& shown, const struc
     j["dtype"] = AttrOrNull(path, "user.gpufs.dtype");
     auto shape = GetAttrValue(path, "user.gpufs.shape");
     auto dims =
-        shape.ok() ? xattr::ParseShape(*shape) : Result<std::vector<uint64_t>>(shape.status());
+        shape.ok() ? proto::ParseShape(*shape) : Result<std::vector<uint64_t>>(shape.status());
     j["shape"] = dims.ok() ? json(*dims) : json(nullptr);
   }
   return j;

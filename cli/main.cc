@@ -1,5 +1,7 @@
-// gpufs: the command line. `mount` starts a daemon; the other commands are
-// clients of a mounted gpufs.
+// gpufs: the command line. `mount` execs the daemon, gpufsd, found beside
+// this binary (daemon/mount_options.h parses its arguments); the other
+// commands are clients of a mounted gpufs. The CLI links only libgpufs and
+// the protocol module, not FUSE, SQLite or the CUDA runtime.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
@@ -7,7 +9,7 @@
 
 #include "cli/file_cmds.h"
 #include "cli/import_cmd.h"
-#include "cli/mount_cmd.h"
+#include "cli/daemon_exec.h"
 #include "util/size.h"
 
 namespace {
@@ -24,21 +26,12 @@ int main(int argc, char** argv) {
   CLI::App app{"gpufs: share immutable data in GPU memory through a mount point"};
   app.require_subcommand(1);
 
-  gpufs::MountConfig mount;
-  std::string devices, capacity;
-  std::vector<std::string> fuse_opts;
-  auto* mount_cmd = app.add_subcommand("mount", "Start a daemon serving a gpufs mount");
-  mount_cmd->add_option("mountpoint", mount.mountpoint, "Directory to mount on")->required();
-  mount_cmd->add_option("--state", mount.state_dir,
-                        "State directory (catalog, host store, log); default $XDG_STATE_HOME/gpufs "
-                        "or /var/lib/gpufs for root");
-  mount_cmd->add_option("--store", mount.store, "auto, gpu or host")
-      ->check(CLI::IsMember({"auto", "gpu", "host"}));
-  mount_cmd->add_option("--devices", devices, "CUDA ordinals to serve, e.g. 0,1");
-  mount_cmd->add_option("--capacity", capacity, "Bytes the store may hold, e.g. 64G");
-  mount_cmd->add_flag("--foreground,-f", mount.foreground, "Stay in the foreground, log to stderr");
-  mount_cmd->add_flag("--debug", mount.debug, "Trace every FUSE request (implies nothing else)");
-  mount_cmd->add_option("-o", fuse_opts, "Mount options (comma-separated), as for mount -o");
+  auto* mount_cmd = app.add_subcommand(
+      "mount", "Start a daemon serving a gpufs mount (gpufs mount --help for its options)");
+  // Everything after `mount` goes to gpufsd, which has the one parser.
+  mount_cmd->prefix_command();
+  mount_cmd->allow_extras();
+  mount_cmd->set_help_flag();
 
   std::string src, dst;
   gpufs::PutOptions put_options;
@@ -90,21 +83,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
 
-  if (mount_cmd->parsed()) {
-    if (!capacity.empty()) {
-      auto bytes = gpufs::ParseSize(capacity);
-      if (!bytes.ok()) return Report(bytes.status());
-      mount.capacity = *bytes;
-    }
-    std::string dev_opt;
-    for (char c : devices) dev_opt += c == ',' ? ':' : c;
-    if (!dev_opt.empty()) fuse_opts.push_back("devices=" + dev_opt);
-    for (const auto& opts : fuse_opts) {
-      gpufs::Status applied = gpufs::ApplyMountOptions(opts, &mount);
-      if (!applied.ok()) return Report(applied);
-    }
-    return gpufs::RunMount(mount);
-  }
+  if (mount_cmd->parsed()) return gpufs::ExecDaemon(argv[0], mount_cmd->remaining());
   if (put->parsed()) {
     if (dtype_opt->count() > 0) put_options.dtype = dtype;
     if (shape_opt->count() > 0) put_options.shape = shape;
