@@ -170,12 +170,4 @@ std::string BaseName(const std::string& path) {
   return name.empty() ? path : name;
 }
 
-std::optional<uint64_t> LayoutBytes(const std::vector<uint64_t>& shape, uint64_t itemsize) {
-  uint64_t bytes = itemsize;
-  for (uint64_t d : shape) {
-    if (__builtin_mul_overflow(bytes, d, &bytes)) return std::nullopt;
-  }
-  return bytes;
-}
-
 }  // namespace gpufs

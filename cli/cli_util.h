@@ -46,7 +46,5 @@ Result<std::vector<std::string>> ServedDevices(const std::string& mount_root);
 bool EndsWith(std::string_view s, std::string_view suffix);
 // The last component of `path` (`path` itself when it has none).
 std::string BaseName(const std::string& path);
-// The product of `shape` times `itemsize`, or nullopt on overflow.
-std::optional<uint64_t> LayoutBytes(const std::vector<uint64_t>& shape, uint64_t itemsize);
 
 }  // namespace gpufs

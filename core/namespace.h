@@ -17,6 +17,12 @@
 // - After a restart nobody holds anything: detached members, unsealed blobs
 //   and unlinked blobs are swept by Open().
 //
+// The class is a facade; its parts live in files named after them:
+// namespace.cc (tree operations), blobs.cc (create/open/read/write/release,
+// sealing), handle_table.cc, control_files.cc (/.gpufs), placement.cc (which
+// store a blob goes to), migrator.cc, recovery.cc (start-up sweep), xattrs.cc,
+// device_memory.cc (GPUFS_IOC_MAP/ALLOC/SEAL), meta_json.cc and ipc_info.cc.
+//
 // Threading: every public method is thread-safe. Lock order: a blob's io_mu
 // before mu_; nobody takes io_mu while holding mu_. Metadata work runs under
 // mu_; blob bytes are copied under the blob's io_mu only, so reads of large
@@ -40,6 +46,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/control_files.h"
+#include "core/types.h"
 #include "gpufs/uapi.h"
 #include "meta/catalog.h"
 #include "store/bulk_store.h"
@@ -48,54 +56,6 @@
 namespace gpufs {
 
 struct StatsView;  // core/meta_json.h
-
-// Who asks: the FUSE request's credentials.
-struct Caller {
-  uint32_t uid = 0;
-  uint32_t gid = 0;
-  uint32_t pid = 0;
-};
-
-// What stat(2) shows of an entry.
-struct Attr {
-  uint64_t ino = 0;
-  uint32_t mode = 0;
-  uint32_t nlink = 1;
-  uint32_t uid = 0;
-  uint32_t gid = 0;
-  uint64_t size = 0;
-  int64_t atime_ns = 0;
-  int64_t mtime_ns = 0;
-  int64_t ctime_ns = 0;
-};
-
-struct SetAttrRequest {
-  std::optional<uint32_t> mode;  // permission bits; the type bits are kept
-  std::optional<uint32_t> uid;
-  std::optional<uint32_t> gid;
-  std::optional<uint64_t> size;
-  std::optional<int64_t> atime_ns;
-  std::optional<int64_t> mtime_ns;
-};
-
-struct DirEntry {
-  std::string name;
-  Attr attr;
-  uint64_t next_cookie = 0;  // pass to ReadDir to continue after this entry
-};
-
-struct FsStats {
-  uint64_t capacity = 0;  // bytes of the stores new blobs go to
-  uint64_t free = 0;
-  uint64_t entries = 0;
-};
-
-using HandleId = uint64_t;
-
-struct OpenResult {
-  HandleId handle = 0;
-  Attr attr;
-};
 
 struct NamespaceOptions {
   std::unique_ptr<Catalog> catalog;
@@ -108,12 +68,6 @@ struct NamespaceOptions {
   std::string state_dir;
   std::string log_path;
 };
-
-// Inode numbers of the reserved, read-only /.gpufs directory and its files.
-inline constexpr uint64_t kControlDirIno = 1ull << 62;
-inline constexpr uint64_t kStatsIno = kControlDirIno + 1;
-inline constexpr std::string_view kControlDirName = ".gpufs";
-inline constexpr size_t kNameMax = 255;
 
 class Namespace {
  public:
@@ -204,7 +158,7 @@ class Namespace {
     int writers = 0;
     int mapped = 0;  // handles that took an IPC handle (GPUFS_IOC_MAP/ALLOC)
     // Places the blob left by migration while mapped: freed at the last close.
-    std::vector<std::pair<std::string, Extent>> retired;
+    std::vector<std::string> retired;
   };
   struct Handle {
     EntryId entry = 0;
@@ -218,6 +172,9 @@ class Namespace {
 
   explicit Namespace(NamespaceOptions options);
   Status Recover();
+  // A new entry owned by the caller; `mode` holds the permission bits.
+  static Entry NewEntry(const Caller& caller, uint64_t parent, std::string_view name,
+                        EntryKind kind, uint32_t mode, int64_t now);
 
   // All below: EXCLUSIVE_LOCKS_REQUIRED(mu_).
   Result<Attr> AttrOf(const Entry& entry);

@@ -425,7 +425,6 @@ Status ServeFuse(Namespace& ns, const FuseOptions& options,
                  const std::function<void()>& on_mounted) {
   std::vector<std::string> argv_store = {"gpufs"};
   std::string mount_opts = "fsname=gpufs,subtype=gpufs,default_permissions";
-  if (geteuid() == 0) mount_opts += ",allow_other";
   argv_store.push_back("-o");
   argv_store.push_back(mount_opts);
   for (const auto& opt : options.options) {

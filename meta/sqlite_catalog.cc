@@ -3,7 +3,7 @@
 // Schema (version 1, see kMigrations):
 //   entries  one row per object or member; `id` is the inode number; (parent,
 //            name) places it in the tree; a member's `blob` links its bytes.
-//   blobs    where bytes live (device and the store's extent) and whether they
+//   blobs    where bytes live (the device) and whether they
 //            are sealed. Kept apart from entries so that O_TRUNC can link a new
 //            blob while readers of the old one keep it until DeleteBlob.
 //   xattrs   (entry, name) -> binary value.
@@ -243,9 +243,6 @@ Blob BlobFromRow(const Statement& row) {
   blob.size = static_cast<uint64_t>(row.ColumnInt64(2));
   blob.state = static_cast<BlobState>(row.ColumnInt64(3));
   blob.owner_uid = static_cast<uint32_t>(row.ColumnInt64(4));
-  blob.extent.arena = static_cast<uint64_t>(row.ColumnInt64(5));
-  blob.extent.offset = static_cast<uint64_t>(row.ColumnInt64(6));
-  blob.extent.reserved = static_cast<uint64_t>(row.ColumnInt64(7));
   return blob;
 }
 
@@ -255,9 +252,11 @@ void BindBlobFields(Statement& stmt, int first, const Blob& blob) {
   stmt.BindInt64(first + 1, I64(blob.size));
   stmt.BindInt64(first + 2, static_cast<int>(blob.state));
   stmt.BindInt64(first + 3, blob.owner_uid);
-  stmt.BindInt64(first + 4, I64(blob.extent.arena));
-  stmt.BindInt64(first + 5, I64(blob.extent.offset));
-  stmt.BindInt64(first + 6, I64(blob.extent.reserved));
+  // arena, offset, reserved: no store reads them any more (each keeps its
+  // own placement); the columns stay so that catalogs open both ways.
+  stmt.BindInt64(first + 4, 0);
+  stmt.BindInt64(first + 5, 0);
+  stmt.BindInt64(first + 6, 0);
 }
 
 // Runs a statement that yields at most one row; returns whether it did.

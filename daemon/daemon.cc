@@ -2,7 +2,7 @@
 // mount clean-up, stores, catalog, namespace, FUSE. In background mode the
 // process forks *before* touching CUDA (a forked child cannot use a CUDA
 // context), and the parent waits on a pipe for the child's verdict.
-#include "cli/mount_cmd.h"
+#include "daemon/daemon.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -16,7 +16,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <sstream>
 
 #include "core/namespace.h"
 #include "fs/fuse_server.h"
@@ -123,6 +122,8 @@ int Serve(const MountConfig& config, int report) {
   options.catalog = std::move(*catalog);
   options.stores = std::move(stores->stores);
   options.default_device = stores->default_device;
+  options.state_dir = config.state_dir;
+  options.log_path = report >= 0 ? config.state_dir + "/gpufs.log" : "stderr";
   auto ns = Namespace::Open(std::move(options));
   if (!ns.ok()) return fail(ns.status());
 
@@ -130,7 +131,14 @@ int Serve(const MountConfig& config, int report) {
   fuse.mountpoint = config.mountpoint;
   fuse.options = config.fuse_options;
   fuse.debug = config.debug;
+  bool allow_other = config.allow_other.value_or(geteuid() == 0);
+  if (allow_other) fuse.options.push_back("allow_other");
   auto on_mounted = [&]() {
+    if (config.ready_fd >= 0) {
+      ssize_t n = ::write(config.ready_fd, "ready\n", 6);
+      (void)n;
+      ::close(config.ready_fd);
+    }
     if (report < 0) return;
     ssize_t n = ::write(report, "", 1);  // one zero byte: mounted
     (void)n;
@@ -150,56 +158,6 @@ int Serve(const MountConfig& config, int report) {
 
 }  // namespace
 
-std::string DefaultStateDir() {
-  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && *xdg != '\0') {
-    return std::string(xdg) + "/gpufs";
-  }
-  if (geteuid() == 0) return "/var/lib/gpufs";
-  const char* home = std::getenv("HOME");
-  return std::string(home != nullptr ? home : "/tmp") + "/.local/state/gpufs";
-}
-
-Status ApplyMountOptions(const std::string& options, MountConfig* config) {
-  std::stringstream in(options);
-  std::string opt;
-  while (std::getline(in, opt, ',')) {
-    if (opt.empty()) continue;
-    auto eq = opt.find('=');
-    std::string key = opt.substr(0, eq);
-    std::string value = eq == std::string::npos ? "" : opt.substr(eq + 1);
-    if (key == "state") {
-      config->state_dir = value;
-    } else if (key == "store") {
-      config->store = value;
-    } else if (key == "capacity") {
-      GPUFS_ASSIGN_OR_RETURN(uint64_t bytes, ParseSize(value));
-      config->capacity = bytes;
-    } else if (key == "devices") {
-      config->devices.clear();
-      std::stringstream list(value);
-      std::string item;
-      while (std::getline(list, item, ':')) {
-        char* end = nullptr;
-        long n = std::strtol(item.c_str(), &end, 10);
-        if (item.empty() || *end != '\0' || n < 0) {
-          return Error(EINVAL, "devices=" + value + ": want ordinals separated by ':'");
-        }
-        config->devices.push_back(static_cast<int>(n));
-      }
-    } else if (key == "foreground") {
-      config->foreground = true;
-    } else if (key == "debug") {
-      config->debug = true;
-    } else if (key == "defaults" || key == "auto" || key == "noauto" || key == "user" ||
-               key == "nouser" || key == "users" || key == "_netdev" || key == "nofail") {
-      // fstab words mount(8) may hand on; they mean nothing to FUSE.
-    } else {
-      config->fuse_options.push_back(opt);
-    }
-  }
-  return Status::Ok();
-}
-
 int RunMount(MountConfig config) {
   if (config.state_dir.empty()) config.state_dir = DefaultStateDir();
   std::error_code ec;
@@ -209,17 +167,18 @@ int RunMount(MountConfig config) {
   auto state = std::filesystem::absolute(config.state_dir, ec);
   if (!ec) config.state_dir = state.lexically_normal().string();
 
+  if (config.ready_fd >= 0) ::fcntl(config.ready_fd, F_SETFD, FD_CLOEXEC);
   if (config.foreground) return Serve(config, -1);
 
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     std::perror("gpufs: pipe");
-    return 1;
+    return kExitMountFailed;
   }
   pid_t pid = ::fork();
   if (pid < 0) {
     std::perror("gpufs: fork");
-    return 1;
+    return kExitMountFailed;
   }
   if (pid == 0) {
     ::close(fds[0]);
@@ -251,7 +210,7 @@ int RunMount(MountConfig config) {
   ::waitpid(pid, &status, 0);
   if (verdict.empty()) verdict = "the daemon exited before mounting";
   std::fprintf(stderr, "gpufs: mount %s failed: %s\n", config.mountpoint.c_str(), verdict.c_str());
-  return 1;
+  return kExitMountFailed;
 }
 
 }  // namespace gpufs
