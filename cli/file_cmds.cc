@@ -149,6 +149,8 @@ Status Put(const std::string& file, const std::string& path, const PutOptions& o
   Status copied = Copy(in.get(), file, out.get(), path, true, length, &progress);
   progress.Finish();
   if (!copied.ok()) return discard(copied);
+  Status sealed = SealMember(out.get(), path);
+  if (!sealed.ok()) return discard(sealed);
   Status closed = CloseChecked(out, path);
   if (!closed.ok()) return discard(closed);
   if (dtype) {
