@@ -1,8 +1,11 @@
 #include "cli/cli_util.h"
 
+#include "gpufs/uapi.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -92,6 +95,11 @@ Result<size_t> ReadFull(int fd, std::byte* data, size_t size, const std::string&
     done += static_cast<size_t>(n);
   }
   return done;
+}
+
+Status SealMember(int fd, const std::string& what) {
+  if (::ioctl(fd, GPUFS_IOC_SEAL) != 0) return PosixError("seal " + what, errno);
+  return Status::Ok();
 }
 
 Status CloseChecked(UniqueFd& fd, const std::string& what) {

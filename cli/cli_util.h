@@ -31,6 +31,9 @@ Status WriteAll(int fd, const std::byte* data, size_t size, const std::string& w
 Status WriteMember(int fd, const std::byte* data, size_t size, const std::string& what);
 // read(2) until `size` bytes are read or the end of the file; returns the bytes read.
 Result<size_t> ReadFull(int fd, std::byte* data, size_t size, const std::string& what);
+// Seals the member open for writing on `fd` (GPUFS_IOC_SEAL): its bytes are
+// final from here on. The CLI seals explicitly before it closes.
+Status SealMember(int fd, const std::string& what);
 // Closes `fd` (releasing it) and reports close(2)'s error.
 Status CloseChecked(UniqueFd& fd, const std::string& what);
 

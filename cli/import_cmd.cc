@@ -161,8 +161,7 @@ class MemberWriter {
  public:
   virtual ~MemberWriter() = default;
   virtual Status Write(std::span<const std::byte> data) = 0;
-  // Completes the member: sealed now (GPU), or closed and sealed by the daemon
-  // at release (the mount).
+  // Completes the member: sealed (GPUFS_IOC_SEAL) and closed.
   virtual Status Finish() = 0;
 };
 
@@ -177,7 +176,10 @@ class FileWriter : public MemberWriter {
   Status Write(std::span<const std::byte> data) override {
     return WriteMember(fd_.get(), data.data(), data.size(), path_);
   }
-  Status Finish() override { return CloseChecked(fd_, path_); }
+  Status Finish() override {
+    GPUFS_RETURN_IF_ERROR(SealMember(fd_.get(), path_));
+    return CloseChecked(fd_, path_);
+  }
 
  private:
   FileWriter(std::string path, UniqueFd fd) : path_(std::move(path)), fd_(std::move(fd)) {}

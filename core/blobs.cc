@@ -69,8 +69,17 @@ Status Namespace::ReplaceBlob(const Entry& entry, const std::string& device, uin
   return Status::Ok();
 }
 
-void Namespace::FreeBlob(const Blob& blob) {
-  if (BulkStore* store = StoreFor(blob.device)) store->Free(blob.id);
+void Namespace::FreeBlob(const Blob& blob) { doomed_.emplace_back(blob.device, blob.id); }
+
+void Namespace::FreeQueued() {
+  std::vector<std::pair<std::string, BlobId>> doomed;
+  {
+    std::lock_guard lock(mu_);
+    doomed.swap(doomed_);
+  }
+  for (const auto& [device, id] : doomed) {
+    if (BulkStore* store = StoreFor(device)) store->Free(id);
+  }
 }
 
 void Namespace::CollectBlob(BlobId id) {
@@ -102,6 +111,7 @@ void Namespace::CollectEntry(EntryId id) {
 Result<OpenResult> Namespace::Create(const Caller& caller, uint64_t parent, std::string_view name,
                                      uint32_t mode, int flags) {
   GPUFS_RETURN_IF_ERROR(CheckNewName(parent, name));
+  FreeQueuedOnExit free_queued(this);
   std::lock_guard lock(mu_);
   GPUFS_RETURN_IF_ERROR(ObjectEntry(parent).status());
   std::string path = PathOf(parent) + "/" + std::string(name);
@@ -149,6 +159,7 @@ Result<OpenResult> Namespace::Open(const Caller& caller, uint64_t ino, int flags
     result.handle = AddHandle(std::move(handle));
     return result;
   }
+  FreeQueuedOnExit free_queued(this);
   std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
   if (entry.kind != EntryKind::kBlob) return Error(EISDIR, PathOf(ino) + " is an object");
@@ -234,6 +245,7 @@ Result<size_t> Namespace::Write(HandleId id, uint64_t offset, std::span<const st
     return Error(EIO, "blob " + std::to_string(rec.id) +
                           " had a failed write; it will be discarded at close");
   }
+  GPUFS_RETURN_IF_ERROR(ReopenForWriting(*blob));
   uint64_t size = blob->size.load();
   if (append) offset = size;
   if (offset > UINT64_MAX - src.size() || offset + src.size() > (1ull << 62)) {
@@ -257,7 +269,69 @@ Result<size_t> Namespace::Write(HandleId id, uint64_t offset, std::span<const st
   return src.size();
 }
 
+Status Namespace::FinishWriting(ActiveBlob& blob, EntryId entry_id) {
+  Blob& rec = blob.rec;
+  Status sealed;
+  if (blob.broken) {
+    sealed = Error(EIO, "a write failed");
+  } else if (blob.needs_explicit_seal) {
+    sealed = Error(EIO,
+                   "it got device memory with GPUFS_IOC_ALLOC and was released without "
+                   "GPUFS_IOC_SEAL (its producer exited or gave up)");
+  } else {
+    sealed = StoreFor(rec.device)->Seal(rec.id, blob.size.load());  // outside mu_
+  }
+  std::lock_guard lock(mu_);
+  if (sealed.ok()) sealed = RecordSealLocked(blob, entry_id);
+  if (!sealed.ok()) {
+    // Never serve a half-written blob as sealed: take the member away.
+    blob.broken = true;
+    GPUFS_LOG(WARN) << "discarding " << PathOf(entry_id) << ": it was not sealed ("
+                    << sealed.ToString() << ")";
+    auto entry = catalog_->GetEntry(entry_id);
+    if (entry.ok() && entry->blob == rec.id && entry->parent != 0) {
+      Status detached = catalog_->Detach(entry->id, Now());
+      if (!detached.ok()) GPUFS_LOG(ERROR) << "detach: " << detached.ToString();
+    }
+  }
+  return sealed;
+}
+
+Status Namespace::Flush(HandleId id) {
+  std::shared_ptr<ActiveBlob> blob;
+  {
+    std::lock_guard lock(mu_);
+    auto it = handles_.find(id);
+    if (it == handles_.end()) return Error(EBADF, "flush: no handle " + std::to_string(id));
+    if (!it->second.blob || !it->second.writable) return Status::Ok();
+    blob = it->second.blob;
+  }
+  std::unique_lock io(blob->io_mu);
+  if (blob->rec.state != BlobState::kUnsealed || blob->needs_explicit_seal) return Status::Ok();
+  if (blob->broken) {
+    return Error(EIO, "blob " + std::to_string(blob->rec.id) +
+                          " had a failed write; it is discarded, not sealed");
+  }
+  if (blob->closed_in_catalog) return Status::Ok();
+  Blob closed = blob->rec;
+  closed.closed = true;
+  closed.size = blob->size.load();
+  std::lock_guard lock(mu_);
+  GPUFS_RETURN_IF_ERROR(catalog_->UpdateBlob(closed));
+  blob->closed_in_catalog = true;
+  return Status::Ok();
+}
+
+Status Namespace::ReopenForWriting(ActiveBlob& blob) {
+  if (!blob.closed_in_catalog) return Status::Ok();
+  std::lock_guard lock(mu_);
+  GPUFS_RETURN_IF_ERROR(catalog_->UpdateBlob(blob.rec));  // kUnsealed again
+  blob.closed_in_catalog = false;
+  return Status::Ok();
+}
+
 Status Namespace::Release(HandleId id) {
+  FreeQueuedOnExit free_queued(this);
   Handle handle;
   {
     std::lock_guard lock(mu_);
@@ -269,42 +343,23 @@ Status Namespace::Release(HandleId id) {
   }
   ActiveBlob& blob = *handle.blob;
   std::unique_lock io(blob.io_mu);
+  bool finish = false;
+  {
+    std::lock_guard lock(mu_);
+    if (handle.writable) {
+      blob.writers--;
+      finish = blob.rec.state == BlobState::kUnsealed && blob.writers == 0;
+    }
+  }
+  // The last writer is gone: seal (plain tools), or discard.
+  Status result = finish ? FinishWriting(blob, handle.entry) : Status::Ok();
   std::lock_guard lock(mu_);
   blob.handles--;
-  if (handle.writable) blob.writers--;
   if (handle.mapped) blob.mapped--;
   if (--entry_opens_[handle.entry] == 0) entry_opens_.erase(handle.entry);
-  Status result;
   Blob& rec = blob.rec;
-  if (rec.state == BlobState::kUnsealed && blob.writers == 0) {
-    Status sealed;
-    if (blob.broken) {
-      sealed = Error(EIO, "a write failed");
-    } else if (blob.needs_explicit_seal) {
-      sealed = Error(EIO,
-                     "it got device memory with GPUFS_IOC_ALLOC and was released without "
-                     "GPUFS_IOC_SEAL (its producer exited or gave up)");
-    } else {
-      sealed = SealLocked(blob, handle.entry);
-    }
-    if (!sealed.ok()) {
-      // Never serve a half-written blob as sealed: take the member away.
-      blob.broken = true;
-      GPUFS_LOG(WARN) << "discarding " << PathOf(handle.entry) << ": it was not sealed ("
-                      << sealed.ToString() << ")";
-      auto entry = catalog_->GetEntry(handle.entry);
-      if (entry.ok() && entry->blob == rec.id && entry->parent != 0) {
-        Status detached = catalog_->Detach(entry->id, Now());
-        if (!detached.ok()) GPUFS_LOG(ERROR) << "detach: " << detached.ToString();
-      }
-      result = sealed;
-    }
-    sealed_cv_.notify_all();
-  }
   if (blob.handles == 0) {
-    for (const std::string& device : blob.retired) {
-      if (BulkStore* store = StoreFor(device)) store->Free(rec.id);
-    }
+    for (const std::string& device : blob.retired) doomed_.emplace_back(device, rec.id);
     blob.retired.clear();
     active_.erase(rec.id);
     if (rec.state == BlobState::kUnsealed) {
@@ -318,9 +373,8 @@ Status Namespace::Release(HandleId id) {
   return result;
 }
 
-Status Namespace::SealLocked(ActiveBlob& blob, EntryId entry_id) {
+Status Namespace::RecordSealLocked(ActiveBlob& blob, EntryId entry_id) {
   Blob& rec = blob.rec;
-  GPUFS_RETURN_IF_ERROR(StoreFor(rec.device)->Seal(rec.id, blob.size.load()));
   Blob done = rec;
   done.size = blob.size.load();
   done.state = BlobState::kSealed;

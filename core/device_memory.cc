@@ -8,7 +8,7 @@
 
 namespace gpufs {
 
-Result<gpufs_ipc_info> Namespace::ExportLocked(const Blob& rec) {
+Result<gpufs_ipc_info> Namespace::Export(const Blob& rec) {
   BulkStore* store = StoreFor(rec.device);
   if (store == nullptr) return Error(ENODEV, "no store for " + rec.device);
   auto exported = store->Export(rec.id);
@@ -24,23 +24,34 @@ Result<gpufs_ipc_info> Namespace::ExportLocked(const Blob& rec) {
 }
 
 Result<gpufs_ipc_info> Namespace::MapHandle(HandleId id) {
-  std::unique_lock lock(mu_);
-  GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
-  if (!handle->blob) return Error(ENODEV, "/.gpufs/stats is not in device memory");
-  std::shared_ptr<ActiveBlob> blob = handle->blob;
-  EntryId entry = handle->entry;
-  if (blob->rec.state == BlobState::kUnsealed && !handle->writable) {
-    sealed_cv_.wait_for(lock, std::chrono::seconds(2), [&] {
-      return blob->rec.state != BlobState::kUnsealed || blob->writers == 0;
-    });
+  std::shared_ptr<ActiveBlob> blob;
+  EntryId entry = 0;
+  {
+    std::lock_guard lock(mu_);
+    GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
+    if (!handle->blob) return Error(ENODEV, "/.gpufs/stats is not in device memory");
+    blob = handle->blob;
+    entry = handle->entry;
   }
-  if (blob->rec.state == BlobState::kUnsealed) {
-    return Error(EBUSY, PathOf(entry) + " is still being written; map it once it is sealed");
+  Result<gpufs_ipc_info> info = Error(EIO, "not exported");
+  {
+    // Shared: the blob cannot change or move while its handle is exported;
+    // the store call runs outside mu_.
+    std::shared_lock io(blob->io_mu);
+    const Blob rec = blob->rec;
+    if (rec.state == BlobState::kUnsealed) {
+      std::lock_guard lock(mu_);
+      return Error(EBUSY, PathOf(entry) + " is still being written; map it once it is sealed");
+    }
+    if (rec.state == BlobState::kLost) {
+      std::lock_guard lock(mu_);
+      return Error(EIO, PathOf(entry) + " lost its bytes");
+    }
+    info = Export(rec);
   }
-  if (blob->rec.state == BlobState::kLost) return Error(EIO, PathOf(entry) + " lost its bytes");
-  auto info = ExportLocked(blob->rec);
+  std::lock_guard lock(mu_);
   if (!info.ok()) return info.status().Prepend(PathOf(entry));
-  GPUFS_ASSIGN_OR_RETURN(handle, FindHandle(id));  // the table may have changed while waiting
+  GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
   if (!handle->mapped) {
     handle->mapped = true;
     blob->mapped++;
@@ -60,10 +71,15 @@ Result<gpufs_ipc_info> Namespace::AllocDevice(HandleId id, uint64_t size) {
     blob = handle->blob;
     entry = handle->entry;
   }
+  // Store work (cudaMalloc, copies) under the blob's io_mu only; mu_ only
+  // for the checks and the catalog.
   std::unique_lock io(blob->io_mu);
-  std::lock_guard lock(mu_);
   Blob& rec = blob->rec;
-  std::string path = PathOf(entry);
+  std::string path;
+  {
+    std::lock_guard lock(mu_);
+    path = PathOf(entry);
+  }
   if (rec.state != BlobState::kUnsealed) return Error(EPERM, path + " is sealed");
   if (blob->broken) return Error(EIO, path + " had a failed write");
   if (blob->size.load() > 0 || blob->needs_explicit_seal) {
@@ -85,7 +101,11 @@ Result<gpufs_ipc_info> Namespace::AllocDevice(HandleId id, uint64_t size) {
   } else {
     GPUFS_RETURN_IF_ERROR(StoreFor(rec.device)->Resize(rec.id, 0, size));
   }
-  Status recorded = catalog_->UpdateBlob(next);
+  Status recorded;
+  {
+    std::lock_guard lock(mu_);
+    recorded = catalog_->UpdateBlob(next);
+  }
   if (!recorded.ok()) {
     if (next.device != rec.device) {
       StoreFor(next.device)->Free(rec.id);
@@ -99,8 +119,9 @@ Result<gpufs_ipc_info> Namespace::AllocDevice(HandleId id, uint64_t size) {
   rec = next;
   blob->size = size;
   blob->needs_explicit_seal = true;
-  auto info = ExportLocked(rec);
+  auto info = Export(rec);
   if (!info.ok()) return info.status().Prepend(path);
+  std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
   if (!handle->mapped) {
     handle->mapped = true;
@@ -116,18 +137,30 @@ Status Namespace::SealHandle(HandleId id) {
     std::lock_guard lock(mu_);
     GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
     if (!handle->blob) return Error(EPERM, "/.gpufs/stats cannot be sealed");
+    // Only a writer seals: a reader's handle could otherwise freeze someone
+    // else's member mid-write.
+    if (!handle->writable) {
+      return Error(EBADF, PathOf(handle->entry) +
+                              ": GPUFS_IOC_SEAL needs a descriptor opened for writing by the "
+                              "writer");
+    }
     blob = handle->blob;
     entry = handle->entry;
   }
   std::unique_lock io(blob->io_mu);
+  {
+    std::lock_guard lock(mu_);
+    if (blob->rec.state == BlobState::kSealed) return Status::Ok();
+    if (blob->rec.state != BlobState::kUnsealed) {
+      return Error(EPERM, PathOf(entry) + " lost its bytes");
+    }
+    if (blob->broken) {
+      return Error(EIO, PathOf(entry) + " had a failed write and will be discarded");
+    }
+  }
+  GPUFS_RETURN_IF_ERROR(StoreFor(blob->rec.device)->Seal(blob->rec.id, blob->size.load()));
   std::lock_guard lock(mu_);
-  if (blob->rec.state == BlobState::kSealed) return Status::Ok();
-  if (blob->rec.state != BlobState::kUnsealed)
-    return Error(EPERM, PathOf(entry) + " lost its bytes");
-  if (blob->broken) return Error(EIO, PathOf(entry) + " had a failed write and will be discarded");
-  Status sealed = SealLocked(*blob, entry);
-  sealed_cv_.notify_all();
-  return sealed;
+  return RecordSealLocked(*blob, entry);
 }
 
 }  // namespace gpufs

@@ -51,6 +51,7 @@ Status Namespace::Migrate(uint64_t ino, const std::string& device) {
 // Copies the blob to `device` under its exclusive io lock (readers wait, the
 // namespace does not), then switches the catalog over.
 Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device) {
+  FreeQueuedOnExit free_queued(this);
   BulkStore* target = StoreFor(device);
   HandleId pin = 0;
   std::shared_ptr<ActiveBlob> blob;
@@ -108,7 +109,7 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device) {
     next.device = device;
     Status recorded = catalog_->UpdateBlob(next);
     if (!recorded.ok()) {
-      target->Free(rec.id);
+      doomed_.emplace_back(device, rec.id);  // freed once mu_ is dropped
       return recorded;
     }
     blob->rec = next;
@@ -116,7 +117,7 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device) {
     if (blob->mapped > 0 && rec.device != "host") {
       blob->retired.push_back(rec.device);
     } else {
-      source->Free(rec.id);
+      doomed_.emplace_back(rec.device, rec.id);
     }
     return Status::Ok();
   }();

@@ -144,6 +144,7 @@ Result<Attr> Namespace::GetAttr(uint64_t ino) {
 }
 
 Result<Attr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& request, HandleId handle) {
+  FreeQueuedOnExit free_queued(this);
   if (IsControl(ino)) return Error(EPERM, "/.gpufs is read-only");
   (void)handle;  // ftruncate and truncate behave alike: both act on the member's blob.
   if (request.size) {
@@ -179,6 +180,7 @@ Result<Attr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& request, Han
       if (active->rec.state == BlobState::kUnsealed) {
         BulkStore* store = StoreFor(active->rec.device);
         uint64_t old_size = active->size.load();
+        GPUFS_RETURN_IF_ERROR(ReopenForWriting(*active));
         GPUFS_RETURN_IF_ERROR(store->Resize(active->rec.id, old_size, *request.size));
         active->size = *request.size;
       }
@@ -210,6 +212,7 @@ Result<Attr> Namespace::Mkdir(const Caller& caller, uint64_t parent, std::string
 }
 
 Status Namespace::Rmdir(uint64_t parent, std::string_view name) {
+  FreeQueuedOnExit free_queued(this);
   if (IsControl(parent) || (parent == kRootEntryId && name == kControlDirName)) {
     return Error(EPERM, "/.gpufs is reserved for gpufs");
   }
@@ -224,6 +227,7 @@ Status Namespace::Rmdir(uint64_t parent, std::string_view name) {
 }
 
 Status Namespace::Unlink(uint64_t parent, std::string_view name) {
+  FreeQueuedOnExit free_queued(this);
   if (IsControl(parent) || (parent == kRootEntryId && name == kControlDirName)) {
     return Error(EPERM, "/.gpufs is reserved for gpufs");
   }
@@ -239,6 +243,7 @@ Status Namespace::Unlink(uint64_t parent, std::string_view name) {
 
 Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
                          std::string_view new_name, unsigned flags) {
+  FreeQueuedOnExit free_queued(this);
   GPUFS_RETURN_IF_ERROR(proto::CheckName(new_name));
   if (IsControl(parent) || IsControl(new_parent) ||
       (parent == kRootEntryId && name == kControlDirName) ||

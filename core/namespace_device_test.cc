@@ -230,20 +230,24 @@ TEST_F(DeviceTest, AllocThenSealKeepsAllocWithoutSealDiscards) {
   ASSERT_TRUE(ns_->Release(reader->handle).ok());
 }
 
-TEST_F(DeviceTest, MapWaitsForAWriterThatIsClosing) {
+// Nothing waits: a MAP before the writer seals is EBUSY at once; after the
+// writer's explicit seal it maps. Only the writer's handle may seal.
+TEST_F(DeviceTest, MapAnswersAtOnceAndOnlyTheWriterSeals) {
   ASSERT_TRUE(ns_->SetXattr(kRootEntryId, "user.gpufs.device", "cuda:0", 0).ok());
   auto writer = ns_->Create(caller_, kRootEntryId, "m", 0644, O_WRONLY);
   ASSERT_TRUE(ns_->Write(writer->handle, 0, Bytes("late seal")).ok());
   auto reader = ns_->Open(caller_, writer->attr.ino, O_RDONLY);
   ASSERT_TRUE(reader.ok());
-  std::thread closer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    EXPECT_TRUE(ns_->Release(writer->handle).ok());
-  });
+  EXPECT_EQ(ns_->MapHandle(reader->handle).status().code(), EBUSY);
+  EXPECT_EQ(ns_->SealHandle(reader->handle).code(), EBADF);  // a reader never seals
+  ASSERT_TRUE(ns_->Write(writer->handle, 9, Bytes("!")).ok());  // the writer goes on
+  ASSERT_TRUE(ns_->Flush(writer->handle).ok());  // close(): durable, not sealed
+  EXPECT_EQ(ns_->MapHandle(reader->handle).status().code(), EBUSY);
+  ASSERT_TRUE(ns_->SealHandle(writer->handle).ok());
   auto info = ns_->MapHandle(reader->handle);
-  closer.join();
   ASSERT_TRUE(info.ok()) << info.status().ToString();
-  EXPECT_EQ(info->size, 9u);
+  EXPECT_EQ(info->size, 10u);
+  ASSERT_TRUE(ns_->Release(writer->handle).ok());
   ASSERT_TRUE(ns_->Release(reader->handle).ok());
 }
 

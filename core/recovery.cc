@@ -1,6 +1,7 @@
 // Start-up sweep of the namespace (Namespace::Recover).
 #include "core/namespace.h"
 
+#include <algorithm>
 #include <map>
 
 #include "util/log.h"
@@ -8,7 +9,8 @@
 namespace gpufs {
 
 // Start-up sweep: nothing is open, so detached entries, unsealed blobs (their
-// writer is gone) and unlinked blobs are garbage. Each store then learns its
+// writer is gone) and unlinked blobs are garbage; closed blobs (their
+// writer's close() returned) are sealed. Each store then learns its
 // live blobs, frees everything else and reports what it lost.
 Status Namespace::Recover() {
   std::lock_guard lock(mu_);
@@ -19,7 +21,7 @@ Status Namespace::Recover() {
 
   GPUFS_ASSIGN_OR_RETURN(auto blobs, catalog_->ListBlobs());
   for (const Blob& blob : blobs) {
-    if (blob.state != BlobState::kUnsealed) continue;
+    if (blob.state != BlobState::kUnsealed || blob.closed) continue;
     auto entry = catalog_->EntryOfBlob(blob.id);
     if (entry.ok()) {
       GPUFS_LOG(WARN) << "discarding " << PathOf(*entry)
@@ -48,6 +50,21 @@ Status Namespace::Recover() {
     if (!missing.ok()) return missing.status().Prepend("recover store " + device);
     lost.insert(lost.end(), missing->begin(), missing->end());
   }
+  size_t closed = 0;
+  for (const Blob& blob : blobs) {
+    if (blob.state != BlobState::kUnsealed || !blob.closed) continue;
+    if (std::find(lost.begin(), lost.end(), blob.id) != lost.end()) continue;
+    Blob sealed = blob;
+    sealed.state = BlobState::kSealed;
+    sealed.closed = false;
+    Status done = stores_[blob.device]->Seal(blob.id, blob.size);
+    if (done.ok()) done = catalog_->UpdateBlob(sealed);
+    if (!done.ok()) {
+      lost.push_back(blob.id);
+      continue;
+    }
+    ++closed;
+  }
   for (BlobId id : lost) {
     GPUFS_ASSIGN_OR_RETURN(Blob blob, catalog_->GetBlob(id));
     auto entry = catalog_->EntryOfBlob(id);
@@ -59,7 +76,8 @@ Status Namespace::Recover() {
   }
   GPUFS_ASSIGN_OR_RETURN(uint64_t entries, catalog_->CountEntries());
   GPUFS_LOG(INFO) << "namespace ready: generation " << generation_ << ", " << entries
-                  << " entries, " << blobs.size() << " blobs (" << lost.size() << " lost)";
+                  << " entries, " << blobs.size() << " blobs (" << lost.size() << " lost, "
+                  << closed << " sealed after their writer's close)";
   return Status::Ok();
 }
 

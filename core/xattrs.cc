@@ -4,13 +4,13 @@
 
 #include <sys/xattr.h>
 
-#include <chrono>
 
 #include "core/ipc_info.h"
 #include "core/meta_json.h"
 #include "proto/dtypes.h"
 #include "proto/shape.h"
 #include "proto/xattr_names.h"
+#include "util/log.h"
 
 namespace gpufs {
 
@@ -29,21 +29,32 @@ Result<std::string> Namespace::GetXattr(uint64_t ino, std::string_view name) {
   }
   if (name == xattr::kIpcHandle) {
     if (entry.kind != EntryKind::kBlob) return Error(ENODATA, PathOf(ino) + " is an object");
+    // Pin the blob with a handle of our own, so it cannot move or go while
+    // it is exported; the export (a CUDA call) runs outside mu_. Nothing
+    // waits: an unsealed member has no handle yet.
     GPUFS_ASSIGN_OR_RETURN(Blob rec, catalog_->GetBlob(entry.blob));
-    if (auto it = active_.find(rec.id); it != active_.end()) {
-      // Written just now? Its release may still be on the way.
-      std::shared_ptr<ActiveBlob> blob = it->second;
-      sealed_cv_.wait_for(lock, std::chrono::seconds(2), [&] {
-        return blob->rec.state != BlobState::kUnsealed || blob->writers == 0;
-      });
+    Handle pin;
+    pin.entry = entry.id;
+    pin.blob = Activate(rec);
+    std::shared_ptr<ActiveBlob> blob = pin.blob;
+    HandleId pinned = AddHandle(std::move(pin));
+    std::string path = PathOf(ino);
+    lock.unlock();
+    Result<gpufs_ipc_info> info = Error(ENODATA, "");
+    {
+      std::shared_lock io(blob->io_mu);
       rec = blob->rec;
+      if (rec.state != BlobState::kSealed || rec.device == "host") {
+        info = Error(ENODATA, path + " has no IPC handle: it is " +
+                                  (rec.device == "host" ? "in host memory" : "not sealed"));
+      } else {
+        info = Export(rec);
+      }
     }
-    if (rec.state != BlobState::kSealed || rec.device == "host") {
-      return Error(ENODATA, PathOf(ino) + " has no IPC handle: it is " +
-                                (rec.device == "host" ? "in host memory" : "not sealed"));
-    }
-    GPUFS_ASSIGN_OR_RETURN(gpufs_ipc_info info, ExportLocked(rec));
-    return IpcInfoBytes(info);
+    Status released = Release(pinned);
+    if (!released.ok()) GPUFS_LOG(WARN) << "getxattr " << path << ": " << released.ToString();
+    GPUFS_RETURN_IF_ERROR(info.status());
+    return IpcInfoBytes(*info);
   }
   auto value = catalog_->GetXattr(ino, name);
   if (!value.ok() && value.status().code() == ENODATA) {

@@ -416,6 +416,7 @@ TEST_F(SqliteCatalogTest, UpdateRoundTrips) {
   blob.size = (uint64_t{1} << 40) + 3;
   blob.state = BlobState::kLost;
   blob.owner_uid = 4242;
+  blob.closed = true;
   ASSERT_TRUE(catalog_->UpdateBlob(blob).ok());
   auto stored = catalog_->GetBlob(blob.id);
   ASSERT_TRUE(stored.ok());
@@ -423,6 +424,7 @@ TEST_F(SqliteCatalogTest, UpdateRoundTrips) {
   EXPECT_EQ(stored->size, blob.size);
   EXPECT_EQ(stored->state, blob.state);
   EXPECT_EQ(stored->owner_uid, blob.owner_uid);
+  EXPECT_TRUE(stored->closed);
   blob.id = 999;
   EXPECT_EQ(catalog_->UpdateBlob(blob).code(), ENOENT);
 

@@ -83,6 +83,9 @@ std::string RandomBytes(size_t n, uint32_t seed) {
 
 GpufsMount::GpufsMount(std::vector<std::string> args) : args_(std::move(args)) {
   root_ = dir_.path();
+  // Other users (setpriv tests) reach the mount point; the state dir stays
+  // the daemon's (it makes it itself).
+  ::chmod(root_.c_str(), 0755);
   mnt_ = root_ + "/mnt";
   state_ = root_ + "/state";
   log_ = root_ + "/daemon.log";
@@ -133,6 +136,8 @@ bool GpufsMount::Start() {
 }
 
 bool GpufsMount::Stop() {
+  for (pid_t dead : dying_) WaitExit(dead, std::chrono::seconds(5));
+  dying_.clear();
   if (pid_ <= 0) return true;
   if (::umount2(mnt_.c_str(), 0) != 0) ::umount2(mnt_.c_str(), MNT_DETACH);
   bool exited = WaitExit(pid_, std::chrono::seconds(10));
@@ -145,10 +150,14 @@ bool GpufsMount::Stop() {
   return exited;
 }
 
-void GpufsMount::Kill9() {
+void GpufsMount::Kill9(bool wait) {
   if (pid_ <= 0) return;
   ::kill(pid_, SIGKILL);
-  WaitExit(pid_, std::chrono::seconds(5));
+  if (wait) {
+    WaitExit(pid_, std::chrono::seconds(5));
+  } else {
+    dying_.push_back(pid_);
+  }
   pid_ = -1;
 }
 

@@ -45,7 +45,9 @@ class GpufsMount {
   // Unmounts and waits for the daemon to exit; kills it after 10 s.
   bool Stop();
   // kill -9 of the daemon; the dead mount stays behind, as in real life.
-  void Kill9();
+  // With `wait` false it returns at once, while the daemon is still dying
+  // (the process is reaped later).
+  void Kill9(bool wait = true);
 
   const std::string& mnt() const { return mnt_; }
   const std::string& state() const { return state_; }
@@ -58,6 +60,7 @@ class GpufsMount {
   std::string root_, mnt_, state_, log_;
   std::vector<std::string> args_;
   pid_t pid_ = -1;
+  std::vector<pid_t> dying_;  // killed without waiting; reaped by Stop
 };
 
 // A test with its own host-store mount and a local scratch directory beside
