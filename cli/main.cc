@@ -34,6 +34,12 @@ int main(int argc, char** argv) {
                         "or /var/lib/gpufs for root");
   mount_cmd->add_option("--store", mount.store, "auto, gpu or host")
       ->check(CLI::IsMember({"auto", "gpu", "host"}));
+  mount_cmd->add_option("--ipc", mount.ipc,
+                        "How GPU blobs are shared: auto (vmm where supported), vmm (CUDA VMM fds "
+                        "over the daemon's socket, read-only maps) or legacy (cudaIpc handles)")
+      ->check(CLI::IsMember({"auto", "vmm", "legacy"}));
+  mount_cmd->add_option("--socket", mount.socket,
+                        "Path of the fd socket (default: a fresh directory under $TMPDIR)");
   mount_cmd->add_option("--devices", devices, "CUDA ordinals to serve, e.g. 0,1");
   mount_cmd->add_option("--capacity", capacity, "Bytes the store may hold, e.g. 64G");
   mount_cmd->add_flag("--foreground,-f", mount.foreground, "Stay in the foreground, log to stderr");

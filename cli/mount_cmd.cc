@@ -21,6 +21,7 @@
 #include "core/namespace.h"
 #include "fs/fuse_server.h"
 #include "meta/sqlite_catalog.h"
+#include "fs/fd_server.h"
 #include "store/store_factory.h"
 #include "util/log.h"
 #include "util/size.h"
@@ -114,6 +115,7 @@ int Serve(const MountConfig& config, int report) {
   store_config.devices = config.devices;
   store_config.capacity = config.capacity;
   store_config.host_dir = config.state_dir + "/host";
+  store_config.ipc = config.ipc;
   auto stores = OpenStores(store_config);
   if (!stores.ok()) return fail(stores.status());
 
@@ -123,6 +125,13 @@ int Serve(const MountConfig& config, int report) {
   options.catalog = std::move(*catalog);
   options.stores = std::move(stores->stores);
   options.default_device = stores->default_device;
+  // The fd socket of VMM exports (uapi.h); its path is on the root's
+  // user.gpufs.socket.
+  TokenTable tokens;
+  auto fd_server = FdServer::Start(config.socket, &tokens);
+  if (!fd_server.ok()) return fail(fd_server.status());
+  options.tokens = &tokens;
+  options.socket_path = (*fd_server)->path();
   auto ns = Namespace::Open(std::move(options));
   if (!ns.ok()) return fail(ns.status());
 
@@ -171,6 +180,13 @@ Status ApplyMountOptions(const std::string& options, MountConfig* config) {
       config->state_dir = value;
     } else if (key == "store") {
       config->store = value;
+    } else if (key == "ipc") {
+      if (value != "auto" && value != "vmm" && value != "legacy") {
+        return Error(EINVAL, "ipc=" + value + ": want auto, vmm or legacy");
+      }
+      config->ipc = value;
+    } else if (key == "socket") {
+      config->socket = value;
     } else if (key == "capacity") {
       GPUFS_ASSIGN_OR_RETURN(uint64_t bytes, ParseSize(value));
       config->capacity = bytes;

@@ -14,6 +14,8 @@ struct MountConfig {
   std::string mountpoint;
   std::string state_dir;  // empty: DefaultStateDir()
   std::string store = "auto";
+  std::string ipc = "auto";  // auto | vmm | legacy: how GPU blobs are exported
+  std::string socket;        // the fd socket's path; empty: a fresh temp dir
   std::vector<int> devices;
   std::optional<uint64_t> capacity;
   bool foreground = false;
@@ -24,7 +26,7 @@ struct MountConfig {
 // $XDG_STATE_HOME/gpufs, /var/lib/gpufs for root, else ~/.local/state/gpufs.
 std::string DefaultStateDir();
 
-// Parses "-o" style options: gpufs's own (state=, store=, devices=,
+// Parses "-o" style options: gpufs's own (state=, store=, ipc=, socket=, devices=,
 // capacity=, foreground, debug) go into `config`, fstab-only words (defaults,
 // noauto, ...) are dropped, and the rest are passed to FUSE.
 Status ApplyMountOptions(const std::string& options, MountConfig* config);

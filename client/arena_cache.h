@@ -33,10 +33,15 @@
 
 namespace gpufs::client {
 
+// Legacy handles: the handle bytes name the allocation. VMM: the blob does
+// (one allocation per blob), and a writable mapping is kept apart from
+// read-only ones.
 struct ArenaKey {
   std::array<uint8_t, 16> device_uuid;
   std::array<uint8_t, 64> handle;
   uint64_t generation;
+  uint64_t vmm_blob = 0;  // VMM: the blob id; 0 for legacy handles
+  bool writable = false;  // VMM: mapped PROT_READWRITE (a producer's ALLOC)
   auto operator<=>(const ArenaKey&) const = default;
 };
 
@@ -47,7 +52,9 @@ struct Arena {
   CUdevice device = 0;
   CUcontext context = nullptr;  // the device's primary context, retained by this arena
   CUdeviceptr base = 0;         // where the arena is mapped
-  size_t size = 0;              // bytes of the arena (cuMemGetAddressRange)
+  size_t size = 0;              // bytes of the arena (cuMemGetAddressRange, or alloc_size)
+  unsigned long long vmm = 0;   // VMM: the imported CUmemGenericAllocationHandle
+  bool writable = false;        // VMM: mapped read-write now (guarded by the cache's mutex)
   int refs = 0;                 // blobs mapped from it; guarded by the cache's mutex
 };
 
@@ -66,7 +73,14 @@ class ArenaCache {
   // caller owns one reference (give it back with Release). Errors: ENODEV (no
   // driver, or the GPU is not visible to this process), EPROTO (the blob is
   // not inside the arena), the errno of the failing CUDA call otherwise.
-  Result<Arena*> Acquire(const struct gpufs_ipc_info& info);
+  // VMM blobs (info.handle_type GPUFS_HANDLE_VMM_FD): the token is redeemed
+  // on the daemon's fd socket (found by fgetxattr(member_fd,
+  // GPUFS_XATTR_SOCKET), or $GPUFS_SOCKET) and the fd imported and mapped
+  // read-only, or read-write when info.flags has GPUFS_INFO_WRITABLE.
+  Result<Arena*> Acquire(const struct gpufs_ipc_info& info, int member_fd);
+
+  // A producer's blob was sealed: its writable mapping becomes read-only.
+  Status DropWrite(Arena* arena);
 
   // Gives back a reference taken by Acquire. The last one waits for the
   // device's pending work (kernels may still read the arena), closes the IPC

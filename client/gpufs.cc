@@ -244,6 +244,10 @@ Status Seal(gpufs_buffer* buf) {
   }
   if (::ioctl(buf->fd, GPUFS_IOC_SEAL) < 0) return PosixError("ioctl GPUFS_IOC_SEAL", errno);
   buf->flags &= ~GPUFS_BUFFER_WRITABLE;
+  // Sealed: never written again, also not by its producer.
+  GPUFS_RETURN_IF_ERROR(ArenaCache::Instance()
+                            .DropWrite(static_cast<Arena*>(buf->internal))
+                            .Prepend("sealed, but the mapping stays writable"));
   PendingCreate pending;
   {
     std::lock_guard lock(g_pending_mu);
@@ -346,7 +350,7 @@ Status CheckInfo(const struct gpufs_ipc_info& info, int code) {
 }
 
 Status MapInfo(UniqueFd fd, const struct gpufs_ipc_info& info, uint32_t flags, gpufs_buffer* buf) {
-  GPUFS_ASSIGN_OR_RETURN(Arena * arena, ArenaCache::Instance().Acquire(info));
+  GPUFS_ASSIGN_OR_RETURN(Arena * arena, ArenaCache::Instance().Acquire(info, fd.get()));
   gpufs_buffer out{};
   out.ptr = reinterpret_cast<void*>(static_cast<uintptr_t>(arena->base + info.offset));
   out.size = info.size;

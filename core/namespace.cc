@@ -78,7 +78,10 @@ Entry NewEntry(const Caller& caller, uint64_t parent, std::string_view name, Ent
 }  // namespace
 
 Namespace::Namespace(NamespaceOptions options)
-    : catalog_(std::move(options.catalog)), default_device_(std::move(options.default_device)) {
+    : catalog_(std::move(options.catalog)),
+      default_device_(std::move(options.default_device)),
+      tokens_(options.tokens),
+      socket_path_(std::move(options.socket_path)) {
   for (auto& store : options.stores) {
     std::string name = store->device();
     stores_[name] = std::move(store);
@@ -764,6 +767,7 @@ Status Namespace::Release(HandleId id) {
   ActiveBlob& blob = *handle.blob;
   std::unique_lock io(blob.io_mu);
   std::lock_guard lock(mu_);
+  if (tokens_ != nullptr) tokens_->RevokeHandle(id);
   blob.handles--;
   if (handle.writable) blob.writers--;
   if (handle.mapped) blob.mapped--;
@@ -841,7 +845,8 @@ Result<Namespace::Handle*> Namespace::FindHandle(HandleId id) {
 
 // --- device memory ---------------------------------------------------------------
 
-Result<gpufs_ipc_info> Namespace::ExportLocked(const Blob& rec) {
+Result<gpufs_ipc_info> Namespace::ExportLocked(const Blob& rec, HandleId handle,
+                                               const Caller& caller, bool writable) {
   BulkStore* store = StoreFor(rec.device);
   if (store == nullptr) return Error(ENODEV, "no store for " + rec.device);
   auto exported = store->Export(rec.id, rec.extent);
@@ -853,10 +858,22 @@ Result<gpufs_ipc_info> Namespace::ExportLocked(const Blob& rec) {
     }
     return exported.status();
   }
-  return MakeIpcInfo(*exported, rec.id, generation_);
+  gpufs_ipc_info info = MakeIpcInfo(*exported, rec.id, generation_);
+  if (writable) info.flags |= GPUFS_INFO_WRITABLE;
+  if (exported->handle_type == IpcExport::kVmmFd) {
+    if (tokens_ == nullptr) return Error(ENODEV, "VMM export without an fd server");
+    GPUFS_ASSIGN_OR_RETURN(Token token, tokens_->Issue(TokenGrant{.handle = handle,
+                                                                  .uid = caller.uid,
+                                                                  .pid = caller.pid,
+                                                                  .blob_id = rec.id,
+                                                                  .alloc_size = info.alloc_size,
+                                                                  .fd = exported->fd}));
+    std::memcpy(info.token, token.data(), sizeof info.token);
+  }
+  return info;
 }
 
-Result<gpufs_ipc_info> Namespace::MapHandle(HandleId id) {
+Result<gpufs_ipc_info> Namespace::MapHandle(HandleId id, const Caller& caller) {
   std::unique_lock lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
   if (!handle->blob) return Error(ENODEV, "/.gpufs/stats is not in device memory");
@@ -871,7 +888,7 @@ Result<gpufs_ipc_info> Namespace::MapHandle(HandleId id) {
     return Error(EBUSY, PathOf(entry) + " is still being written; map it once it is sealed");
   }
   if (blob->rec.state == BlobState::kLost) return Error(EIO, PathOf(entry) + " lost its bytes");
-  auto info = ExportLocked(blob->rec);
+  auto info = ExportLocked(blob->rec, id, caller, false);
   if (!info.ok()) return info.status().Prepend(PathOf(entry));
   GPUFS_ASSIGN_OR_RETURN(handle, FindHandle(id));  // the table may have changed while waiting
   if (!handle->mapped) {
@@ -881,7 +898,7 @@ Result<gpufs_ipc_info> Namespace::MapHandle(HandleId id) {
   return info;
 }
 
-Result<gpufs_ipc_info> Namespace::AllocDevice(HandleId id, uint64_t size) {
+Result<gpufs_ipc_info> Namespace::AllocDevice(HandleId id, uint64_t size, const Caller& caller) {
   std::shared_ptr<ActiveBlob> blob;
   EntryId entry = 0;
   {
@@ -932,7 +949,7 @@ Result<gpufs_ipc_info> Namespace::AllocDevice(HandleId id, uint64_t size) {
   rec = next;
   blob->size = size;
   blob->needs_explicit_seal = true;
-  auto info = ExportLocked(rec);
+  auto info = ExportLocked(rec, id, caller, true);
   if (!info.ok()) return info.status().Prepend(path);
   GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
   if (!handle->mapped) {
@@ -1093,10 +1110,13 @@ HostBuffer Namespace::AllocateIoBuffer(size_t bytes) {
 
 // --- extended attributes --------------------------------------------------------
 
-Result<std::string> Namespace::GetXattr(uint64_t ino, std::string_view name) {
+Result<std::string> Namespace::GetXattr(uint64_t ino, std::string_view name, const Caller& caller) {
   if (IsControl(ino)) return Error(ENODATA, "/.gpufs has no attribute " + std::string(name));
   if (!StartsWith(name, xattr::kUserPrefix)) {
     return Error(ENODATA, "no attribute " + std::string(name));
+  }
+  if (name == GPUFS_XATTR_SOCKET && !socket_path_.empty()) {  // on every entry
+    return socket_path_;
   }
   std::unique_lock lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
@@ -1121,7 +1141,7 @@ Result<std::string> Namespace::GetXattr(uint64_t ino, std::string_view name) {
       return Error(ENODATA, PathOf(ino) + " has no IPC handle: it is " +
                                 (rec.device == "host" ? "in host memory" : "not sealed"));
     }
-    GPUFS_ASSIGN_OR_RETURN(gpufs_ipc_info info, ExportLocked(rec));
+    GPUFS_ASSIGN_OR_RETURN(gpufs_ipc_info info, ExportLocked(rec, 0, caller, false));
     return IpcInfoBytes(info);
   }
   auto value = catalog_->GetXattr(ino, name);

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "gpufs/uapi.h"
+#include "core/ipc_tokens.h"
 #include "meta/catalog.h"
 #include "store/bulk_store.h"
 #include "util/status.h"
@@ -100,6 +101,12 @@ struct NamespaceOptions {
   std::vector<std::unique_ptr<BulkStore>> stores;
   // Device new blobs go to unless an enclosing object says otherwise.
   std::string default_device = "host";
+  // Where VMM exports are handed out (fs/fd_server): tokens issued by
+  // MapHandle/AllocDevice/the ipc_handle xattr go into `tokens`, and the
+  // root's user.gpufs.socket names `socket_path`. Null: VMM exports fail
+  // with ENODEV (legacy handles need neither).
+  TokenTable* tokens = nullptr;
+  std::string socket_path;
 };
 
 // Inode numbers of the reserved, read-only /.gpufs directory and its files.
@@ -152,7 +159,8 @@ class Namespace {
   Status Release(HandleId handle);
 
   // --- extended attributes ---------------------------------------------------
-  Result<std::string> GetXattr(uint64_t ino, std::string_view name);
+  // `caller` gets the token of user.gpufs.ipc_handle (see MapHandle).
+  Result<std::string> GetXattr(uint64_t ino, std::string_view name, const Caller& caller = {});
   Status SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags);
   Result<std::vector<std::string>> ListXattr(uint64_t ino);
   Status RemoveXattr(uint64_t ino, std::string_view name);
@@ -162,12 +170,14 @@ class Namespace {
   // and in device memory (ENODEV otherwise). A blob whose writer has just
   // closed is being sealed (the kernel sends release after close returns):
   // this waits up to two seconds for it, then gives EBUSY.
-  Result<gpufs_ipc_info> MapHandle(HandleId handle);
+  // A VMM blob's info carries a token for `caller` (as FUSE reports the
+  // ioctl's caller), bound to this open handle (see core/ipc_tokens.h).
+  Result<gpufs_ipc_info> MapHandle(HandleId handle, const Caller& caller = {});
   // GPUFS_IOC_ALLOC: gives the empty unsealed blob of a writable handle
   // `size` bytes of device memory (moving it to a GPU if its object places it
   // in host memory) and returns its handle. Such a blob must be sealed with
   // SealHandle: released unsealed, it is discarded.
-  Result<gpufs_ipc_info> AllocDevice(HandleId handle, uint64_t size);
+  Result<gpufs_ipc_info> AllocDevice(HandleId handle, uint64_t size, const Caller& caller = {});
   // GPUFS_IOC_SEAL: seals the handle's blob now.
   Status SealHandle(HandleId handle);
   // Moves the bytes of blob `ino`, or of every blob under object `ino`, to
@@ -233,7 +243,10 @@ class Namespace {
   Result<Handle*> FindHandle(HandleId id);
   // Seals `blob` (io_mu held exclusively, mu_ held): store, catalog, entry mtime.
   Status SealLocked(ActiveBlob& blob, EntryId entry);
-  Result<gpufs_ipc_info> ExportLocked(const Blob& rec);
+  // The info of `rec` for `caller`; VMM exports get a token bound to open
+  // handle `handle` (0: none, the xattr). `writable` only for ALLOC.
+  Result<gpufs_ipc_info> ExportLocked(const Blob& rec, HandleId handle, const Caller& caller,
+                                      bool writable);
   Status MigrateBlob(EntryId entry, const std::string& device);
   // Blob entries at and under `ino`.
   Result<std::vector<EntryId>> BlobsUnder(EntryId ino);
@@ -244,6 +257,8 @@ class Namespace {
   std::unique_ptr<Catalog> catalog_;                          // GUARDED_BY(mu_)
   std::map<std::string, std::unique_ptr<BulkStore>> stores_;  // fixed after Open
   std::string default_device_;
+  TokenTable* tokens_ = nullptr;  // fixed after Open
+  std::string socket_path_;
   uint64_t generation_ = 0;
   HandleId next_handle_ = 1;                                        // GUARDED_BY(mu_)
   std::unordered_map<HandleId, Handle> handles_;                    // GUARDED_BY(mu_)

@@ -42,8 +42,22 @@
 
 namespace gpufs {
 
+// How blobs are laid out and exported.
+enum class GpuIpcMode {
+  // Small blobs of one owner share cudaMalloc arenas, exported with legacy
+  // IPC: a handle maps the neighbours too. Kept for the store's own tests of
+  // arenas; `gpufs mount` never uses it.
+  kSharedArenas,
+  // One cudaMalloc per blob (nothing else in it), legacy cudaIpc handles.
+  kLegacy,
+  // One CUDA VMM physical allocation per blob (rounded to the granularity),
+  // exported as a POSIX fd (see vmm_memory.h); alignment = the granularity.
+  kVmm,
+};
+
 struct GpuStoreOptions {
   int ordinal = 0;                     // CUDA device, as numbered in this process
+  GpuIpcMode ipc = GpuIpcMode::kSharedArenas;
   std::optional<uint64_t> capacity;    // default: 90% of the free device memory at Open
   uint64_t arena_size = 256ull << 20;  // bytes per shared arena; a multiple of alignment
   uint64_t alignment = 512;            // of every blob's offset; a power of two
@@ -133,6 +147,7 @@ class GpuBulkStore final : public BulkStore {
   Result<IpcExport> Export(BlobId id, const Extent& extent) override;
 
   int ordinal() const { return ordinal_; }
+  GpuIpcMode ipc_mode() const { return ipc_; }
   // cudaDeviceProp::uuid of the device.
   const std::array<uint8_t, 16>& uuid() const { return uuid_; }
   uint64_t arena_size() const { return arena_size_; }
@@ -165,6 +180,8 @@ class GpuBulkStore final : public BulkStore {
   using Dropped = std::vector<std::unique_ptr<Allocation>>;
 
   GpuBulkStore(const GpuStoreOptions& options, uint64_t capacity, std::array<uint8_t, 16> uuid);
+  // A dedicated allocation of `bytes` (VMM or cudaMalloc by ipc_), zeroed.
+  Status AllocateDedicated(Allocation* alloc, uint64_t bytes);
 
   // Bytes a request of `bytes` reserves: rounded up to the alignment, at least
   // one unit; UINT64_MAX if that overflows.
@@ -204,7 +221,8 @@ class GpuBulkStore final : public BulkStore {
   const uint64_t capacity_;
   const uint64_t arena_size_;
   const uint64_t alignment_;
-  const uint64_t dedicated_threshold_;  // arena_size / 4
+  const uint64_t dedicated_threshold_;  // arena_size / 4; 0 (all dedicated) unless kSharedArenas
+  const GpuIpcMode ipc_;
 
   mutable std::mutex mu_;
   std::unordered_map<BlobId, BlobRecord> blobs_;                      // GUARDED_BY(mu_)
