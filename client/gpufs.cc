@@ -244,15 +244,16 @@ Status Seal(gpufs_buffer* buf) {
   }
   if (::ioctl(buf->fd, GPUFS_IOC_SEAL) < 0) return PosixError("ioctl GPUFS_IOC_SEAL", errno);
   buf->flags &= ~GPUFS_BUFFER_WRITABLE;
-  // Sealed: never written again, also not by its producer.
-  GPUFS_RETURN_IF_ERROR(ArenaCache::Instance()
-                            .DropWrite(static_cast<Arena*>(buf->internal))
-                            .Prepend("sealed, but the mapping stays writable"));
+  // Sealed: never written again, also not by its producer (after the rename
+  // below, so that a failure here leaves a published member).
+  Status dropped = ArenaCache::Instance()
+                       .DropWrite(static_cast<Arena*>(buf->internal))
+                       .Prepend("sealed, but the mapping stays writable");
   PendingCreate pending;
   {
     std::lock_guard lock(g_pending_mu);
     auto it = g_pending.find(buf->fd);
-    if (it == g_pending.end()) return Status::Ok();
+    if (it == g_pending.end()) return dropped;
     pending = std::move(it->second);
     g_pending.erase(it);
   }
@@ -261,7 +262,7 @@ Status Seal(gpufs_buffer* buf) {
     ::unlink(pending.temp.c_str());
     return PosixError("sealed, but rename onto " + pending.target, err);
   }
-  return Status::Ok();
+  return dropped;
 }
 
 // OK when [offset, offset + n) lies inside the buffer's blob.

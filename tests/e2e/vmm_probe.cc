@@ -11,9 +11,12 @@
 //   vmm-probe redeem SOCK HEX    presents a token; exit 0 if it is refused
 //   vmm-probe bench PATH         cold map, warm map, and the raw fd receive +
 //                                import + map + set access, in microseconds
+//   vmm-probe put DIR MIB        gpufs_create + D2D copy + gpufs_seal against a
+//                                D2D copy into cuMemAlloc'd memory (GB/s)
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -190,6 +193,48 @@ int main(int argc, char** argv) {
                 Micros(t2, t3), Micros(t3, t4), Micros(t2, t3) / Micros(t0, t1));
     gpufs_unmap(&b);
     gpufs_unmap(&a);
+    return 0;
+  }
+  if (cmd == "put") {
+    using Clock = std::chrono::steady_clock;
+    if (argc < 4) return Fail("want DIR MIB");
+    const size_t bytes = std::strtoull(argv[3], nullptr, 10) << 20;
+    auto api = LoadDriver();
+    if (!api.ok()) return Fail(api.status().ToString());
+    CUdevice dev;
+    CUcontext ctx;
+    (*api)->DeviceGet(&dev, 0);
+    (*api)->DevicePrimaryCtxRetain(&ctx, dev);
+    ScopedContext scope(**api, ctx);
+    CUdeviceptr src = 0, dst = 0;
+    if ((*api)->MemAlloc(&src, bytes) != CUDA_SUCCESS || (*api)->MemAlloc(&dst, bytes) != CUDA_SUCCESS) {
+      return Fail("cuMemAlloc");
+    }
+    (*api)->MemsetD8(src, 0x5c, bytes);
+    (*api)->CtxSynchronize();
+    std::vector<double> put, d2d;
+    for (int rep = 0; rep < 6; ++rep) {
+      std::string target = std::string(path) + "/put-" + std::to_string(rep);
+      gpufs_buffer buf;
+      auto t0 = Clock::now();
+      if (gpufs_create(target.c_str(), bytes, &buf) != 0) return Fail(gpufs_last_error());
+      (*api)->MemcpyAsync(reinterpret_cast<CUdeviceptr>(buf.ptr), src, bytes, nullptr);
+      if (gpufs_seal(&buf) != 0) return Fail(gpufs_last_error());
+      auto t1 = Clock::now();
+      (*api)->MemcpyAsync(dst, src, bytes, nullptr);
+      (*api)->CtxSynchronize();
+      auto t2 = Clock::now();
+      gpufs_unmap(&buf);
+      ::unlink(target.c_str());
+      if (rep == 0) continue;  // warm-up
+      put.push_back(bytes / (Micros(t0, t1) * 1e3));
+      d2d.push_back(bytes / (Micros(t1, t2) * 1e3));
+    }
+    std::sort(put.begin(), put.end());
+    std::sort(d2d.begin(), d2d.end());
+    std::printf("put %zu MiB: gpufs_create+D2D+seal %.1f GB/s, cudaMemcpy D2D %.1f GB/s, ratio %.2f\n",
+                bytes >> 20, put[put.size() / 2], d2d[d2d.size() / 2],
+                put[put.size() / 2] / d2d[d2d.size() / 2]);
     return 0;
   }
   return Fail("unknown command " + cmd);
