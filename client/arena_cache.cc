@@ -5,7 +5,10 @@
 #include <cstring>
 #include <utility>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/xattr.h>
+#include <unistd.h>
 
 #include <cstdlib>
 
@@ -98,6 +101,12 @@ Status Open(const DriverApi& api, Arena* arena, const struct gpufs_ipc_info& inf
 // The daemon's fd socket for the mount holding `member_fd`.
 Result<std::string> SocketPath(int member_fd) {
   if (const char* env = std::getenv("GPUFS_SOCKET"); env != nullptr && *env != '\0') return std::string(env);
+  // One lookup per mount (by st_dev) and process; called under the cache's
+  // mutex, which guards `known` too.
+  static std::map<dev_t, std::string>* known = new std::map<dev_t, std::string>;
+  struct stat st;
+  if (::fstat(member_fd, &st) != 0) return PosixError("fstat", errno);
+  if (auto it = known->find(st.st_dev); it != known->end()) return it->second;
   char path[256];
   ssize_t n = ::fgetxattr(member_fd, GPUFS_XATTR_SOCKET, path, sizeof path - 1);
   if (n <= 0) {
@@ -105,7 +114,7 @@ Result<std::string> SocketPath(int member_fd) {
                  "the member has no " GPUFS_XATTR_SOCKET " attribute (set $GPUFS_SOCKET to the "
                  "daemon's fd socket)");
   }
-  return std::string(path, static_cast<size_t>(n));
+  return (*known)[st.st_dev] = std::string(path, static_cast<size_t>(n));
 }
 
 CUmemAccessDesc Access(const Arena& arena, bool writable) {
@@ -241,6 +250,31 @@ Result<Arena*> ArenaCache::Acquire(const struct gpufs_ipc_info& info, int member
     return status;
   }
   arena->refs = 1;
+  if (arena->vmm != 0 && !arena->key.writable && ::fstat(member_fd, &arena->member) == 0) {
+    arena->member_fd = ::fcntl(member_fd, F_DUPFD_CLOEXEC, 0);
+    arena->blob_size = info.size;
+    if (arena->member_fd >= 0) {
+      by_member_[{arena->member.st_dev, arena->member.st_ino}] = arena;
+    }
+  }
+  return arena;
+}
+
+Arena* ArenaCache::AcquireByStat(const struct stat& st, int* fd) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_member_.find({st.st_dev, st.st_ino});
+  if (it == by_member_.end()) return nullptr;
+  Arena* arena = it->second;
+  const struct stat& was = arena->member;
+  if (arena->refs <= 0 || was.st_size != st.st_size || was.st_ctim.tv_sec != st.st_ctim.tv_sec ||
+      was.st_ctim.tv_nsec != st.st_ctim.tv_nsec || was.st_mtim.tv_sec != st.st_mtim.tv_sec ||
+      was.st_mtim.tv_nsec != st.st_mtim.tv_nsec) {
+    return nullptr;
+  }
+  int dup = ::fcntl(arena->member_fd, F_DUPFD_CLOEXEC, 0);
+  if (dup < 0) return nullptr;
+  *fd = dup;
+  ++arena->refs;
   return arena;
 }
 
@@ -257,6 +291,11 @@ Status ArenaCache::Release(Arena* arena, bool* released) {
   // Acquire loaded the driver, so this cannot fail now.
   Result<const DriverApi*> api = LoadDriver();
   Status status = api.ok() ? Close(**api, arena) : api.status();
+  if (arena->member_fd >= 0) {
+    auto m = by_member_.find({arena->member.st_dev, arena->member.st_ino});
+    if (m != by_member_.end() && m->second == arena) by_member_.erase(m);
+    ::close(arena->member_fd);
+  }
   arenas_.erase(it);
   return status;
 }

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cuda.h>
+#include <sys/stat.h>
 
 #include <array>
 #include <compare>
@@ -56,6 +57,11 @@ struct Arena {
   unsigned long long vmm = 0;   // VMM: the imported CUmemGenericAllocationHandle
   bool writable = false;        // VMM: mapped read-write now (guarded by the cache's mutex)
   int refs = 0;                 // blobs mapped from it; guarded by the cache's mutex
+  // VMM read-only arenas (one blob each): the member it was mapped from, as
+  // fstat saw it then, and an fd of it (owned) that a warm map duplicates.
+  struct stat member {};
+  int member_fd = -1;
+  uint64_t blob_size = 0;
 };
 
 class ArenaCache {
@@ -79,6 +85,15 @@ class ArenaCache {
   // read-only, or read-write when info.flags has GPUFS_INFO_WRITABLE.
   Result<Arena*> Acquire(const struct gpufs_ipc_info& info, int member_fd);
 
+  // The warm path of gpufs_map: the read-only VMM arena mapped from the
+  // member `st` describes (same device and inode, and still the same ctime,
+  // mtime and size, so still the same sealed blob: replacing a member changes
+  // them, and gpufs never reuses an inode number), with one more reference,
+  // and a duplicate of its member fd in *fd. Null (nothing taken) otherwise.
+  // No request reaches the daemon: the caller's stat(2) is answered from the
+  // kernel's attribute cache (1 s) when it can be.
+  Arena* AcquireByStat(const struct stat& st, int* fd);
+
   // A producer's blob was sealed: its writable mapping becomes read-only.
   Status DropWrite(Arena* arena);
 
@@ -96,6 +111,7 @@ class ArenaCache {
  private:
   mutable std::mutex mu_;
   std::map<ArenaKey, std::unique_ptr<Arena>> arenas_;  // guarded by mu_
+  std::map<std::pair<dev_t, ino_t>, Arena*> by_member_;  // guarded by mu_
 };
 
 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L shows it.

@@ -201,11 +201,19 @@ GpuBulkStore::GpuBulkStore(const GpuStoreOptions& options, uint64_t capacity,
       arena_size_(options.arena_size),
       alignment_(options.alignment),
       dedicated_threshold_(options.ipc == GpuIpcMode::kSharedArenas ? options.arena_size / 4 : 0),
-      ipc_(options.ipc) {}
-
-Status GpuBulkStore::AllocateDedicated(Allocation* alloc, uint64_t bytes) {
+      ipc_(options.ipc) {
   if (ipc_ == GpuIpcMode::kVmm) {
-    GPUFS_ASSIGN_OR_RETURN(alloc->vmm, VmmMemory::Create(ordinal_, bytes));
+    pool_ = std::make_unique<VmmPool>(
+        ordinal_, options.pool_budget.value_or(std::min<uint64_t>(capacity / 8, 2ull << 30)));
+  }
+}
+
+Status GpuBulkStore::AllocateDedicated(Allocation* alloc, uint64_t bytes, bool pooled) {
+  if (ipc_ == GpuIpcMode::kVmm) {
+    if (pooled && pool_) alloc->vmm = pool_->Take(bytes);
+    if (!alloc->vmm) {
+      GPUFS_ASSIGN_OR_RETURN(alloc->vmm, VmmMemory::Create(ordinal_, bytes));
+    }
     return Status::Ok();
   }
   GPUFS_ASSIGN_OR_RETURN(alloc->memory, DeviceMemory::Allocate(ordinal_, bytes));
@@ -292,12 +300,13 @@ Status GpuBulkStore::MissingLocked(BlobId id, std::string_view what) const {
 
 // ---- Places
 
-Result<GpuBulkStore::Place> GpuBulkStore::AcquirePlace(uint32_t owner, uint64_t bytes) {
+Result<GpuBulkStore::Place> GpuBulkStore::AcquirePlace(uint32_t owner, uint64_t bytes,
+                                                       bool pooled) {
   const uint64_t reserved = Units(bytes);
   auto alloc = std::make_unique<Allocation>();
   alloc->owner = owner;
   if (reserved >= dedicated_threshold_) {
-    GPUFS_RETURN_IF_ERROR(AllocateDedicated(alloc.get(), reserved));
+    GPUFS_RETURN_IF_ERROR(AllocateDedicated(alloc.get(), reserved, pooled));
     alloc->dedicated = true;
     alloc->blobs = 1;
     std::lock_guard lock(mu_);
@@ -526,8 +535,11 @@ Result<Extent> GpuBulkStore::Allocate(BlobId id, uint32_t owner_uid, uint64_t si
     used_ += need;  // reserved now, so that concurrent calls cannot take it
   }
 
-  Result<Place> place = AcquirePlace(owner_uid, size);
-  Status status = place.ok() ? Zero(place->data, size) : place.status();
+  Result<Place> place = AcquirePlace(owner_uid, size, true);
+  // A VMM place is a fresh allocation, zeroed when it was made.
+  Status status = !place.ok()                 ? place.status()
+                  : ipc_ == GpuIpcMode::kVmm ? Status::Ok()
+                                             : Zero(place->data, size);
   Dropped dropped;  // freed after the lock is released
   std::lock_guard lock(mu_);
   if (status.ok() &&
@@ -624,10 +636,12 @@ Result<Extent> GpuBulkStore::Resize(BlobId id, const Extent& extent, uint64_t ol
       if (target > RoomLocked(old.reserved)) continue;
       used_ += target - old.reserved;
     }
-    Result<Place> place = AcquirePlace(blob.owner, target);
+    Result<Place> place = AcquirePlace(blob.owner, target, old_size == 0 && target == exact);
     Status status = place.status();
     if (status.ok()) status = DeviceToDevice(place->data, old.data, old_size);
-    if (status.ok()) status = Zero(place->data + old_size, new_size - old_size);
+    if (status.ok() && ipc_ != GpuIpcMode::kVmm) {  // VMM places are fresh, zeroed allocations
+      status = Zero(place->data + old_size, new_size - old_size);
+    }
     Dropped dropped;  // freed after the lock is released
     std::lock_guard lock(mu_);
     if (!status.ok()) {

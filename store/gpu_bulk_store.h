@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "store/bulk_store.h"
+#include "store/vmm_pool.h"
 #include "util/status.h"
 
 namespace gpufs {
@@ -58,6 +59,8 @@ enum class GpuIpcMode {
 struct GpuStoreOptions {
   int ordinal = 0;                     // CUDA device, as numbered in this process
   GpuIpcMode ipc = GpuIpcMode::kSharedArenas;
+  // kVmm: bytes of allocations kept ready (default: capacity / 8, at most 2 GiB).
+  std::optional<uint64_t> pool_budget;
   std::optional<uint64_t> capacity;    // default: 90% of the free device memory at Open
   uint64_t arena_size = 256ull << 20;  // bytes per shared arena; a multiple of alignment
   uint64_t alignment = 512;            // of every blob's offset; a power of two
@@ -181,7 +184,7 @@ class GpuBulkStore final : public BulkStore {
 
   GpuBulkStore(const GpuStoreOptions& options, uint64_t capacity, std::array<uint8_t, 16> uuid);
   // A dedicated allocation of `bytes` (VMM or cudaMalloc by ipc_), zeroed.
-  Status AllocateDedicated(Allocation* alloc, uint64_t bytes);
+  Status AllocateDedicated(Allocation* alloc, uint64_t bytes, bool pooled);
 
   // Bytes a request of `bytes` reserves: rounded up to the alignment, at least
   // one unit; UINT64_MAX if that overflows.
@@ -196,7 +199,8 @@ class GpuBulkStore final : public BulkStore {
   // A new place of Units(bytes) for a blob of `owner`: in one of the owner's
   // arenas (or a new one) below the dedicated threshold, else a dedicated
   // allocation. Does not touch used_. Locks mu_ itself; must not hold it.
-  Result<Place> AcquirePlace(uint32_t owner, uint64_t bytes);
+  // `pooled`: an exact size worth keeping ready (kVmm, see vmm_pool.h).
+  Result<Place> AcquirePlace(uint32_t owner, uint64_t bytes, bool pooled = false);
   // Returns `place` to its allocation; an allocation left without blobs moves
   // into `dropped`, to be freed once mu_ is released.
   void ReleasePlaceLocked(const Place& place, Dropped* dropped);
@@ -223,6 +227,7 @@ class GpuBulkStore final : public BulkStore {
   const uint64_t alignment_;
   const uint64_t dedicated_threshold_;  // arena_size / 4; 0 (all dedicated) unless kSharedArenas
   const GpuIpcMode ipc_;
+  std::unique_ptr<VmmPool> pool_;  // kVmm only
 
   mutable std::mutex mu_;
   std::unordered_map<BlobId, BlobRecord> blobs_;                      // GUARDED_BY(mu_)

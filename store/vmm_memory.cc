@@ -159,8 +159,16 @@ Result<std::unique_ptr<VmmMemory>> VmmMemory::Create(int ordinal, uint64_t bytes
   GPUFS_RETURN_IF_ERROR(DriverError("cuMemSetAccess", d.SetAccess(va, bytes, &access, 1)));
   // Physical memory may have held another blob of this process: zero all of
   // it, padding included (an importer maps the whole allocation).
-  GPUFS_RETURN_IF_ERROR(DriverError("cuMemsetD8", d.MemsetD8(va, 0, bytes)));
-  GPUFS_RETURN_IF_ERROR(DriverError("cuCtxSynchronize", d.CtxSynchronize()));
+  // On a stream of its own: a context-wide sync would wait for every FUSE
+  // worker's copies.
+  cudaStream_t stream = nullptr;
+  GPUFS_RETURN_IF_ERROR(CudaError("cudaStreamCreateWithFlags",
+                                  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)));
+  Status zeroed = CudaError("cudaMemsetAsync", cudaMemsetAsync(m->ptr_, 0, bytes, stream));
+  Status synced = CudaError("cudaStreamSynchronize", cudaStreamSynchronize(stream));
+  cudaStreamDestroy(stream);
+  GPUFS_RETURN_IF_ERROR(zeroed);
+  GPUFS_RETURN_IF_ERROR(synced);
   int fd = -1;
   GPUFS_RETURN_IF_ERROR(DriverError(
       "cuMemExportToShareableHandle",

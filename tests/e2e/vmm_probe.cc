@@ -212,15 +212,23 @@ int main(int argc, char** argv) {
     }
     (*api)->MemsetD8(src, 0x5c, bytes);
     (*api)->CtxSynchronize();
-    std::vector<double> put, d2d;
+    std::vector<double> put, d2d, create_us, copy_us, seal_us;
     for (int rep = 0; rep < 6; ++rep) {
       std::string target = std::string(path) + "/put-" + std::to_string(rep);
       gpufs_buffer buf;
       auto t0 = Clock::now();
       if (gpufs_create(target.c_str(), bytes, &buf) != 0) return Fail(gpufs_last_error());
+      auto tc = Clock::now();
       (*api)->MemcpyAsync(reinterpret_cast<CUdeviceptr>(buf.ptr), src, bytes, nullptr);
+      (*api)->CtxSynchronize();
+      auto tk = Clock::now();
       if (gpufs_seal(&buf) != 0) return Fail(gpufs_last_error());
       auto t1 = Clock::now();
+      if (rep > 0) {
+        create_us.push_back(Micros(t0, tc));
+        copy_us.push_back(Micros(tc, tk));
+        seal_us.push_back(Micros(tk, t1));
+      }
       (*api)->MemcpyAsync(dst, src, bytes, nullptr);
       (*api)->CtxSynchronize();
       auto t2 = Clock::now();
@@ -230,6 +238,10 @@ int main(int argc, char** argv) {
       put.push_back(bytes / (Micros(t0, t1) * 1e3));
       d2d.push_back(bytes / (Micros(t1, t2) * 1e3));
     }
+    for (auto* v : {&create_us, &copy_us, &seal_us}) std::sort(v->begin(), v->end());
+    std::printf("put %zu MiB: median gpufs_create %.0f us, copy %.0f us, gpufs_seal %.0f us\n",
+                bytes >> 20, create_us[create_us.size() / 2], copy_us[copy_us.size() / 2],
+                seal_us[seal_us.size() / 2]);
     std::sort(put.begin(), put.end());
     std::sort(d2d.begin(), d2d.end());
     std::printf("put %zu MiB: gpufs_create+D2D+seal %.1f GB/s, cudaMemcpy D2D %.1f GB/s, ratio %.2f\n",
