@@ -65,6 +65,9 @@ check "a consumer in its own PID namespace maps and sees the bytes" \
 check "nobody in its own PID namespace too" \
   unshare --pid --fork --mount-proc setpriv --reuid=65534 --regid=65534 --clear-groups "$probe" check "$mnt/sec/pub" 0x41
 
+fill "$mnt/rw" 1048576 R
+check "a warm map reuses the mapping; after a rewrite it shows the new blob" "$probe" rewarm "$mnt/rw"
+
 fill "$mnt/big" 67108864 B
 used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
 before=$(used)

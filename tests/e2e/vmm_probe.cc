@@ -11,8 +11,13 @@
 //   vmm-probe redeem SOCK HEX    presents a token; exit 0 if it is refused
 //   vmm-probe bench PATH         cold map, warm map, and the raw fd receive +
 //                                import + map + set access, in microseconds
+//   vmm-probe rewarm PATH        maps PATH twice (the 2nd warm: same mapping),
+//                                replaces it with write(2) (0x51 bytes), maps
+//                                again: the new bytes, while the old mapping
+//                                keeps the old ones
 //   vmm-probe put DIR MIB        gpufs_create + D2D copy + gpufs_seal against a
 //                                D2D copy into cuMemAlloc'd memory (GB/s)
+#include <fcntl.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -191,6 +196,29 @@ int main(int argc, char** argv) {
     std::printf("bench %s alloc_size=%llu raw_us=%.1f cold_map_us=%.1f warm_map_us=%.1f ratio=%.2f\n",
                 path, static_cast<unsigned long long>(info.alloc_size), Micros(t0, t1),
                 Micros(t2, t3), Micros(t3, t4), Micros(t2, t3) / Micros(t0, t1));
+    gpufs_unmap(&b);
+    gpufs_unmap(&a);
+    return 0;
+  }
+  if (cmd == "rewarm") {
+    gpufs_buffer a, b, c;
+    if (Map(path, &a) != 0 || Map(path, &b) != 0) return 1;
+    if (a.ptr != b.ptr || a.blob_id != b.blob_id) return Fail("the warm map is another mapping");
+    std::vector<uint8_t> old_bytes, new_bytes, still;
+    if (!Fetch(a, reinterpret_cast<CUdeviceptr>(a.ptr), &old_bytes, a.size).ok()) return 1;
+    int fd = ::open(path, O_WRONLY | O_TRUNC);
+    std::vector<uint8_t> q(1 << 20, 0x51);
+    if (fd < 0 || ::write(fd, q.data(), q.size()) != static_cast<ssize_t>(q.size()) ||
+        ::close(fd) != 0) {
+      return Fail("rewrite failed");
+    }
+    if (Map(path, &c) != 0) return 1;
+    if (!Fetch(c, reinterpret_cast<CUdeviceptr>(c.ptr), &new_bytes, c.size).ok()) return 1;
+    if (!Fetch(a, reinterpret_cast<CUdeviceptr>(a.ptr), &still, a.size).ok()) return 1;
+    if (c.blob_id == a.blob_id || new_bytes != q) return Fail("the map after the rewrite is stale");
+    if (still != old_bytes) return Fail("the old mapping changed");
+    std::printf("ok: warm map reused the mapping; after a rewrite the map shows the new blob\n");
+    gpufs_unmap(&c);
     gpufs_unmap(&b);
     gpufs_unmap(&a);
     return 0;
