@@ -1,5 +1,16 @@
 // GpuBulkStore: blob bytes in the memory of one CUDA device, exported to other
-// processes through legacy CUDA IPC handles (cudaIpcGetMemHandle).
+// processes. How (GpuStoreOptions::ipc):
+// - kVmm (what `gpufs mount` uses where it can): every blob is one CUDA VMM
+//   physical allocation of its own, rounded to the granularity (2 MiB on the
+//   H200), zeroed when made and exported as a POSIX fd (vmm_memory.h); a
+//   mapper can reach that blob's bytes and nothing else, and a freed
+//   allocation is never given to another blob (importers may still hold it).
+//   Allocations of recently used exact sizes come ready from a pool
+//   (vmm_pool.h); teardown runs on a background thread.
+// - kLegacy: one cudaMalloc per blob, zeroed whole, legacy cudaIpc handles
+//   (which cannot be mapped read-only).
+// - kSharedArenas: the layout below, for the store's own arena tests only:
+//   a legacy IPC handle maps a whole arena, neighbours included.
 //
 // Layout: small blobs share cudaMalloc'd arenas of `arena_size` bytes, each
 // arena holding the blobs of a single owner (an IPC handle maps a whole
