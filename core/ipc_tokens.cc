@@ -65,8 +65,8 @@ Result<TokenGrant> TokenTable::Redeem(const Token& token, uint32_t peer_uid, uin
                              std::to_string(peer_uid));
   }
   if (entry.grant.pid != 0 && peer_pid != 0 && !same_process_(entry.grant.pid, peer_pid)) {
-    return Error(EACCES, "token of pid " + std::to_string(entry.grant.pid) +
-                             " presented by pid " + std::to_string(peer_pid));
+    return Error(EACCES, "token of pid " + std::to_string(entry.grant.pid) + " presented by pid " +
+                             std::to_string(peer_pid));
   }
   return std::move(entry.grant);
 }

@@ -15,7 +15,11 @@ struct FakeClock {
 };
 
 TokenGrant Grant(uint64_t handle, uint32_t uid, uint32_t pid) {
-  return TokenGrant{.handle = handle, .uid = uid, .pid = pid, .blob_id = 7, .alloc_size = 2 << 20,
+  return TokenGrant{.handle = handle,
+                    .uid = uid,
+                    .pid = pid,
+                    .blob_id = 7,
+                    .alloc_size = 2 << 20,
                     .fd = std::make_shared<const UniqueFd>(::dup(0))};
 }
 

@@ -24,8 +24,12 @@ TEST(FdServerTest, HandsTheFdToItsOwnerOnce) {
   auto server = FdServer::Start("", &tokens);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   auto file = SomeFile();
-  auto token = tokens.Issue(TokenGrant{.handle = 1, .uid = ::getuid(), .pid = (uint32_t)::getpid(),
-                                       .blob_id = 5, .alloc_size = 2 << 20, .fd = file});
+  auto token = tokens.Issue(TokenGrant{.handle = 1,
+                                       .uid = ::getuid(),
+                                       .pid = (uint32_t)::getpid(),
+                                       .blob_id = 5,
+                                       .alloc_size = 2 << 20,
+                                       .fd = file});
   ASSERT_TRUE(token.ok());
   gpufs_fd_reply reply{};
   auto fd = FetchBlobFd((*server)->path(), token->data(), &reply);
@@ -43,8 +47,12 @@ TEST(FdServerTest, AnotherUidsTokenIsRefused) {
   TokenTable tokens;
   auto server = FdServer::Start("", &tokens);
   ASSERT_TRUE(server.ok());
-  auto token = tokens.Issue(TokenGrant{.handle = 1, .uid = ::getuid() + 1, .pid = 0, .blob_id = 5,
-                                       .alloc_size = 1, .fd = SomeFile()});
+  auto token = tokens.Issue(TokenGrant{.handle = 1,
+                                       .uid = ::getuid() + 1,
+                                       .pid = 0,
+                                       .blob_id = 5,
+                                       .alloc_size = 1,
+                                       .fd = SomeFile()});
   gpufs_fd_reply reply{};
   auto fd = FetchBlobFd((*server)->path(), token->data(), &reply);
   EXPECT_EQ(fd.status().code(), EACCES) << fd.status().ToString();
@@ -61,8 +69,8 @@ TEST(FdServerTest, GarbageGetsEprotoAndTheServerGoesOn) {
   std::vector<std::thread> threads;
   std::atomic<int> ok{0};
   for (int i = 0; i < 16; ++i) {
-    auto token = tokens.Issue(TokenGrant{.handle = 1, .uid = ::getuid(), .pid = 0, .blob_id = 5,
-                                         .alloc_size = 1, .fd = SomeFile()});
+    auto token = tokens.Issue(TokenGrant{
+        .handle = 1, .uid = ::getuid(), .pid = 0, .blob_id = 5, .alloc_size = 1, .fd = SomeFile()});
     threads.emplace_back([&, t = *token] {
       gpufs_fd_reply r{};
       if (FetchBlobFd((*server)->path(), t.data(), &r).ok()) ++ok;

@@ -48,13 +48,14 @@ bool Load(const char* name, F* fn) {
 const Driver& Api() {
   static const Driver api = [] {
     Driver d;
-    d.ok = Load("cuDeviceGet", &d.DeviceGet) && Load("cuDeviceGetAttribute", &d.DeviceGetAttribute) &&
-           Load("cuMemGetAllocationGranularity", &d.Granularity) && Load("cuMemCreate", &d.Create) &&
-           Load("cuMemRelease", &d.Release) && Load("cuMemAddressReserve", &d.Reserve) &&
-           Load("cuMemAddressFree", &d.AddressFree) && Load("cuMemMap", &d.Map) &&
-           Load("cuMemUnmap", &d.Unmap) && Load("cuMemSetAccess", &d.SetAccess) &&
-           Load("cuMemExportToShareableHandle", &d.Export) && Load("cuMemsetD8", &d.MemsetD8) &&
-           Load("cuCtxSynchronize", &d.CtxSynchronize);
+    d.ok =
+        Load("cuDeviceGet", &d.DeviceGet) && Load("cuDeviceGetAttribute", &d.DeviceGetAttribute) &&
+        Load("cuMemGetAllocationGranularity", &d.Granularity) && Load("cuMemCreate", &d.Create) &&
+        Load("cuMemRelease", &d.Release) && Load("cuMemAddressReserve", &d.Reserve) &&
+        Load("cuMemAddressFree", &d.AddressFree) && Load("cuMemMap", &d.Map) &&
+        Load("cuMemUnmap", &d.Unmap) && Load("cuMemSetAccess", &d.SetAccess) &&
+        Load("cuMemExportToShareableHandle", &d.Export) && Load("cuMemsetD8", &d.MemsetD8) &&
+        Load("cuCtxSynchronize", &d.CtxSynchronize);
     return d;
   }();
   return api;
@@ -62,9 +63,7 @@ const Driver& Api() {
 
 Status DriverError(std::string_view call, CUresult r) {
   if (r == CUDA_SUCCESS) return Status::Ok();
-  int code = r == CUDA_ERROR_OUT_OF_MEMORY ? ENOSPC
-             : r == CUDA_ERROR_NOT_SUPPORTED ? ENODEV
-                                              : EIO;
+  int code = r == CUDA_ERROR_OUT_OF_MEMORY ? ENOSPC : r == CUDA_ERROR_NOT_SUPPORTED ? ENODEV : EIO;
   return Error(code, std::string(call) + ": CUDA driver error " + std::to_string(r));
 }
 
@@ -145,8 +144,8 @@ Result<std::unique_ptr<VmmMemory>> VmmMemory::Create(int ordinal, uint64_t bytes
   m->bytes_ = bytes;
   CUmemAllocationProp prop = Prop(dev);
   CUmemGenericAllocationHandle h;
-  GPUFS_RETURN_IF_ERROR(DriverError("cuMemCreate(" + std::to_string(bytes) + ")",
-                                    d.Create(&h, bytes, &prop, 0)));
+  GPUFS_RETURN_IF_ERROR(
+      DriverError("cuMemCreate(" + std::to_string(bytes) + ")", d.Create(&h, bytes, &prop, 0)));
   m->handle_ = h;
   CUdeviceptr va = 0;
   GPUFS_RETURN_IF_ERROR(DriverError("cuMemAddressReserve", d.Reserve(&va, bytes, 0, 0, 0)));
@@ -170,9 +169,8 @@ Result<std::unique_ptr<VmmMemory>> VmmMemory::Create(int ordinal, uint64_t bytes
   GPUFS_RETURN_IF_ERROR(zeroed);
   GPUFS_RETURN_IF_ERROR(synced);
   int fd = -1;
-  GPUFS_RETURN_IF_ERROR(DriverError(
-      "cuMemExportToShareableHandle",
-      d.Export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)));
+  GPUFS_RETURN_IF_ERROR(DriverError("cuMemExportToShareableHandle",
+                                    d.Export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)));
   m->fd_ = std::make_shared<const UniqueFd>(fd);
   return m;
 }

@@ -44,10 +44,10 @@ class VmmPool {
   const uint64_t budget_;
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;                                                 // GUARDED_BY(mu_)
-  std::deque<uint64_t> wanted_;                                       // GUARDED_BY(mu_)
+  bool stop_ = false;                                                  // GUARDED_BY(mu_)
+  std::deque<uint64_t> wanted_;                                        // GUARDED_BY(mu_)
   std::map<uint64_t, std::vector<std::unique_ptr<VmmMemory>>> ready_;  // GUARDED_BY(mu_)
-  uint64_t ready_bytes_ = 0;                                          // GUARDED_BY(mu_), incl. in making
+  uint64_t ready_bytes_ = 0;  // GUARDED_BY(mu_), incl. in making
   std::thread thread_;
 };
 

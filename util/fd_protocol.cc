@@ -116,8 +116,8 @@ Result<size_t> ReceiveMessage(int sock, std::span<std::byte> buf, UniqueFd* fd) 
   return static_cast<size_t>(n);
 }
 
-Result<UniqueFd> FetchBlobFd(const std::string& socket_path,
-                             const uint8_t token[GPUFS_TOKEN_BYTES], gpufs_fd_reply* reply) {
+Result<UniqueFd> FetchBlobFd(const std::string& socket_path, const uint8_t token[GPUFS_TOKEN_BYTES],
+                             gpufs_fd_reply* reply) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socket_path.empty() || socket_path.size() >= sizeof addr.sun_path) {

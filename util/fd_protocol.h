@@ -36,7 +36,7 @@ Result<size_t> ReceiveMessage(int sock, std::span<std::byte> buf, UniqueFd* fd);
 // Client side: connects to `socket_path`, redeems `token` and returns the
 // blob's fd. The daemon's refusal comes back with its errno and message;
 // ECONNREFUSED/ENOENT if nobody serves the socket.
-Result<UniqueFd> FetchBlobFd(const std::string& socket_path,
-                             const uint8_t token[GPUFS_TOKEN_BYTES], gpufs_fd_reply* reply);
+Result<UniqueFd> FetchBlobFd(const std::string& socket_path, const uint8_t token[GPUFS_TOKEN_BYTES],
+                             gpufs_fd_reply* reply);
 
 }  // namespace gpufs

@@ -123,9 +123,12 @@ int main(int argc, char** argv) {
       if (r == CUDA_SUCCESS) r = (*api)->CtxSynchronize();
     }
     Status fetched = Fetch(buf, reinterpret_cast<CUdeviceptr>(buf.ptr), &after, buf.size);
-    std::printf("device write through the mapping: %s; bytes %s\n",
-                r == CUDA_SUCCESS ? "ACCEPTED" : CudaError(**api, "cuMemsetD8", r).ToString().c_str(),
-                !fetched.ok() ? "unreadable" : before == after ? "unchanged" : "CHANGED");
+    std::printf(
+        "device write through the mapping: %s; bytes %s\n",
+        r == CUDA_SUCCESS ? "ACCEPTED" : CudaError(**api, "cuMemsetD8", r).ToString().c_str(),
+        !fetched.ok()     ? "unreadable"
+        : before == after ? "unchanged"
+                          : "CHANGED");
     return r != CUDA_SUCCESS && fetched.ok() && before == after ? 0 : 3;
   }
   if (cmd == "token") {
@@ -142,7 +145,8 @@ int main(int argc, char** argv) {
     if (argc < 4 || std::strlen(argv[3]) != 2 * GPUFS_TOKEN_BYTES) return Fail("want SOCK HEX");
     uint8_t token[GPUFS_TOKEN_BYTES];
     for (int i = 0; i < GPUFS_TOKEN_BYTES; ++i) {
-      token[i] = static_cast<uint8_t>(std::strtoul(std::string(argv[3] + 2 * i, 2).c_str(), nullptr, 16));
+      token[i] =
+          static_cast<uint8_t>(std::strtoul(std::string(argv[3] + 2 * i, 2).c_str(), nullptr, 16));
     }
     gpufs_fd_reply reply{};
     auto fd = FetchBlobFd(path, token, &reply);
@@ -173,7 +177,8 @@ int main(int argc, char** argv) {
     if (!fd.ok()) return Fail(fd.status().ToString());
     CUmemGenericAllocationHandle h;
     CUdeviceptr va;
-    (*api)->MemImportFromShareableHandle(&h, reinterpret_cast<void*>(static_cast<uintptr_t>(fd->get())),
+    (*api)->MemImportFromShareableHandle(&h,
+                                         reinterpret_cast<void*>(static_cast<uintptr_t>(fd->get())),
                                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     (*api)->MemAddressReserve(&va, info.alloc_size, 0, 0, 0);
     (*api)->MemMap(va, info.alloc_size, 0, h, 0);
@@ -193,9 +198,10 @@ int main(int argc, char** argv) {
     auto t3 = Clock::now();
     if (Map(path, &b) != 0) return 1;
     auto t4 = Clock::now();
-    std::printf("bench %s alloc_size=%llu raw_us=%.1f cold_map_us=%.1f warm_map_us=%.1f ratio=%.2f\n",
-                path, static_cast<unsigned long long>(info.alloc_size), Micros(t0, t1),
-                Micros(t2, t3), Micros(t3, t4), Micros(t2, t3) / Micros(t0, t1));
+    std::printf(
+        "bench %s alloc_size=%llu raw_us=%.1f cold_map_us=%.1f warm_map_us=%.1f ratio=%.2f\n", path,
+        static_cast<unsigned long long>(info.alloc_size), Micros(t0, t1), Micros(t2, t3),
+        Micros(t3, t4), Micros(t2, t3) / Micros(t0, t1));
     gpufs_unmap(&b);
     gpufs_unmap(&a);
     return 0;
@@ -235,7 +241,8 @@ int main(int argc, char** argv) {
     (*api)->DevicePrimaryCtxRetain(&ctx, dev);
     ScopedContext scope(**api, ctx);
     CUdeviceptr src = 0, dst = 0;
-    if ((*api)->MemAlloc(&src, bytes) != CUDA_SUCCESS || (*api)->MemAlloc(&dst, bytes) != CUDA_SUCCESS) {
+    if ((*api)->MemAlloc(&src, bytes) != CUDA_SUCCESS ||
+        (*api)->MemAlloc(&dst, bytes) != CUDA_SUCCESS) {
       return Fail("cuMemAlloc");
     }
     (*api)->MemsetD8(src, 0x5c, bytes);
@@ -272,9 +279,10 @@ int main(int argc, char** argv) {
                 seal_us[seal_us.size() / 2]);
     std::sort(put.begin(), put.end());
     std::sort(d2d.begin(), d2d.end());
-    std::printf("put %zu MiB: gpufs_create+D2D+seal %.1f GB/s, cudaMemcpy D2D %.1f GB/s, ratio %.2f\n",
-                bytes >> 20, put[put.size() / 2], d2d[d2d.size() / 2],
-                put[put.size() / 2] / d2d[d2d.size() / 2]);
+    std::printf(
+        "put %zu MiB: gpufs_create+D2D+seal %.1f GB/s, cudaMemcpy D2D %.1f GB/s, ratio %.2f\n",
+        bytes >> 20, put[put.size() / 2], d2d[d2d.size() / 2],
+        put[put.size() / 2] / d2d[d2d.size() / 2]);
     return 0;
   }
   return Fail("unknown command " + cmd);
