@@ -354,6 +354,7 @@ Status Namespace::Release(HandleId id) {
   // The last writer is gone: seal (plain tools), or discard.
   Status result = finish ? FinishWriting(blob, handle.entry) : Status::Ok();
   std::lock_guard lock(mu_);
+  if (tokens_ != nullptr) tokens_->RevokeHandle(id);
   blob.handles--;
   if (handle.mapped) blob.mapped--;
   if (--entry_opens_[handle.entry] == 0) entry_opens_.erase(handle.entry);

@@ -24,7 +24,9 @@ Namespace::Namespace(NamespaceOptions options)
     : catalog_(std::move(options.catalog)),
       default_device_(std::move(options.default_device)),
       state_dir_(std::move(options.state_dir)),
-      log_path_(std::move(options.log_path)) {
+      log_path_(std::move(options.log_path)),
+      tokens_(options.tokens),
+      socket_path_(std::move(options.socket_path)) {
   for (auto& store : options.stores) {
     std::string name = store->device();
     stores_[name] = std::move(store);

@@ -62,6 +62,7 @@
 #include "core/control_files.h"
 #include "core/types.h"
 #include "gpufs/uapi.h"
+#include "core/ipc_tokens.h"
 #include "meta/catalog.h"
 #include "store/bulk_store.h"
 #include "util/status.h"
@@ -80,6 +81,12 @@ struct NamespaceOptions {
   // daemon's state directory and where its log goes (a path or "stderr").
   std::string state_dir;
   std::string log_path;
+  // Where VMM exports are handed out (fs/fd_server): tokens issued by
+  // MapHandle/AllocDevice/the ipc_handle xattr go into `tokens`, and the
+  // root's user.gpufs.socket names `socket_path`. Null: VMM exports fail
+  // with ENODEV (legacy handles need neither).
+  TokenTable* tokens = nullptr;
+  std::string socket_path;
 };
 
 class Namespace {
@@ -130,7 +137,8 @@ class Namespace {
   Status Release(HandleId handle);
 
   // --- extended attributes ---------------------------------------------------
-  Result<std::string> GetXattr(uint64_t ino, std::string_view name);
+  // `caller` gets the token of user.gpufs.ipc_handle (see MapHandle).
+  Result<std::string> GetXattr(uint64_t ino, std::string_view name, const Caller& caller = {});
   Status SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags);
   Result<std::vector<std::string>> ListXattr(uint64_t ino);
   Status RemoveXattr(uint64_t ino, std::string_view name);
@@ -139,12 +147,14 @@ class Namespace {
   // GPUFS_IOC_MAP: the IPC handle of the handle's blob, which must be sealed
   // and in device memory (ENODEV otherwise). An unsealed blob answers EBUSY
   // at once: nothing waits (a writer's close() has sealed before it returns).
-  Result<gpufs_ipc_info> MapHandle(HandleId handle);
+  // A VMM blob's info carries a token for `caller` (as FUSE reports the
+  // ioctl's caller), bound to this open handle (see core/ipc_tokens.h).
+  Result<gpufs_ipc_info> MapHandle(HandleId handle, const Caller& caller = {});
   // GPUFS_IOC_ALLOC: gives the empty unsealed blob of a writable handle
   // `size` bytes of device memory (moving it to a GPU if its object places it
   // in host memory) and returns its handle. Such a blob must be sealed with
   // SealHandle: released unsealed, it is discarded.
-  Result<gpufs_ipc_info> AllocDevice(HandleId handle, uint64_t size);
+  Result<gpufs_ipc_info> AllocDevice(HandleId handle, uint64_t size, const Caller& caller = {});
   // GPUFS_IOC_SEAL: seals the handle's blob now. Only a writer may: EBADF
   // for a handle not opened for writing.
   Status SealHandle(HandleId handle);
@@ -242,8 +252,11 @@ class Namespace {
   // Records the seal of `blob`, whose store Seal succeeded (io_mu held
   // exclusively, mu_ held): catalog, entry mtime.
   Status RecordSealLocked(ActiveBlob& blob, EntryId entry);
-  // The IPC handle of `rec` (its blob's io_mu held; mu_ need not be).
-  Result<gpufs_ipc_info> Export(const Blob& rec);
+  // The info of `rec` for `caller` (its blob's io_mu held; mu_ need not be);
+  // VMM exports get a token bound to open handle `handle` (0: none, the
+  // xattr). `writable` only for ALLOC.
+  Result<gpufs_ipc_info> Export(const Blob& rec, HandleId handle, const Caller& caller,
+                                bool writable);
   Status MigrateBlob(EntryId entry, const std::string& device);
   // Blob entries at and under `ino`.
   Result<std::vector<EntryId>> BlobsUnder(EntryId ino);
@@ -256,6 +269,8 @@ class Namespace {
   std::string default_device_;
   std::string state_dir_, log_path_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  TokenTable* tokens_ = nullptr;  // fixed after Open
+  std::string socket_path_;
   uint64_t generation_ = 0;
   HandleId next_handle_ = 1;                                        // GUARDED_BY(mu_)
   std::unordered_map<HandleId, Handle> handles_;                    // GUARDED_BY(mu_)

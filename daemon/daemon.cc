@@ -25,6 +25,7 @@
 #include "core/namespace.h"
 #include "fs/fuse_server.h"
 #include "meta/sqlite_catalog.h"
+#include "fs/fd_server.h"
 #include "store/store_factory.h"
 #include "util/log.h"
 #include "util/size.h"
@@ -186,6 +187,7 @@ int Serve(const MountConfig& config, int report) {
   store_config.devices = config.devices;
   store_config.capacity = config.capacity;
   store_config.host_dir = config.state_dir + "/host";
+  store_config.ipc = config.ipc;
   auto stores = OpenStores(store_config);
   if (!stores.ok()) return fail(stores.status());
 
@@ -197,6 +199,13 @@ int Serve(const MountConfig& config, int report) {
   options.default_device = stores->default_device;
   options.state_dir = config.state_dir;
   options.log_path = report >= 0 ? config.state_dir + "/gpufs.log" : "stderr";
+  // The fd socket of VMM exports (uapi.h); its path is on the root's
+  // user.gpufs.socket.
+  TokenTable tokens;
+  auto fd_server = FdServer::Start(config.socket, &tokens);
+  if (!fd_server.ok()) return fail(fd_server.status());
+  options.tokens = &tokens;
+  options.socket_path = (*fd_server)->path();
   auto ns = Namespace::Open(std::move(options));
   if (!ns.ok()) return fail(ns.status());
 

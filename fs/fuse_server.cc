@@ -313,7 +313,7 @@ void OnStatfs(fuse_req_t req, fuse_ino_t) {
 }
 
 void OnGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
-  auto value = Ns(req).GetXattr(ino, name);
+  auto value = Ns(req).GetXattr(ino, name, CallerOf(req));
   if (!value.ok())
     return ReplyError(req, "getxattr", value.status(), value.status().code() == ENODATA);
   if (size == 0) return static_cast<void>(fuse_reply_xattr(req, value->size()));
@@ -353,13 +353,23 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
   if (flags & FUSE_IOCTL_COMPAT) {
     return ReplyError(req, "ioctl", Error(ENOTTY, "32-bit ioctls are not supported"));
   }
+  // The version 1 numbers (struct gpufs_ipc_info of 120 bytes): a libgpufs
+  // older than the VMM store. Refused clearly rather than answered with a
+  // struct it would misread.
+  constexpr unsigned kMapV1 = 0x80784701u, kAllocV1 = 0xC0804702u;
+  if (cmd == kMapV1 || cmd == kAllocV1) {
+    return ReplyError(req, "ioctl",
+                      Error(EPROTONOSUPPORT,
+                            "a gpufs_ipc_info version 1 ioctl: this daemon speaks version 2 "
+                            "(VMM fds); rebuild the client against the current uapi.h/libgpufs"));
+  }
   switch (cmd) {
     case GPUFS_IOC_MAP: {
       if (handle == 0) return ReplyError(req, "ioctl MAP", Error(ENOTTY, "not a blob"));
       if (out_bufsz < sizeof(gpufs_ipc_info)) {
         return ReplyError(req, "ioctl MAP", Error(EINVAL, "short buffer"));
       }
-      auto info = Ns(req).MapHandle(handle);
+      auto info = Ns(req).MapHandle(handle, CallerOf(req));
       if (!info.ok()) return ReplyError(req, "ioctl MAP", info.status());
       fuse_reply_ioctl(req, 0, &*info, sizeof *info);
       return;
@@ -371,7 +381,7 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
       }
       gpufs_alloc alloc{};
       std::memcpy(&alloc, in_buf, sizeof alloc);
-      auto info = Ns(req).AllocDevice(handle, alloc.size);
+      auto info = Ns(req).AllocDevice(handle, alloc.size, CallerOf(req));
       if (!info.ok()) return ReplyError(req, "ioctl ALLOC", info.status());
       alloc.info = *info;
       fuse_reply_ioctl(req, 0, &alloc, sizeof alloc);
