@@ -1,8 +1,9 @@
 // gpufs-minifs: the "minimal libfuse file system" that bench/fs_bench.sh
 // measures gpufs against. A passthrough of a backing directory written the way
 // libfuse's passthrough_ll does it, with nothing else in the path: inodes are
-// O_PATH fds looked up by (st_dev, st_ino), each request is one syscall on
-// them, and the data path is the same as gpufs's (direct_io, 1 MiB requests,
+// looked up by (st_dev, st_ino), each request is one syscall on them (a
+// directory keeps an O_PATH fd; a file is its directory's fd and its name, so
+// 20k files fit under the container's 20000-fd limit), and the data path is the same as gpufs's (direct_io, 1 MiB requests,
 // a page-aligned per-thread buffer), so a ratio against it is what gpufs's own
 // work costs. Any ioctl is answered with zeroed output of the size asked for,
 // so open + ioctl round trips can be compared with GPUFS_IOC_MAP.
@@ -16,8 +17,10 @@
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -34,10 +37,12 @@ namespace {
 constexpr size_t kMaxIo = 1u << 20;
 
 struct Inode {
-  int fd = -1;  // O_PATH
+  int fd = -1;  // O_PATH, directories only
   dev_t dev = 0;
   ino_t ino = 0;
-  uint64_t nlookup = 0;  // guarded by g_mu
+  uint64_t nlookup = 0;     // guarded by g_mu
+  struct Inode* parent = nullptr;  // files: where they are (directories are never freed)
+  std::string name;         // guarded by g_mu
 };
 
 std::mutex g_mu;
@@ -51,25 +56,37 @@ Inode& In(fuse_ino_t ino) {
 
 std::string ProcPath(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
 
+// The directory fd and name to reach `inode` with *at() calls.
+std::pair<int, std::string> At(fuse_ino_t ino) {
+  Inode& inode = ino == FUSE_ROOT_ID ? g_root : *reinterpret_cast<Inode*>(ino);
+  if (inode.fd >= 0) return {inode.fd, ""};
+  std::lock_guard lock(g_mu);
+  return {inode.parent->fd, inode.name};
+}
+
+int StatOf(fuse_ino_t ino, struct stat* st) {
+  auto [fd, name] = At(ino);
+  return fstatat(fd, name.c_str(), st, AT_SYMLINK_NOFOLLOW | (name.empty() ? AT_EMPTY_PATH : 0));
+}
+
 // Looks `name` up under `parent`, counting one kernel lookup.
 int DoLookup(fuse_ino_t parent, const char* name, fuse_entry_param* e) {
   *e = fuse_entry_param{};
   e->attr_timeout = g_timeout;
   e->entry_timeout = g_timeout;
-  int fd = openat(In(parent).fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return errno;
-  if (fstatat(fd, "", &e->attr, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
-    int err = errno;
-    close(fd);
-    return err;
+  if (fstatat(In(parent).fd, name, &e->attr, AT_SYMLINK_NOFOLLOW) != 0) return errno;
+  int fd = -1;
+  if (S_ISDIR(e->attr.st_mode)) {
+    fd = openat(In(parent).fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return errno;
   }
   std::lock_guard lock(g_mu);
   auto key = std::make_pair(e->attr.st_dev, e->attr.st_ino);
   Inode*& inode = g_inodes[key];
   if (inode != nullptr) {
-    close(fd);
+    if (fd >= 0) close(fd);
   } else {
-    inode = new Inode{fd, e->attr.st_dev, e->attr.st_ino, 0};
+    inode = new Inode{fd, e->attr.st_dev, e->attr.st_ino, 0, &In(parent), name};
   }
   inode->nlookup++;
   e->ino = reinterpret_cast<fuse_ino_t>(inode);
@@ -81,9 +98,8 @@ void Forget(fuse_ino_t ino, uint64_t n) {
   std::lock_guard lock(g_mu);
   Inode& inode = In(ino);
   inode.nlookup -= std::min(n, inode.nlookup);
-  if (inode.nlookup == 0) {
+  if (inode.nlookup == 0 && inode.fd < 0) {  // files only: children point at directories
     g_inodes.erase({inode.dev, inode.ino});
-    close(inode.fd);
     delete &inode;
   }
 }
@@ -110,7 +126,7 @@ void OnForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
 
 void OnGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   struct stat st;
-  if (fstatat(In(ino).fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
+  if (StatOf(ino, &st) != 0) {
     return static_cast<void>(fuse_reply_err(req, errno));
   }
   fuse_reply_attr(req, &st, g_timeout);
@@ -118,7 +134,8 @@ void OnGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
 
 void OnSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
                fuse_file_info* fi) {
-  const std::string path = ProcPath(In(ino).fd);
+  auto [dir_fd, name] = At(ino);
+  const std::string path = name.empty() ? ProcPath(dir_fd) : ProcPath(dir_fd) + "/" + name;
   int rc = 0;
   if (to_set & FUSE_SET_ATTR_MODE) rc = chmod(path.c_str(), attr->st_mode);
   if (rc == 0 && (to_set & FUSE_SET_ATTR_SIZE)) {
@@ -162,8 +179,22 @@ void OnRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
 void OnRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
               const char* new_name, unsigned flags) {
   if (flags != 0) return static_cast<void>(fuse_reply_err(req, EINVAL));
-  int rc = renameat(In(parent).fd, name, In(new_parent).fd, new_name);
-  fuse_reply_err(req, rc == 0 ? 0 : errno);
+  struct stat st;
+  if (fstatat(In(parent).fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return static_cast<void>(fuse_reply_err(req, errno));
+  }
+  if (renameat(In(parent).fd, name, In(new_parent).fd, new_name) != 0) {
+    return static_cast<void>(fuse_reply_err(req, errno));
+  }
+  {
+    std::lock_guard lock(g_mu);
+    auto it = g_inodes.find({st.st_dev, st.st_ino});
+    if (it != g_inodes.end()) {
+      it->second->parent = &In(new_parent);
+      it->second->name = new_name;
+    }
+  }
+  fuse_reply_err(req, 0);
 }
 
 void OnCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
@@ -182,7 +213,8 @@ void OnCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 }
 
 void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  int fd = open(ProcPath(In(ino).fd).c_str(), (fi->flags & ~O_NOFOLLOW) | O_CLOEXEC);
+  auto [dir_fd, name] = At(ino);
+  int fd = openat(dir_fd, name.empty() ? "." : name.c_str(), (fi->flags & ~O_NOFOLLOW) | O_CLOEXEC);
   if (fd < 0) return static_cast<void>(fuse_reply_err(req, errno));
   fi->fh = static_cast<uint64_t>(fd);
   fi->direct_io = 1;
@@ -282,8 +314,40 @@ void OnReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 
 void OnStatfs(fuse_req_t req, fuse_ino_t ino) {
   struct statvfs st;
-  if (fstatvfs(In(ino).fd, &st) != 0) return static_cast<void>(fuse_reply_err(req, errno));
+  (void)ino;
+  if (fstatvfs(g_root.fd, &st) != 0) return static_cast<void>(fuse_reply_err(req, errno));
   fuse_reply_statfs(req, &st);
+}
+
+// Extended attributes pass through too, so tools that probe them (ls -l asks
+// for security.selinux of every file) pay the same round trips as on gpufs.
+std::string PathOfInode(fuse_ino_t ino) {
+  auto [dir_fd, name] = At(ino);
+  return name.empty() ? ProcPath(dir_fd) : ProcPath(dir_fd) + "/" + name;
+}
+
+void OnGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  char buf[65536];
+  ssize_t n = getxattr(PathOfInode(ino).c_str(), name, size == 0 ? nullptr : buf,
+                        std::min(size, sizeof buf));
+  if (n < 0) return static_cast<void>(fuse_reply_err(req, errno));
+  if (size == 0) return static_cast<void>(fuse_reply_xattr(req, static_cast<size_t>(n)));
+  fuse_reply_buf(req, buf, static_cast<size_t>(n));
+}
+
+void OnListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  char buf[65536];
+  ssize_t n = listxattr(PathOfInode(ino).c_str(), size == 0 ? nullptr : buf,
+                         std::min(size, sizeof buf));
+  if (n < 0) return static_cast<void>(fuse_reply_err(req, errno));
+  if (size == 0) return static_cast<void>(fuse_reply_xattr(req, static_cast<size_t>(n)));
+  fuse_reply_buf(req, buf, static_cast<size_t>(n));
+}
+
+void OnSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
+                int flags) {
+  int rc = setxattr(PathOfInode(ino).c_str(), name, value, size, flags);
+  fuse_reply_err(req, rc == 0 ? 0 : errno);
 }
 
 void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int, void*, fuse_file_info*, unsigned flags,
@@ -318,6 +382,13 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // One O_PATH fd per inode the kernel knows, as passthrough_ll keeps.
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0) {
+    rlimit more{1u << 20, 1u << 20};  // root may raise the hard limit
+    files.rlim_cur = files.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &more) != 0) setrlimit(RLIMIT_NOFILE, &files);
+  }
   g_root.fd = open(argv[1], O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (g_root.fd < 0) {
     std::perror(argv[1]);
@@ -347,6 +418,9 @@ int main(int argc, char** argv) {
   ops.releasedir = OnReleasedir;
   ops.statfs = OnStatfs;
   ops.ioctl = OnIoctl;
+  ops.getxattr = OnGetxattr;
+  ops.listxattr = OnListxattr;
+  ops.setxattr = OnSetxattr;
 
   char name[] = "gpufs-minifs";
   char opt_flag[] = "-o";

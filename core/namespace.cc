@@ -211,9 +211,14 @@ Result<Attr> Namespace::AttrOf(const Entry& entry) {
     auto active = active_.find(entry.blob);
     if (active != active_.end()) {
       attr.size = active->second->size.load();
+      // perf (issue 12): rec.state changes under mu_ (SealLocked), and a
+      // sealed blob's never again.
+      attr.immutable = entry.parent != 0 && active->second->writers == 0 &&
+                       active->second->rec.state == BlobState::kSealed;
     } else {
       GPUFS_ASSIGN_OR_RETURN(Blob blob, catalog_->GetBlob(entry.blob));
       attr.size = blob.size;
+      attr.immutable = entry.parent != 0 && blob.state == BlobState::kSealed;  // perf (issue 12)
     }
   }
   return attr;
@@ -229,12 +234,9 @@ Result<Entry> Namespace::ObjectEntry(uint64_t ino) {
 }
 
 Result<Entry> Namespace::ChildEntry(uint64_t parent, std::string_view name) {
-  auto entry = catalog_->Lookup(parent, name);
-  if (!entry.ok() && entry.status().code() == ENOENT) {
-    std::string path = PathOf(parent);
-    return Error(ENOENT, (path == "/" ? "" : path) + "/" + std::string(name) + ": no such member");
-  }
-  return entry;
+  // perf (issue 12): a miss is routine (shells and loaders probe names all
+  // the time), so it builds no path: callers that report it add context.
+  return catalog_->Lookup(parent, name);
 }
 
 namespace {
@@ -348,6 +350,7 @@ Status Namespace::Rmdir(uint64_t parent, std::string_view name) {
   GPUFS_ASSIGN_OR_RETURN(bool has_children, catalog_->HasChildren(entry.id));
   if (has_children) return Error(ENOTEMPTY, PathOf(entry.id) + " has members");
   GPUFS_RETURN_IF_ERROR(catalog_->Detach(entry.id, Now()));
+  NotifyEntry(parent, name);  // perf (issue 12)
   CollectEntry(entry.id);
   return Status::Ok();
 }
@@ -362,6 +365,7 @@ Status Namespace::Unlink(uint64_t parent, std::string_view name) {
     return Error(EISDIR, PathOf(entry.id) + " is an object: use rmdir");
   }
   GPUFS_RETURN_IF_ERROR(catalog_->Detach(entry.id, Now()));
+  NotifyEntry(parent, name);  // perf (issue 12)
   CollectEntry(entry.id);
   return Status::Ok();
 }
@@ -409,6 +413,8 @@ Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
     }
   }
   GPUFS_ASSIGN_OR_RETURN(EntryId replaced, catalog_->Move(source.id, new_parent, new_name, Now()));
+  NotifyEntry(parent, name);  // perf (issue 12)
+  if (replaced != 0) NotifyEntry(new_parent, new_name);
   if (replaced != 0) CollectEntry(replaced);
   return Status::Ok();
 }
@@ -533,6 +539,7 @@ Status Namespace::ReplaceBlob(const Entry& entry, const std::string& device, uin
     return old.status();
   }
   if (*old != 0) CollectBlob(*old);
+  NotifyInode(entry.id);  // perf (issue 12)
   return Status::Ok();
 }
 
@@ -592,10 +599,11 @@ Result<OpenResult> Namespace::Create(const Caller& caller, uint64_t parent, std:
   GPUFS_RETURN_IF_ERROR(CheckNewName(parent, name));
   std::lock_guard lock(mu_);
   GPUFS_RETURN_IF_ERROR(ObjectEntry(parent).status());
-  std::string path = PathOf(parent) + "/" + std::string(name);
+  // perf (issue 12): the path is built only for an error message.
+  auto path = [&] { return PathOf(parent) + "/" + std::string(name); };
   std::string device = DeviceFor(parent);
   BulkStore* store = StoreFor(device);
-  if (store == nullptr) return Error(ENODEV, "create " + path + ": no store for " + device);
+  if (store == nullptr) return Error(ENODEV, "create " + path() + ": no store for " + device);
   int64_t now = Now();
   Entry entry = NewEntry(caller, parent, name, EntryKind::kBlob, mode, now);
   Blob blob;
@@ -603,7 +611,7 @@ Result<OpenResult> Namespace::Create(const Caller& caller, uint64_t parent, std:
   blob.state = BlobState::kUnsealed;
   blob.owner_uid = caller.uid;
   auto created = catalog_->CreateEntry(entry, blob);
-  if (!created.ok()) return created.status().Prepend("create " + path);
+  if (!created.ok()) return created.status().Prepend("create " + path());
   entry = *created;
   auto stored = catalog_->GetBlob(entry.blob);
   Result<Extent> extent =
@@ -617,7 +625,7 @@ Result<OpenResult> Namespace::Create(const Caller& caller, uint64_t parent, std:
   if (!recorded.ok()) {
     Status detached = catalog_->Detach(entry.id, now);
     if (detached.ok()) CollectEntry(entry.id);
-    return recorded.Prepend("create " + path);
+    return recorded.Prepend("create " + path());
   }
   Handle handle;
   handle.entry = entry.id;
@@ -788,6 +796,7 @@ Status Namespace::Release(HandleId id) {
                       << sealed.ToString() << ")";
       auto entry = catalog_->GetEntry(handle.entry);
       if (entry.ok() && entry->blob == rec.id && entry->parent != 0) {
+        NotifyEntry(entry->parent, entry->name);  // perf (issue 12)
         Status detached = catalog_->Detach(entry->id, Now());
         if (!detached.ok()) GPUFS_LOG(ERROR) << "detach: " << detached.ToString();
       }
@@ -1066,6 +1075,7 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device) {
       return recorded;
     }
     blob->rec = next;
+    NotifyInode(entry_id);  // perf (issue 12)
     // Processes that mapped the old place keep it until they close.
     if (blob->mapped > 0 && rec.device != "host") {
       blob->retired.emplace_back(rec.device, rec.extent);

@@ -39,6 +39,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/invalidator.h"
 #include "gpufs/uapi.h"
 #include "meta/catalog.h"
 #include "store/bulk_store.h"
@@ -64,6 +65,9 @@ struct Attr {
   int64_t atime_ns = 0;
   int64_t mtime_ns = 0;
   int64_t ctime_ns = 0;
+  // A sealed blob member nobody writes: it changes only through calls that
+  // report to the Invalidator, so its entry and attributes may be cached long.
+  bool immutable = false;
 };
 
 struct SetAttrRequest {
@@ -118,6 +122,11 @@ class Namespace {
   Namespace& operator=(const Namespace&) = delete;
 
   uint64_t generation() const { return generation_; }
+
+  // perf (issue 12): who to tell when a name or an entry changes (see
+  // core/invalidator.h); null (the default) tells nobody. The invalidator
+  // must outlive its use: set null before destroying it.
+  void SetInvalidator(Invalidator* invalidator) { invalidator_.store(invalidator); }
 
   // --- entries ---------------------------------------------------------------
   Result<Attr> Lookup(uint64_t parent, std::string_view name);
@@ -249,6 +258,13 @@ class Namespace {
   std::unordered_map<HandleId, Handle> handles_;                    // GUARDED_BY(mu_)
   std::unordered_map<BlobId, std::shared_ptr<ActiveBlob>> active_;  // GUARDED_BY(mu_)
   std::unordered_map<EntryId, int> entry_opens_;                    // GUARDED_BY(mu_)
+  std::atomic<Invalidator*> invalidator_{nullptr};  // perf (issue 12)
+  void NotifyEntry(uint64_t parent, std::string_view name) {
+    if (Invalidator* inv = invalidator_.load()) inv->InvalidateEntry(parent, name);
+  }
+  void NotifyInode(uint64_t ino) {
+    if (Invalidator* inv = invalidator_.load()) inv->InvalidateInode(ino);
+  }
 };
 
 }  // namespace gpufs

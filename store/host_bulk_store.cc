@@ -3,12 +3,14 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <unordered_set>
 #include <utility>
@@ -70,6 +72,23 @@ Status ReadAll(int fd, uint64_t offset, std::span<std::byte> dst, const std::str
     done += static_cast<size_t>(n);
   }
   return Status::Ok();
+}
+
+// Mappings handed out by AllocateHuge: aligned start -> (mapping start, length).
+// The HostBuffer deleter is a plain function, so the lengths live here.
+std::mutex g_huge_mu;
+std::unordered_map<std::byte*, std::pair<void*, size_t>> g_huge;  // GUARDED_BY(g_huge_mu)
+
+void FreeHuge(std::byte* p) {
+  std::pair<void*, size_t> mapping{nullptr, 0};
+  {
+    std::lock_guard lock(g_huge_mu);
+    auto it = g_huge.find(p);
+    if (it == g_huge.end()) return;
+    mapping = it->second;
+    g_huge.erase(it);
+  }
+  ::munmap(mapping.first, mapping.second);
 }
 
 std::string Range(uint64_t offset, uint64_t length) {
@@ -384,6 +403,24 @@ void HostBulkStore::Free(BlobId id, const Extent& extent) {
       GPUFS_LOG(WARN) << "host store: free of blob " << id << ", which the store does not hold";
     }
   }
+}
+
+HostBuffer HostBulkStore::AllocateHostBuffer(size_t bytes) {
+  constexpr size_t kHuge = 2u << 20;
+  const size_t length = (std::max<size_t>(bytes, 1) + kHuge - 1) / kHuge * kHuge;
+  // Over-allocate by one huge page so an aligned start always fits.
+  void* base = ::mmap(nullptr, length + kHuge, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) {
+    GPUFS_LOG(ERROR) << "host store: " << PosixError("mmap of an I/O buffer", errno).ToString();
+    return HostBuffer(nullptr, FreeHuge);
+  }
+  auto start = reinterpret_cast<uintptr_t>(base);
+  auto* aligned = reinterpret_cast<std::byte*>((start + kHuge - 1) / kHuge * kHuge);
+  ::madvise(aligned, length, MADV_HUGEPAGE);  // advice only: 4 KiB pages work too
+  std::lock_guard lock(g_huge_mu);
+  g_huge.emplace(aligned, std::make_pair(base, length + kHuge));
+  return HostBuffer(aligned, FreeHuge);
 }
 
 std::string HostBulkStore::PathOf(BlobId id) const { return dir_ + "/" + std::to_string(id); }

@@ -90,6 +90,12 @@ class HostBulkStore final : public BulkStore {
   // its fd and releases its reservation.
   void Free(BlobId id, const Extent& extent) override;
 
+  // Anonymous memory aligned to 2 MiB and advised as transparent huge pages.
+  // The kernel copies into and out of page-aligned memory several times
+  // faster than into `new[]`'s (16 bytes past a page boundary: measured in
+  // issue 12), so every buffer the daemon copies through comes from here.
+  HostBuffer AllocateHostBuffer(size_t bytes) override;
+
  private:
   using SharedFd = std::shared_ptr<const UniqueFd>;
 

@@ -1,0 +1,64 @@
+#include "fs/kernel_invalidator.h"
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+
+#include <cerrno>
+#include <utility>
+
+#include "util/log.h"
+
+namespace gpufs {
+
+KernelInvalidator::KernelInvalidator(fuse_session* session)
+    : session_(session), sender_([this] { Run(); }) {}
+
+KernelInvalidator::~KernelInvalidator() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  sender_.join();
+}
+
+void KernelInvalidator::InvalidateEntry(uint64_t parent, std::string_view name) {
+  Push(Note{parent, std::string(name)});
+}
+
+void KernelInvalidator::InvalidateInode(uint64_t ino) { Push(Note{ino, {}}); }
+
+void KernelInvalidator::Push(Note note) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(note));
+  }
+  cv_.notify_one();
+}
+
+void KernelInvalidator::Run() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stop_ and nothing left to send
+    Note note = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    int rc = note.name.empty()
+                 ? fuse_lowlevel_notify_inval_inode(session_, note.ino, 0, 0)
+                 : fuse_lowlevel_notify_inval_entry(session_, note.ino, note.name.data(),
+                                                    note.name.size());
+    // ENOENT: the kernel did not cache it (it also drops what it unlinks
+    // itself); anything else means the kernel's copy may be stale until it
+    // times out, which is worth a line.
+    if (rc != 0 && rc != -ENOENT && rc != -ENOTCONN) {
+      GPUFS_LOG(WARN) << "kernel cache invalidation of "
+                      << (note.name.empty() ? "inode " + std::to_string(note.ino)
+                                            : std::to_string(note.ino) + "/" + note.name)
+                      << " failed: errno " << -rc;
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace gpufs
