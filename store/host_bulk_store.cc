@@ -146,7 +146,11 @@ Result<std::vector<BlobId>> HostBulkStore::Recover(std::span<const StoredBlob> l
   uint64_t total = 0;
   for (const auto& [id, size] : wanted) {
     struct stat st;
-    if (::fstatat(dir_fd_.get(), std::to_string(id).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    const bool missing =
+        ::fstatat(dir_fd_.get(), std::to_string(id).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0;
+    if (missing && errno == ENOENT && size == 0) {
+      intact.emplace(id, 0);  // an empty blob's file is made at its first byte
+    } else if (missing) {
       GPUFS_LOG(WARN) << "host store: blob " << id
                       << " lost: " << PosixError("stat " + PathOf(id), errno).ToString();
       lost.push_back(id);
@@ -254,6 +258,14 @@ Result<Extent> HostBulkStore::Allocate(BlobId id, uint32_t owner_uid, uint64_t s
   }
 
   const std::string name = std::to_string(id);
+  if (size == 0) {
+    // No file until the first byte (Resize, which truncates whatever an
+    // earlier daemon may have left under this id): most members start empty.
+    SharedFd stale;  // closed after the lock is released
+    std::lock_guard lock(mu_);
+    stale = UncacheFd(id);
+    return Extent{.arena = 0, .offset = 0, .reserved = 0};
+  }
   UniqueFd fd(::openat(dir_fd_.get(), name.c_str(),
                        O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
   Status status;
@@ -305,7 +317,7 @@ Result<Extent> HostBulkStore::Resize(BlobId id, const Extent& extent, uint64_t o
   }
 
   Status status;
-  Result<SharedFd> fd = FdOf(id);
+  Result<SharedFd> fd = FdOf(id, /*create=*/old_size == 0);
   if (!fd.ok()) {
     status = fd.status();
   } else if (::ftruncate((*fd)->get(), static_cast<off_t>(new_size)) != 0) {
@@ -334,6 +346,7 @@ Status HostBulkStore::Write(BlobId id, const Extent& extent, uint64_t offset,
                              " past the end of blob " + std::to_string(id) + " (" +
                              std::to_string(size) + " bytes)");
   }
+  if (src.empty()) return Status::Ok();
   return WriteAll(fd->get(), offset, src, PathOf(id));
 }
 
@@ -350,6 +363,7 @@ Status HostBulkStore::Read(BlobId id, const Extent& extent, uint64_t offset,
                              " past the end of blob " + std::to_string(id) + " (" +
                              std::to_string(size) + " bytes)");
   }
+  if (dst.empty()) return Status::Ok();
   return ReadAll(fd->get(), offset, dst, PathOf(id));
 }
 
@@ -379,12 +393,14 @@ Result<Extent> HostBulkStore::Seal(BlobId id, const Extent& extent, uint64_t siz
 void HostBulkStore::Free(BlobId id, const Extent& extent) {
   (void)extent;
   bool known = false;
+  bool empty = false;  // an empty blob may never have had a file
   SharedFd fd;
   {
     std::lock_guard lock(mu_);
     auto it = sizes_.find(id);
     if (it != sizes_.end()) {
       known = true;
+      empty = it->second == 0;
       used_ -= it->second;
       sizes_.erase(it);
     }
@@ -396,7 +412,7 @@ void HostBulkStore::Free(BlobId id, const Extent& extent) {
     if (err != ENOENT) {
       GPUFS_LOG(ERROR) << "host store: free of blob " << id << ": "
                        << PosixError("unlink " + PathOf(id), err).ToString();
-    } else if (known) {
+    } else if (known && !empty) {
       GPUFS_LOG(WARN) << "host store: free of blob " << id << ": " << PathOf(id)
                       << " was already gone";
     } else {
@@ -434,11 +450,12 @@ Status HostBulkStore::Lookup(BlobId id, uint64_t* size, SharedFd* fd) {
     }
     *size = it->second;
   }
+  if (*size == 0) return Status::Ok();  // no file needed (nor perhaps made yet)
   GPUFS_ASSIGN_OR_RETURN(*fd, FdOf(id));
   return Status::Ok();
 }
 
-Result<HostBulkStore::SharedFd> HostBulkStore::FdOf(BlobId id) {
+Result<HostBulkStore::SharedFd> HostBulkStore::FdOf(BlobId id, bool create) {
   {
     std::lock_guard lock(mu_);
     auto it = fds_.find(id);
@@ -447,7 +464,8 @@ Result<HostBulkStore::SharedFd> HostBulkStore::FdOf(BlobId id) {
       return it->second.fd;
     }
   }
-  UniqueFd fd(::openat(dir_fd_.get(), std::to_string(id).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
+  UniqueFd fd(::openat(dir_fd_.get(), std::to_string(id).c_str(),
+                       O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT | O_TRUNC : 0), 0600));
   if (!fd.valid()) return PosixError("open " + PathOf(id), errno);
   std::vector<SharedFd> evicted;  // closed after the lock is released
   std::lock_guard lock(mu_);
