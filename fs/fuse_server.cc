@@ -193,12 +193,14 @@ void OnSymlink(fuse_req_t req, const char*, fuse_ino_t, const char*) {
 void OnLink(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { OnUnsupportedLink(req, "link"); }
 
 void OnRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  KernelChange change(parent, name);
   Status status = Ns(req).Rmdir(parent, name);
   if (!status.ok()) return ReplyError(req, "rmdir", status);
   fuse_reply_err(req, 0);
 }
 
 void OnUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  KernelChange change(parent, name);
   Status status = Ns(req).Unlink(parent, name);
   if (!status.ok()) return ReplyError(req, "unlink", status);
   fuse_reply_err(req, 0);
@@ -206,6 +208,7 @@ void OnUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 void OnRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
               const char* new_name, unsigned flags) {
+  KernelChange change(parent, name, new_parent, new_name);
   Status status = Ns(req).Rename(parent, name, new_parent, new_name, flags);
   if (!status.ok()) return ReplyError(req, "rename", status);
   fuse_reply_err(req, 0);

@@ -9,6 +9,23 @@
 #include "util/log.h"
 
 namespace gpufs {
+namespace {
+thread_local const KernelChange* tls_change = nullptr;
+}  // namespace
+
+KernelChange::KernelChange(uint64_t parent, const char* name, uint64_t parent2, const char* name2)
+    : parent_(parent), parent2_(parent2), name_(name), name2_(name2) {
+  tls_change = this;
+}
+
+KernelChange::~KernelChange() { tls_change = nullptr; }
+
+bool KernelChange::Covers(uint64_t parent, std::string_view name) {
+  const KernelChange* c = tls_change;
+  if (c == nullptr) return false;
+  return (parent == c->parent_ && c->name_ != nullptr && name == c->name_) ||
+         (parent == c->parent2_ && c->name2_ != nullptr && name == c->name2_);
+}
 
 KernelInvalidator::KernelInvalidator(fuse_session* session)
     : session_(session), sender_([this] { Run(); }) {}
@@ -23,6 +40,7 @@ KernelInvalidator::~KernelInvalidator() {
 }
 
 void KernelInvalidator::InvalidateEntry(uint64_t parent, std::string_view name) {
+  if (KernelChange::Covers(parent, name)) return;  // the kernel's own change
   Push(Note{parent, std::string(name)});
 }
 

@@ -20,6 +20,26 @@ struct fuse_session;
 
 namespace gpufs {
 
+// Marks, for the calling thread, the names that the kernel request it serves
+// changes itself (unlink, rmdir, rename): the kernel updates its own cache for
+// exactly those names when the reply arrives, so the invalidator skips them.
+// Lives on the stack of the FUSE callback, around its call into the core.
+class KernelChange {
+ public:
+  KernelChange(uint64_t parent, const char* name, uint64_t parent2 = 0,
+               const char* name2 = nullptr);
+  ~KernelChange();
+  KernelChange(const KernelChange&) = delete;
+  KernelChange& operator=(const KernelChange&) = delete;
+  // Whether the request this thread serves changes `name` under `parent`.
+  static bool Covers(uint64_t parent, std::string_view name);
+
+ private:
+  uint64_t parent_, parent2_;
+  const char* name_;
+  const char* name2_;
+};
+
 // Threads: the Invalidate* calls may come from any thread; the sender thread
 // runs from construction to destruction, which sends what is still queued.
 class KernelInvalidator final : public Invalidator {
