@@ -207,18 +207,19 @@ Result<Attr> Namespace::AttrOf(const Entry& entry) {
   // Directories report one link, as btrfs does: tools then make no
   // assumption about the number of subdirectories.
   attr.nlink = entry.parent == 0 && entry.id != kRootEntryId ? 0 : 1;
+  attr.stable = entry.kind == EntryKind::kObject && (entry.parent != 0 || entry.id == kRootEntryId);
   if (entry.kind == EntryKind::kBlob) {
     auto active = active_.find(entry.blob);
     if (active != active_.end()) {
       attr.size = active->second->size.load();
       // perf (issue 12): rec.state changes under mu_ (SealLocked), and a
       // sealed blob's never again.
-      attr.immutable = entry.parent != 0 && active->second->writers == 0 &&
+      attr.stable = entry.parent != 0 && active->second->writers == 0 &&
                        active->second->rec.state == BlobState::kSealed;
     } else {
       GPUFS_ASSIGN_OR_RETURN(Blob blob, catalog_->GetBlob(entry.blob));
       attr.size = blob.size;
-      attr.immutable = entry.parent != 0 && blob.state == BlobState::kSealed;  // perf (issue 12)
+      attr.stable = entry.parent != 0 && blob.state == BlobState::kSealed;  // perf (issue 12)
     }
   }
   return attr;

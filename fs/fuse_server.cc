@@ -5,13 +5,12 @@
 // so nothing here tracks lookup counts: forget has nothing to release, and a
 // stale inode can only ever get ENOENT.
 //
-// Caching: sealed members never change, so the kernel keeps their entries and
-// attributes for an hour (kImmutableTimeout), and the core reports every
-// change to a name or to what a member links through a KernelInvalidator
-// (fs/kernel_invalidator.h), which drops the kernel's copy at once. Everything
-// else (objects, members being written) is cached for a second, misses too
-// (negative entries): every change goes through this mount, so the kernel's
-// copy stays right. File data is never cached (direct_io): a member's bytes
+// Caching: objects and sealed members change only through requests of this
+// mount, which the kernel sees, or through core calls that report to a
+// KernelInvalidator (fs/kernel_invalidator.h), which drops the kernel's copy
+// at once; so the kernel keeps their entries and attributes for an hour
+// (kStableTimeout, Attr::stable). Members being written, the control files
+// and misses (negative entries) are cached for a second. File data is never cached (direct_io): a member's bytes
 // change when it is replaced while earlier readers keep the old blob, and each
 // read must reach the handle it was made through. Read-only opens ask for no
 // FLUSH at close (noflush): there is nothing to flush; writers keep it.
@@ -38,7 +37,7 @@ namespace gpufs {
 namespace {
 
 constexpr double kAttrTimeout = 1.0;
-constexpr double kImmutableTimeout = 3600.0;  // sealed members; see the file comment
+constexpr double kStableTimeout = 3600.0;  // Attr::stable; see the file comment
 constexpr uint32_t kMaxIo = 1u << 20;  // the largest read/write the kernel sends (256 pages)
 
 Namespace& Ns(fuse_req_t req) { return *static_cast<Namespace*>(fuse_req_userdata(req)); }
@@ -99,7 +98,7 @@ fuse_entry_param ToEntry(const Attr& attr) {
   e.ino = attr.ino;
   e.generation = 1;
   e.attr = ToStat(attr);
-  e.attr_timeout = attr.immutable ? kImmutableTimeout : kAttrTimeout;
+  e.attr_timeout = attr.stable ? kStableTimeout : kAttrTimeout;
   e.entry_timeout = e.attr_timeout;
   return e;
 }
@@ -145,7 +144,7 @@ void OnGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   auto attr = Ns(req).GetAttr(ino);
   if (!attr.ok()) return ReplyError(req, "getattr", attr.status());
   struct stat st = ToStat(*attr);
-  fuse_reply_attr(req, &st, attr->immutable ? kImmutableTimeout : kAttrTimeout);
+  fuse_reply_attr(req, &st, attr->stable ? kStableTimeout : kAttrTimeout);
 }
 
 void OnSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* st, int to_set, fuse_file_info* fi) {
@@ -161,7 +160,7 @@ void OnSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* st, int to_set, fuse
   auto attr = Ns(req).SetAttr(ino, request, fi != nullptr ? fi->fh : 0);
   if (!attr.ok()) return ReplyError(req, "setattr", attr.status());
   struct stat out = ToStat(*attr);
-  fuse_reply_attr(req, &out, attr->immutable ? kImmutableTimeout : kAttrTimeout);
+  fuse_reply_attr(req, &out, attr->stable ? kStableTimeout : kAttrTimeout);
 }
 
 void OnMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
