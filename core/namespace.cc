@@ -619,8 +619,11 @@ Result<OpenResult> Namespace::Create(const Caller& caller, uint64_t parent, std:
       stored.ok() ? store->Allocate(entry.blob, caller.uid, 0) : Result<Extent>(stored.status());
   Status recorded = extent.ok() ? Status::Ok() : extent.status();
   if (recorded.ok()) {
+    // perf (issue 12): no second transaction when the store kept the
+    // extent the catalog already has (the host store's empty blob).
+    const bool changed = stored->extent != *extent;
     stored->extent = *extent;
-    recorded = catalog_->UpdateBlob(*stored);
+    if (changed) recorded = catalog_->UpdateBlob(*stored);
     if (!recorded.ok()) store->Free(entry.blob, *extent);
   }
   if (!recorded.ok()) {
