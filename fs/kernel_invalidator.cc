@@ -66,10 +66,10 @@ void KernelInvalidator::Run() {
                  ? fuse_lowlevel_notify_inval_inode(session_, note.ino, 0, 0)
                  : fuse_lowlevel_notify_inval_entry(session_, note.ino, note.name.data(),
                                                     note.name.size());
-    // ENOENT: the kernel did not cache it (it also drops what it unlinks
-    // itself); anything else means the kernel's copy may be stale until it
-    // times out, which is worth a line.
-    if (rc != 0 && rc != -ENOENT && rc != -ENOTCONN) {
+    // ENOENT: the kernel did not cache it. ENOTCONN, ENODEV, EBADF: the
+    // mount is going away, and its caches with it. Anything else means the
+    // kernel's copy may be stale until it times out, which is worth a line.
+    if (rc != 0 && rc != -ENOENT && rc != -ENOTCONN && rc != -ENODEV && rc != -EBADF) {
       GPUFS_LOG(WARN) << "kernel cache invalidation of "
                       << (note.name.empty() ? "inode " + std::to_string(note.ino)
                                             : std::to_string(note.ino) + "/" + note.name)
