@@ -66,6 +66,7 @@ Status Namespace::ReplaceBlob(const Entry& entry, const std::string& device, uin
     return old.status();
   }
   if (*old != 0) CollectBlob(*old);
+  NotifyInode(entry.id);
   return Status::Ok();
 }
 
@@ -290,6 +291,7 @@ Status Namespace::FinishWriting(ActiveBlob& blob, EntryId entry_id) {
                     << sealed.ToString() << ")";
     auto entry = catalog_->GetEntry(entry_id);
     if (entry.ok() && entry->blob == rec.id && entry->parent != 0) {
+      NotifyEntry(entry->parent, entry->name);
       Status detached = catalog_->Detach(entry->id, Now());
       if (!detached.ok()) GPUFS_LOG(ERROR) << "detach: " << detached.ToString();
     }

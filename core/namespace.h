@@ -61,6 +61,7 @@
 
 #include "core/control_files.h"
 #include "core/types.h"
+#include "core/invalidator.h"
 #include "gpufs/uapi.h"
 #include "core/ipc_tokens.h"
 #include "meta/catalog.h"
@@ -99,6 +100,11 @@ class Namespace {
   Namespace& operator=(const Namespace&) = delete;
 
   uint64_t generation() const { return generation_; }
+
+  // perf (issue 12): who to tell when a name or an entry changes (see
+  // core/invalidator.h); null (the default) tells nobody. The invalidator
+  // must outlive its use: set null before destroying it.
+  void SetInvalidator(Invalidator* invalidator) { invalidator_.store(invalidator); }
 
   // --- entries ---------------------------------------------------------------
   Result<Attr> Lookup(uint64_t parent, std::string_view name);
@@ -276,6 +282,13 @@ class Namespace {
   std::unordered_map<HandleId, Handle> handles_;                    // GUARDED_BY(mu_)
   std::unordered_map<BlobId, std::shared_ptr<ActiveBlob>> active_;  // GUARDED_BY(mu_)
   std::unordered_map<EntryId, int> entry_opens_;                    // GUARDED_BY(mu_)
+  std::atomic<Invalidator*> invalidator_{nullptr};  // perf (issue 12)
+  void NotifyEntry(uint64_t parent, std::string_view name) {
+    if (Invalidator* inv = invalidator_.load()) inv->InvalidateEntry(parent, name);
+  }
+  void NotifyInode(uint64_t ino) {
+    if (Invalidator* inv = invalidator_.load()) inv->InvalidateInode(ino);
+  }
 };
 
 }  // namespace gpufs

@@ -5,11 +5,15 @@
 // so nothing here tracks lookup counts: forget has nothing to release, and a
 // stale inode can only ever get ENOENT.
 //
-// Caching: attributes and entries are cached by the kernel for a second;
-// every change goes through this mount, so the kernel's copy stays right. File
-// data is never cached (direct_io): a member's bytes change when it is
-// replaced while earlier readers keep the old blob, and each read must reach
-// the handle it was made through.
+// Caching: objects and sealed members change only through requests of this
+// mount, which the kernel sees, or through core calls that report to a
+// KernelInvalidator (fs/kernel_invalidator.h), which drops the kernel's copy
+// at once; so the kernel keeps their entries and attributes for an hour
+// (kStableTimeout, Attr::stable). Members being written, the control files
+// and misses (negative entries) are cached for a second. File data is never cached (direct_io): a member's bytes
+// change when it is replaced while earlier readers keep the old blob, and each
+// read must reach the handle it was made through. Read-only opens ask for no
+// FLUSH at close (noflush): there is nothing to flush; writers keep it.
 #include "fs/fuse_server.h"
 
 #define FUSE_USE_VERSION 312
@@ -23,8 +27,10 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
+#include "fs/kernel_invalidator.h"
 #include "gpufs/uapi.h"
 #include "util/log.h"
 
@@ -32,6 +38,7 @@ namespace gpufs {
 namespace {
 
 constexpr double kAttrTimeout = 1.0;
+constexpr double kStableTimeout = 3600.0;  // Attr::stable; see the file comment
 constexpr uint32_t kMaxIo = 1u << 20;  // the largest read/write the kernel sends (256 pages)
 
 Namespace& Ns(fuse_req_t req) { return *static_cast<Namespace*>(fuse_req_userdata(req)); }
@@ -92,8 +99,8 @@ fuse_entry_param ToEntry(const Attr& attr) {
   e.ino = attr.ino;
   e.generation = 1;
   e.attr = ToStat(attr);
-  e.attr_timeout = kAttrTimeout;
-  e.entry_timeout = kAttrTimeout;
+  e.attr_timeout = attr.stable ? kStableTimeout : kAttrTimeout;
+  e.entry_timeout = e.attr_timeout;
   return e;
 }
 
@@ -118,7 +125,16 @@ void OnInit(void* userdata, fuse_conn_info* conn) {
 }
 
 void OnLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  ReplyEntry(req, "lookup", Ns(req).Lookup(parent, name));
+  Result<Attr> attr = Ns(req).Lookup(parent, name);
+  if (!attr.ok() && attr.status().code() == ENOENT) {
+    // A negative entry: the kernel remembers the miss for a second (a create
+    // through this mount replaces it at once).
+    fuse_entry_param e{};
+    e.entry_timeout = kAttrTimeout;
+    fuse_reply_entry(req, &e);
+    return;
+  }
+  ReplyEntry(req, "lookup", attr);
 }
 
 void OnForget(fuse_req_t req, fuse_ino_t, uint64_t) { fuse_reply_none(req); }
@@ -129,7 +145,7 @@ void OnGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   auto attr = Ns(req).GetAttr(ino);
   if (!attr.ok()) return ReplyError(req, "getattr", attr.status());
   struct stat st = ToStat(*attr);
-  fuse_reply_attr(req, &st, kAttrTimeout);
+  fuse_reply_attr(req, &st, attr->stable ? kStableTimeout : kAttrTimeout);
 }
 
 void OnSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* st, int to_set, fuse_file_info* fi) {
@@ -145,7 +161,7 @@ void OnSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* st, int to_set, fuse
   auto attr = Ns(req).SetAttr(ino, request, fi != nullptr ? fi->fh : 0);
   if (!attr.ok()) return ReplyError(req, "setattr", attr.status());
   struct stat out = ToStat(*attr);
-  fuse_reply_attr(req, &out, kAttrTimeout);
+  fuse_reply_attr(req, &out, attr->stable ? kStableTimeout : kAttrTimeout);
 }
 
 void OnMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
@@ -177,12 +193,14 @@ void OnSymlink(fuse_req_t req, const char*, fuse_ino_t, const char*) {
 void OnLink(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { OnUnsupportedLink(req, "link"); }
 
 void OnRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  KernelChange change(parent, name);
   Status status = Ns(req).Rmdir(parent, name);
   if (!status.ok()) return ReplyError(req, "rmdir", status);
   fuse_reply_err(req, 0);
 }
 
 void OnUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  KernelChange change(parent, name);
   Status status = Ns(req).Unlink(parent, name);
   if (!status.ok()) return ReplyError(req, "unlink", status);
   fuse_reply_err(req, 0);
@@ -190,6 +208,7 @@ void OnUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 void OnRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
               const char* new_name, unsigned flags) {
+  KernelChange change(parent, name, new_parent, new_name);
   Status status = Ns(req).Rename(parent, name, new_parent, new_name, flags);
   if (!status.ok()) return ReplyError(req, "rename", status);
   fuse_reply_err(req, 0);
@@ -213,6 +232,7 @@ void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (!opened.ok()) return ReplyError(req, "open", opened.status());
   fi->fh = opened->handle;
   fi->direct_io = 1;
+  fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY;  // FLUSH does nothing for readers
   if (fuse_reply_open(req, fi) != 0) {
     Status ignored = Ns(req).Release(opened->handle);
     (void)ignored;
@@ -464,6 +484,8 @@ Status ServeFuse(Namespace& ns, const FuseOptions& options,
     return Error(EIO, "cannot mount at " + options.mountpoint + " (see the message above)");
   }
   GPUFS_LOG(INFO) << "mounted at " << options.mountpoint;
+  std::optional<KernelInvalidator> invalidator(std::in_place, se);
+  ns.SetInvalidator(&*invalidator);
   if (on_mounted) on_mounted();
 
   fuse_loop_config* config = fuse_loop_cfg_create();
@@ -471,6 +493,8 @@ Status ServeFuse(Namespace& ns, const FuseOptions& options,
   fuse_loop_cfg_set_idle_threads(config, 8);
   int rc = fuse_session_loop_mt(se, config);
   fuse_loop_cfg_destroy(config);
+  ns.SetInvalidator(nullptr);  // the workers are gone: nobody calls it any more
+  invalidator.reset();
 
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
