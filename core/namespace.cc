@@ -40,16 +40,19 @@ Namespace::~Namespace() {
   }
 }
 
-// A new entry owned by the caller; `mode` holds the permission bits.
-Entry Namespace::NewEntry(const Caller& caller, uint64_t parent, std::string_view name, EntryKind kind,
-                          uint32_t mode, int64_t now) {
+Entry Namespace::NewEntry(const Caller& caller, const Entry& parent, std::string_view name,
+                          EntryKind kind, uint32_t mode, int64_t now) {
   Entry entry;
-  entry.parent = parent;
+  entry.parent = parent.id;
   entry.name = std::string(name);
   entry.kind = kind;
   entry.mode = (kind == EntryKind::kObject ? S_IFDIR : S_IFREG) | (mode & 07777);
   entry.uid = caller.uid;
   entry.gid = caller.gid;
+  if (parent.mode & S_ISGID) {  // as ext4: the group of the setgid object,
+    entry.gid = parent.gid;     // which subobjects pass on
+    if (kind == EntryKind::kObject) entry.mode |= S_ISGID;
+  }
   entry.atime_ns = entry.mtime_ns = entry.ctime_ns = now;
   return entry;
 }
@@ -92,9 +95,15 @@ Result<Attr> Namespace::AttrOf(const Entry& entry) {
   attr.atime_ns = entry.atime_ns;
   attr.mtime_ns = entry.mtime_ns;
   attr.ctime_ns = entry.ctime_ns;
-  // Directories report one link, as btrfs does: tools then make no
-  // assumption about the number of subdirectories.
-  attr.nlink = entry.parent == 0 && entry.id != kRootEntryId ? 0 : 1;
+  // As POSIX file systems count links: a blob 1, an object 2 (its name and
+  // ".") plus one per subdirectory (their ".."); 0 once removed.
+  bool attached = entry.parent != 0 || entry.id == kRootEntryId;
+  attr.nlink = attached ? 1 : 0;
+  if (entry.kind == EntryKind::kObject && attached) {
+    GPUFS_ASSIGN_OR_RETURN(uint64_t subdirs, catalog_->CountChildObjects(entry.id));
+    // The root also holds /.gpufs, which is listed as a directory.
+    attr.nlink = static_cast<uint32_t>(2 + subdirs + (entry.id == kRootEntryId ? 1 : 0));
+  }
   attr.stable = entry.kind == EntryKind::kObject && (entry.parent != 0 || entry.id == kRootEntryId);
   if (entry.kind == EntryKind::kBlob) {
     auto active = active_.find(entry.blob);
@@ -209,8 +218,8 @@ Result<Attr> Namespace::Mkdir(const Caller& caller, uint64_t parent, std::string
                               uint32_t mode) {
   GPUFS_RETURN_IF_ERROR(CheckNewName(parent, name));
   std::lock_guard lock(mu_);
-  GPUFS_RETURN_IF_ERROR(ObjectEntry(parent).status());
-  Entry entry = NewEntry(caller, parent, name, EntryKind::kObject, mode, Now());
+  GPUFS_ASSIGN_OR_RETURN(Entry parent_entry, ObjectEntry(parent));
+  Entry entry = NewEntry(caller, parent_entry, name, EntryKind::kObject, mode, Now());
   auto created = catalog_->CreateEntry(entry, std::nullopt);
   if (!created.ok()) return created.status().Prepend("mkdir " + PathOf(parent) + "/" + entry.name);
   return AttrOf(*created);

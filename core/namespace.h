@@ -21,7 +21,8 @@
 //   the member's dtype and shape, which described the old bytes).
 // - A blob's bytes are freed when no member links it and no handle holds it:
 //   unlink, rename over and O_TRUNC all leave earlier holders their bytes.
-// - A write that fails (ENOSPC, EIO) marks its blob broken; at the last
+// - A write that fails (ENOSPC, EIO) marks its blob broken: later writes,
+//   flushes and seals fail with the same errno; at the last
 //   writer's release the member is removed rather than sealed, so a
 //   half-written blob is never served as sealed.
 // - After a restart nobody holds anything: detached members, unsealed blobs
@@ -137,7 +138,7 @@ class Namespace {
   Result<size_t> Write(HandleId handle, uint64_t offset, std::span<const std::byte> src);
   // close(2) of a descriptor of the handle: for a writer, records the
   // unsealed blob's bytes as complete (durable; see the file comment).
-  // EIO when a write of the blob failed (it will be discarded).
+  // The errno of a failed write of the blob (ENOSPC...): it will be discarded.
   Status Flush(HandleId handle);
   // Drops the handle; may seal, discard or free (see the file comment).
   Status Release(HandleId handle);
@@ -183,7 +184,11 @@ class Namespace {
     // Guarded by io_mu (readable under mu_ for sealed blobs, which never change):
     Blob rec;
     std::atomic<uint64_t> size{0};  // the live size, for GetAttr under mu_
-    std::atomic<bool> broken{false};
+    // 0, or the errno of the write that failed (ENOSPC, EIO): the blob is
+    // broken, and every later write, flush and seal of it says that errno,
+    // as a local file system would (the kernel splits sendfile, splice and
+    // copy_file_range into several writes; the caller must see why).
+    std::atomic<int> broken{0};
     // Set by AllocDevice: released unsealed, the blob is discarded.
     std::atomic<bool> needs_explicit_seal{false};
     // Guarded by io_mu: the catalog's row is marked closed (a Flush did it).
@@ -228,8 +233,10 @@ class Namespace {
 
   explicit Namespace(NamespaceOptions options);
   Status Recover();
-  // A new entry owned by the caller; `mode` holds the permission bits.
-  static Entry NewEntry(const Caller& caller, uint64_t parent, std::string_view name,
+  // A new entry under `parent` owned by the caller; `mode` holds the
+  // permission bits. In a setgid object it takes the object's group, and a
+  // new object the setgid bit, as on ext4.
+  static Entry NewEntry(const Caller& caller, const Entry& parent, std::string_view name,
                         EntryKind kind, uint32_t mode, int64_t now);
 
   // All below: EXCLUSIVE_LOCKS_REQUIRED(mu_).
@@ -249,7 +256,8 @@ class Namespace {
   // Deletes and frees `blob` if no entry links it and nobody holds it.
   void CollectBlob(BlobId blob);
   void FreeBlob(const Blob& blob);
-  Result<std::string> MetaJson(const Entry& entry);
+  // user.gpufs.meta of `entry` as `caller` may see it (core/meta_json.h).
+  Result<std::string> MetaJson(const Entry& entry, const Caller& caller);
   // The daemon's identity, per-object usage and open members, for
   // /.gpufs/stats (namespace_stats.cc).
   void AddStatsDetail(StatsView* view);
@@ -258,6 +266,10 @@ class Namespace {
   // Records the seal of `blob`, whose store Seal succeeded (io_mu held
   // exclusively, mu_ held): catalog, entry mtime.
   Status RecordSealLocked(ActiveBlob& blob, EntryId entry);
+  // At seal (mu_ held): a dtype/shape that does not describe `size` bytes is
+  // removed, with a log line (the seal goes on: the bytes are good). The
+  // status says whether it fitted.
+  Status CheckTensorAtSeal(EntryId entry, uint64_t size);
   // The info of `rec` for `caller` (its blob's io_mu held; mu_ need not be);
   // VMM exports get a token bound to open handle `handle` (0: none, the
   // xattr). `writable` only for ALLOC.

@@ -21,6 +21,8 @@
 #include <chrono>
 #include <filesystem>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "core/namespace.h"
 #include "fs/fuse_server.h"
@@ -39,6 +41,33 @@ Status MakeDirs(const std::string& dir) {
   std::filesystem::create_directories(dir, ec);
   if (ec) return Error(ec.value(), "create state directory " + dir + ": " + ec.message());
   return Status::Ok();
+}
+
+// The state directory holds every name, attribute and (host store) byte of
+// the mount: only the daemon's user may enter it. New files are made 0600
+// (umask 077: SQLite's -wal/-shm, the log, host blobs); a state directory
+// from an older gpufs is tightened. Returns what was tightened, for the log.
+Result<std::vector<std::string>> ProtectStateDir(const std::string& dir) {
+  ::umask(077);
+  std::vector<std::string> tightened;
+  auto tighten = [&](const std::string& path, mode_t want) -> Status {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      if (errno == ENOENT) return Status::Ok();
+      return PosixError("stat " + path, errno);
+    }
+    if ((st.st_mode & 07777) == want) return Status::Ok();
+    if (::chmod(path.c_str(), want) != 0) return PosixError("chmod " + path, errno);
+    char old[8];
+    std::snprintf(old, sizeof old, "%04o", st.st_mode & 07777);
+    tightened.push_back(path + " (was " + old + ")");
+    return Status::Ok();
+  };
+  GPUFS_RETURN_IF_ERROR(tighten(dir, 0700));
+  for (const char* name : {"catalog.db", "catalog.db-wal", "catalog.db-shm", "gpufs.log", "lock"}) {
+    GPUFS_RETURN_IF_ERROR(tighten(dir + "/" + name, 0600));
+  }
+  return tightened;
 }
 
 // True if process `pid` has SIGKILL pending (/proc/PID/status: a kill -9
@@ -118,7 +147,9 @@ Result<UniqueFd> LockState(const std::string& dir) {
     }
     if (!locked) {
       return Error(EBUSY, "state directory " + dir + " is in use by another gpufs daemon (pid " +
-                              std::string(pid) + ")");
+                              std::string(pid) +
+                              "); a second mount point needs its own state directory: "
+                              "gpufs mount MNT --state DIR (or -o state=DIR)");
     }
   }
   std::string me = std::to_string(getpid());
@@ -170,12 +201,18 @@ int Serve(const MountConfig& config, int report) {
   };
   Status made = MakeDirs(config.state_dir);
   if (!made.ok()) return fail(made);
+  auto tightened = ProtectStateDir(config.state_dir);
+  if (!tightened.ok()) return fail(tightened.status());
   // A background daemon logs to its state directory; the parent prints the verdict.
   UniqueFd log_file;
   if (report >= 0) {
     std::string log_path = config.state_dir + "/gpufs.log";
-    log_file.reset(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    log_file.reset(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
     if (log_file.valid()) log::SetFd(log_file.get());
+  }
+  for (const std::string& path : *tightened) {
+    GPUFS_LOG(WARN) << "tightened permissions: " << path
+                    << " is now readable by the daemon's user only";
   }
   auto lock = LockState(config.state_dir);
   if (!lock.ok()) return fail(lock.status());

@@ -10,10 +10,16 @@
 // KernelInvalidator (fs/kernel_invalidator.h), which drops the kernel's copy
 // at once; so the kernel keeps their entries and attributes for an hour
 // (kStableTimeout, Attr::stable). Members being written, the control files
-// and misses (negative entries) are cached for a second. File data is never cached (direct_io): a member's bytes
-// change when it is replaced while earlier readers keep the old blob, and each
-// read must reach the handle it was made through. Read-only opens ask for no
-// FLUSH at close (noflush): there is nothing to flush; writers keep it.
+// and misses (negative entries) are cached for a second. File data is not
+// cached for read(2) (direct_io): a member's bytes change when it is replaced
+// in place (O_TRUNC) while earlier readers keep the old blob, and each read
+// must reach the handle it was made through (a cached reader's reads would
+// also be cut to the new size). Shared mmap of such files is allowed
+// (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6+; see AllowMmapInInitReply): the
+// kernel maps page-cache pages it fills through the mapping file's handle
+// and drops the inode's pages at each mmap and at a replace (the
+// KernelInvalidator). Read-only opens ask for no FLUSH at close (noflush):
+// there is nothing to flush; writers keep it.
 #include "fs/fuse_server.h"
 
 #define FUSE_USE_VERSION 312
@@ -22,7 +28,13 @@
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
 
+#include <linux/fuse.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <csignal>
+#include <cstddef>
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -31,6 +43,7 @@
 #include <vector>
 
 #include "fs/kernel_invalidator.h"
+#include "proto/xattr_names.h"
 #include "gpufs/uapi.h"
 #include "util/log.h"
 
@@ -45,7 +58,28 @@ Namespace& Ns(fuse_req_t req) { return *static_cast<Namespace*>(fuse_req_userdat
 
 Caller CallerOf(fuse_req_t req) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  return Caller{ctx->uid, ctx->gid, static_cast<uint32_t>(ctx->pid)};
+  return Caller{ctx->uid, ctx->gid, static_cast<uint32_t>(ctx->pid), {}};
+}
+
+// The caller with its supplementary groups, for requests where the core
+// checks permissions itself (libfuse reads them from /proc/PID/status).
+Caller CallerWithGroups(fuse_req_t req) {
+  Caller caller = CallerOf(req);
+  std::vector<gid_t> groups(64);
+  int n = fuse_req_getgroups(req, static_cast<int>(groups.size()), groups.data());
+  if (n > static_cast<int>(groups.size())) {
+    groups.resize(static_cast<size_t>(n));
+    n = fuse_req_getgroups(req, static_cast<int>(groups.size()), groups.data());
+  }
+  if (n < 0) {
+    // Unknown (the process is gone): its groups give it nothing.
+    GPUFS_LOG(DEBUG) << "no supplementary groups of pid " << caller.pid << ": "
+                     << std::strerror(-n);
+    return caller;
+  }
+  groups.resize(std::min(static_cast<size_t>(n), groups.size()));
+  caller.groups.assign(groups.begin(), groups.end());
+  return caller;
 }
 
 // Logs a failed request; misses that tools probe for all the time only at debug.
@@ -109,6 +143,32 @@ void ReplyEntry(fuse_req_t req, const char* op, const Result<Attr>& attr) {
   fuse_entry_param e = ToEntry(*attr);
   fuse_reply_entry(req, &e);
 }
+
+// --- the INIT reply -------------------------------------------------------------
+
+// FUSE_DIRECT_IO_ALLOW_MMAP (FUSE 7.39, Linux 6.6): shared mmap of direct_io
+// files, which the kernel otherwise refuses with ENODEV (np.load with
+// mmap_mode='r', safetensors' safe_open, torch.load(mmap=True)). libfuse
+// 3.14 cannot ask for it (its capability words are 32 bits), so the device
+// I/O hook below adds the bit to the INIT reply, the first message a session
+// writes. Kernels that do not know the bit ignore it (shared mmap stays
+// ENODEV there).
+constexpr uint64_t kDirectIoAllowMmap = 1ULL << 36;
+std::atomic<bool> g_init_replied{false};  // one session per daemon process
+
+ssize_t AllowMmapInInitReply(int fd, struct iovec* iov, int count, void*) {
+  if (!g_init_replied.exchange(true) && count >= 2 &&
+      iov[0].iov_len == sizeof(fuse_out_header) &&
+      static_cast<const fuse_out_header*>(iov[0].iov_base)->error == 0 &&
+      iov[1].iov_len >= offsetof(fuse_init_out, flags2) + sizeof(uint32_t)) {
+    auto* init = static_cast<fuse_init_out*>(iov[1].iov_base);
+    init->flags2 |= static_cast<uint32_t>(kDirectIoAllowMmap >> 32);
+    GPUFS_LOG(INFO) << "asked the kernel for shared mmap of direct_io files";
+  }
+  return ::writev(fd, iov, count);
+}
+
+ssize_t ReadDevice(int fd, void* buf, size_t len, void*) { return ::read(fd, buf, len); }
 
 // --- callbacks ----------------------------------------------------------------
 
@@ -333,7 +393,10 @@ void OnStatfs(fuse_req_t req, fuse_ino_t) {
 }
 
 void OnGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
-  auto value = Ns(req).GetXattr(ino, name, CallerOf(req));
+  // user.gpufs.meta shows only what the caller could list and read: the core
+  // checks each member against the caller, supplementary groups included.
+  bool meta = xattr::kMeta == name;
+  auto value = Ns(req).GetXattr(ino, name, meta ? CallerWithGroups(req) : CallerOf(req));
   if (!value.ok())
     return ReplyError(req, "getxattr", value.status(), value.status().code() == ENODATA);
   if (size == 0) return static_cast<void>(fuse_reply_xattr(req, value->size()));
@@ -482,6 +545,12 @@ Status ServeFuse(Namespace& ns, const FuseOptions& options,
   if (fuse_session_mount(se, options.mountpoint.c_str()) != 0) {
     fuse_remove_signal_handlers(se);
     return Error(EIO, "cannot mount at " + options.mountpoint + " (see the message above)");
+  }
+  fuse_custom_io io{};
+  io.writev = AllowMmapInInitReply;
+  io.read = ReadDevice;
+  if (fuse_session_custom_io(se, &io, fuse_session_fd(se)) != 0) {
+    GPUFS_LOG(WARN) << "cannot hook the FUSE device: shared mmap of members will fail (ENODEV)";
   }
   GPUFS_LOG(INFO) << "mounted at " << options.mountpoint;
   std::optional<KernelInvalidator> invalidator(std::in_place, se);
