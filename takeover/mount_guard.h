@@ -1,0 +1,20 @@
+// What a mount needs before it starts: the state directory, its
+// single-instance lock, and the clean-up of a mount whose daemon died.
+#pragma once
+
+#include <string>
+
+#include "util/status.h"
+#include "util/unique_fd.h"
+
+namespace gpufs {
+
+Status MakeStateDir(const std::string& dir);
+// One daemon per state directory: two would share a catalog and host files.
+// The lock lives as long as the returned fd; the file holds the holder's pid.
+Result<UniqueFd> LockState(const std::string& dir);
+// A mount whose server died ("Transport endpoint is not connected") is taken
+// away so a new one can take its place; a live FUSE mount is EBUSY.
+Status ClearStaleMount(const std::string& mountpoint);
+
+}  // namespace gpufs
