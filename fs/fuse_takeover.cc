@@ -38,10 +38,10 @@ struct ParkHook {
   std::string dir;
   std::atomic<bool> used{false};
 
-  ParkHook() {
+  explicit ParkHook(uint32_t generation) {
     const char* op = std::getenv("GPUFS_TEST_PARK_OP");
     const char* d = std::getenv("GPUFS_TEST_PARK_DIR");
-    if (op == nullptr || d == nullptr) return;
+    if (op == nullptr || d == nullptr || generation != 1) return;
     static const std::pair<const char*, uint32_t> kNames[] = {
         {"lookup", FUSE_LOOKUP}, {"getattr", FUSE_GETATTR}, {"open", FUSE_OPEN},
         {"read", FUSE_READ},     {"write", FUSE_WRITE},     {"release", FUSE_RELEASE},
@@ -79,7 +79,8 @@ struct ParkHook {
 
 class Loop {
  public:
-  Loop(fuse_session* se, takeover::WorkerLink& link) : se_(se), link_(link) {}
+  Loop(fuse_session* se, takeover::WorkerLink& link)
+      : se_(se), link_(link), park_(link.generation()) {}
 
   int Run(int threads, const std::function<void()>& on_ready) {
     // Stop signals go to one waiting thread; loop threads never see them.

@@ -20,7 +20,7 @@
 //
 // Test hook (never set in production): GPUFS_TEST_PARK_OP=<opcode name, e.g.
 // "read"> and GPUFS_TEST_PARK_DIR=<dir with fifos "parked" and "release">.
-// The first request of that opcode that is not a re-send is parked: the
+// In the first worker of a mount, the first request of that opcode is parked: the
 // worker writes "<opcode> <unique>\n" to DIR/parked (waiting for a reader),
 // then waits for DIR/release to be opened and closed by a writer, and only
 // then processes the request. Tests use it to kill a worker with a request
