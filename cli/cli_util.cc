@@ -1,8 +1,11 @@
 #include "cli/cli_util.h"
 
+#include "gpufs/uapi.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -94,6 +97,11 @@ Result<size_t> ReadFull(int fd, std::byte* data, size_t size, const std::string&
   return done;
 }
 
+Status SealMember(int fd, const std::string& what) {
+  if (::ioctl(fd, GPUFS_IOC_SEAL) != 0) return PosixError("seal " + what, errno);
+  return Status::Ok();
+}
+
 Status CloseChecked(UniqueFd& fd, const std::string& what) {
   if (::close(fd.release()) != 0) return PosixError("close " + what, errno);
   return Status::Ok();
@@ -168,14 +176,6 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
 std::string BaseName(const std::string& path) {
   std::string name = std::filesystem::path(path).filename().string();
   return name.empty() ? path : name;
-}
-
-std::optional<uint64_t> LayoutBytes(const std::vector<uint64_t>& shape, uint64_t itemsize) {
-  uint64_t bytes = itemsize;
-  for (uint64_t d : shape) {
-    if (__builtin_mul_overflow(bytes, d, &bytes)) return std::nullopt;
-  }
-  return bytes;
 }
 
 }  // namespace gpufs

@@ -31,6 +31,9 @@ Status WriteAll(int fd, const std::byte* data, size_t size, const std::string& w
 Status WriteMember(int fd, const std::byte* data, size_t size, const std::string& what);
 // read(2) until `size` bytes are read or the end of the file; returns the bytes read.
 Result<size_t> ReadFull(int fd, std::byte* data, size_t size, const std::string& what);
+// Seals the member open for writing on `fd` (GPUFS_IOC_SEAL): its bytes are
+// final from here on. The CLI seals explicitly before it closes.
+Status SealMember(int fd, const std::string& what);
 // Closes `fd` (releasing it) and reports close(2)'s error.
 Status CloseChecked(UniqueFd& fd, const std::string& what);
 
@@ -46,7 +49,5 @@ Result<std::vector<std::string>> ServedDevices(const std::string& mount_root);
 bool EndsWith(std::string_view s, std::string_view suffix);
 // The last component of `path` (`path` itself when it has none).
 std::string BaseName(const std::string& path);
-// The product of `shape` times `itemsize`, or nullopt on overflow.
-std::optional<uint64_t> LayoutBytes(const std::vector<uint64_t>& shape, uint64_t itemsize);
 
 }  // namespace gpufs

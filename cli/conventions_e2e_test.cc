@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "tests/e2e/mount_fixture.h"
+#include "tests/support/mount_fixture.h"
 
 namespace gpufs::e2e {
 namespace {

@@ -15,7 +15,9 @@
 #include "cli/cli_util.h"
 #include "cli/npy.h"
 #include "cli/progress.h"
-#include "core/xattr_names.h"
+#include "proto/dtypes.h"
+#include "proto/shape.h"
+#include "proto/xattr_names.h"
 #include "util/size.h"
 
 namespace gpufs {
@@ -69,7 +71,7 @@ Result<std::string> NpyHeaderFor(const std::string& path, uint64_t size, const s
   GPUFS_ASSIGN_OR_RETURN(auto dtype, OptionalAttr(path, std::string(xattr::kDtype).c_str()));
   if (!dtype) return npy::BuildHeader("|u1", std::vector<uint64_t>{size});
   auto descr = npy::DescrForDtype(*dtype);
-  auto itemsize = xattr::DtypeSize(*dtype);
+  auto itemsize = proto::DtypeSize(*dtype);
   if (!descr || !itemsize) {
     return Error(EINVAL,
                  path + " has dtype '" + *dtype + "', which .npy cannot describe; use --raw");
@@ -77,13 +79,13 @@ Result<std::string> NpyHeaderFor(const std::string& path, uint64_t size, const s
   GPUFS_ASSIGN_OR_RETURN(auto shape_attr, OptionalAttr(path, std::string(xattr::kShape).c_str()));
   std::vector<uint64_t> shape;
   if (shape_attr) {
-    auto parsed = xattr::ParseShape(*shape_attr);
+    auto parsed = proto::ParseShape(*shape_attr);
     if (!parsed.ok()) return parsed.status().Prepend(path);
     shape = *parsed;
   } else {
     shape = {size / *itemsize};
   }
-  auto need = LayoutBytes(shape, *itemsize);
+  auto need = proto::TensorBytes(*itemsize, shape);
   if (!need || *need != size) {
     return Error(EINVAL, path + ": dtype " + *dtype + " and shape " + npy::ShapeTuple(shape) +
                              " describe " +
@@ -193,7 +195,7 @@ json DescribeJson(const std::string& path, const std::string& shown, const struc
     j["dtype"] = AttrOrNull(path, "user.gpufs.dtype");
     auto shape = GetAttrValue(path, "user.gpufs.shape");
     auto dims =
-        shape.ok() ? xattr::ParseShape(*shape) : Result<std::vector<uint64_t>>(shape.status());
+        shape.ok() ? proto::ParseShape(*shape) : Result<std::vector<uint64_t>>(shape.status());
     j["shape"] = dims.ok() ? json(*dims) : json(nullptr);
   }
   return j;

@@ -26,7 +26,8 @@
 #include "cli/interrupt.h"
 #include "cli/progress.h"
 #include "cli/safetensors.h"
-#include "core/xattr_names.h"
+#include "proto/shape.h"
+#include "proto/xattr_names.h"
 
 #ifdef GPUFS_HAVE_CUDA
 #include "gpufs/gpufs.h"
@@ -160,8 +161,7 @@ class MemberWriter {
  public:
   virtual ~MemberWriter() = default;
   virtual Status Write(std::span<const std::byte> data) = 0;
-  // Completes the member: sealed now (GPU), or closed and sealed by the daemon
-  // at release (the mount).
+  // Completes the member: sealed (GPUFS_IOC_SEAL) and closed.
   virtual Status Finish() = 0;
 };
 
@@ -176,7 +176,10 @@ class FileWriter : public MemberWriter {
   Status Write(std::span<const std::byte> data) override {
     return WriteMember(fd_.get(), data.data(), data.size(), path_);
   }
-  Status Finish() override { return CloseChecked(fd_, path_); }
+  Status Finish() override {
+    GPUFS_RETURN_IF_ERROR(SealMember(fd_.get(), path_));
+    return CloseChecked(fd_, path_);
+  }
 
  private:
   FileWriter(std::string path, UniqueFd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
@@ -311,12 +314,6 @@ Status WaitSealed(const std::vector<std::pair<std::string, uint64_t>>& members) 
   return Status::Ok();
 }
 
-std::string JoinShape(const std::vector<uint64_t>& shape) {
-  std::string s;
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s;
-}
-
 // renameat2 with RENAME_NOREPLACE.
 Status RenameNoReplace(const std::string& from, const std::string& to) {
   if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) != 0) {
@@ -367,7 +364,7 @@ class Uploader {
       GPUFS_RETURN_IF_ERROR(writer->Finish());
       GPUFS_RETURN_IF_ERROR(SetAttrValue(path, std::string(xattr::kDtype).c_str(), t.dtype));
       GPUFS_RETURN_IF_ERROR(
-          SetAttrValue(path, std::string(xattr::kShape).c_str(), JoinShape(t.shape)));
+          SetAttrValue(path, std::string(xattr::kShape).c_str(), proto::FormatShape(t.shape)));
     }
     progress.Finish();
     return WaitSealed(through_mount_);

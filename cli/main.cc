@@ -1,5 +1,7 @@
-// gpufs: the command line. `mount` starts a daemon; the other commands are
-// clients of a mounted gpufs.
+// gpufs: the command line. `mount` execs the daemon, gpufsd, found beside
+// this binary (daemon/mount_options.h parses its arguments); the other
+// commands are clients of a mounted gpufs. The CLI links only libgpufs and
+// the protocol module, not FUSE, SQLite or the CUDA runtime.
 //
 // Exit status: 0 success, 1 a failed command, 2 a usage error (unknown
 // command or option, missing argument), 130 interrupted (put, import).
@@ -11,9 +13,9 @@
 #include "cli/command_names.h"
 #include "cli/file_cmds.h"
 #include "cli/import_cmd.h"
+#include "cli/daemon_exec.h"
 #include "cli/interrupt.h"
 #include "cli/mount_check.h"
-#include "cli/mount_cmd.h"
 #include "cli/progress.h"
 #include "cli/put_cmd.h"
 #include "util/size.h"
@@ -49,21 +51,12 @@ int main(int argc, char** argv) {
   app.add_flag("--no-progress", progress_off, "Never show the progress line")
       ->excludes(progress_on_flag);
 
-  gpufs::MountConfig mount;
-  std::string devices, capacity;
-  std::vector<std::string> fuse_opts;
-  auto* mount_cmd = app.add_subcommand("mount", "Start a daemon serving a gpufs mount");
-  mount_cmd->add_option("mountpoint", mount.mountpoint, "Directory to mount on")->required();
-  mount_cmd->add_option("--state", mount.state_dir,
-                        "State directory (catalog, host store, log); default $XDG_STATE_HOME/gpufs "
-                        "or /var/lib/gpufs for root");
-  mount_cmd->add_option("--store", mount.store, "auto, gpu or host")
-      ->check(CLI::IsMember({"auto", "gpu", "host"}));
-  mount_cmd->add_option("--devices", devices, "CUDA ordinals to serve, e.g. 0,1");
-  mount_cmd->add_option("--capacity", capacity, "Bytes the store may hold, e.g. 64G");
-  mount_cmd->add_flag("--foreground,-f", mount.foreground, "Stay in the foreground, log to stderr");
-  mount_cmd->add_flag("--debug", mount.debug, "Trace every FUSE request (implies nothing else)");
-  mount_cmd->add_option("-o", fuse_opts, "Mount options (comma-separated), as for mount -o");
+  auto* mount_cmd = app.add_subcommand(
+      "mount", "Start a daemon serving a gpufs mount (gpufs mount --help for its options)");
+  // Everything after `mount` goes to gpufsd, which has the one parser.
+  mount_cmd->prefix_command();
+  mount_cmd->allow_extras();
+  mount_cmd->set_help_flag();
 
   std::string src, dst;
   gpufs::PutOptions put_options;
@@ -116,6 +109,11 @@ int main(int argc, char** argv) {
   migrate->add_option("path", src, "Path on a gpufs mount")->required();
   migrate->add_option("--to", to, "host or cuda:N")->required();
 
+  // `gpufs mount ARGS...` hands ARGS untouched to gpufsd's one parser (the
+  // global flags above would otherwise be taken out of them).
+  if (argc >= 2 && std::string(argv[1]) == "mount") {
+    return gpufs::ExecDaemon(argv[0], std::vector<std::string>(argv + 2, argv + argc));
+  }
   if (auto unknown = gpufs::UnknownCommand(app, argc, argv)) {
     std::fprintf(stderr, "gpufs: %s\nRun 'gpufs --help' for the commands.\n", unknown->c_str());
     return kUsageError;
@@ -132,21 +130,7 @@ int main(int argc, char** argv) {
     return force ? gpufs::Status::Ok() : gpufs::CheckOnGpufs(path);
   };
 
-  if (mount_cmd->parsed()) {
-    if (!capacity.empty()) {
-      auto bytes = gpufs::ParseSize(capacity);
-      if (!bytes.ok()) return Report(bytes.status());
-      mount.capacity = *bytes;
-    }
-    std::string dev_opt;
-    for (char c : devices) dev_opt += c == ',' ? ':' : c;
-    if (!dev_opt.empty()) fuse_opts.push_back("devices=" + dev_opt);
-    for (const auto& opts : fuse_opts) {
-      gpufs::Status applied = gpufs::ApplyMountOptions(opts, &mount);
-      if (!applied.ok()) return Report(applied);
-    }
-    return gpufs::RunMount(mount);
-  }
+  if (mount_cmd->parsed()) return gpufs::ExecDaemon(argv[0], mount_cmd->remaining(true));
   if (put->parsed()) {
     if (dtype_opt->count() > 0) put_options.dtype = dtype;
     if (shape_opt->count() > 0) put_options.shape = shape;

@@ -8,7 +8,7 @@
 #include <map>
 #include <tuple>
 
-#include "core/xattr_names.h"
+#include "proto/dtypes.h"
 
 namespace gpufs::npy {
 namespace {
@@ -16,27 +16,6 @@ namespace {
 // numpy writes the first axis with room to grow to this many digits.
 constexpr size_t kGrowthAxisMaxDigits = 21;
 constexpr size_t kAlign = 64;
-
-struct TypeCode {
-  char kind;
-  uint32_t size;
-  std::string_view dtype;
-};
-
-// numpy's kind and size for each gpufs dtype numpy has.
-constexpr TypeCode kTypes[] = {
-    {'b', 1, "bool"},      {'i', 1, "int8"},        {'u', 1, "uint8"},   {'i', 2, "int16"},
-    {'u', 2, "uint16"},    {'i', 4, "int32"},       {'u', 4, "uint32"},  {'i', 8, "int64"},
-    {'u', 8, "uint64"},    {'f', 2, "float16"},     {'f', 4, "float32"}, {'f', 8, "float64"},
-    {'c', 8, "complex64"}, {'c', 16, "complex128"},
-};
-
-// Dtypes numpy lacks, stored as unsigned integers of their size.
-constexpr TypeCode kStandIns[] = {
-    {'u', 2, "bfloat16"},
-    {'u', 1, "float8_e4m3fn"},
-    {'u', 1, "float8_e5m2"},
-};
 
 Status Bad(std::string_view name, const std::string& message) {
   return Error(EINVAL, std::string(name) + ": " + message);
@@ -305,9 +284,7 @@ Result<DescrInfo> ParseDescr(std::string_view descr) {
                              " is big-endian: gpufs keeps little-endian data; save "
                              "a.astype(a.dtype.newbyteorder('<')) instead");
   }
-  for (const auto& t : kTypes) {
-    if (t.kind == kind && t.size == count) info.dtype = std::string(t.dtype);
-  }
+  if (const proto::Dtype* t = proto::FindNpyType(kind, count)) info.dtype = std::string(t->name);
   if (kind == 'b' && info.dtype.empty()) {
     return Error(EINVAL, "dtype " + quoted + " is not a numpy type string (bool is 'b1')");
   }
@@ -315,20 +292,9 @@ Result<DescrInfo> ParseDescr(std::string_view descr) {
 }
 
 std::optional<Descr> DescrForDtype(std::string_view dtype) {
-  auto make = [](const TypeCode& t, bool exact) {
-    std::string d;
-    d += t.size == 1 ? '|' : '<';
-    d += t.kind;
-    d += std::to_string(t.size);
-    return Descr{d, exact};
-  };
-  for (const auto& t : kTypes) {
-    if (t.dtype == dtype) return make(t, true);
-  }
-  for (const auto& t : kStandIns) {
-    if (t.dtype == dtype) return make(t, false);
-  }
-  return std::nullopt;
+  const proto::Dtype* t = proto::FindDtype(dtype);
+  if (t == nullptr) return std::nullopt;
+  return Descr{proto::NpyDescr(*t), t->npy_exact};
 }
 
 Result<Header> ParseHeader(std::string_view bytes, uint64_t file_size, std::string_view name) {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/xattr_names.h"
+#include "proto/dtypes.h"
 
 namespace gpufs::npy {
 namespace {
@@ -79,7 +79,7 @@ TEST(NpyHeader, RoundTrip) {
     auto descr = DescrForDtype(c.dtype);
     ASSERT_TRUE(descr) << c.dtype;
     EXPECT_TRUE(descr->exact);
-    uint64_t bytes = *xattr::DtypeSize(c.dtype);
+    uint64_t bytes = *proto::DtypeSize(c.dtype);
     for (uint64_t d : c.shape) bytes *= d;
     std::string header = BuildHeader(descr->descr, c.shape);
     // Keep the file small for the big shape: parse with the size it would have.

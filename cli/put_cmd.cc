@@ -15,7 +15,9 @@
 #include "cli/interrupt.h"
 #include "cli/npy.h"
 #include "cli/progress.h"
-#include "core/xattr_names.h"
+#include "proto/shape.h"
+#include "proto/dtypes.h"
+#include "proto/xattr_names.h"
 #include "gpufs/uapi.h"
 #include "util/size.h"
 
@@ -26,26 +28,10 @@ namespace {
 constexpr size_t kChunk = 4 << 20;
 constexpr const char* kInterrupted = "nothing was put";
 
-std::string JoinShape(const std::vector<uint64_t>& shape) {
-  std::string s;
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s;
-}
-
 // EINVAL unless `dtype` (and `shape`, when known) describe exactly `bytes`.
 Status CheckLayout(const std::string& what, const std::string& dtype,
                    const std::optional<std::vector<uint64_t>>& shape, uint64_t bytes) {
-  uint64_t itemsize = *xattr::DtypeSize(dtype);
-  if (!shape) {
-    if (bytes % itemsize == 0) return Status::Ok();
-    return Error(EINVAL, what + ": " + std::to_string(bytes) + " bytes are not a whole number of " +
-                             dtype + " (" + std::to_string(itemsize) + " bytes each)");
-  }
-  auto need = LayoutBytes(*shape, itemsize);
-  if (need && *need == bytes) return Status::Ok();
-  return Error(EINVAL, what + ": dtype " + dtype + " with shape " + npy::ShapeTuple(*shape) +
-                           " is " + (need ? std::to_string(*need) : std::string("too many")) +
-                           " bytes, but there are " + std::to_string(bytes) + " bytes of data");
+  return proto::CheckTensorSize(dtype, shape, bytes).Prepend(what);
 }
 
 // Free bytes of the file system holding `dir`, for an unprivileged writer.
@@ -101,12 +87,12 @@ struct Source {
 Result<Source> OpenSource(const std::string& file, const PutOptions& options) {
   Source src;
   if (options.shape) {
-    auto parsed = xattr::ParseShape(*options.shape);
+    auto parsed = proto::ParseShape(*options.shape);
     if (!parsed.ok()) return parsed.status().Prepend("--shape");
     src.shape = *parsed;
   }
   src.dtype = options.dtype;
-  if (src.dtype) GPUFS_RETURN_IF_ERROR(xattr::CheckDtype(*src.dtype).Prepend("--dtype"));
+  if (src.dtype) GPUFS_RETURN_IF_ERROR(proto::CheckDtype(*src.dtype).Prepend("--dtype"));
   if (file == "-") {
     src.fd = 0;
   } else {
@@ -218,7 +204,7 @@ Status Put(const std::string& file, const std::string& path_arg, const PutOption
     if (!layout.ok()) return discard(layout);
   }
   if (src.shape) {
-    Status set = SetAttrValue(tmp, std::string(xattr::kShape).c_str(), JoinShape(*src.shape));
+    Status set = SetAttrValue(tmp, std::string(xattr::kShape).c_str(), proto::FormatShape(*src.shape));
     if (!set.ok()) return discard(set);
   }
   if (InterruptGuard::Interrupted()) return discard(InterruptGuard::Check(kInterrupted));

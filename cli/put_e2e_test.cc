@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/e2e/mount_fixture.h"
+#include "tests/support/mount_fixture.h"
 
 extern char** environ;
 

@@ -6,31 +6,17 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "core/xattr_names.h"
+#include "proto/dtypes.h"
+#include "proto/names.h"
+#include "proto/shape.h"
+#include "proto/xattr_names.h"
 
 namespace gpufs::safetensors {
 namespace {
 
 using nlohmann::json;
 
-constexpr size_t kNameMax = 255;          // bytes in a member name (NAME_MAX)
-constexpr size_t kXattrNameMax = 255;     // bytes in an extended attribute's name
-constexpr size_t kXattrValueMax = 65536;  // bytes in its value (XATTR_SIZE_MAX)
 constexpr std::string_view kMetadataKey = "__metadata__";
-
-struct DtypePair {
-  std::string_view safetensors;
-  std::string_view gpufs;
-};
-
-constexpr DtypePair kDtypes[] = {
-    {"BOOL", "bool"},           {"I8", "int8"},       {"U8", "uint8"},
-    {"I16", "int16"},           {"U16", "uint16"},    {"I32", "int32"},
-    {"U32", "uint32"},          {"I64", "int64"},     {"U64", "uint64"},
-    {"F16", "float16"},         {"BF16", "bfloat16"}, {"F32", "float32"},
-    {"F64", "float64"},         {"C64", "complex64"}, {"F8_E4M3", "float8_e4m3fn"},
-    {"F8_E5M2", "float8_e5m2"},
-};
 
 Status Bad(std::string_view name, const std::string& message) {
   return Error(EINVAL, std::string(name) + ": " + message);
@@ -38,7 +24,8 @@ Status Bad(std::string_view name, const std::string& message) {
 
 std::string KnownDtypes() {
   std::string known;
-  for (const auto& d : kDtypes) {
+  for (const auto& d : proto::Dtypes()) {
+    if (d.safetensors.empty()) continue;
     if (!known.empty()) known += ", ";
     known += d.safetensors;
   }
@@ -94,12 +81,9 @@ Status ParseTensor(const std::string& key, const json& entry, uint64_t data_size
                              std::to_string(out->end) + "] run past the end of the data section (" +
                              std::to_string(data_size) + " bytes; is the file truncated?)");
   }
-  uint64_t bytes = *xattr::DtypeSize(out->dtype);
-  for (uint64_t d : out->shape) {
-    if (__builtin_mul_overflow(bytes, d, &bytes)) {
-      return Error(EINVAL, what + ": shape " + ShapeText(out->shape) + " is too large");
-    }
-  }
+  auto need = proto::TensorBytes(*proto::DtypeSize(out->dtype), out->shape);
+  if (!need) return Error(EINVAL, what + ": shape " + ShapeText(out->shape) + " is too large");
+  uint64_t bytes = *need;
   if (bytes != out->size()) {
     return Error(EINVAL, what + ": shape " + ShapeText(out->shape) + " of " + st_dtype + " is " +
                              std::to_string(bytes) + " bytes, but data_offsets [" +
@@ -117,17 +101,17 @@ Status ParseMetadata(const json& meta, std::vector<std::pair<std::string, std::s
     if (!value.is_string()) return Error(EINVAL, what + " has a value that is not a string");
     if (key.empty()) return Error(EINVAL, "__metadata__ has an empty key");
     if (key.find('\0') != std::string::npos) return Error(EINVAL, what + " holds a NUL byte");
-    if (key.size() + xattr::kUserPrefix.size() > kXattrNameMax) {
+    if (key.size() + xattr::kUserPrefix.size() > xattr::kNameMax) {
       return Error(EINVAL, what + " is too long for an extended attribute name");
     }
     if (("user." + key).starts_with(xattr::kGpufsPrefix)) {
       return Error(EINVAL, what + " is reserved (user.gpufs.* belongs to gpufs)");
     }
     const std::string& text = value.get_ref<const std::string&>();
-    if (text.size() > kXattrValueMax) {
+    if (text.size() > xattr::kValueMax) {
       return Error(EINVAL, what + " has a value of " + std::to_string(text.size()) +
                                " bytes, more than an extended attribute holds (" +
-                               std::to_string(kXattrValueMax) + ")");
+                               std::to_string(xattr::kValueMax) + ")");
     }
     out->emplace_back(key, text);
   }
@@ -143,30 +127,19 @@ uint64_t Header::tensor_bytes() const {
 }
 
 std::optional<std::string> DtypeName(std::string_view safetensors_dtype) {
-  for (const auto& d : kDtypes) {
-    if (d.safetensors == safetensors_dtype) return std::string(d.gpufs);
-  }
-  return std::nullopt;
+  const proto::Dtype* d = proto::FindSafetensorsDtype(safetensors_dtype);
+  if (d == nullptr) return std::nullopt;
+  return std::string(d->name);
 }
 
 std::optional<std::string> SafetensorsDtype(std::string_view dtype) {
-  for (const auto& d : kDtypes) {
-    if (d.gpufs == dtype) return std::string(d.safetensors);
-  }
-  return std::nullopt;
+  const proto::Dtype* d = proto::FindDtype(dtype);
+  if (d == nullptr || d->safetensors.empty()) return std::nullopt;
+  return std::string(d->safetensors);
 }
 
 Status CheckMemberName(std::string_view name) {
-  if (name.empty()) return Error(EINVAL, "empty name");
-  if (name == "." || name == "..") return Error(EINVAL, "name '" + std::string(name) + "'");
-  if (name.size() > kNameMax) {
-    return Error(ENAMETOOLONG, "name of " + std::to_string(name.size()) +
-                                   " bytes is too long for a member (at most 255)");
-  }
-  if (name.find('/') != name.npos) {
-    return Error(EINVAL, "name '" + std::string(name) + "' contains '/'");
-  }
-  if (name.find('\0') != name.npos) return Error(EINVAL, "name contains a NUL byte");
+  GPUFS_RETURN_IF_ERROR(proto::CheckName(name));
   if (name.starts_with(".gpufs")) {
     return Error(EINVAL, "name '" + std::string(name) + "' starts with .gpufs (reserved)");
   }

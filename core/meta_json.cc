@@ -2,7 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/xattr_names.h"
+#include "proto/shape.h"
+#include "proto/xattr_names.h"
 
 namespace gpufs {
 namespace {
@@ -57,7 +58,7 @@ Status Build(const MetaSource& source, const Entry& entry, int depth, size_t* bu
     j["state"] = StateName(blob.state);
     j["dtype"] = dtype.empty() ? json(nullptr) : json(dtype);
     if (has_shape) {
-      auto dims = xattr::ParseShape(shape);
+      auto dims = proto::ParseShape(shape);
       j["shape"] = dims.ok() ? json(*dims) : json(nullptr);
     } else {
       j["shape"] = nullptr;

@@ -4,8 +4,18 @@
 // to these calls, and store/ hides the device.
 //
 // Lifetimes (what users rely on):
-// - A blob is written through handles opened for writing; when the last of
-//   them is released it is sealed, and from then on it never changes.
+// - A blob is written through handles opened for writing and sealed, after
+//   which it never changes. Sealing is explicit (GPUFS_IOC_SEAL: the CLI,
+//   libgpufs and Python), and only a writer may seal: SealHandle wants a
+//   handle opened for writing (EBADF otherwise). For plain tools (cp) the
+//   release of the last writer seals.
+// - close() is durable: Flush, which the kernel sends inside close(2),
+//   records the blob's size as complete (Blob::closed) before close
+//   returns; a restart seals such blobs instead of discarding them. A later
+//   write through another descriptor of the same open file (dup, fork)
+//   takes the mark back first. Flush does not seal: it cannot tell the last
+//   descriptor of an open file from a duplicate (the shell's `> f` closes
+//   one right away).
 //   Opening a sealed blob for writing fails with EPERM unless O_TRUNC is
 //   given, which links a new empty blob to the member instead (and drops
 //   the member's dtype and shape, which described the old bytes).
@@ -17,17 +27,26 @@
 // - After a restart nobody holds anything: detached members, unsealed blobs
 //   and unlinked blobs are swept by Open().
 //
+// The class is a facade; its parts live in files named after them:
+// namespace.cc (tree operations), blobs.cc (create/open/read/write/release,
+// sealing), handle_table.cc, control_files.cc (/.gpufs), placement.cc (which
+// store a blob goes to), migrator.cc, recovery.cc (start-up sweep), xattrs.cc,
+// device_memory.cc (GPUFS_IOC_MAP/ALLOC/SEAL), meta_json.cc and ipc_info.cc.
+//
 // Threading: every public method is thread-safe. Lock order: a blob's io_mu
-// before mu_; nobody takes io_mu while holding mu_. Metadata work runs under
-// mu_; blob bytes are copied under the blob's io_mu only, so reads of large
-// blobs do not stall the namespace.
+// before mu_; nobody takes io_mu while holding mu_. Metadata work (the
+// catalog) runs under mu_; store work (copies, seal, export, device
+// allocation for GPUFS_IOC_ALLOC, migration) runs under the blob's io_mu
+// only, and frees are queued under mu_ and done after it is dropped
+// (FreeQueuedOnExit), so lookups and getattr never wait behind the device.
+// Not yet moved out: the zero-byte Allocate of a new blob (Create, O_TRUNC
+// replace), which runs under mu_. Nothing waits on a timer or a condition.
 #pragma once
 
 #include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -40,6 +59,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/control_files.h"
+#include "core/types.h"
 #include "gpufs/uapi.h"
 #include "meta/catalog.h"
 #include "store/bulk_store.h"
@@ -48,54 +69,6 @@
 namespace gpufs {
 
 struct StatsView;  // core/meta_json.h
-
-// Who asks: the FUSE request's credentials.
-struct Caller {
-  uint32_t uid = 0;
-  uint32_t gid = 0;
-  uint32_t pid = 0;
-};
-
-// What stat(2) shows of an entry.
-struct Attr {
-  uint64_t ino = 0;
-  uint32_t mode = 0;
-  uint32_t nlink = 1;
-  uint32_t uid = 0;
-  uint32_t gid = 0;
-  uint64_t size = 0;
-  int64_t atime_ns = 0;
-  int64_t mtime_ns = 0;
-  int64_t ctime_ns = 0;
-};
-
-struct SetAttrRequest {
-  std::optional<uint32_t> mode;  // permission bits; the type bits are kept
-  std::optional<uint32_t> uid;
-  std::optional<uint32_t> gid;
-  std::optional<uint64_t> size;
-  std::optional<int64_t> atime_ns;
-  std::optional<int64_t> mtime_ns;
-};
-
-struct DirEntry {
-  std::string name;
-  Attr attr;
-  uint64_t next_cookie = 0;  // pass to ReadDir to continue after this entry
-};
-
-struct FsStats {
-  uint64_t capacity = 0;  // bytes of the stores new blobs go to
-  uint64_t free = 0;
-  uint64_t entries = 0;
-};
-
-using HandleId = uint64_t;
-
-struct OpenResult {
-  HandleId handle = 0;
-  Attr attr;
-};
 
 struct NamespaceOptions {
   std::unique_ptr<Catalog> catalog;
@@ -108,12 +81,6 @@ struct NamespaceOptions {
   std::string state_dir;
   std::string log_path;
 };
-
-// Inode numbers of the reserved, read-only /.gpufs directory and its files.
-inline constexpr uint64_t kControlDirIno = 1ull << 62;
-inline constexpr uint64_t kStatsIno = kControlDirIno + 1;
-inline constexpr std::string_view kControlDirName = ".gpufs";
-inline constexpr size_t kNameMax = 255;
 
 class Namespace {
  public:
@@ -155,6 +122,10 @@ class Namespace {
   Result<size_t> Read(HandleId handle, uint64_t offset, std::span<std::byte> dst);
   // Writes all of `src` at `offset` (or at the end for O_APPEND handles).
   Result<size_t> Write(HandleId handle, uint64_t offset, std::span<const std::byte> src);
+  // close(2) of a descriptor of the handle: for a writer, records the
+  // unsealed blob's bytes as complete (durable; see the file comment).
+  // EIO when a write of the blob failed (it will be discarded).
+  Status Flush(HandleId handle);
   // Drops the handle; may seal, discard or free (see the file comment).
   Status Release(HandleId handle);
 
@@ -166,16 +137,16 @@ class Namespace {
 
   // --- device memory ---------------------------------------------------------
   // GPUFS_IOC_MAP: the IPC handle of the handle's blob, which must be sealed
-  // and in device memory (ENODEV otherwise). A blob whose writer has just
-  // closed is being sealed (the kernel sends release after close returns):
-  // this waits up to two seconds for it, then gives EBUSY.
+  // and in device memory (ENODEV otherwise). An unsealed blob answers EBUSY
+  // at once: nothing waits (a writer's close() has sealed before it returns).
   Result<gpufs_ipc_info> MapHandle(HandleId handle);
   // GPUFS_IOC_ALLOC: gives the empty unsealed blob of a writable handle
   // `size` bytes of device memory (moving it to a GPU if its object places it
   // in host memory) and returns its handle. Such a blob must be sealed with
   // SealHandle: released unsealed, it is discarded.
   Result<gpufs_ipc_info> AllocDevice(HandleId handle, uint64_t size);
-  // GPUFS_IOC_SEAL: seals the handle's blob now.
+  // GPUFS_IOC_SEAL: seals the handle's blob now. Only a writer may: EBADF
+  // for a handle not opened for writing.
   Status SealHandle(HandleId handle);
   // Moves the bytes of blob `ino`, or of every blob under object `ino`, to
   // `device`; an object also places its future members there. Readers see
@@ -199,12 +170,14 @@ class Namespace {
     std::atomic<bool> broken{false};
     // Set by AllocDevice: released unsealed, the blob is discarded.
     std::atomic<bool> needs_explicit_seal{false};
+    // Guarded by io_mu: the catalog's row is marked closed (a Flush did it).
+    bool closed_in_catalog = false;
     // Guarded by mu_:
     int handles = 0;
     int writers = 0;
     int mapped = 0;  // handles that took an IPC handle (GPUFS_IOC_MAP/ALLOC)
     // Places the blob left by migration while mapped: freed at the last close.
-    std::vector<std::pair<std::string, Extent>> retired;
+    std::vector<std::string> retired;
   };
   struct Handle {
     EntryId entry = 0;
@@ -215,9 +188,33 @@ class Namespace {
     uint32_t pid = 0;      // of the process that opened it (/.gpufs/stats "open_members")
     std::string snapshot;  // the stats file's content at open
   };
+  // Frees the bytes FreeBlob queued, after the caller dropped mu_: store work
+  // (unlinking files, cudaFree) never runs under the namespace-wide lock.
+  // Declare before the lock_guard, so it runs after the unlock.
+  class FreeQueuedOnExit {
+   public:
+    explicit FreeQueuedOnExit(Namespace* ns) : ns_(ns) {}
+    ~FreeQueuedOnExit() { ns_->FreeQueued(); }
+    FreeQueuedOnExit(const FreeQueuedOnExit&) = delete;
+    FreeQueuedOnExit& operator=(const FreeQueuedOnExit&) = delete;
+
+   private:
+    Namespace* ns_;
+  };
+  void FreeQueued();  // takes mu_ briefly; frees outside it
+  // The last writer is gone (io_mu held exclusively, mu_ NOT held): seals the
+  // blob, or discards the member after a failed write or an ALLOC without
+  // SEAL. Store work runs outside mu_; the catalog update under it.
+  Status FinishWriting(ActiveBlob& blob, EntryId entry);
+  // Before bytes of a blob change (io_mu held exclusively, mu_ NOT held):
+  // takes back a Flush's closed mark in the catalog.
+  Status ReopenForWriting(ActiveBlob& blob);
 
   explicit Namespace(NamespaceOptions options);
   Status Recover();
+  // A new entry owned by the caller; `mode` holds the permission bits.
+  static Entry NewEntry(const Caller& caller, uint64_t parent, std::string_view name,
+                        EntryKind kind, uint32_t mode, int64_t now);
 
   // All below: EXCLUSIVE_LOCKS_REQUIRED(mu_).
   Result<Attr> AttrOf(const Entry& entry);
@@ -242,17 +239,19 @@ class Namespace {
   void AddStatsDetail(StatsView* view);
   // The blob of a live handle, or EBADF.
   Result<Handle*> FindHandle(HandleId id);
-  // Seals `blob` (io_mu held exclusively, mu_ held): store, catalog, entry mtime.
-  Status SealLocked(ActiveBlob& blob, EntryId entry);
-  Result<gpufs_ipc_info> ExportLocked(const Blob& rec);
+  // Records the seal of `blob`, whose store Seal succeeded (io_mu held
+  // exclusively, mu_ held): catalog, entry mtime.
+  Status RecordSealLocked(ActiveBlob& blob, EntryId entry);
+  // The IPC handle of `rec` (its blob's io_mu held; mu_ need not be).
+  Result<gpufs_ipc_info> Export(const Blob& rec);
   Status MigrateBlob(EntryId entry, const std::string& device);
   // Blob entries at and under `ino`.
   Result<std::vector<EntryId>> BlobsUnder(EntryId ino);
   int64_t Now() const;
 
   std::mutex mu_;
-  std::condition_variable sealed_cv_;  // with mu_: a blob was sealed or discarded
-  std::unique_ptr<Catalog> catalog_;   // GUARDED_BY(mu_)
+  std::vector<std::pair<std::string, BlobId>> doomed_;  // GUARDED_BY(mu_): FreeQueued frees them
+  std::unique_ptr<Catalog> catalog_;                          // GUARDED_BY(mu_)
   std::map<std::string, std::unique_ptr<BulkStore>> stores_;  // fixed after Open
   std::string default_device_;
   std::string state_dir_, log_path_;

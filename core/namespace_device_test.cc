@@ -7,6 +7,8 @@
 #include <sys/xattr.h>
 
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -28,33 +30,50 @@ class DeviceLikeStore final : public BulkStore {
   Result<std::vector<BlobId>> Recover(std::span<const StoredBlob> live) override {
     return inner_->Recover(live);
   }
-  Result<Extent> Allocate(BlobId id, uint32_t owner, uint64_t size) override {
-    return inner_->Allocate(id, owner, size);
+  Status Allocate(BlobId id, uint32_t owner, uint64_t size) override {
+    GPUFS_RETURN_IF_ERROR(inner_->Allocate(id, owner, size));
+    SetSize(id, size);
+    return Status::Ok();
   }
-  Result<Extent> Resize(BlobId id, const Extent& e, uint64_t o, uint64_t n) override {
-    return inner_->Resize(id, e, o, n);
+  Status Resize(BlobId id, uint64_t o, uint64_t n) override {
+    GPUFS_RETURN_IF_ERROR(inner_->Resize(id, o, n));
+    SetSize(id, n);
+    return Status::Ok();
   }
-  Status Write(BlobId id, const Extent& e, uint64_t off, std::span<const std::byte> src) override {
-    return inner_->Write(id, e, off, src);
+  Status Write(BlobId id, uint64_t off, std::span<const std::byte> src) override {
+    return inner_->Write(id, off, src);
   }
-  Status Read(BlobId id, const Extent& e, uint64_t off, std::span<std::byte> dst) override {
-    return inner_->Read(id, e, off, dst);
+  Status Read(BlobId id, uint64_t off, std::span<std::byte> dst) override {
+    return inner_->Read(id, off, dst);
   }
-  Result<Extent> Seal(BlobId id, const Extent& e, uint64_t size) override {
-    return inner_->Seal(id, e, size);
+  Status Seal(BlobId id, uint64_t size) override {
+    GPUFS_RETURN_IF_ERROR(inner_->Seal(id, size));
+    SetSize(id, size);
+    return Status::Ok();
   }
-  void Free(BlobId id, const Extent& e) override { inner_->Free(id, e); }
-  Result<IpcExport> Export(BlobId id, const Extent& e) override {
+  void Free(BlobId id) override {
+    inner_->Free(id);
+    std::lock_guard lock(mu_);
+    sizes_.erase(id);
+  }
+  Result<IpcExport> Export(BlobId id) override {
     IpcExport out;
     std::memcpy(out.handle, &id, sizeof id);
-    out.offset = e.offset;
-    out.size = e.reserved;
+    std::lock_guard lock(mu_);
+    out.size = sizes_[id];
     out.device_uuid[0] = 0xd7;
     return out;
   }
 
  private:
+  void SetSize(BlobId id, uint64_t size) {
+    std::lock_guard lock(mu_);
+    sizes_[id] = size;
+  }
+
   std::string name_ = "cuda:0";
+  std::mutex mu_;
+  std::map<BlobId, uint64_t> sizes_;
   std::unique_ptr<HostBulkStore> inner_;
 };
 
@@ -211,20 +230,24 @@ TEST_F(DeviceTest, AllocThenSealKeepsAllocWithoutSealDiscards) {
   ASSERT_TRUE(ns_->Release(reader->handle).ok());
 }
 
-TEST_F(DeviceTest, MapWaitsForAWriterThatIsClosing) {
+// Nothing waits: a MAP before the writer seals is EBUSY at once; after the
+// writer's explicit seal it maps. Only the writer's handle may seal.
+TEST_F(DeviceTest, MapAnswersAtOnceAndOnlyTheWriterSeals) {
   ASSERT_TRUE(ns_->SetXattr(kRootEntryId, "user.gpufs.device", "cuda:0", 0).ok());
   auto writer = ns_->Create(caller_, kRootEntryId, "m", 0644, O_WRONLY);
   ASSERT_TRUE(ns_->Write(writer->handle, 0, Bytes("late seal")).ok());
   auto reader = ns_->Open(caller_, writer->attr.ino, O_RDONLY);
   ASSERT_TRUE(reader.ok());
-  std::thread closer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    EXPECT_TRUE(ns_->Release(writer->handle).ok());
-  });
+  EXPECT_EQ(ns_->MapHandle(reader->handle).status().code(), EBUSY);
+  EXPECT_EQ(ns_->SealHandle(reader->handle).code(), EBADF);  // a reader never seals
+  ASSERT_TRUE(ns_->Write(writer->handle, 9, Bytes("!")).ok());  // the writer goes on
+  ASSERT_TRUE(ns_->Flush(writer->handle).ok());  // close(): durable, not sealed
+  EXPECT_EQ(ns_->MapHandle(reader->handle).status().code(), EBUSY);
+  ASSERT_TRUE(ns_->SealHandle(writer->handle).ok());
   auto info = ns_->MapHandle(reader->handle);
-  closer.join();
   ASSERT_TRUE(info.ok()) << info.status().ToString();
-  EXPECT_EQ(info->size, 9u);
+  EXPECT_EQ(info->size, 10u);
+  ASSERT_TRUE(ns_->Release(writer->handle).ok());
   ASSERT_TRUE(ns_->Release(reader->handle).ok());
 }
 

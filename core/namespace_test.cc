@@ -324,6 +324,27 @@ TEST_F(NamespaceTest, RestartSweepsUnsealedAndDetached) {
   EXPECT_EQ(host_->Usage().used, 7u);
 }
 
+// A close() that returned (Flush) is durable: the restart seals the member.
+// A write after that close (through a duplicate) takes the mark back.
+TEST_F(NamespaceTest, RestartSealsWhatAWritersCloseRecorded) {
+  auto closed = ns_->Create(caller_, kRootEntryId, "closed", 0644, O_WRONLY);
+  ASSERT_TRUE(closed.ok());
+  ASSERT_TRUE(ns_->Write(closed->handle, 0, Bytes("complete")).ok());
+  ASSERT_TRUE(ns_->Flush(closed->handle).ok());
+  auto reopened = ns_->Create(caller_, kRootEntryId, "reopened", 0644, O_WRONLY);
+  ASSERT_TRUE(reopened.ok());
+  ASSERT_TRUE(ns_->Write(reopened->handle, 0, Bytes("first")).ok());
+  ASSERT_TRUE(ns_->Flush(reopened->handle).ok());
+  ASSERT_TRUE(ns_->Write(reopened->handle, 5, Bytes(" and more")).ok());  // a dup writes on
+
+  Reopen();  // as after kill -9 right after close(): no release ever came
+  auto m = ns_->Lookup(kRootEntryId, "closed");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(Cat(m->ino), "complete");
+  EXPECT_EQ(ns_->Open(caller_, m->ino, O_WRONLY).status().code(), EPERM);  // sealed
+  EXPECT_EQ(ns_->Lookup(kRootEntryId, "reopened").status().code(), ENOENT);
+}
+
 TEST_F(NamespaceTest, LostBytesGiveEio) {
   uint64_t m = PutBlob(kRootEntryId, "m", "will vanish");
   for (const auto& file : std::filesystem::directory_iterator(dir_ + "/host")) {

@@ -20,6 +20,7 @@
 
 #include <csignal>
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -241,7 +242,13 @@ void OnWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off
   fuse_reply_write(req, *n);
 }
 
-void OnFlush(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
+// Sent inside close(2), before it returns: a writer's bytes are made
+// durable here, so a close() that returned 0 survives kill -9 of the daemon.
+void OnFlush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  Status flushed = Ns(req).Flush(fi->fh);
+  if (!flushed.ok()) return ReplyError(req, "flush", flushed);
+  fuse_reply_err(req, 0);
+}
 
 void OnFsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) { fuse_reply_err(req, 0); }
 
@@ -425,7 +432,6 @@ Status ServeFuse(Namespace& ns, const FuseOptions& options,
                  const std::function<void()>& on_mounted) {
   std::vector<std::string> argv_store = {"gpufs"};
   std::string mount_opts = "fsname=gpufs,subtype=gpufs,default_permissions";
-  if (geteuid() == 0) mount_opts += ",allow_other";
   argv_store.push_back("-o");
   argv_store.push_back(mount_opts);
   for (const auto& opt : options.options) {

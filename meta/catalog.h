@@ -52,7 +52,10 @@ struct Blob {
   uint64_t size = 0;
   BlobState state = BlobState::kUnsealed;
   uint32_t owner_uid = 0;
-  Extent extent;
+  // Unsealed, but its writer's close() recorded `size` as complete: a
+  // restart seals it instead of discarding it (a close() that returned is
+  // durable).
+  bool closed = false;
 };
 
 class Catalog {
@@ -112,7 +115,7 @@ class Catalog {
   // current blob, whose id is returned (0 if none). ENOENT.
   virtual Result<BlobId> LinkBlob(EntryId entry, BlobId blob) = 0;
   virtual Result<Blob> GetBlob(BlobId id) = 0;
-  // Stores device, size, state, owner and extent of blob.id. ENOENT.
+  // Stores device, size, state, owner and the closed mark of blob.id. ENOENT.
   virtual Status UpdateBlob(const Blob& blob) = 0;
   // Deletes a blob row that no entry links (EBUSY if one does). ENOENT.
   virtual Status DeleteBlob(BlobId id) = 0;

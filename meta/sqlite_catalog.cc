@@ -1,9 +1,9 @@
 // SqliteCatalog: the catalog as one SQLite database.
 //
-// Schema (version 1, see kMigrations):
+// Schema (version 2, see kMigrations):
 //   entries  one row per object or member; `id` is the inode number; (parent,
 //            name) places it in the tree; a member's `blob` links its bytes.
-//   blobs    where bytes live (device and the store's extent) and whether they
+//   blobs    where bytes live (the device) and whether they
 //            are sealed. Kept apart from entries so that O_TRUNC can link a new
 //            blob while readers of the old one keep it until DeleteBlob.
 //   xattrs   (entry, name) -> binary value.
@@ -87,6 +87,12 @@ CREATE TABLE settings (
   value INTEGER NOT NULL
 );
 )sql",
+    // 2: blobs.reserved (never read: stores keep their own placement) becomes
+    // `closed`, the mark a writer's close() leaves on an unsealed blob.
+    R"sql(
+ALTER TABLE blobs RENAME COLUMN reserved TO closed;
+UPDATE blobs SET closed = 0;
+)sql",
 };
 
 constexpr int kLatestSchemaVersion = static_cast<int>(std::size(kMigrations));
@@ -96,7 +102,7 @@ constexpr int kLatestSchemaVersion = static_cast<int>(std::size(kMigrations));
 // Column lists shared by the queries and by EntryFromRow / BlobFromRow.
 #define GPUFS_ENTRY_COLUMNS \
   "id, parent, name, kind, mode, uid, gid, atime_ns, mtime_ns, ctime_ns, blob"
-#define GPUFS_BLOB_COLUMNS "id, device, size, state, owner_uid, arena, offset, reserved"
+#define GPUFS_BLOB_COLUMNS "id, device, size, state, owner_uid, arena, offset, closed"
 
 constexpr char kUserVersionSql[] = "PRAGMA user_version";
 
@@ -138,11 +144,11 @@ SELECT 1 FROM ancestors WHERE id = ?2 LIMIT 1)sql";
 constexpr char kGetBlobSql[] = "SELECT " GPUFS_BLOB_COLUMNS " FROM blobs WHERE id = ?";
 constexpr char kListBlobsSql[] = "SELECT " GPUFS_BLOB_COLUMNS " FROM blobs ORDER BY id";
 constexpr char kInsertBlobSql[] =
-    "INSERT INTO blobs (device, size, state, owner_uid, arena, offset, reserved)"
+    "INSERT INTO blobs (device, size, state, owner_uid, arena, offset, closed)"
     " VALUES (?, ?, ?, ?, ?, ?, ?)";
 constexpr char kUpdateBlobSql[] =
     "UPDATE blobs SET device = ?, size = ?, state = ?, owner_uid = ?, arena = ?, offset = ?,"
-    " reserved = ? WHERE id = ?";
+    " closed = ? WHERE id = ?";
 constexpr char kDeleteBlobSql[] = "DELETE FROM blobs WHERE id = ?";
 constexpr char kEntryOfBlobSql[] = "SELECT id FROM entries WHERE blob = ?";
 constexpr char kListUnlinkedBlobsSql[] =
@@ -243,21 +249,20 @@ Blob BlobFromRow(const Statement& row) {
   blob.size = static_cast<uint64_t>(row.ColumnInt64(2));
   blob.state = static_cast<BlobState>(row.ColumnInt64(3));
   blob.owner_uid = static_cast<uint32_t>(row.ColumnInt64(4));
-  blob.extent.arena = static_cast<uint64_t>(row.ColumnInt64(5));
-  blob.extent.offset = static_cast<uint64_t>(row.ColumnInt64(6));
-  blob.extent.reserved = static_cast<uint64_t>(row.ColumnInt64(7));
+  blob.closed = row.ColumnInt64(7) != 0;
   return blob;
 }
 
-// Binds device..reserved of `blob` to parameters first..first+6.
+// Binds device..closed of `blob` to parameters first..first+6.
 void BindBlobFields(Statement& stmt, int first, const Blob& blob) {
   stmt.BindText(first, blob.device);
   stmt.BindInt64(first + 1, I64(blob.size));
   stmt.BindInt64(first + 2, static_cast<int>(blob.state));
   stmt.BindInt64(first + 3, blob.owner_uid);
-  stmt.BindInt64(first + 4, I64(blob.extent.arena));
-  stmt.BindInt64(first + 5, I64(blob.extent.offset));
-  stmt.BindInt64(first + 6, I64(blob.extent.reserved));
+  // arena, offset: no store reads them any more (each keeps its own placement).
+  stmt.BindInt64(first + 4, 0);
+  stmt.BindInt64(first + 5, 0);
+  stmt.BindInt64(first + 6, blob.closed ? 1 : 0);
 }
 
 // Runs a statement that yields at most one row; returns whether it did.

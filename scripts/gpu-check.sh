@@ -37,8 +37,8 @@ fi
 
 export LD_LIBRARY_PATH=$build/client:${LD_LIBRARY_PATH:-}
 export GPUFS_LIB=$build/client/libgpufs.so
-export GPUFS_BIN=$build/cli/gpufs
-export GPUFS_MOUNT_HELPER_BIN=$build/cli/mount.gpufs
+export GPUFS_BIN=$build/bin/gpufs
+export GPUFS_MOUNT_HELPER_BIN=$build/bin/mount.gpufs
 export GPUFS_EXAMPLES_DIR=$build/examples/cuda
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 

@@ -1,6 +1,7 @@
 // BulkStore: where blob bytes live. One instance per device ("host", "cuda:0",
 // ...). The core decides *which* blobs exist and persists their placement in the
-// catalog; a store only holds bytes and says where it put them (an Extent).
+// catalog; a store only holds bytes, and keeps its own record of where they
+// are (the core names a blob by its id, nothing else).
 //
 // Contract shared by every implementation:
 // - Thread-safe. The core never issues two mutating calls (Allocate, Resize,
@@ -26,17 +27,6 @@ namespace gpufs {
 
 using BlobId = uint64_t;
 
-// Where a blob's bytes sit inside its store. Chosen by the store, persisted by
-// the catalog, handed back on every call. The meaning of arena and offset is
-// the store's own (HostBulkStore ignores both); `reserved` is the number of
-// bytes the store has set aside for the blob, counted in `used`.
-struct Extent {
-  uint64_t arena = 0;
-  uint64_t offset = 0;
-  uint64_t reserved = 0;
-  bool operator==(const Extent&) const = default;
-};
-
 struct StoreUsage {
   uint64_t capacity = 0;  // bytes the store may hold
   uint64_t used = 0;      // bytes reserved by live blobs
@@ -48,11 +38,10 @@ struct StoredBlob {
   BlobId id = 0;
   uint32_t owner_uid = 0;
   uint64_t size = 0;
-  Extent extent;
 };
 
 // What a process needs to map a device blob in place (the body of
-// struct gpufs_ipc_info in client/include/gpufs/uapi.h).
+// struct gpufs_ipc_info in include/gpufs/uapi.h).
 struct IpcExport {
   uint8_t handle[64] = {};
   uint64_t offset = 0;  // of the blob inside the exported allocation
@@ -80,32 +69,31 @@ class BulkStore {
   // Reserves a new writable blob able to hold `size` bytes, which read as zero.
   // `owner_uid` lets a store keep owners apart (a legacy CUDA IPC handle maps
   // a whole arena). ENOSPC when the capacity would be exceeded.
-  virtual Result<Extent> Allocate(BlobId id, uint32_t owner_uid, uint64_t size) = 0;
+  virtual Status Allocate(BlobId id, uint32_t owner_uid, uint64_t size) = 0;
 
   // Changes the size of an unsealed blob from `old_size` to `new_size`; bytes
   // past old_size read as zero. The store may reserve more than asked (to grow
-  // geometrically) and may move the blob; the returned Extent replaces the old.
+  // geometrically) and may move the blob.
   // ENOSPC leaves the blob unchanged.
-  virtual Result<Extent> Resize(BlobId id, const Extent& extent, uint64_t old_size,
-                                uint64_t new_size) = 0;
+  virtual Status Resize(BlobId id, uint64_t old_size, uint64_t new_size) = 0;
 
   // Copies `src` into the blob at `offset`. offset + src.size() must not pass
   // the blob's size as last set by Allocate or Resize (EINVAL otherwise).
-  virtual Status Write(BlobId id, const Extent& extent, uint64_t offset,
+  virtual Status Write(BlobId id, uint64_t offset,
                        std::span<const std::byte> src) = 0;
 
   // Fills `dst` from the blob at `offset`; the range must lie within the
   // blob's size (the core clamps reads at end of file). EIO if bytes are gone.
-  virtual Status Read(BlobId id, const Extent& extent, uint64_t offset,
+  virtual Status Read(BlobId id, uint64_t offset,
                       std::span<std::byte> dst) = 0;
 
   // The blob will not change again: trims the reservation to `size` and makes
   // its bytes durable as far as the store can (host: on disk, GPU: nothing).
-  virtual Result<Extent> Seal(BlobId id, const Extent& extent, uint64_t size) = 0;
+  virtual Status Seal(BlobId id, uint64_t size) = 0;
 
   // Releases the blob's bytes and reservation. Errors are logged, not returned:
   // the blob is gone for the core either way.
-  virtual void Free(BlobId id, const Extent& extent) = 0;
+  virtual void Free(BlobId id) = 0;
 
   // Host memory for long-lived I/O buffers (the FUSE workers' read buffers,
   // migration bounce buffers). GPU stores return pinned memory, so copies to
@@ -116,9 +104,8 @@ class BulkStore {
 
   // The handle a process maps to reach the blob in place. EOPNOTSUPP for
   // stores without device memory.
-  virtual Result<IpcExport> Export(BlobId id, const Extent& extent) {
+  virtual Result<IpcExport> Export(BlobId id) {
     (void)id;
-    (void)extent;
     return Error(EOPNOTSUPP, "store " + device() + " has no device memory to export");
   }
 };

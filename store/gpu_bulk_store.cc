@@ -133,10 +133,6 @@ std::string Range(uint64_t offset, uint64_t length) {
   return "[" + std::to_string(offset) + ", +" + std::to_string(length) + ")";
 }
 
-Extent ExtentOf(uint64_t alloc, uint64_t offset, uint64_t reserved) {
-  return Extent{.arena = alloc, .offset = offset, .reserved = reserved};
-}
-
 }  // namespace
 
 // ---- Open and bookkeeping
@@ -212,6 +208,14 @@ size_t GpuBulkStore::arena_count() const {
 size_t GpuBulkStore::dedicated_count() const {
   std::lock_guard lock(mu_);
   return dedicated_count_;
+}
+
+GpuBulkStore::PlaceForTesting GpuBulkStore::PlaceOfForTesting(BlobId id) const {
+  std::lock_guard lock(mu_);
+  auto it = blobs_.find(id);
+  if (it == blobs_.end()) return {};
+  const Place& place = it->second.place;
+  return {place.alloc, place.offset, place.reserved};
 }
 
 void* GpuBulkStore::AllocationBaseForTesting(uint64_t arena) const {
@@ -462,12 +466,12 @@ Result<std::vector<BlobId>> GpuBulkStore::Recover(std::span<const StoredBlob> li
       lost.push_back(blob.id);
       continue;
     }
-    Result<Extent> fresh = Allocate(blob.id, blob.owner_uid, 0);
+    Status fresh = Allocate(blob.id, blob.owner_uid, 0);
     if (fresh.ok()) {
       ++restored;
     } else {
       GPUFS_LOG(WARN) << "gpu store " << device_ << ": empty " << Describe(blob.id)
-                      << " lost: " << fresh.status().ToString();
+                      << " lost: " << fresh.ToString();
       lost.push_back(blob.id);
     }
   }
@@ -483,7 +487,7 @@ Result<std::vector<BlobId>> GpuBulkStore::Recover(std::span<const StoredBlob> li
   return lost;
 }
 
-Result<Extent> GpuBulkStore::Allocate(BlobId id, uint32_t owner_uid, uint64_t size) {
+Status GpuBulkStore::Allocate(BlobId id, uint32_t owner_uid, uint64_t size) {
   const uint64_t need = Units(size);
   {
     std::lock_guard lock(mu_);
@@ -516,12 +520,10 @@ Result<Extent> GpuBulkStore::Allocate(BlobId id, uint32_t owner_uid, uint64_t si
                           std::to_string(size) + " bytes");
   }
   lost_.erase(id);
-  return ExtentOf(place->alloc, place->offset, place->reserved);
+  return Status::Ok();
 }
 
-Result<Extent> GpuBulkStore::Resize(BlobId id, const Extent& extent, uint64_t old_size,
-                                    uint64_t new_size) {
-  (void)extent;
+Status GpuBulkStore::Resize(BlobId id, uint64_t old_size, uint64_t new_size) {
   const std::string what = "gpu store " + device_ + ": resize " + Describe(id) + " from " +
                            std::to_string(old_size) + " to " + std::to_string(new_size) + " bytes";
   BlobRecord blob;
@@ -544,7 +546,7 @@ Result<Extent> GpuBulkStore::Resize(BlobId id, const Extent& extent, uint64_t ol
     }
     std::lock_guard lock(mu_);
     if (BlobRecord* rec = FindLocked(id)) rec->size = new_size;
-    return ExtentOf(old.alloc, old.offset, old.reserved);
+    return Status::Ok();
   }
 
   // A larger reservation: geometric first, exact last; largest first.
@@ -585,7 +587,7 @@ Result<Extent> GpuBulkStore::Resize(BlobId id, const Extent& extent, uint64_t ol
       rec->place.reserved = *grown;
       rec->size = new_size;
     }
-    return ExtentOf(old.alloc, old.offset, *grown);
+    return Status::Ok();
   }
 
   // 2. A new place, with a device-to-device copy of the bytes so far.
@@ -614,16 +616,15 @@ Result<Extent> GpuBulkStore::Resize(BlobId id, const Extent& extent, uint64_t ol
       rec->place = *place;
       rec->size = new_size;
     }
-    return ExtentOf(place->alloc, place->offset, place->reserved);
+    return Status::Ok();
   }
   if (!last.ok()) return last.Prepend(what);
   std::lock_guard lock(mu_);
   return FullLocked(what, exact - old.reserved);
 }
 
-Status GpuBulkStore::Write(BlobId id, const Extent& extent, uint64_t offset,
+Status GpuBulkStore::Write(BlobId id, uint64_t offset,
                            std::span<const std::byte> src) {
-  (void)extent;
   BlobRecord blob;
   {
     std::lock_guard lock(mu_);
@@ -640,9 +641,8 @@ Status GpuBulkStore::Write(BlobId id, const Extent& extent, uint64_t offset,
   return ToDevice(blob.place.data + offset, src.data(), src.size()).Prepend(what);
 }
 
-Status GpuBulkStore::Read(BlobId id, const Extent& extent, uint64_t offset,
+Status GpuBulkStore::Read(BlobId id, uint64_t offset,
                           std::span<std::byte> dst) {
-  (void)extent;
   BlobRecord blob;
   {
     std::lock_guard lock(mu_);
@@ -661,8 +661,7 @@ Status GpuBulkStore::Read(BlobId id, const Extent& extent, uint64_t offset,
   return ToHost(dst.data(), blob.place.data + offset, dst.size()).Prepend(what);
 }
 
-Result<Extent> GpuBulkStore::Seal(BlobId id, const Extent& extent, uint64_t size) {
-  (void)extent;
+Status GpuBulkStore::Seal(BlobId id, uint64_t size) {
   const std::string what =
       "gpu store " + device_ + ": seal " + Describe(id) + " at " + std::to_string(size) + " bytes";
   const uint64_t exact = Units(size);
@@ -687,7 +686,7 @@ Result<Extent> GpuBulkStore::Seal(BlobId id, const Extent& extent, uint64_t size
       }
       rec->size = size;
       rec->sealed = true;
-      return ExtentOf(rec->place.alloc, rec->place.offset, rec->place.reserved);
+      return Status::Ok();
     }
     blob = *rec;
   }
@@ -710,18 +709,17 @@ Result<Extent> GpuBulkStore::Seal(BlobId id, const Extent& extent, uint64_t size
     if (rec == nullptr) return MissingLocked(id, "seal");
     rec->size = size;
     rec->sealed = true;
-    return ExtentOf(old.alloc, old.offset, old.reserved);
+    return Status::Ok();
   }
   ReleasePlaceLocked(old, &dropped);
   used_ -= old.reserved - place->reserved;
   rec->place = *place;
   rec->size = size;
   rec->sealed = true;
-  return ExtentOf(place->alloc, place->offset, place->reserved);
+  return Status::Ok();
 }
 
-void GpuBulkStore::Free(BlobId id, const Extent& extent) {
-  (void)extent;
+void GpuBulkStore::Free(BlobId id) {
   Dropped dropped;  // freed after the lock is released
   std::lock_guard lock(mu_);
   auto it = blobs_.find(id);
@@ -751,8 +749,7 @@ HostBuffer GpuBulkStore::AllocateHostBuffer(size_t bytes) {
   return HostBuffer(pinned->release(), &FreePinned);
 }
 
-Result<IpcExport> GpuBulkStore::Export(BlobId id, const Extent& extent) {
-  (void)extent;
+Result<IpcExport> GpuBulkStore::Export(BlobId id) {
   IpcExport out;
   uint64_t alloc_id = 0;
   std::byte* base = nullptr;

@@ -4,9 +4,9 @@
 // Layout: small blobs share cudaMalloc'd arenas of `arena_size` bytes, each
 // arena holding the blobs of a single owner (an IPC handle maps a whole
 // allocation, so owners never share one); a blob whose reservation reaches
-// arena_size / 4 has a cudaMalloc of its own ("dedicated"). Extent.arena names the allocation
-// (an id of this store, never reused while it is open), Extent.offset is the
-// blob's offset inside it and Extent.reserved the bytes set aside for it, a
+// arena_size / 4 has a cudaMalloc of its own ("dedicated"). A blob's Place names
+// the allocation (an id of this store, never reused while it is open), the
+// blob's offset inside it and the bytes set aside for it, a
 // multiple of `alignment` and at least one alignment unit (zero-byte blobs too).
 //
 // Accounting: `used` is the sum of the reservations of live blobs, never more
@@ -14,9 +14,7 @@
 // space not reserved by a blob is not counted, so the device can run out of
 // memory first; a failed cudaMalloc is ENOSPC as well, and changes nothing.
 //
-// The store keeps its own table of blobs by id, which is authoritative: the
-// Extent arguments of the BulkStore calls are not used to find the bytes (the
-// catalog's extents of blobs recovered after a restart are stale).
+// The store keeps its own table of blobs by id; callers name blobs by id only.
 //
 // Device memory does not survive the daemon: Recover reports every non-empty
 // blob as lost.
@@ -84,7 +82,7 @@ class GpuBulkStore final : public BulkStore {
   // has room) or, from arena_size / 4 bytes on, in a dedicated allocation.
   // EEXIST if `id` is live; ENOSPC past the capacity or when the device is out
   // of memory, with nothing changed.
-  Result<Extent> Allocate(BlobId id, uint32_t owner_uid, uint64_t size) override;
+  Status Allocate(BlobId id, uint32_t owner_uid, uint64_t size) override;
 
   // Grows within the reservation when it can; otherwise reserves
   // geometrically (2x, else 1.25x, else exactly, as the capacity allows),
@@ -94,20 +92,19 @@ class GpuBulkStore final : public BulkStore {
   // Shrinking keeps the reservation (Seal trims it). ENOENT if the blob is not
   // live; EINVAL if old_size is not its size; EPERM if it is sealed; ENOSPC
   // (blob unchanged) if no larger place can be had.
-  Result<Extent> Resize(BlobId id, const Extent& extent, uint64_t old_size,
-                        uint64_t new_size) override;
+  Status Resize(BlobId id, uint64_t old_size, uint64_t new_size) override;
 
   // Host-to-device copy: one DMA from pinned host memory (or from device
   // memory, for in-process callers), else pipelined through the calling
   // thread's pinned staging buffers. ENOENT if the blob is not live (EIO if it was
   // lost); EPERM if it is sealed; EINVAL if the range passes its size; the
   // mapped CUDA error if a copy fails (part of `src` may have been written).
-  Status Write(BlobId id, const Extent& extent, uint64_t offset,
+  Status Write(BlobId id, uint64_t offset,
                std::span<const std::byte> src) override;
 
   // Device-to-host copy, like Write. EIO if the blob is not live or was lost;
   // EINVAL if the range passes its size.
-  Status Read(BlobId id, const Extent& extent, uint64_t offset, std::span<std::byte> dst) override;
+  Status Read(BlobId id, uint64_t offset, std::span<std::byte> dst) override;
 
   // Trims the reservation to `size` (which may be less than the blob's size,
   // not more: EINVAL). An arena range shrinks in place; a dedicated allocation
@@ -116,11 +113,11 @@ class GpuBulkStore final : public BulkStore {
   // writer may have it mapped). If that move fails the blob stays where it
   // is, the failure is logged, and the seal still succeeds. Sealing twice is
   // allowed. ENOENT if the blob is not live (EIO if it was lost).
-  Result<Extent> Seal(BlobId id, const Extent& extent, uint64_t size) override;
+  Status Seal(BlobId id, uint64_t size) override;
 
   // Releases the blob's place; an allocation whose last blob goes is freed
   // (cudaFree). Unknown ids are logged.
-  void Free(BlobId id, const Extent& extent) override;
+  void Free(BlobId id) override;
 
   // Pinned host memory (cudaHostAlloc, cudaHostAllocPortable: usable with
   // every device), freed with cudaFreeHost. Null if it cannot be had.
@@ -130,7 +127,7 @@ class GpuBulkStore final : public BulkStore {
   // per allocation), the blob's offset in it, its size and the device UUID.
   // ENOENT if the blob is not live (EIO if it was lost); the mapped CUDA error
   // if the handle cannot be had.
-  Result<IpcExport> Export(BlobId id, const Extent& extent) override;
+  Result<IpcExport> Export(BlobId id) override;
 
   int ordinal() const { return ordinal_; }
   // cudaDeviceProp::uuid of the device.
@@ -139,7 +136,15 @@ class GpuBulkStore final : public BulkStore {
   // Live allocations of each kind (for tests and stats).
   size_t arena_count() const;
   size_t dedicated_count() const;
-  // Tests only: the device address of allocation `arena` (an Extent::arena),
+  // Tests only: where blob `id` lives (all zero if it does not).
+  struct PlaceForTesting {
+    uint64_t arena = 0;
+    uint64_t offset = 0;
+    uint64_t reserved = 0;
+    bool operator==(const PlaceForTesting&) const = default;
+  };
+  PlaceForTesting PlaceOfForTesting(BlobId id) const;
+  // Tests only: the device address of allocation `arena` (PlaceForTesting::arena),
   // or nullptr if there is none. Valid until its last blob is freed.
   void* AllocationBaseForTesting(uint64_t arena) const;
 

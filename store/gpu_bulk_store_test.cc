@@ -20,6 +20,8 @@
 namespace gpufs {
 namespace {
 
+using Extent = GpuBulkStore::PlaceForTesting;
+
 constexpr uint64_t KiB = 1024;
 constexpr uint64_t MiB = 1024 * KiB;
 constexpr uint64_t GiB = 1024 * MiB;
@@ -89,16 +91,22 @@ class GpuBulkStoreTest : public ::testing::Test {
     return store.ok() ? std::move(store).value() : nullptr;
   }
 
+  // The old shape of Allocate/Resize/Seal: the call's error, else where the blob is now.
+  static Result<Extent> Placed(GpuBulkStore& store, BlobId id, Status status) {
+    if (!status.ok()) return status;
+    return store.PlaceOfForTesting(id);
+  }
+
   static Extent MustAllocate(GpuBulkStore& store, BlobId id, uint32_t owner, uint64_t size) {
-    auto extent = store.Allocate(id, owner, size);
+    auto extent = Placed(store, id, store.Allocate(id, owner, size));
     EXPECT_TRUE(extent.ok()) << extent.status().ToString();
     return extent.ok() ? *extent : Extent{};
   }
 
-  static std::vector<std::byte> ReadAll(GpuBulkStore& store, BlobId id, const Extent& extent,
+  static std::vector<std::byte> ReadAll(GpuBulkStore& store, BlobId id,
                                         uint64_t size) {
     std::vector<std::byte> out(size);
-    EXPECT_OK(store.Read(id, extent, 0, out));
+    EXPECT_OK(store.Read(id, 0, out));
     return out;
   }
 
@@ -106,7 +114,7 @@ class GpuBulkStoreTest : public ::testing::Test {
   static Extent MakeBlob(GpuBulkStore& store, BlobId id, uint32_t owner, uint64_t size) {
     Extent extent = MustAllocate(store, id, owner, size);
     std::vector<std::byte> bytes = Pattern(size, id);
-    EXPECT_OK(store.Write(id, extent, 0, bytes));
+    EXPECT_OK(store.Write(id, 0, bytes));
     return extent;
   }
 
@@ -118,7 +126,7 @@ class GpuBulkStoreTest : public ::testing::Test {
     const std::vector<std::byte> all = Pattern(target, seed);
     while (size < target) {
       const uint64_t end = std::min(target, size + step);
-      auto resized = store.Resize(id, extent, size, end);
+      auto resized = Placed(store, id, store.Resize(id, size, end));
       EXPECT_TRUE(resized.ok()) << resized.status().ToString();
       if (!resized.ok()) return extent;
       if (moves != nullptr &&
@@ -127,7 +135,7 @@ class GpuBulkStoreTest : public ::testing::Test {
       }
       extent = *resized;
       EXPECT_GE(extent.reserved, end);
-      Status written = store.Write(id, extent, size, std::span(all).subspan(size, end - size));
+      Status written = store.Write(id, size, std::span(all).subspan(size, end - size));
       EXPECT_TRUE(written.ok()) << written.ToString();
       size = end;
     }
@@ -187,8 +195,8 @@ TEST_F(GpuBulkStoreTest, RoundTripAtOddOffsetsAndSizes) {
   for (const uint64_t size : {3 * MiB + 123, 9 * MiB + 7}) {
     SCOPED_TRACE("blob of " + std::to_string(size) + " bytes");
     const BlobId id = size;
-    Extent extent = MustAllocate(*store, id, 1000, size);
-    EXPECT_TRUE(AllZero(ReadAll(*store, id, extent, size)));
+    MustAllocate(*store, id, 1000, size);
+    EXPECT_TRUE(AllZero(ReadAll(*store, id, size)));
     const std::vector<std::byte> want = Pattern(size, 7);
 
     // Fill with pageable pieces of odd sizes; some span several staging chunks.
@@ -196,10 +204,10 @@ TEST_F(GpuBulkStoreTest, RoundTripAtOddOffsetsAndSizes) {
     uint64_t offset = 0;
     for (size_t i = 0; offset < size; ++i) {
       const uint64_t n = std::min(pieces[i % std::size(pieces)], size - offset);
-      ASSERT_OK(store->Write(id, extent, offset, std::span(want).subspan(offset, n)));
+      ASSERT_OK(store->Write(id, offset, std::span(want).subspan(offset, n)));
       offset += n;
     }
-    EXPECT_BYTES_EQ(ReadAll(*store, id, extent, size), want);
+    EXPECT_BYTES_EQ(ReadAll(*store, id, size), want);
 
     // Reads of odd ranges, into pageable and pinned memory.
     const std::pair<uint64_t, uint64_t> ranges[] = {{0, 1},
@@ -213,12 +221,12 @@ TEST_F(GpuBulkStoreTest, RoundTripAtOddOffsetsAndSizes) {
     for (auto [off, n] : ranges) {
       SCOPED_TRACE("read [" + std::to_string(off) + ", +" + std::to_string(n) + ")");
       std::vector<std::byte> pageable(n);
-      ASSERT_OK(store->Read(id, extent, off, pageable));
+      ASSERT_OK(store->Read(id, off, pageable));
       EXPECT_BYTES_EQ(pageable, std::span(want).subspan(off, n));
       if (n <= 8 * MiB) {
         // At an odd address inside the pinned buffer too.
         std::span<std::byte> direct(pinned.get() + 3, std::min<uint64_t>(n, 8 * MiB - 3));
-        ASSERT_OK(store->Read(id, extent, off, direct));
+        ASSERT_OK(store->Read(id, off, direct));
         EXPECT_BYTES_EQ(direct, std::span(want).subspan(off, direct.size()));
       }
     }
@@ -228,17 +236,17 @@ TEST_F(GpuBulkStoreTest, RoundTripAtOddOffsetsAndSizes) {
     const std::vector<std::byte> patch = Pattern(3 * MiB + 1, 99);
     for (auto [off, n] : {std::pair<uint64_t, uint64_t>{5, 3 * MiB + 1}, {size - 100, 100}}) {
       std::memcpy(pinned.get() + 1, patch.data(), n);
-      ASSERT_OK(store->Write(id, extent, off, std::span<const std::byte>(pinned.get() + 1, n)));
+      ASSERT_OK(store->Write(id, off, std::span<const std::byte>(pinned.get() + 1, n)));
       std::memcpy(updated.data() + off, patch.data(), n);
     }
-    EXPECT_BYTES_EQ(ReadAll(*store, id, extent, size), updated);
+    EXPECT_BYTES_EQ(ReadAll(*store, id, size), updated);
 
     // Ranges past the end.
     std::vector<std::byte> one(1);
-    EXPECT_EQ(store->Read(id, extent, size, one).code(), EINVAL);
-    EXPECT_EQ(store->Write(id, extent, size - 1, Pattern(2, 1)).code(), EINVAL);
-    EXPECT_EQ(store->Read(id, extent, size + 1, {}).code(), EINVAL);
-    store->Free(id, extent);
+    EXPECT_EQ(store->Read(id, size, one).code(), EINVAL);
+    EXPECT_EQ(store->Write(id, size - 1, Pattern(2, 1)).code(), EINVAL);
+    EXPECT_EQ(store->Read(id, size + 1, {}).code(), EINVAL);
+    store->Free(id);
   }
   EXPECT_EQ(store->arena_count(), 0u);
   EXPECT_EQ(store->dedicated_count(), 0u);
@@ -251,13 +259,13 @@ TEST_F(GpuBulkStoreTest, ReusedRangesReadAsZero) {
   Extent a = MakeBlob(*store, 1, 1000, 1 * MiB);
   Extent keeper = MakeBlob(*store, 2, 1000, 1000);  // keeps the arena alive
   EXPECT_EQ(a.arena, keeper.arena);
-  store->Free(1, a);
+  store->Free(1);
   Extent b = MustAllocate(*store, 3, 1000, 1 * MiB);
   EXPECT_EQ(b.arena, a.arena);
   EXPECT_EQ(b.offset, a.offset);  // best fit takes the freed range
-  EXPECT_TRUE(AllZero(ReadAll(*store, 3, b, 1 * MiB)));
-  store->Free(3, b);
-  store->Free(2, keeper);
+  EXPECT_TRUE(AllZero(ReadAll(*store, 3, 1 * MiB)));
+  store->Free(3);
+  store->Free(2);
   EXPECT_EQ(store->arena_count(), 0u);
 }
 
@@ -267,36 +275,36 @@ TEST_F(GpuBulkStoreTest, ResizeZeroFillsAndChecksSize) {
   const uint64_t size = 1 * MiB;
   Extent extent = MustAllocate(*store, 1, 1000, size);
   std::vector<std::byte> ones(size, std::byte{0xff});
-  ASSERT_OK(store->Write(1, extent, 0, ones));
+  ASSERT_OK(store->Write(1, 0, ones));
 
   // Shrink, then grow within the reservation: the regained bytes are zero.
   const uint64_t small = 100 * KiB + 3;
-  auto shrunk = store->Resize(1, extent, size, small);
+  auto shrunk = Placed(*store, 1, store->Resize(1, size, small));
   ASSERT_TRUE(shrunk.ok()) << shrunk.status().ToString();
   EXPECT_EQ(store->Usage().used, extent.reserved);  // shrinking keeps the reservation
-  auto regrown = store->Resize(1, *shrunk, small, size);
+  auto regrown = Placed(*store, 1, store->Resize(1, small, size));
   ASSERT_TRUE(regrown.ok()) << regrown.status().ToString();
-  std::vector<std::byte> got = ReadAll(*store, 1, *regrown, size);
+  std::vector<std::byte> got = ReadAll(*store, 1, size);
   EXPECT_TRUE(std::all_of(got.begin(), got.begin() + small,
                           [](std::byte b) { return b == std::byte{0xff}; }));
   EXPECT_TRUE(AllZero(std::span(got).subspan(small)));
 
   // Grow past the reservation (the blob may move): old bytes kept, new ones zero.
   const uint64_t big = 6 * MiB + 5;
-  auto grown = store->Resize(1, *regrown, size, big);
+  auto grown = Placed(*store, 1, store->Resize(1, size, big));
   ASSERT_TRUE(grown.ok()) << grown.status().ToString();
   EXPECT_GE(grown->reserved, big);
   EXPECT_EQ(store->Usage().used, grown->reserved);
-  got = ReadAll(*store, 1, *grown, big);
+  got = ReadAll(*store, 1, big);
   EXPECT_TRUE(std::all_of(got.begin(), got.begin() + small,
                           [](std::byte b) { return b == std::byte{0xff}; }));
   EXPECT_TRUE(AllZero(std::span(got).subspan(small)));
 
   // Wrong old size, unknown blob.
-  EXPECT_EQ(store->Resize(1, *grown, size, 2 * big).status().code(), EINVAL);
-  EXPECT_EQ(store->Resize(42, *grown, 0, 1).status().code(), ENOENT);
+  EXPECT_EQ(Placed(*store, 1, store->Resize(1, size, 2 * big)).status().code(), EINVAL);
+  EXPECT_EQ(Placed(*store, 42, store->Resize(42, 0, 1)).status().code(), ENOENT);
   EXPECT_EQ(store->Usage().used, grown->reserved);
-  store->Free(1, *grown);
+  store->Free(1);
   EXPECT_EQ(store->Usage().used, 0u);
 }
 
@@ -318,15 +326,15 @@ TEST_F(GpuBulkStoreTest, GrowthByMiBWritesCrossesIntoDedicated) {
   EXPECT_GE(extent.reserved, target);
   EXPECT_EQ(store->Usage().used, extent.reserved);
   const std::vector<std::byte> want = Pattern(target, 5);
-  EXPECT_BYTES_EQ(ReadAll(*store, 1, extent, target), want);
+  EXPECT_BYTES_EQ(ReadAll(*store, 1, target), want);
 
-  auto sealed = store->Seal(1, extent, target);
+  auto sealed = Placed(*store, 1, store->Seal(1, target));
   ASSERT_TRUE(sealed.ok()) << sealed.status().ToString();
   EXPECT_GE(sealed->reserved, target);
   EXPECT_LE(sealed->reserved, target + target / 8 + options.alignment);
   EXPECT_EQ(store->Usage().used, sealed->reserved);
-  EXPECT_BYTES_EQ(ReadAll(*store, 1, *sealed, target), want);
-  store->Free(1, *sealed);
+  EXPECT_BYTES_EQ(ReadAll(*store, 1, target), want);
+  store->Free(1);
   EXPECT_EQ(store->dedicated_count(), 0u);
   EXPECT_EQ(store->Usage().used, 0u);
 }
@@ -340,19 +348,19 @@ TEST_F(GpuBulkStoreTest, SealTrimsReservation) {
   a = GrowByWrites(*store, 1, a, 0, 1 * MiB + 1, 1 * MiB, 1);
   EXPECT_GE(a.reserved, 2 * MiB);  // grew geometrically
   EXPECT_EQ(store->Usage().used, a.reserved);
-  auto sa = store->Seal(1, a, 1 * MiB + 1);
+  auto sa = Placed(*store, 1, store->Seal(1, 1 * MiB + 1));
   ASSERT_TRUE(sa.ok()) << sa.status().ToString();
   EXPECT_EQ(sa->arena, a.arena);
   EXPECT_EQ(sa->offset, a.offset);
   EXPECT_EQ(sa->reserved, 1 * MiB + 512);
   EXPECT_EQ(store->Usage().used, sa->reserved);
-  EXPECT_BYTES_EQ(ReadAll(*store, 1, *sa, 1 * MiB + 1), Pattern(1 * MiB + 1, 1));
+  EXPECT_BYTES_EQ(ReadAll(*store, 1, 1 * MiB + 1), Pattern(1 * MiB + 1, 1));
 
   // Sealed: no more writes or resizes; sealing again is fine.
-  EXPECT_EQ(store->Write(1, *sa, 0, Pattern(1, 1)).code(), EPERM);
-  EXPECT_EQ(store->Resize(1, *sa, 1 * MiB + 1, 2 * MiB).status().code(), EPERM);
-  EXPECT_EQ(store->Seal(1, *sa, 2 * MiB).status().code(), EINVAL);
-  auto again = store->Seal(1, *sa, 1 * MiB + 1);
+  EXPECT_EQ(store->Write(1, 0, Pattern(1, 1)).code(), EPERM);
+  EXPECT_EQ(Placed(*store, 1, store->Resize(1, 1 * MiB + 1, 2 * MiB)).status().code(), EPERM);
+  EXPECT_EQ(Placed(*store, 1, store->Seal(1, 2 * MiB)).status().code(), EINVAL);
+  auto again = Placed(*store, 1, store->Seal(1, 1 * MiB + 1));
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, *sa);
 
@@ -362,37 +370,37 @@ TEST_F(GpuBulkStoreTest, SealTrimsReservation) {
   d = GrowByWrites(*store, 2, d, 0, size, 1 * MiB, 2);
   EXPECT_EQ(store->dedicated_count(), 1u);
   ASSERT_GT(d.reserved, size + size / 8) << "expected geometric slack to trim";
-  auto sd = store->Seal(2, d, size);
+  auto sd = Placed(*store, 2, store->Seal(2, size));
   ASSERT_TRUE(sd.ok()) << sd.status().ToString();
   EXPECT_EQ(sd->reserved, size);
   EXPECT_EQ(sd->offset, 0u);
   EXPECT_EQ(store->dedicated_count(), 1u);
   EXPECT_EQ(store->Usage().used, sa->reserved + size);
-  EXPECT_BYTES_EQ(ReadAll(*store, 2, *sd, size), Pattern(size, 2));
+  EXPECT_BYTES_EQ(ReadAll(*store, 2, size), Pattern(size, 2));
 
   // Dedicated blob with little slack: stays.
   Extent e = MakeBlob(*store, 3, 1000, 10 * MiB);
-  auto se = store->Seal(3, e, 10 * MiB - 1000);
+  auto se = Placed(*store, 3, store->Seal(3, 10 * MiB - 1000));
   ASSERT_TRUE(se.ok());
   EXPECT_EQ(*se, e);
 
   // Dedicated blob sealed small: moves into an arena.
-  Extent f = MakeBlob(*store, 4, 1000, 5 * MiB);
+  MakeBlob(*store, 4, 1000, 5 * MiB);
   EXPECT_EQ(store->dedicated_count(), 3u);
-  auto sf = store->Seal(4, f, 1 * MiB);
+  auto sf = Placed(*store, 4, store->Seal(4, 1 * MiB));
   ASSERT_TRUE(sf.ok());
   EXPECT_EQ(sf->reserved, 1 * MiB);
   EXPECT_EQ(sf->arena, sa->arena);  // the owner's arena
   EXPECT_EQ(store->dedicated_count(), 2u);
   const std::vector<std::byte> f_bytes = Pattern(5 * MiB, 4);
-  EXPECT_BYTES_EQ(ReadAll(*store, 4, *sf, 1 * MiB), std::span(f_bytes).first(1 * MiB));
+  EXPECT_BYTES_EQ(ReadAll(*store, 4, 1 * MiB), std::span(f_bytes).first(1 * MiB));
   EXPECT_EQ(store->Usage().used, sa->reserved + size + se->reserved + sf->reserved);
   EXPECT_EQ(store->Usage().blobs, 4u);
 
-  store->Free(1, *sa);
-  store->Free(2, *sd);
-  store->Free(3, *se);
-  store->Free(4, *sf);
+  store->Free(1);
+  store->Free(2);
+  store->Free(3);
+  store->Free(4);
   EXPECT_EQ(store->Usage().used, 0u);
   EXPECT_EQ(store->arena_count(), 0u);
   EXPECT_EQ(store->dedicated_count(), 0u);
@@ -402,38 +410,38 @@ TEST_F(GpuBulkStoreTest, CapacityGivesEnospcAndChangesNothing) {
   auto store = OpenStore(SmallOptions(4 * MiB));
   ASSERT_TRUE(store);
   const uint64_t size = 3 * MiB;
-  Extent a = MakeBlob(*store, 1, 1000, size);
+  MakeBlob(*store, 1, 1000, size);
   const StoreUsage before = store->Usage();
   EXPECT_EQ(before.used, size);
 
-  EXPECT_EQ(store->Allocate(2, 1000, 2 * MiB).status().code(), ENOSPC);
-  EXPECT_EQ(store->Allocate(2, 2000, 1 * MiB + 1).status().code(), ENOSPC);
+  EXPECT_EQ(Placed(*store, 2, store->Allocate(2, 1000, 2 * MiB)).status().code(), ENOSPC);
+  EXPECT_EQ(Placed(*store, 2, store->Allocate(2, 2000, 1 * MiB + 1)).status().code(), ENOSPC);
   EXPECT_EQ(store->Usage().used, before.used);
   EXPECT_EQ(store->Usage().blobs, before.blobs);
   EXPECT_EQ(store->arena_count(), 1u);
 
-  auto failed = store->Resize(1, a, size, 5 * MiB);
+  auto failed = Placed(*store, 1, store->Resize(1, size, 5 * MiB));
   EXPECT_EQ(failed.status().code(), ENOSPC);
   EXPECT_EQ(store->Usage().used, before.used);
-  EXPECT_BYTES_EQ(ReadAll(*store, 1, a, size), Pattern(size, 1));
+  EXPECT_BYTES_EQ(ReadAll(*store, 1, size), Pattern(size, 1));
   std::vector<std::byte> past(1);
-  EXPECT_EQ(store->Read(1, a, size, past).code(), EINVAL);  // still 3 MiB
+  EXPECT_EQ(store->Read(1, size, past).code(), EINVAL);  // still 3 MiB
 
   // Geometric growth gives way to what the capacity allows.
-  auto grown = store->Resize(1, a, size, size + 512 * KiB);
+  auto grown = Placed(*store, 1, store->Resize(1, size, size + 512 * KiB));
   ASSERT_TRUE(grown.ok()) << grown.status().ToString();
   EXPECT_GE(grown->reserved, size + 512 * KiB);
   EXPECT_LE(store->Usage().used, 4 * MiB);
-  std::vector<std::byte> got = ReadAll(*store, 1, *grown, size + 512 * KiB);
+  std::vector<std::byte> got = ReadAll(*store, 1, size + 512 * KiB);
   EXPECT_BYTES_EQ(std::span(got).first(size), Pattern(size, 1));
   EXPECT_TRUE(AllZero(std::span(got).subspan(size)));
-  store->Free(1, *grown);
+  store->Free(1);
 
   // Exactly the capacity fits.
-  Extent full = MustAllocate(*store, 3, 1000, 4 * MiB);
+  MustAllocate(*store, 3, 1000, 4 * MiB);
   EXPECT_EQ(store->Usage().used, 4 * MiB);
-  EXPECT_EQ(store->Allocate(4, 1000, 0).status().code(), ENOSPC);
-  store->Free(3, full);
+  EXPECT_EQ(Placed(*store, 4, store->Allocate(4, 1000, 0)).status().code(), ENOSPC);
+  store->Free(3);
   EXPECT_EQ(store->Usage().used, 0u);
 }
 
@@ -445,40 +453,40 @@ TEST_F(GpuBulkStoreTest, DeviceOutOfMemoryIsEnospcAndChangesNothing) {
   ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
   const uint64_t too_big = total + 1 * GiB;
 
-  Extent a = MakeBlob(*store, 1, 1000, 1 * MiB);
+  MakeBlob(*store, 1, 1000, 1 * MiB);
   const StoreUsage before = store->Usage();
-  auto failed = store->Allocate(2, 1000, too_big);
+  auto failed = Placed(*store, 2, store->Allocate(2, 1000, too_big));
   EXPECT_EQ(failed.status().code(), ENOSPC) << failed.status().ToString();
   EXPECT_EQ(store->Usage().used, before.used);
   EXPECT_EQ(store->Usage().blobs, before.blobs);
   EXPECT_EQ(store->dedicated_count(), 0u);
 
-  auto resized = store->Resize(1, a, 1 * MiB, too_big);
+  auto resized = Placed(*store, 1, store->Resize(1, 1 * MiB, too_big));
   EXPECT_EQ(resized.status().code(), ENOSPC) << resized.status().ToString();
   EXPECT_EQ(store->Usage().used, before.used);
   EXPECT_EQ(store->dedicated_count(), 0u);
-  EXPECT_BYTES_EQ(ReadAll(*store, 1, a, 1 * MiB), Pattern(1 * MiB, 1));
+  EXPECT_BYTES_EQ(ReadAll(*store, 1, 1 * MiB), Pattern(1 * MiB, 1));
 
   // The failures were not sticky: the store keeps working.
-  Extent b = MakeBlob(*store, 3, 1000, 5 * MiB);
-  EXPECT_BYTES_EQ(ReadAll(*store, 3, b, 5 * MiB), Pattern(5 * MiB, 3));
+  MakeBlob(*store, 3, 1000, 5 * MiB);
+  EXPECT_BYTES_EQ(ReadAll(*store, 3, 5 * MiB), Pattern(5 * MiB, 3));
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-  store->Free(1, a);
-  store->Free(3, b);
+  store->Free(1);
+  store->Free(3);
 }
 
 TEST_F(GpuBulkStoreTest, FreeReturnsDeviceMemory) {
   auto store = OpenStore(SmallOptions());
   ASSERT_TRUE(store);
   MakeBlob(*store, 100, 1000, 4096);  // stream, staging buffers: made before measuring
-  store->Free(100, Extent{});
+  store->Free(100);
   const uint64_t before = DeviceFreeBytes();
   const uint64_t size = 1 * GiB;
-  Extent extent = MustAllocate(*store, 1, 1000, size);
+  MustAllocate(*store, 1, 1000, size);
   EXPECT_EQ(store->dedicated_count(), 1u);
   const uint64_t during = DeviceFreeBytes();
   EXPECT_LE(during + size, before + 8 * MiB);
-  store->Free(1, extent);
+  store->Free(1);
   EXPECT_EQ(store->dedicated_count(), 0u);
   const uint64_t after = DeviceFreeBytes();
   EXPECT_GE(after + 8 * MiB, before);
@@ -500,10 +508,10 @@ TEST_F(GpuBulkStoreTest, OwnersGetSeparateArenas) {
   EXPECT_EQ(d.offset, 0u);
   for (const Extent& e : {a, b, c}) EXPECT_EQ(e.offset % 512, 0u);
 
-  auto ea = store->Export(1, a);
-  auto eb = store->Export(2, b);
-  auto ec = store->Export(3, c);
-  auto ed = store->Export(4, d);
+  auto ea = store->Export(1);
+  auto eb = store->Export(2);
+  auto ec = store->Export(3);
+  auto ed = store->Export(4);
   ASSERT_TRUE(ea.ok()) << ea.status().ToString();
   ASSERT_TRUE(eb.ok() && ec.ok() && ed.ok());
   EXPECT_NE(std::memcmp(ea->handle, eb->handle, 64), 0);
@@ -519,16 +527,16 @@ TEST_F(GpuBulkStoreTest, OwnersGetSeparateArenas) {
     EXPECT_EQ(std::memcmp(e->device_uuid, store->uuid().data(), 16), 0);
   }
   // The cached handle is stable.
-  auto ea2 = store->Export(1, a);
+  auto ea2 = store->Export(1);
   ASSERT_TRUE(ea2.ok());
   EXPECT_EQ(std::memcmp(ea->handle, ea2->handle, 64), 0);
 
-  store->Free(1, a);
+  store->Free(1);
   EXPECT_EQ(store->arena_count(), 2u);  // c still lives there
-  store->Free(3, c);
+  store->Free(3);
   EXPECT_EQ(store->arena_count(), 1u);
-  store->Free(2, b);
-  store->Free(4, d);
+  store->Free(2);
+  store->Free(4);
   EXPECT_EQ(store->arena_count(), 0u);
   EXPECT_EQ(store->dedicated_count(), 0u);
 }
@@ -540,7 +548,7 @@ TEST_F(GpuBulkStoreTest, ExportPointsAtTheBlobsBytes) {
   for (const auto& [id, size] : {std::pair<BlobId, uint64_t>{2, 777777}, {3, 5 * MiB + 3}}) {
     SCOPED_TRACE("blob " + std::to_string(id));
     Extent extent = MakeBlob(*store, id, 1000, size);
-    auto exported = store->Export(id, extent);
+    auto exported = store->Export(id);
     ASSERT_TRUE(exported.ok()) << exported.status().ToString();
     void* base = store->AllocationBaseForTesting(extent.arena);
     ASSERT_NE(base, nullptr);
@@ -554,16 +562,16 @@ TEST_F(GpuBulkStoreTest, ExportPointsAtTheBlobsBytes) {
                          direct.size(), cudaMemcpyDeviceToHost),
               cudaSuccess);
     EXPECT_BYTES_EQ(direct, Pattern(size, id));
-    EXPECT_BYTES_EQ(ReadAll(*store, id, extent, size), direct);
+    EXPECT_BYTES_EQ(ReadAll(*store, id, size), direct);
   }
-  EXPECT_EQ(store->Export(99, Extent{}).status().code(), ENOENT);
+  EXPECT_EQ(store->Export(99).status().code(), ENOENT);
 }
 
 TEST_F(GpuBulkStoreTest, ConcurrentReadersSeeTheSameBytes) {
   auto store = OpenStore(SmallOptions());
   ASSERT_TRUE(store);
   const uint64_t size = 24 * MiB + 11;
-  Extent extent = MakeBlob(*store, 1, 1000, size);
+  MakeBlob(*store, 1, 1000, size);
   const std::vector<std::byte> want = Pattern(size, 1);
   std::atomic<int> bad{0};
   std::vector<std::thread> threads;
@@ -576,11 +584,11 @@ TEST_F(GpuBulkStoreTest, ConcurrentReadersSeeTheSameBytes) {
       for (int round = 0; round < 4; ++round) {
         std::span<std::byte> dst =
             pinned ? std::span<std::byte>(pinned.get(), size) : std::span<std::byte>(pageable);
-        Status s = store->Read(1, extent, 0, dst);
+        Status s = store->Read(1, 0, dst);
         if (!s.ok() || FirstDifference(dst, want) != -1) ++bad;
         const uint64_t off = rng() % size;
         const uint64_t n = rng() % (size - off);
-        s = store->Read(1, extent, off, dst.first(n));
+        s = store->Read(1, off, dst.first(n));
         if (!s.ok() || FirstDifference(dst.first(n), std::span(want).subspan(off, n)) != -1) {
           ++bad;
         }
@@ -589,7 +597,7 @@ TEST_F(GpuBulkStoreTest, ConcurrentReadersSeeTheSameBytes) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(bad.load(), 0);
-  store->Free(1, extent);
+  store->Free(1);
 }
 
 TEST_F(GpuBulkStoreTest, ConcurrentWritersOfDifferentBlobs) {
@@ -603,23 +611,23 @@ TEST_F(GpuBulkStoreTest, ConcurrentWritersOfDifferentBlobs) {
         const BlobId id = 100 * t + round + 1;
         const uint32_t owner = 1000 + t % 3;
         const uint64_t size = (t % 2 == 0 ? 6 * MiB : 700 * KiB) + 13 * t + round;
-        auto allocated = store->Allocate(id, owner, 0);
+        auto allocated = Placed(*store, id, store->Allocate(id, owner, 0));
         if (!allocated.ok()) {
           ++bad;
           continue;
         }
-        Extent extent = GrowByWrites(*store, id, *allocated, 0, size, 256 * KiB + 1, id);
-        auto sealed = store->Seal(id, extent, size);
+        GrowByWrites(*store, id, *allocated, 0, size, 256 * KiB + 1, id);
+        auto sealed = Placed(*store, id, store->Seal(id, size));
         if (!sealed.ok()) {
           ++bad;
           continue;
         }
         std::vector<std::byte> got(size);
-        if (!store->Read(id, *sealed, 0, got).ok() ||
+        if (!store->Read(id, 0, got).ok() ||
             FirstDifference(got, Pattern(size, id)) != -1) {
           ++bad;
         }
-        if (round < 2) store->Free(id, *sealed);
+        if (round < 2) store->Free(id);
       }
     });
   }
@@ -630,8 +638,8 @@ TEST_F(GpuBulkStoreTest, ConcurrentWritersOfDifferentBlobs) {
   for (int t = 0; t < 8; ++t) {
     const BlobId id = 100 * t + 3;
     const uint64_t size = (t % 2 == 0 ? 6 * MiB : 700 * KiB) + 13 * t + 2;
-    EXPECT_BYTES_EQ(ReadAll(*store, id, Extent{}, size), Pattern(size, id));
-    store->Free(id, Extent{});
+    EXPECT_BYTES_EQ(ReadAll(*store, id, size), Pattern(size, id));
+    store->Free(id);
   }
   EXPECT_EQ(store->Usage().used, 0u);
   EXPECT_EQ(store->arena_count(), 0u);
@@ -642,10 +650,10 @@ TEST_F(GpuBulkStoreTest, RecoverReportsNonEmptyBlobsLost) {
   auto store = OpenStore(SmallOptions());
   ASSERT_TRUE(store);
   std::vector<StoredBlob> live = {
-      {.id = 1, .owner_uid = 5, .size = 10, .extent = {.arena = 7, .offset = 0, .reserved = 512}},
-      {.id = 2, .owner_uid = 5, .size = 0, .extent = {.arena = 7, .offset = 512, .reserved = 512}},
-      {.id = 3, .owner_uid = 6, .size = 0, .extent = {.arena = 8, .offset = 0, .reserved = 512}},
-      {.id = 4, .owner_uid = 6, .size = 1 * MiB, .extent = {.arena = 9, .reserved = 1 * MiB}},
+      {.id = 1, .owner_uid = 5, .size = 10},
+      {.id = 2, .owner_uid = 5, .size = 0},
+      {.id = 3, .owner_uid = 6, .size = 0},
+      {.id = 4, .owner_uid = 6, .size = 1 * MiB},
   };
   auto lost = store->Recover(live);
   ASSERT_TRUE(lost.ok()) << lost.status().ToString();
@@ -655,16 +663,16 @@ TEST_F(GpuBulkStoreTest, RecoverReportsNonEmptyBlobsLost) {
   EXPECT_EQ(store->arena_count(), 2u);  // owners 5 and 6
 
   std::vector<std::byte> buf(10);
-  EXPECT_EQ(store->Read(1, live[0].extent, 0, buf).code(), EIO);
-  EXPECT_EQ(store->Write(1, live[0].extent, 0, buf).code(), EIO);
-  EXPECT_OK(store->Read(2, live[1].extent, 0, {}));
-  auto exported = store->Export(2, live[1].extent);
+  EXPECT_EQ(store->Read(1, 0, buf).code(), EIO);
+  EXPECT_EQ(store->Write(1, 0, buf).code(), EIO);
+  EXPECT_OK(store->Read(2, 0, {}));
+  auto exported = store->Export(2);
   ASSERT_TRUE(exported.ok()) << exported.status().ToString();
   EXPECT_EQ(exported->size, 0u);
-  auto sealed = store->Seal(3, live[2].extent, 0);
+  auto sealed = Placed(*store, 3, store->Seal(3, 0));
   ASSERT_TRUE(sealed.ok()) << sealed.status().ToString();
 
-  for (const StoredBlob& blob : live) store->Free(blob.id, blob.extent);
+  for (const StoredBlob& blob : live) store->Free(blob.id);
   EXPECT_EQ(store->Usage().blobs, 0u);
   EXPECT_EQ(store->Usage().used, 0u);
   EXPECT_EQ(store->arena_count(), 0u);
@@ -679,19 +687,19 @@ TEST_F(GpuBulkStoreTest, ZeroByteBlobsHaveDistinctPlaces) {
   EXPECT_NE(a.offset, b.offset);
   EXPECT_EQ(a.reserved, 512u);
   EXPECT_EQ(store->Usage().used, 1024u);
-  EXPECT_OK(store->Write(1, a, 0, {}));
-  EXPECT_OK(store->Read(1, a, 0, {}));
-  auto sealed = store->Seal(1, a, 0);
+  EXPECT_OK(store->Write(1, 0, {}));
+  EXPECT_OK(store->Read(1, 0, {}));
+  auto sealed = Placed(*store, 1, store->Seal(1, 0));
   ASSERT_TRUE(sealed.ok());
   EXPECT_EQ(sealed->reserved, 512u);
-  EXPECT_EQ(store->Allocate(1, 1000, 0).status().code(), EEXIST);
-  store->Free(1, *sealed);
-  store->Free(2, b);
-  store->Free(2, b);  // unknown now: logged, harmless
+  EXPECT_EQ(Placed(*store, 1, store->Allocate(1, 1000, 0)).status().code(), EEXIST);
+  store->Free(1);
+  store->Free(2);
+  store->Free(2);  // unknown now: logged, harmless
   EXPECT_EQ(store->Usage().used, 0u);
-  EXPECT_EQ(store->Write(2, b, 0, {}).code(), ENOENT);
+  EXPECT_EQ(store->Write(2, 0, {}).code(), ENOENT);
   std::vector<std::byte> one(1);
-  EXPECT_EQ(store->Read(2, b, 0, one).code(), EIO);
+  EXPECT_EQ(store->Read(2, 0, one).code(), EIO);
 }
 
 TEST_F(GpuBulkStoreTest, HostBuffersArePinned) {
@@ -703,12 +711,12 @@ TEST_F(GpuBulkStoreTest, HostBuffersArePinned) {
   ASSERT_EQ(cudaPointerGetAttributes(&attr, buffer.get()), cudaSuccess);
   EXPECT_EQ(attr.type, cudaMemoryTypeHost);
   std::memset(buffer.get(), 0x5a, 3 * MiB);
-  Extent extent = MustAllocate(*store, 1, 1000, 3 * MiB);
-  ASSERT_OK(store->Write(1, extent, 0, std::span<const std::byte>(buffer.get(), 3 * MiB)));
-  std::vector<std::byte> got = ReadAll(*store, 1, extent, 3 * MiB);
+  MustAllocate(*store, 1, 1000, 3 * MiB);
+  ASSERT_OK(store->Write(1, 0, std::span<const std::byte>(buffer.get(), 3 * MiB)));
+  std::vector<std::byte> got = ReadAll(*store, 1, 3 * MiB);
   EXPECT_TRUE(
       std::all_of(got.begin(), got.end(), [](std::byte x) { return x == std::byte{0x5a}; }));
-  store->Free(1, extent);
+  store->Free(1);
   HostBuffer empty = store->AllocateHostBuffer(0);  // whatever it gives, it frees cleanly
   empty.reset();
 }
@@ -717,7 +725,7 @@ TEST_F(GpuBulkStoreTest, ManyAllocateFreeCyclesGiveEverythingBack) {
   auto store = OpenStore(SmallOptions());
   ASSERT_TRUE(store);
   MakeBlob(*store, 1, 1000, 4096);  // stream and staging buffers exist before measuring
-  store->Free(1, Extent{});
+  store->Free(1);
   const uint64_t before = DeviceFreeBytes();
 
   std::map<BlobId, Extent> live;
@@ -727,19 +735,19 @@ TEST_F(GpuBulkStoreTest, ManyAllocateFreeCyclesGiveEverythingBack) {
     const uint32_t owner = 1000 + static_cast<uint32_t>(id % 4);
     // Mostly arena blobs; every 25th dedicated.
     const uint64_t size = id % 25 == 0 ? 4 * MiB + id : rng() % (600 * KiB);
-    auto extent = store->Allocate(id, owner, size);
+    auto extent = Placed(*store, id, store->Allocate(id, owner, size));
     ASSERT_TRUE(extent.ok()) << extent.status().ToString();
     const uint64_t n = std::min<uint64_t>(size, bytes.size());
-    ASSERT_OK(store->Write(id, *extent, 0, std::span(bytes).first(n)));
+    ASSERT_OK(store->Write(id, 0, std::span(bytes).first(n)));
     live.emplace(id, *extent);
     while (live.size() > 12) {  // free a random older blob
       auto victim = std::next(live.begin(), static_cast<long>(rng() % live.size()));
-      store->Free(victim->first, victim->second);
+      store->Free(victim->first);
       live.erase(victim);
     }
   }
   EXPECT_LE(store->arena_count(), 4u * 2);
-  for (const auto& [id, extent] : live) store->Free(id, extent);
+  for (const auto& [id, extent] : live) store->Free(id);
   EXPECT_EQ(store->arena_count(), 0u);
   EXPECT_EQ(store->dedicated_count(), 0u);
   EXPECT_EQ(store->Usage().used, 0u);

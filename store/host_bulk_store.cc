@@ -214,7 +214,7 @@ Result<std::vector<BlobId>> HostBulkStore::Recover(std::span<const StoredBlob> l
   return lost;
 }
 
-Result<Extent> HostBulkStore::Allocate(BlobId id, uint32_t owner_uid, uint64_t size) {
+Status HostBulkStore::Allocate(BlobId id, uint32_t owner_uid, uint64_t size) {
   (void)owner_uid;  // every blob has its own file; owners never share one
   if (size > kMaxFileSize) {
     return Error(EFBIG, "host store: blob " + std::to_string(id) + " of " + std::to_string(size) +
@@ -255,12 +255,10 @@ Result<Extent> HostBulkStore::Allocate(BlobId id, uint32_t owner_uid, uint64_t s
   }
   evicted.push_back(UncacheFd(id));
   CacheFd(id, std::make_shared<const UniqueFd>(std::move(fd)), &evicted);
-  return Extent{.arena = 0, .offset = 0, .reserved = size};
+  return Status::Ok();
 }
 
-Result<Extent> HostBulkStore::Resize(BlobId id, const Extent& extent, uint64_t old_size,
-                                     uint64_t new_size) {
-  (void)extent;
+Status HostBulkStore::Resize(BlobId id, uint64_t old_size, uint64_t new_size) {
   if (new_size > kMaxFileSize) {
     return Error(EFBIG, "host store: blob " + std::to_string(id) + " of " +
                             std::to_string(new_size) + " bytes is too large for a file");
@@ -301,12 +299,11 @@ Result<Extent> HostBulkStore::Resize(BlobId id, const Extent& extent, uint64_t o
   }
   sizes_[id] = new_size;
   if (new_size < old_size) used_ -= old_size - new_size;
-  return Extent{.arena = 0, .offset = 0, .reserved = new_size};
+  return Status::Ok();
 }
 
-Status HostBulkStore::Write(BlobId id, const Extent& extent, uint64_t offset,
+Status HostBulkStore::Write(BlobId id, uint64_t offset,
                             std::span<const std::byte> src) {
-  (void)extent;
   uint64_t size = 0;
   SharedFd fd;
   GPUFS_RETURN_IF_ERROR(Lookup(id, &size, &fd));
@@ -318,9 +315,8 @@ Status HostBulkStore::Write(BlobId id, const Extent& extent, uint64_t offset,
   return WriteAll(fd->get(), offset, src, PathOf(id));
 }
 
-Status HostBulkStore::Read(BlobId id, const Extent& extent, uint64_t offset,
+Status HostBulkStore::Read(BlobId id, uint64_t offset,
                            std::span<std::byte> dst) {
-  (void)extent;
   uint64_t size = 0;
   SharedFd fd;
   Status status = Lookup(id, &size, &fd);
@@ -334,8 +330,7 @@ Status HostBulkStore::Read(BlobId id, const Extent& extent, uint64_t offset,
   return ReadAll(fd->get(), offset, dst, PathOf(id));
 }
 
-Result<Extent> HostBulkStore::Seal(BlobId id, const Extent& extent, uint64_t size) {
-  (void)extent;
+Status HostBulkStore::Seal(BlobId id, uint64_t size) {
   uint64_t current = 0;
   SharedFd fd;
   GPUFS_RETURN_IF_ERROR(Lookup(id, &current, &fd));
@@ -354,11 +349,10 @@ Result<Extent> HostBulkStore::Seal(BlobId id, const Extent& extent, uint64_t siz
   }
   // No fsync: the page cache outlives a crash of the daemon, which is all this
   // store promises.
-  return Extent{.arena = 0, .offset = 0, .reserved = size};
+  return Status::Ok();
 }
 
-void HostBulkStore::Free(BlobId id, const Extent& extent) {
-  (void)extent;
+void HostBulkStore::Free(BlobId id) {
   bool known = false;
   SharedFd fd;
   {

@@ -7,8 +7,7 @@
 // (kill -9 included) loses nothing the kernel already has, and surviving a
 // crash of the machine is not promised.
 //
-// Accounting: a blob reserves exactly its size (Extent{0, 0, size}; arena and
-// offset are unused). `used` is the sum over live blobs and never exceeds the
+// Accounting: a blob reserves exactly its size. `used` is the sum over live blobs and never exceeds the
 // capacity given to Open.
 //
 // While a store is open it holds an exclusive flock on `dir`, so a second
@@ -65,30 +64,29 @@ class HostBulkStore final : public BulkStore {
 
   // Creates (or truncates) the blob's file to `size` zero bytes. EEXIST if the
   // store already holds `id`; ENOSPC, with no file left behind, past capacity.
-  Result<Extent> Allocate(BlobId id, uint32_t owner_uid, uint64_t size) override;
+  Status Allocate(BlobId id, uint32_t owner_uid, uint64_t size) override;
 
   // Truncates the file to `new_size`. EINVAL if `old_size` is not the size the
   // store has for the blob; ENOENT if the store does not hold it.
-  Result<Extent> Resize(BlobId id, const Extent& extent, uint64_t old_size,
-                        uint64_t new_size) override;
+  Status Resize(BlobId id, uint64_t old_size, uint64_t new_size) override;
 
   // EINVAL if the range passes the blob's size; ENOENT if the store does not
   // hold the blob; the errno of pwrite (ENOSPC, EIO, ...) if the file cannot
   // be written, in which case part of `src` may have been written.
-  Status Write(BlobId id, const Extent& extent, uint64_t offset,
+  Status Write(BlobId id, uint64_t offset,
                std::span<const std::byte> src) override;
 
   // EIO if the store does not hold the blob or its file is shorter than the
   // range; EINVAL if the range passes the blob's size.
-  Status Read(BlobId id, const Extent& extent, uint64_t offset, std::span<std::byte> dst) override;
+  Status Read(BlobId id, uint64_t offset, std::span<std::byte> dst) override;
 
   // Trims the file and the reservation to `size` (no fsync: see above).
   // EINVAL if `size` exceeds the blob's current size; ENOENT if not held.
-  Result<Extent> Seal(BlobId id, const Extent& extent, uint64_t size) override;
+  Status Seal(BlobId id, uint64_t size) override;
 
   // Removes the blob's file (also for a blob reported lost by Recover), closes
   // its fd and releases its reservation.
-  void Free(BlobId id, const Extent& extent) override;
+  void Free(BlobId id) override;
 
  private:
   using SharedFd = std::shared_ptr<const UniqueFd>;

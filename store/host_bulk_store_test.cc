@@ -36,7 +36,6 @@ StoredBlob Blob(BlobId id, uint64_t size) {
   StoredBlob blob;
   blob.id = id;
   blob.size = size;
-  blob.extent.reserved = size;
   return blob;
 }
 
@@ -64,7 +63,7 @@ class HostBulkStoreTest : public ::testing::Test {
 
   std::vector<std::byte> ReadAll(HostBulkStore& store, BlobId id, uint64_t size) {
     std::vector<std::byte> out(size);
-    Status s = store.Read(id, Extent{.reserved = size}, 0, out);
+    Status s = store.Read(id, 0, out);
     EXPECT_TRUE(s.ok()) << s.ToString();
     return out;
   }
@@ -87,7 +86,7 @@ TEST_F(HostBulkStoreTest, OpenCreatesPrivateDirectory) {
   EXPECT_EQ(usage.capacity, 1000u);
   EXPECT_EQ(usage.used, 0u);
   EXPECT_EQ(usage.blobs, 0u);
-  EXPECT_EQ(store->Export(1, Extent{}).status().code(), EOPNOTSUPP);
+  EXPECT_EQ(store->Export(1).status().code(), EOPNOTSUPP);
 }
 
 TEST_F(HostBulkStoreTest, OpenErrors) {
@@ -116,25 +115,24 @@ TEST_F(HostBulkStoreTest, OpenErrors) {
 TEST_F(HostBulkStoreTest, WriteReadRoundTrip) {
   auto store = OpenStore(1 << 20);
   ASSERT_TRUE(store);
-  auto extent = store->Allocate(7, 1000, 100);
-  ASSERT_TRUE(extent.ok()) << extent.status().ToString();
-  EXPECT_EQ(extent->reserved, 100u);
+  Status extent = store->Allocate(7, 1000, 100);
+  ASSERT_TRUE(extent.ok()) << extent.ToString();
   EXPECT_EQ(ReadAll(*store, 7, 100), std::vector<std::byte>(100));  // zeros
 
   auto hello = Bytes("hello");
   auto world = Bytes("world");
-  ASSERT_TRUE(store->Write(7, *extent, 10, hello).ok());
-  ASSERT_TRUE(store->Write(7, *extent, 95, world).ok());  // ends exactly at the size
+  ASSERT_TRUE(store->Write(7, 10, hello).ok());
+  ASSERT_TRUE(store->Write(7, 95, world).ok());  // ends exactly at the size
   std::vector<std::byte> got(5);
-  ASSERT_TRUE(store->Read(7, *extent, 10, got).ok());
+  ASSERT_TRUE(store->Read(7, 10, got).ok());
   EXPECT_EQ(got, hello);
-  ASSERT_TRUE(store->Read(7, *extent, 95, got).ok());
+  ASSERT_TRUE(store->Read(7, 95, got).ok());
   EXPECT_EQ(got, world);
   std::vector<std::byte> middle(3);
-  ASSERT_TRUE(store->Read(7, *extent, 12, middle).ok());
+  ASSERT_TRUE(store->Read(7, 12, middle).ok());
   EXPECT_EQ(middle, Bytes("llo"));
   std::vector<std::byte> empty;
-  EXPECT_TRUE(store->Read(7, *extent, 100, empty).ok());
+  EXPECT_TRUE(store->Read(7, 100, empty).ok());
 
   struct stat st;
   ASSERT_EQ(::stat(File(7).c_str(), &st), 0);
@@ -142,46 +140,46 @@ TEST_F(HostBulkStoreTest, WriteReadRoundTrip) {
   EXPECT_EQ(st.st_size, 100);
   EXPECT_EQ(store->Usage().used, 100u);
   EXPECT_EQ(store->Usage().blobs, 1u);
-  EXPECT_EQ(store->Allocate(7, 1000, 1).status().code(), EEXIST);
+  EXPECT_EQ(store->Allocate(7, 1000, 1).code(), EEXIST);
 }
 
 TEST_F(HostBulkStoreTest, ZeroSizeBlob) {
   auto store = OpenStore(0);
   ASSERT_TRUE(store);
-  auto extent = store->Allocate(1, 0, 0);
-  ASSERT_TRUE(extent.ok()) << extent.status().ToString();
+  Status extent = store->Allocate(1, 0, 0);
+  ASSERT_TRUE(extent.ok()) << extent.ToString();
   EXPECT_TRUE(fs::exists(File(1)));
   std::vector<std::byte> empty;
-  EXPECT_TRUE(store->Read(1, *extent, 0, empty).ok());
-  EXPECT_TRUE(store->Write(1, *extent, 0, empty).ok());
-  EXPECT_EQ(store->Allocate(2, 0, 1).status().code(), ENOSPC);
+  EXPECT_TRUE(store->Read(1, 0, empty).ok());
+  EXPECT_TRUE(store->Write(1, 0, empty).ok());
+  EXPECT_EQ(store->Allocate(2, 0, 1).code(), ENOSPC);
   EXPECT_EQ(store->Usage().blobs, 1u);
 }
 
 TEST_F(HostBulkStoreTest, ResizeZeroFills) {
   auto store = OpenStore(1000);
   ASSERT_TRUE(store);
-  auto extent = store->Allocate(1, 0, 10);
+  Status extent = store->Allocate(1, 0, 10);
   ASSERT_TRUE(extent.ok());
   std::vector<std::byte> ab(10, std::byte{0xab});
-  ASSERT_TRUE(store->Write(1, *extent, 0, ab).ok());
+  ASSERT_TRUE(store->Write(1, 0, ab).ok());
 
-  auto shrunk = store->Resize(1, *extent, 10, 4);
-  ASSERT_TRUE(shrunk.ok()) << shrunk.status().ToString();
-  EXPECT_EQ(shrunk->reserved, 4u);
+  Status shrunk = store->Resize(1, 10, 4);
+  ASSERT_TRUE(shrunk.ok()) << shrunk.ToString();
+  EXPECT_EQ(store->Usage().used, 4u);  // the only blob reserves its size
   EXPECT_EQ(store->Usage().used, 4u);
-  auto grown = store->Resize(1, *shrunk, 4, 20);
-  ASSERT_TRUE(grown.ok()) << grown.status().ToString();
-  EXPECT_EQ(grown->reserved, 20u);
+  Status grown = store->Resize(1, 4, 20);
+  ASSERT_TRUE(grown.ok()) << grown.ToString();
+  EXPECT_EQ(store->Usage().used, 20u);  // the only blob reserves its size
   EXPECT_EQ(store->Usage().used, 20u);
 
   std::vector<std::byte> want(20);
   std::fill(want.begin(), want.begin() + 4, std::byte{0xab});
   EXPECT_EQ(ReadAll(*store, 1, 20), want);
-  ASSERT_TRUE(store->Write(1, *grown, 16, std::vector<std::byte>(4, std::byte{1})).ok());
+  ASSERT_TRUE(store->Write(1, 16, std::vector<std::byte>(4, std::byte{1})).ok());
 
-  EXPECT_EQ(store->Resize(1, *grown, 19, 30).status().code(), EINVAL);  // wrong old size
-  EXPECT_EQ(store->Resize(99, *grown, 0, 30).status().code(), ENOENT);
+  EXPECT_EQ(store->Resize(1, 19, 30).code(), EINVAL);  // wrong old size
+  EXPECT_EQ(store->Resize(99, 0, 30).code(), ENOENT);
   EXPECT_EQ(store->Usage().used, 20u);
 }
 
@@ -192,10 +190,10 @@ TEST_F(HostBulkStoreTest, AllocateEnospcChangesNothing) {
   ASSERT_TRUE(a.ok());
   auto b = store->Allocate(2, 0, 41);
   ASSERT_FALSE(b.ok());
-  EXPECT_EQ(b.status().code(), ENOSPC);
-  EXPECT_NE(b.status().message().find("41"), std::string::npos) << b.status().message();
-  EXPECT_NE(b.status().message().find("60"), std::string::npos) << b.status().message();
-  EXPECT_NE(b.status().message().find("100"), std::string::npos) << b.status().message();
+  EXPECT_EQ(b.code(), ENOSPC);
+  EXPECT_NE(b.message().find("41"), std::string::npos) << b.message();
+  EXPECT_NE(b.message().find("60"), std::string::npos) << b.message();
+  EXPECT_NE(b.message().find("100"), std::string::npos) << b.message();
   EXPECT_FALSE(fs::exists(File(2)));
   EXPECT_EQ(store->Usage().used, 60u);
   EXPECT_EQ(store->Usage().blobs, 1u);
@@ -206,53 +204,53 @@ TEST_F(HostBulkStoreTest, AllocateEnospcChangesNothing) {
 TEST_F(HostBulkStoreTest, ResizeEnospcChangesNothing) {
   auto store = OpenStore(100);
   ASSERT_TRUE(store);
-  auto extent = store->Allocate(1, 0, 60);
+  Status extent = store->Allocate(1, 0, 60);
   ASSERT_TRUE(extent.ok());
   auto data = Pattern(60, 2);
-  ASSERT_TRUE(store->Write(1, *extent, 0, data).ok());
-  auto grown = store->Resize(1, *extent, 60, 101);
-  EXPECT_EQ(grown.status().code(), ENOSPC) << grown.status().ToString();
+  ASSERT_TRUE(store->Write(1, 0, data).ok());
+  Status grown = store->Resize(1, 60, 101);
+  EXPECT_EQ(grown.code(), ENOSPC) << grown.ToString();
   EXPECT_EQ(store->Usage().used, 60u);
   EXPECT_EQ(fs::file_size(File(1)), 60u);
   EXPECT_EQ(ReadAll(*store, 1, 60), data);
-  EXPECT_EQ(store->Write(1, *extent, 60, Bytes("x")).code(), EINVAL);  // size unchanged
-  EXPECT_TRUE(store->Resize(1, *extent, 60, 100).ok());
+  EXPECT_EQ(store->Write(1, 60, Bytes("x")).code(), EINVAL);  // size unchanged
+  EXPECT_TRUE(store->Resize(1, 60, 100).ok());
 }
 
 TEST_F(HostBulkStoreTest, OutOfRangeAndUnknownBlobs) {
   auto store = OpenStore(1000);
   ASSERT_TRUE(store);
-  auto extent = store->Allocate(1, 0, 10);
+  Status extent = store->Allocate(1, 0, 10);
   ASSERT_TRUE(extent.ok());
-  EXPECT_EQ(store->Write(1, *extent, 8, Bytes("abc")).code(), EINVAL);
-  EXPECT_EQ(store->Write(1, *extent, 11, Bytes("")).code(), EINVAL);
-  EXPECT_EQ(store->Write(1, *extent, UINT64_MAX, Bytes("a")).code(), EINVAL);
+  EXPECT_EQ(store->Write(1, 8, Bytes("abc")).code(), EINVAL);
+  EXPECT_EQ(store->Write(1, 11, Bytes("")).code(), EINVAL);
+  EXPECT_EQ(store->Write(1, UINT64_MAX, Bytes("a")).code(), EINVAL);
   std::vector<std::byte> buf(4);
-  EXPECT_EQ(store->Read(1, *extent, 7, buf).code(), EINVAL);
+  EXPECT_EQ(store->Read(1, 7, buf).code(), EINVAL);
   EXPECT_EQ(ReadAll(*store, 1, 10), std::vector<std::byte>(10));  // nothing written
 
-  EXPECT_EQ(store->Write(2, *extent, 0, Bytes("a")).code(), ENOENT);
-  EXPECT_EQ(store->Read(2, *extent, 0, buf).code(), EIO);
-  EXPECT_EQ(store->Seal(2, *extent, 0).status().code(), ENOENT);
+  EXPECT_EQ(store->Write(2, 0, Bytes("a")).code(), ENOENT);
+  EXPECT_EQ(store->Read(2, 0, buf).code(), EIO);
+  EXPECT_EQ(store->Seal(2, 0).code(), ENOENT);
 }
 
 TEST_F(HostBulkStoreTest, SealTrims) {
   auto store = OpenStore(1000);
   ASSERT_TRUE(store);
-  auto extent = store->Allocate(1, 0, 100);
+  Status extent = store->Allocate(1, 0, 100);
   ASSERT_TRUE(extent.ok());
   auto data = Pattern(40, 3);
-  ASSERT_TRUE(store->Write(1, *extent, 0, data).ok());
-  EXPECT_EQ(store->Seal(1, *extent, 101).status().code(), EINVAL);
-  auto sealed = store->Seal(1, *extent, 40);
-  ASSERT_TRUE(sealed.ok()) << sealed.status().ToString();
-  EXPECT_EQ(sealed->reserved, 40u);
+  ASSERT_TRUE(store->Write(1, 0, data).ok());
+  EXPECT_EQ(store->Seal(1, 101).code(), EINVAL);
+  Status sealed = store->Seal(1, 40);
+  ASSERT_TRUE(sealed.ok()) << sealed.ToString();
+  EXPECT_EQ(store->Usage().used, 40u);  // the only blob reserves its size
   EXPECT_EQ(store->Usage().used, 40u);
   EXPECT_EQ(fs::file_size(File(1)), 40u);
   EXPECT_EQ(ReadAll(*store, 1, 40), data);
-  auto again = store->Seal(1, *sealed, 40);  // same size: nothing to trim
+  auto again = store->Seal(1, 40);  // same size: nothing to trim
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ(again->reserved, 40u);
+  EXPECT_EQ(store->Usage().used, 40u);
 }
 
 TEST_F(HostBulkStoreTest, FreeReleasesUsageAndFile) {
@@ -260,13 +258,13 @@ TEST_F(HostBulkStoreTest, FreeReleasesUsageAndFile) {
   ASSERT_TRUE(store);
   auto a = store->Allocate(1, 0, 70);
   ASSERT_TRUE(a.ok());
-  store->Free(1, *a);
+  store->Free(1);
   EXPECT_FALSE(fs::exists(File(1)));
   EXPECT_EQ(store->Usage().used, 0u);
   EXPECT_EQ(store->Usage().blobs, 0u);
   std::vector<std::byte> buf(1);
-  EXPECT_EQ(store->Read(1, *a, 0, buf).code(), EIO);
-  store->Free(1, *a);  // logged, harmless
+  EXPECT_EQ(store->Read(1, 0, buf).code(), EIO);
+  store->Free(1);  // logged, harmless
   EXPECT_TRUE(store->Allocate(2, 0, 100).ok());
 }
 
@@ -280,9 +278,9 @@ TEST_F(HostBulkStoreTest, RecoverAfterReopen) {
          {std::pair<BlobId, uint64_t>{1, 100}, {2, 50}, {3, 30}, {4, 20}, {5, 10}, {6, 16}}) {
       ASSERT_TRUE(store->Allocate(id, 0, size).ok());
     }
-    ASSERT_TRUE(store->Write(1, Extent{}, 0, one).ok());
-    ASSERT_TRUE(store->Write(4, Extent{}, 0, four).ok());
-    ASSERT_TRUE(store->Seal(1, Extent{}, 100).ok());
+    ASSERT_TRUE(store->Write(1, 0, one).ok());
+    ASSERT_TRUE(store->Write(4, 0, four).ok());
+    ASSERT_TRUE(store->Seal(1, 100).ok());
   }  // the daemon stops; the catalog no longer knows blob 6
 
   ASSERT_EQ(::truncate(File(2).c_str(), 10), 0);  // shorter than recorded: lost
@@ -307,7 +305,7 @@ TEST_F(HostBulkStoreTest, RecoverAfterReopen) {
   EXPECT_EQ(ReadAll(*store, 4, 20), four);
   EXPECT_EQ(fs::file_size(File(5)), 10u);
   std::vector<std::byte> buf(10);
-  EXPECT_EQ(store->Read(2, Extent{}, 0, buf).code(), EIO);
+  EXPECT_EQ(store->Read(2, 0, buf).code(), EIO);
 
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(dir_)) {
@@ -316,7 +314,7 @@ TEST_F(HostBulkStoreTest, RecoverAfterReopen) {
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"1", "2", "4", "5"}));  // lost 2 stays until Free
 
-  store->Free(2, Extent{});
+  store->Free(2);
   EXPECT_FALSE(fs::exists(File(2)));
   EXPECT_EQ(store->Usage().used, 130u);
   // The recovered store works as before.
@@ -352,8 +350,8 @@ TEST_F(HostBulkStoreTest, ConcurrentReadersSeeSameBytes) {
   for (int i = 0; i < kBlobs; ++i) {
     data.push_back(Pattern(kSize, 100 + i));
     ASSERT_TRUE(store->Allocate(i, 0, kSize).ok());
-    ASSERT_TRUE(store->Write(i, Extent{}, 0, data.back()).ok());
-    ASSERT_TRUE(store->Seal(i, Extent{}, kSize).ok());
+    ASSERT_TRUE(store->Write(i, 0, data.back()).ok());
+    ASSERT_TRUE(store->Seal(i, kSize).ok());
   }
 
   std::vector<std::thread> threads;
@@ -368,7 +366,7 @@ TEST_F(HostBulkStoreTest, ConcurrentReadersSeeSameBytes) {
         const size_t offset = id == 0 ? 0 : rng() % kSize;
         const size_t length = id == 0 ? kSize : rng() % (kSize - offset + 1);
         std::span<std::byte> dst(buf.data(), length);
-        if (!store->Read(id, Extent{}, offset, dst).ok() ||
+        if (!store->Read(id, offset, dst).ok() ||
             !std::equal(dst.begin(), dst.end(), data[id].begin() + offset)) {
           ++failures[t];
         }
@@ -387,7 +385,7 @@ TEST_F(HostBulkStoreTest, FdCacheEvictionKeepsReadsCorrect) {
   ASSERT_TRUE(store);
   for (int i = 0; i < kBlobs; ++i) {
     ASSERT_TRUE(store->Allocate(i, 0, 64).ok());
-    ASSERT_TRUE(store->Write(i, Extent{}, 0, Pattern(64, i)).ok());
+    ASSERT_TRUE(store->Write(i, 0, Pattern(64, i)).ok());
   }
   for (int pass = 0; pass < 2; ++pass) {
     for (int i = 0; i < kBlobs; ++i) EXPECT_EQ(ReadAll(*store, i, 64), Pattern(64, i));
@@ -395,7 +393,7 @@ TEST_F(HostBulkStoreTest, FdCacheEvictionKeepsReadsCorrect) {
   }
   // The cache plus the directory fd.
   EXPECT_LE(OpenFdCount(), fds_before + kCache + 1);
-  for (int i = 0; i < kBlobs; ++i) store->Free(i, Extent{});
+  for (int i = 0; i < kBlobs; ++i) store->Free(i);
   EXPECT_LE(OpenFdCount(), fds_before + 1);
   EXPECT_EQ(store->Usage().used, 0u);
   store.reset();

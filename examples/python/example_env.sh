@@ -6,7 +6,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 repo=$(cd "$here/.." && pwd)
 if ! nvidia-smi -L >/dev/null 2>&1; then echo "no GPU: skipped"; exit 77; fi
 if ! python3 -c "import torch" 2>/dev/null; then echo "no torch: skipped"; exit 77; fi
-GPUFS_BIN=${GPUFS_BIN:-$(command -v gpufs || echo "$repo/build/cli/gpufs")}
+GPUFS_BIN=${GPUFS_BIN:-$(command -v gpufs || echo "$repo/build/bin/gpufs")}
 export GPUFS_LIB=${GPUFS_LIB:-$(dirname "$GPUFS_BIN")/../client/libgpufs.so}
 [ -e "$GPUFS_LIB" ] || export GPUFS_LIB=/usr/local/lib/libgpufs.so
 export PYTHONPATH=$repo/python${PYTHONPATH:+:$PYTHONPATH}

@@ -1,4 +1,4 @@
-"""ctypes binding of libgpufs (client/include/gpufs/gpufs.h and uapi.h).
+"""ctypes binding of libgpufs (client/include/gpufs/gpufs.h and include/gpufs/uapi.h).
 
 Contracts:
 - The library is loaded lazily, at the first call that needs it, so that

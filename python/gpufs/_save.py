@@ -36,6 +36,7 @@ import collections.abc
 import contextlib
 import ctypes
 import errno
+import fcntl
 import json
 import math
 import os
@@ -295,10 +296,18 @@ def _write_host(path, src):
     _write_file(path, src)
 
 
+GPUFS_IOC_SEAL = 0x4703  # _IO('G', 3), include/gpufs/uapi.h
+
+
 def _write_file(path, src):
-    """write(2) through the mount: an unsealed blob, sealed at close."""
+    """write(2) through the mount, then GPUFS_IOC_SEAL before the close."""
     with builtins.open(path, "wb", buffering=0) as f:  # unbuffered: no isatty ioctl
         _set_attrs(f.fileno(), src)
         done = 0
         while done < src.nbytes:
             done += f.write(src.host[done:])
+        try:
+            fcntl.ioctl(f.fileno(), GPUFS_IOC_SEAL)
+        except OSError as e:
+            if e.errno != errno.ENOTTY:  # ENOTTY: not on a gpufs mount, nothing to seal
+                raise

@@ -2,7 +2,7 @@
 
 Each test mounts its own daemon (``gpufs mount DIR --foreground --store host``)
 with a timeout, and unmounts it in cleanup whatever happens.  Skipped when the
-gpufs binary ($GPUFS_BIN, else <repo>/build/cli/gpufs) or /dev/fuse is missing.
+gpufs binary ($GPUFS_BIN, else <repo>/build/bin/gpufs) or /dev/fuse is missing.
 """
 
 import errno

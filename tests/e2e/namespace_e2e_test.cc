@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tests/e2e/mount_fixture.h"
+#include "tests/support/mount_fixture.h"
 
 namespace gpufs::e2e {
 namespace {

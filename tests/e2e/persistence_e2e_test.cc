@@ -7,26 +7,19 @@
 
 #include <chrono>
 #include <nlohmann/json.hpp>
-#include <thread>
 
-#include "tests/e2e/mount_fixture.h"
+#include "tests/support/mount_fixture.h"
 
 namespace gpufs::e2e {
 namespace {
 
-// The daemon seals a blob when the kernel's release arrives, just after the
-// writer's close returns; wait for it before killing the daemon.
+// A member is sealed once its writer's close() has returned (no waiting).
 bool WaitSealed(const std::string& path) {
-  for (int i = 0; i < 500; ++i) {
-    char buf[8192];
-    ssize_t n = ::getxattr(path.c_str(), "user.gpufs.meta", buf, sizeof buf);
-    if (n > 0) {
-      auto j = nlohmann::json::parse(std::string(buf, static_cast<size_t>(n)), nullptr, false);
-      if (!j.is_discarded() && j["state"] == "sealed") return true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
+  char buf[8192];
+  ssize_t n = ::getxattr(path.c_str(), "user.gpufs.meta", buf, sizeof buf);
+  if (n <= 0) return false;
+  auto j = nlohmann::json::parse(std::string(buf, static_cast<size_t>(n)), nullptr, false);
+  return !j.is_discarded() && j["state"] == "sealed";
 }
 
 struct Tree {

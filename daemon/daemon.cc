@@ -2,9 +2,12 @@
 // mount clean-up, stores, catalog, namespace, FUSE. In background mode the
 // process forks *before* touching CUDA (a forked child cannot use a CUDA
 // context), and the parent waits on a pipe for the child's verdict.
-#include "cli/mount_cmd.h"
+#include "daemon/daemon.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -15,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <chrono>
 #include <filesystem>
 #include <sstream>
 
@@ -36,7 +40,65 @@ Status MakeDirs(const std::string& dir) {
   return Status::Ok();
 }
 
+// True if process `pid` has SIGKILL pending (/proc/PID/status: a kill -9
+// it has not acted on yet).
+bool KillPending(pid_t pid) {
+  std::string path = "/proc/" + std::to_string(pid) + "/status";
+  FILE* f = std::fopen(path.c_str(), "re");
+  if (f == nullptr) return false;
+  char line[256];
+  bool pending = false;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long long mask = 0;
+    if (std::sscanf(line, "SigPnd: %llx", &mask) == 1 ||
+        std::sscanf(line, "ShdPnd: %llx", &mask) == 1) {
+      if (mask & (1ull << (SIGKILL - 1))) pending = true;
+    }
+  }
+  std::fclose(f);
+  return pending;
+}
+
+// True if process `pid` is on its way out (PF_EXITING in /proc/PID/stat's
+// flags, a zombie, or SIGKILL pending): a daemon just killed with -9.
+bool IsExiting(pid_t pid) {
+  if (KillPending(pid)) return true;
+  std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  FILE* f = std::fopen(path.c_str(), "re");
+  if (f == nullptr) return true;  // gone already
+  char buf[1024] = {};
+  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  std::string stat(buf, n);
+  // Fields after the command (which may hold spaces): state ppid pgrp session
+  // tty_nr tpgid flags ...
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos) return false;
+  std::istringstream rest(stat.substr(close + 1));
+  std::string state;
+  long skip = 0;
+  unsigned long flags = 0;
+  rest >> state >> skip >> skip >> skip >> skip >> skip >> flags;
+  constexpr unsigned long kPfExiting = 0x4;
+  return state == "Z" || state == "X" || (flags & kPfExiting) != 0;
+}
+
+// Waits (at most `limit`) for process `pid` to be gone, on a pidfd: no polling.
+bool WaitGone(pid_t pid, std::chrono::milliseconds limit) {
+  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) return errno == ESRCH;
+  pollfd p{pidfd, POLLIN, 0};
+  int r;
+  do {
+    r = ::poll(&p, 1, static_cast<int>(limit.count()));
+  } while (r < 0 && errno == EINTR);
+  ::close(pidfd);
+  return r > 0;
+}
+
 // One daemon per state directory: two would share a catalog and host files.
+// A holder that is exiting (killed with -9 just now) is waited for, for a
+// bounded time, instead of refusing: a remount right after kill -9 works.
 Result<UniqueFd> LockState(const std::string& dir) {
   std::string path = dir + "/lock";
   UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
@@ -45,8 +107,18 @@ Result<UniqueFd> LockState(const std::string& dir) {
     char pid[32] = {};
     ssize_t n = ::pread(fd.get(), pid, sizeof pid - 1, 0);
     (void)n;
-    return Error(EBUSY, "state directory " + dir + " is in use by another gpufs daemon (pid " +
-                            std::string(pid) + ")");
+    pid_t holder = static_cast<pid_t>(std::atol(pid));
+    bool locked = false;
+    if (holder > 0 && IsExiting(holder)) {
+      GPUFS_LOG(INFO) << "state directory " << dir << ": waiting for the previous daemon (pid "
+                      << holder << ") to finish exiting";
+      constexpr std::chrono::seconds kExitWait(10);
+      locked = WaitGone(holder, kExitWait) && ::flock(fd.get(), LOCK_EX | LOCK_NB) == 0;
+    }
+    if (!locked) {
+      return Error(EBUSY, "state directory " + dir + " is in use by another gpufs daemon (pid " +
+                              std::string(pid) + ")");
+    }
   }
   std::string me = std::to_string(getpid());
   if (::ftruncate(fd.get(), 0) != 0 || ::pwrite(fd.get(), me.data(), me.size(), 0) < 0) {
@@ -123,6 +195,8 @@ int Serve(const MountConfig& config, int report) {
   options.catalog = std::move(*catalog);
   options.stores = std::move(stores->stores);
   options.default_device = stores->default_device;
+  options.state_dir = config.state_dir;
+  options.log_path = report >= 0 ? config.state_dir + "/gpufs.log" : "stderr";
   auto ns = Namespace::Open(std::move(options));
   if (!ns.ok()) return fail(ns.status());
 
@@ -130,7 +204,14 @@ int Serve(const MountConfig& config, int report) {
   fuse.mountpoint = config.mountpoint;
   fuse.options = config.fuse_options;
   fuse.debug = config.debug;
+  bool allow_other = config.allow_other.value_or(geteuid() == 0);
+  if (allow_other) fuse.options.push_back("allow_other");
   auto on_mounted = [&]() {
+    if (config.ready_fd >= 0) {
+      ssize_t n = ::write(config.ready_fd, "ready\n", 6);
+      (void)n;
+      ::close(config.ready_fd);
+    }
     if (report < 0) return;
     ssize_t n = ::write(report, "", 1);  // one zero byte: mounted
     (void)n;
@@ -150,56 +231,6 @@ int Serve(const MountConfig& config, int report) {
 
 }  // namespace
 
-std::string DefaultStateDir() {
-  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && *xdg != '\0') {
-    return std::string(xdg) + "/gpufs";
-  }
-  if (geteuid() == 0) return "/var/lib/gpufs";
-  const char* home = std::getenv("HOME");
-  return std::string(home != nullptr ? home : "/tmp") + "/.local/state/gpufs";
-}
-
-Status ApplyMountOptions(const std::string& options, MountConfig* config) {
-  std::stringstream in(options);
-  std::string opt;
-  while (std::getline(in, opt, ',')) {
-    if (opt.empty()) continue;
-    auto eq = opt.find('=');
-    std::string key = opt.substr(0, eq);
-    std::string value = eq == std::string::npos ? "" : opt.substr(eq + 1);
-    if (key == "state") {
-      config->state_dir = value;
-    } else if (key == "store") {
-      config->store = value;
-    } else if (key == "capacity") {
-      GPUFS_ASSIGN_OR_RETURN(uint64_t bytes, ParseSize(value));
-      config->capacity = bytes;
-    } else if (key == "devices") {
-      config->devices.clear();
-      std::stringstream list(value);
-      std::string item;
-      while (std::getline(list, item, ':')) {
-        char* end = nullptr;
-        long n = std::strtol(item.c_str(), &end, 10);
-        if (item.empty() || *end != '\0' || n < 0) {
-          return Error(EINVAL, "devices=" + value + ": want ordinals separated by ':'");
-        }
-        config->devices.push_back(static_cast<int>(n));
-      }
-    } else if (key == "foreground") {
-      config->foreground = true;
-    } else if (key == "debug") {
-      config->debug = true;
-    } else if (key == "defaults" || key == "auto" || key == "noauto" || key == "user" ||
-               key == "nouser" || key == "users" || key == "_netdev" || key == "nofail") {
-      // fstab words mount(8) may hand on; they mean nothing to FUSE.
-    } else {
-      config->fuse_options.push_back(opt);
-    }
-  }
-  return Status::Ok();
-}
-
 int RunMount(MountConfig config) {
   if (config.state_dir.empty()) config.state_dir = DefaultStateDir();
   std::error_code ec;
@@ -209,17 +240,18 @@ int RunMount(MountConfig config) {
   auto state = std::filesystem::absolute(config.state_dir, ec);
   if (!ec) config.state_dir = state.lexically_normal().string();
 
+  if (config.ready_fd >= 0) ::fcntl(config.ready_fd, F_SETFD, FD_CLOEXEC);
   if (config.foreground) return Serve(config, -1);
 
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     std::perror("gpufs: pipe");
-    return 1;
+    return kExitMountFailed;
   }
   pid_t pid = ::fork();
   if (pid < 0) {
     std::perror("gpufs: fork");
-    return 1;
+    return kExitMountFailed;
   }
   if (pid == 0) {
     ::close(fds[0]);
@@ -251,7 +283,7 @@ int RunMount(MountConfig config) {
   ::waitpid(pid, &status, 0);
   if (verdict.empty()) verdict = "the daemon exited before mounting";
   std::fprintf(stderr, "gpufs: mount %s failed: %s\n", config.mountpoint.c_str(), verdict.c_str());
-  return 1;
+  return kExitMountFailed;
 }
 
 }  // namespace gpufs

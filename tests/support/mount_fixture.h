@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/temp_dir.h"
+
 namespace gpufs::e2e {
 
 struct ShResult {
@@ -32,17 +34,20 @@ std::string RandomBytes(size_t n, uint32_t seed);
 class GpufsMount {
  public:
   explicit GpufsMount(std::vector<std::string> args = {"--store", "host", "--capacity", "256M"});
+  // The daemon's arguments after MOUNTPOINT --foreground --state STATE.
   ~GpufsMount();
   GpufsMount(const GpufsMount&) = delete;
   GpufsMount& operator=(const GpufsMount&) = delete;
 
-  // Starts the daemon and waits (10 s at most) until the mount answers.
+  // Starts the daemon and waits (10 s at most) for its ready signal.
   // Returns false, with the daemon's log on stderr, if it does not.
   bool Start();
   // Unmounts and waits for the daemon to exit; kills it after 10 s.
   bool Stop();
   // kill -9 of the daemon; the dead mount stays behind, as in real life.
-  void Kill9();
+  // With `wait` false it returns at once, while the daemon is still dying
+  // (the process is reaped later).
+  void Kill9(bool wait = true);
 
   const std::string& mnt() const { return mnt_; }
   const std::string& state() const { return state_; }
@@ -51,9 +56,11 @@ class GpufsMount {
   pid_t pid() const { return pid_; }
 
  private:
+  test_support::TempDir dir_{"gpufs-e2e"};
   std::string root_, mnt_, state_, log_;
   std::vector<std::string> args_;
   pid_t pid_ = -1;
+  std::vector<pid_t> dying_;  // killed without waiting; reaped by Stop
 };
 
 // A test with its own host-store mount and a local scratch directory beside

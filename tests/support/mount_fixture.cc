@@ -1,4 +1,4 @@
-#include "tests/e2e/mount_fixture.h"
+#include "tests/support/mount_fixture.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -18,6 +18,8 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/support/wait.h"
+
 namespace gpufs::e2e {
 namespace {
 
@@ -28,16 +30,8 @@ bool IsFuseMount(const std::string& path) {
   return ::statfs(path.c_str(), &st) == 0 && st.f_type == kFuseSuperMagic;
 }
 
-// waitpid with a deadline; true if the child exited.
 bool WaitExit(pid_t pid, std::chrono::milliseconds limit) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    int status = 0;
-    pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid || (r < 0 && errno == ECHILD)) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
+  return test_support::WaitForExit(pid, limit);
 }
 
 }  // namespace
@@ -88,9 +82,10 @@ std::string RandomBytes(size_t n, uint32_t seed) {
 }
 
 GpufsMount::GpufsMount(std::vector<std::string> args) : args_(std::move(args)) {
-  char tmpl[] = "/tmp/gpufs-e2e-XXXXXX";
-  if (::mkdtemp(tmpl) == nullptr) std::abort();
-  root_ = tmpl;
+  root_ = dir_.path();
+  // Other users (setpriv tests) reach the mount point; the state dir stays
+  // the daemon's (it makes it itself).
+  ::chmod(root_.c_str(), 0755);
   mnt_ = root_ + "/mnt";
   state_ = root_ + "/state";
   log_ = root_ + "/daemon.log";
@@ -100,11 +95,13 @@ GpufsMount::GpufsMount(std::vector<std::string> args) : args_(std::move(args)) {
 GpufsMount::~GpufsMount() {
   Stop();
   if (IsFuseMount(mnt_) || ::access(mnt_.c_str(), F_OK) != 0) ::umount2(mnt_.c_str(), MNT_DETACH);
-  std::error_code ec;
-  std::filesystem::remove_all(root_, ec);
 }
 
 bool GpufsMount::Start() {
+  // The daemon writes "ready" to this pipe once the mount is in place; its
+  // end of file without that means it failed.
+  int ready[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0) return false;
   pid_ = ::fork();
   if (pid_ == 0) {
     int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
@@ -112,7 +109,9 @@ bool GpufsMount::Start() {
       ::dup2(fd, 1);
       ::dup2(fd, 2);
     }
-    std::vector<std::string> argv = {GpufsBin(), "mount", mnt_, "--foreground", "--state", state_};
+    ::dup2(ready[1], 3);  // without O_CLOEXEC
+    std::vector<std::string> argv = {GpufsBin(), "mount", mnt_, "--foreground", "--state", state_,
+                                     "--ready-fd", "3"};
     argv.insert(argv.end(), args_.begin(), args_.end());
     std::vector<char*> cargv;
     for (auto& a : argv) cargv.push_back(a.data());
@@ -121,21 +120,24 @@ bool GpufsMount::Start() {
     std::perror("exec gpufs");
     ::_exit(127);
   }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (IsFuseMount(mnt_)) return true;
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  ::close(ready[1]);
+  char buf[8] = {};
+  ssize_t n = 0;
+  if (test_support::WaitReadable(ready[0], std::chrono::seconds(10))) n = ::read(ready[0], buf, 5);
+  ::close(ready[0]);
+  if (n == 5 && std::string(buf, 5) == "ready" && IsFuseMount(mnt_)) return true;
   std::cerr << "gpufs did not mount; its log:\n" << Log() << std::endl;
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    WaitExit(pid_, std::chrono::seconds(5));
+    pid_ = -1;
+  }
   return false;
 }
 
 bool GpufsMount::Stop() {
+  for (pid_t dead : dying_) WaitExit(dead, std::chrono::seconds(5));
+  dying_.clear();
   if (pid_ <= 0) return true;
   if (::umount2(mnt_.c_str(), 0) != 0) ::umount2(mnt_.c_str(), MNT_DETACH);
   bool exited = WaitExit(pid_, std::chrono::seconds(10));
@@ -148,10 +150,14 @@ bool GpufsMount::Stop() {
   return exited;
 }
 
-void GpufsMount::Kill9() {
+void GpufsMount::Kill9(bool wait) {
   if (pid_ <= 0) return;
   ::kill(pid_, SIGKILL);
-  WaitExit(pid_, std::chrono::seconds(5));
+  if (wait) {
+    WaitExit(pid_, std::chrono::seconds(5));
+  } else {
+    dying_.push_back(pid_);
+  }
   pid_ = -1;
 }
 

@@ -1,13 +1,9 @@
 // The extended attributes gpufs gives meaning to (DESIGN.md, "Extended
-// attributes"), and the checks applied when a user sets them.
+// attributes"). Shared by the daemon, the CLI and libgpufs; Python keeps its
+// own copy of the few it uses.
 #pragma once
 
-#include <cstdint>
-#include <optional>
 #include <string_view>
-#include <vector>
-
-#include "util/status.h"
 
 namespace gpufs::xattr {
 
@@ -20,11 +16,8 @@ inline constexpr std::string_view kDtype = "user.gpufs.dtype";    // blob
 inline constexpr std::string_view kShape = "user.gpufs.shape";    // blob
 inline constexpr std::string_view kMeta = "user.gpufs.meta";      // object, blob; read-only
 
-// Bytes per element of a dtype name ("float32" -> 4), nullopt if unknown.
-std::optional<uint32_t> DtypeSize(std::string_view dtype);
-// EINVAL unless `dtype` is a dtype gpufs knows.
-Status CheckDtype(std::string_view dtype);
-// "1024,1024" -> {1024, 1024}; "" -> {} (a scalar). EINVAL otherwise.
-Result<std::vector<uint64_t>> ParseShape(std::string_view shape);
+// Linux's limits on one extended attribute.
+inline constexpr size_t kNameMax = 255;       // bytes in its name
+inline constexpr size_t kValueMax = 65536;    // bytes in its value (XATTR_SIZE_MAX)
 
 }  // namespace gpufs::xattr

@@ -1,0 +1,394 @@
+// Blob lifetimes: create, open, read, write, release, seal, replace and
+// deferred frees. See namespace.h for the rules.
+#include "core/namespace.h"
+
+#include <fcntl.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "proto/xattr_names.h"
+#include "util/log.h"
+
+namespace gpufs {
+
+// A new unlinked blob in `device`'s store, allocated and recorded. Swept at
+// start-up if the daemon stops before it is linked.
+Result<Blob> Namespace::NewBlob(const std::string& device, uint32_t owner) {
+  BulkStore* store = StoreFor(device);
+  if (store == nullptr) return Error(ENODEV, "no store for device " + device);
+  Blob blob;
+  blob.device = device;
+  blob.state = BlobState::kUnsealed;
+  blob.owner_uid = owner;
+  GPUFS_ASSIGN_OR_RETURN(blob, catalog_->CreateBlob(blob));
+  Status allocated = store->Allocate(blob.id, owner, 0);
+  if (!allocated.ok()) {
+    Status ignored = catalog_->DeleteBlob(blob.id);
+    (void)ignored;
+    return allocated;
+  }
+  return blob;
+}
+
+// Links a new empty blob to `entry` in place of its current one, which lives
+// on for whoever holds it.
+Status Namespace::ReplaceBlob(const Entry& entry, const std::string& device, uint32_t owner,
+                              BlobState state) {
+  GPUFS_ASSIGN_OR_RETURN(Blob blob, NewBlob(device, owner));
+  if (state == BlobState::kSealed) {
+    Status updated = StoreFor(device)->Seal(blob.id, 0);
+    if (updated.ok()) {
+      blob.state = BlobState::kSealed;
+      updated = catalog_->UpdateBlob(blob);
+    }
+    if (!updated.ok()) {
+      FreeBlob(blob);
+      Status ignored = catalog_->DeleteBlob(blob.id);
+      (void)ignored;
+      return updated;
+    }
+  }
+  auto old = catalog_->LinkBlob(entry.id, blob.id);
+  if (old.ok()) {
+    // The tensor description was the old bytes'; the new ones have none yet.
+    for (std::string_view name : {xattr::kDtype, xattr::kShape}) {
+      Status removed = catalog_->RemoveXattr(entry.id, name);
+      if (!removed.ok() && removed.code() != ENODATA) {
+        GPUFS_LOG(WARN) << "replace " << PathOf(entry.id) << ": " << removed.ToString();
+      }
+    }
+  }
+  if (!old.ok()) {
+    FreeBlob(blob);
+    Status ignored = catalog_->DeleteBlob(blob.id);
+    (void)ignored;
+    return old.status();
+  }
+  if (*old != 0) CollectBlob(*old);
+  return Status::Ok();
+}
+
+void Namespace::FreeBlob(const Blob& blob) { doomed_.emplace_back(blob.device, blob.id); }
+
+void Namespace::FreeQueued() {
+  std::vector<std::pair<std::string, BlobId>> doomed;
+  {
+    std::lock_guard lock(mu_);
+    doomed.swap(doomed_);
+  }
+  for (const auto& [device, id] : doomed) {
+    if (BulkStore* store = StoreFor(device)) store->Free(id);
+  }
+}
+
+void Namespace::CollectBlob(BlobId id) {
+  if (active_.contains(id)) return;
+  auto entry = catalog_->EntryOfBlob(id);
+  if (entry.ok() || entry.status().code() != ENOENT) return;
+  auto blob = catalog_->GetBlob(id);
+  if (!blob.ok()) return;
+  Status deleted = catalog_->DeleteBlob(id);
+  if (!deleted.ok()) {
+    GPUFS_LOG(ERROR) << "delete blob " << id << ": " << deleted.ToString();
+    return;
+  }
+  FreeBlob(*blob);
+}
+
+void Namespace::CollectEntry(EntryId id) {
+  if (id == kRootEntryId || entry_opens_.contains(id)) return;
+  auto entry = catalog_->GetEntry(id);
+  if (!entry.ok() || entry->parent != 0) return;
+  auto blob = catalog_->Purge(id);
+  if (!blob.ok()) {
+    GPUFS_LOG(ERROR) << "purge entry " << id << ": " << blob.status().ToString();
+    return;
+  }
+  if (*blob && !active_.contains((*blob)->id)) FreeBlob(**blob);
+}
+
+Result<OpenResult> Namespace::Create(const Caller& caller, uint64_t parent, std::string_view name,
+                                     uint32_t mode, int flags) {
+  GPUFS_RETURN_IF_ERROR(CheckNewName(parent, name));
+  FreeQueuedOnExit free_queued(this);
+  std::lock_guard lock(mu_);
+  GPUFS_RETURN_IF_ERROR(ObjectEntry(parent).status());
+  std::string path = PathOf(parent) + "/" + std::string(name);
+  std::string device = DeviceFor(parent);
+  BulkStore* store = StoreFor(device);
+  if (store == nullptr) return Error(ENODEV, "create " + path + ": no store for " + device);
+  int64_t now = Now();
+  Entry entry = NewEntry(caller, parent, name, EntryKind::kBlob, mode, now);
+  Blob blob;
+  blob.device = device;
+  blob.state = BlobState::kUnsealed;
+  blob.owner_uid = caller.uid;
+  auto created = catalog_->CreateEntry(entry, blob);
+  if (!created.ok()) return created.status().Prepend("create " + path);
+  entry = *created;
+  auto stored = catalog_->GetBlob(entry.blob);
+  Status recorded = stored.ok() ? store->Allocate(entry.blob, caller.uid, 0) : stored.status();
+  if (!recorded.ok()) {
+    Status detached = catalog_->Detach(entry.id, now);
+    if (detached.ok()) CollectEntry(entry.id);
+    return recorded.Prepend("create " + path);
+  }
+  Handle handle;
+  handle.entry = entry.id;
+  handle.blob = Activate(*stored);
+  handle.writable = (flags & O_ACCMODE) != O_RDONLY;
+  handle.pid = caller.pid;
+  handle.append = (flags & O_APPEND) != 0;
+  OpenResult result;
+  result.handle = AddHandle(std::move(handle));
+  GPUFS_ASSIGN_OR_RETURN(result.attr, AttrOf(entry));
+  return result;
+}
+
+Result<OpenResult> Namespace::Open(const Caller& caller, uint64_t ino, int flags) {
+  bool write = (flags & O_ACCMODE) != O_RDONLY;
+  if (ino == kControlDirIno) return Error(EISDIR, "/.gpufs is a directory");
+  if (ino == kStatsIno) {
+    if (write || (flags & O_TRUNC)) return Error(EPERM, "/.gpufs/stats is read-only");
+    Handle handle;
+    handle.snapshot = StatsJson();
+    std::lock_guard lock(mu_);
+    OpenResult result;
+    result.attr = ControlAttr(kStatsIno, 0, handle.snapshot.size());
+    result.handle = AddHandle(std::move(handle));
+    return result;
+  }
+  FreeQueuedOnExit free_queued(this);
+  std::lock_guard lock(mu_);
+  GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
+  if (entry.kind != EntryKind::kBlob) return Error(EISDIR, PathOf(ino) + " is an object");
+  GPUFS_ASSIGN_OR_RETURN(Blob blob, catalog_->GetBlob(entry.blob));
+  if (write) {
+    uint64_t size = blob.size;
+    if (auto it = active_.find(blob.id); it != active_.end()) size = it->second->size.load();
+    bool replace = (flags & O_TRUNC) && (blob.state != BlobState::kUnsealed || size > 0);
+    if (replace) {
+      if (entry.parent == 0) return Error(ENOENT, PathOf(ino) + " was removed");
+      std::string device = stores_.contains(blob.device) ? blob.device : DeviceFor(entry.parent);
+      GPUFS_RETURN_IF_ERROR(ReplaceBlob(entry, device, caller.uid, BlobState::kUnsealed)
+                                .Prepend("replace " + PathOf(ino)));
+      GPUFS_ASSIGN_OR_RETURN(entry, catalog_->GetEntry(ino));
+      GPUFS_ASSIGN_OR_RETURN(blob, catalog_->GetBlob(entry.blob));
+      entry.mtime_ns = entry.ctime_ns = Now();
+      GPUFS_RETURN_IF_ERROR(catalog_->UpdateEntryAttrs(entry));
+    } else if (blob.state != BlobState::kUnsealed) {
+      return Error(EPERM, PathOf(ino) +
+                              " is sealed: blobs are immutable; open it with O_TRUNC (or cp over "
+                              "it) to replace it");
+    }
+  }
+  Handle handle;
+  handle.entry = entry.id;
+  handle.blob = Activate(blob);
+  handle.writable = write;
+  handle.pid = caller.pid;
+  handle.append = (flags & O_APPEND) != 0;
+  OpenResult result;
+  result.handle = AddHandle(std::move(handle));
+  GPUFS_ASSIGN_OR_RETURN(result.attr, AttrOf(entry));
+  return result;
+}
+
+Result<size_t> Namespace::Read(HandleId id, uint64_t offset, std::span<std::byte> dst) {
+  std::shared_ptr<ActiveBlob> blob;
+  {
+    std::lock_guard lock(mu_);
+    auto it = handles_.find(id);
+    if (it == handles_.end()) return Error(EBADF, "read: no handle " + std::to_string(id));
+    if (!it->second.blob) {
+      const std::string& snapshot = it->second.snapshot;
+      if (offset >= snapshot.size()) return size_t{0};
+      size_t n = std::min(dst.size(), snapshot.size() - offset);
+      std::memcpy(dst.data(), snapshot.data() + offset, n);
+      return n;
+    }
+    blob = it->second.blob;
+  }
+  std::shared_lock io(blob->io_mu);
+  if (blob->rec.state == BlobState::kLost) {
+    return Error(EIO, "blob " + std::to_string(blob->rec.id) + " on " + blob->rec.device +
+                          " lost its bytes; replace or remove it");
+  }
+  uint64_t size = blob->size.load();
+  if (offset >= size || dst.empty()) return size_t{0};
+  size_t n = static_cast<size_t>(std::min<uint64_t>(dst.size(), size - offset));
+  BulkStore* store = StoreFor(blob->rec.device);
+  GPUFS_RETURN_IF_ERROR(store->Read(blob->rec.id, offset, dst.first(n)));
+  return n;
+}
+
+Result<size_t> Namespace::Write(HandleId id, uint64_t offset, std::span<const std::byte> src) {
+  std::shared_ptr<ActiveBlob> blob;
+  bool append = false;
+  {
+    std::lock_guard lock(mu_);
+    auto it = handles_.find(id);
+    if (it == handles_.end()) return Error(EBADF, "write: no handle " + std::to_string(id));
+    if (!it->second.writable || !it->second.blob) {
+      return Error(EBADF, "write: handle " + std::to_string(id) + " is not open for writing");
+    }
+    blob = it->second.blob;
+    append = it->second.append;
+  }
+  std::unique_lock io(blob->io_mu);
+  Blob& rec = blob->rec;
+  if (rec.state != BlobState::kUnsealed) {
+    return Error(EPERM, "blob " + std::to_string(rec.id) + " is sealed: blobs are immutable");
+  }
+  if (blob->broken) {
+    return Error(EIO, "blob " + std::to_string(rec.id) +
+                          " had a failed write; it will be discarded at close");
+  }
+  GPUFS_RETURN_IF_ERROR(ReopenForWriting(*blob));
+  uint64_t size = blob->size.load();
+  if (append) offset = size;
+  if (offset > UINT64_MAX - src.size() || offset + src.size() > (1ull << 62)) {
+    return Error(EFBIG, "write past the largest blob size");
+  }
+  BulkStore* store = StoreFor(rec.device);
+  uint64_t end = offset + src.size();
+  if (end > size) {
+    Status resized = store->Resize(rec.id, size, end);
+    if (!resized.ok()) {
+      blob->broken = true;
+      return resized;
+    }
+    blob->size = end;
+  }
+  Status written = store->Write(rec.id, offset, src);
+  if (!written.ok()) {
+    blob->broken = true;
+    return written;
+  }
+  return src.size();
+}
+
+Status Namespace::FinishWriting(ActiveBlob& blob, EntryId entry_id) {
+  Blob& rec = blob.rec;
+  Status sealed;
+  if (blob.broken) {
+    sealed = Error(EIO, "a write failed");
+  } else if (blob.needs_explicit_seal) {
+    sealed = Error(EIO,
+                   "it got device memory with GPUFS_IOC_ALLOC and was released without "
+                   "GPUFS_IOC_SEAL (its producer exited or gave up)");
+  } else {
+    sealed = StoreFor(rec.device)->Seal(rec.id, blob.size.load());  // outside mu_
+  }
+  std::lock_guard lock(mu_);
+  if (sealed.ok()) sealed = RecordSealLocked(blob, entry_id);
+  if (!sealed.ok()) {
+    // Never serve a half-written blob as sealed: take the member away.
+    blob.broken = true;
+    GPUFS_LOG(WARN) << "discarding " << PathOf(entry_id) << ": it was not sealed ("
+                    << sealed.ToString() << ")";
+    auto entry = catalog_->GetEntry(entry_id);
+    if (entry.ok() && entry->blob == rec.id && entry->parent != 0) {
+      Status detached = catalog_->Detach(entry->id, Now());
+      if (!detached.ok()) GPUFS_LOG(ERROR) << "detach: " << detached.ToString();
+    }
+  }
+  return sealed;
+}
+
+Status Namespace::Flush(HandleId id) {
+  std::shared_ptr<ActiveBlob> blob;
+  {
+    std::lock_guard lock(mu_);
+    auto it = handles_.find(id);
+    if (it == handles_.end()) return Error(EBADF, "flush: no handle " + std::to_string(id));
+    if (!it->second.blob || !it->second.writable) return Status::Ok();
+    blob = it->second.blob;
+  }
+  std::unique_lock io(blob->io_mu);
+  if (blob->rec.state != BlobState::kUnsealed || blob->needs_explicit_seal) return Status::Ok();
+  if (blob->broken) {
+    return Error(EIO, "blob " + std::to_string(blob->rec.id) +
+                          " had a failed write; it is discarded, not sealed");
+  }
+  if (blob->closed_in_catalog) return Status::Ok();
+  Blob closed = blob->rec;
+  closed.closed = true;
+  closed.size = blob->size.load();
+  std::lock_guard lock(mu_);
+  GPUFS_RETURN_IF_ERROR(catalog_->UpdateBlob(closed));
+  blob->closed_in_catalog = true;
+  return Status::Ok();
+}
+
+Status Namespace::ReopenForWriting(ActiveBlob& blob) {
+  if (!blob.closed_in_catalog) return Status::Ok();
+  std::lock_guard lock(mu_);
+  GPUFS_RETURN_IF_ERROR(catalog_->UpdateBlob(blob.rec));  // kUnsealed again
+  blob.closed_in_catalog = false;
+  return Status::Ok();
+}
+
+Status Namespace::Release(HandleId id) {
+  FreeQueuedOnExit free_queued(this);
+  Handle handle;
+  {
+    std::lock_guard lock(mu_);
+    auto it = handles_.find(id);
+    if (it == handles_.end()) return Error(EBADF, "release: no handle " + std::to_string(id));
+    handle = std::move(it->second);
+    handles_.erase(it);
+    if (!handle.blob) return Status::Ok();
+  }
+  ActiveBlob& blob = *handle.blob;
+  std::unique_lock io(blob.io_mu);
+  bool finish = false;
+  {
+    std::lock_guard lock(mu_);
+    if (handle.writable) {
+      blob.writers--;
+      finish = blob.rec.state == BlobState::kUnsealed && blob.writers == 0;
+    }
+  }
+  // The last writer is gone: seal (plain tools), or discard.
+  Status result = finish ? FinishWriting(blob, handle.entry) : Status::Ok();
+  std::lock_guard lock(mu_);
+  blob.handles--;
+  if (handle.mapped) blob.mapped--;
+  if (--entry_opens_[handle.entry] == 0) entry_opens_.erase(handle.entry);
+  Blob& rec = blob.rec;
+  if (blob.handles == 0) {
+    for (const std::string& device : blob.retired) doomed_.emplace_back(device, rec.id);
+    blob.retired.clear();
+    active_.erase(rec.id);
+    if (rec.state == BlobState::kUnsealed) {
+      // Discarded: it must not survive as an unsealed row.
+      auto entry = catalog_->EntryOfBlob(rec.id);
+      if (entry.ok()) CollectEntry(*entry);
+    }
+    CollectBlob(rec.id);
+  }
+  CollectEntry(handle.entry);
+  return result;
+}
+
+Status Namespace::RecordSealLocked(ActiveBlob& blob, EntryId entry_id) {
+  Blob& rec = blob.rec;
+  Blob done = rec;
+  done.size = blob.size.load();
+  done.state = BlobState::kSealed;
+  GPUFS_RETURN_IF_ERROR(catalog_->UpdateBlob(done));
+  rec = done;
+  blob.needs_explicit_seal = false;
+  auto entry = catalog_->GetEntry(entry_id);
+  if (entry.ok() && entry->blob == rec.id) {
+    entry->mtime_ns = entry->ctime_ns = Now();
+    Status touched = catalog_->UpdateEntryAttrs(*entry);
+    if (!touched.ok())
+      GPUFS_LOG(WARN) << "touch " << PathOf(entry_id) << ": " << touched.ToString();
+  }
+  return Status::Ok();
+}
+
+}  // namespace gpufs

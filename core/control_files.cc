@@ -1,0 +1,45 @@
+// The /.gpufs directory: its attributes, name rules and the stats file.
+#include "core/namespace.h"
+
+#include <sys/stat.h>
+
+#include "core/meta_json.h"
+
+namespace gpufs {
+
+Attr ControlAttr(uint64_t ino, int64_t start_ns, uint64_t size) {
+  Attr attr;
+  attr.ino = ino;
+  attr.mode = ino == kControlDirIno ? (S_IFDIR | 0555) : (S_IFREG | 0444);
+  attr.size = size;
+  attr.atime_ns = attr.mtime_ns = attr.ctime_ns = start_ns;
+  return attr;
+}
+
+Status CheckNewName(uint64_t parent, std::string_view name) {
+  GPUFS_RETURN_IF_ERROR(proto::CheckName(name));
+  if (IsControl(parent)) return Error(EPERM, "/.gpufs is read-only");
+  if (parent == kRootEntryId && name == kControlDirName) {
+    return Error(EEXIST, "/.gpufs is reserved for gpufs");
+  }
+  return Status::Ok();
+}
+
+std::string Namespace::StatsJson() {
+  std::vector<std::pair<std::string, StoreUsage>> usage;
+  for (const auto& [device, store] : stores_) usage.emplace_back(device, store->Usage());
+  std::lock_guard lock(mu_);
+  StatsView view;
+  view.generation = generation_;
+  view.default_device = default_device_;
+  view.stores = usage;
+  view.open_handles = handles_.size();
+  view.active_blobs = active_.size();
+  for (const auto& [id, blob] : active_) view.open_maps += static_cast<uint64_t>(blob->mapped);
+  auto entries = catalog_->CountEntries();
+  view.entries = entries.ok() ? *entries : 0;
+  AddStatsDetail(&view);
+  return BuildStatsJson(view);
+}
+
+}  // namespace gpufs

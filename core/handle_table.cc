@@ -1,0 +1,34 @@
+// The handle table: open handles and the blobs they hold (ActiveBlob).
+#include "core/namespace.h"
+
+
+namespace gpufs {
+
+std::shared_ptr<Namespace::ActiveBlob> Namespace::Activate(const Blob& blob) {
+  auto& slot = active_[blob.id];
+  if (!slot) {
+    slot = std::make_shared<ActiveBlob>();
+    slot->rec = blob;
+    slot->size = blob.size;
+  }
+  return slot;
+}
+
+HandleId Namespace::AddHandle(Handle handle) {
+  if (handle.blob) {
+    handle.blob->handles++;
+    if (handle.writable) handle.blob->writers++;
+    entry_opens_[handle.entry]++;
+  }
+  HandleId id = next_handle_++;
+  handles_.emplace(id, std::move(handle));
+  return id;
+}
+
+Result<Namespace::Handle*> Namespace::FindHandle(HandleId id) {
+  auto it = handles_.find(id);
+  if (it == handles_.end()) return Error(EBADF, "no open handle " + std::to_string(id));
+  return &it->second;
+}
+
+}  // namespace gpufs

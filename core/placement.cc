@@ -1,0 +1,33 @@
+// Placement: which store holds a blob, and where new blobs go.
+#include "core/namespace.h"
+
+#include "proto/xattr_names.h"
+
+namespace gpufs {
+
+BulkStore* Namespace::StoreFor(const std::string& device) {
+  auto it = stores_.find(device);
+  return it == stores_.end() ? nullptr : it->second.get();
+}
+
+// The nearest enclosing object's placement, else the default device.
+std::string Namespace::DeviceFor(EntryId parent) {
+  for (int depth = 0; parent != 0 && depth < 256; ++depth) {
+    auto device = catalog_->GetXattr(parent, xattr::kDevice);
+    if (device.ok() && stores_.contains(*device)) return *device;
+    if (parent == kRootEntryId) break;
+    auto entry = catalog_->GetEntry(parent);
+    if (!entry.ok()) break;
+    parent = entry->parent;
+  }
+  return default_device_;
+}
+
+HostBuffer Namespace::AllocateIoBuffer(size_t bytes) {
+  for (const auto& [device, store] : stores_) {
+    if (device != "host") return store->AllocateHostBuffer(bytes);
+  }
+  return stores_.at("host")->AllocateHostBuffer(bytes);
+}
+
+}  // namespace gpufs

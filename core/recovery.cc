@@ -1,0 +1,84 @@
+// Start-up sweep of the namespace (Namespace::Recover).
+#include "core/namespace.h"
+
+#include <algorithm>
+#include <map>
+
+#include "util/log.h"
+
+namespace gpufs {
+
+// Start-up sweep: nothing is open, so detached entries, unsealed blobs (their
+// writer is gone) and unlinked blobs are garbage; closed blobs (their
+// writer's close() returned) are sealed. Each store then learns its
+// live blobs, frees everything else and reports what it lost.
+Status Namespace::Recover() {
+  std::lock_guard lock(mu_);
+  GPUFS_ASSIGN_OR_RETURN(generation_, catalog_->NextGeneration());
+
+  GPUFS_ASSIGN_OR_RETURN(auto detached, catalog_->ListDetached());
+  for (EntryId id : detached) GPUFS_RETURN_IF_ERROR(catalog_->Purge(id).status());
+
+  GPUFS_ASSIGN_OR_RETURN(auto blobs, catalog_->ListBlobs());
+  for (const Blob& blob : blobs) {
+    if (blob.state != BlobState::kUnsealed || blob.closed) continue;
+    auto entry = catalog_->EntryOfBlob(blob.id);
+    if (entry.ok()) {
+      GPUFS_LOG(WARN) << "discarding " << PathOf(*entry)
+                      << ": it was still being written when the previous daemon stopped";
+      GPUFS_RETURN_IF_ERROR(catalog_->Detach(*entry, Now()));
+      GPUFS_RETURN_IF_ERROR(catalog_->Purge(*entry).status());
+    }
+  }
+  GPUFS_ASSIGN_OR_RETURN(auto unlinked, catalog_->ListUnlinkedBlobs());
+  for (BlobId id : unlinked) GPUFS_RETURN_IF_ERROR(catalog_->DeleteBlob(id));
+
+  GPUFS_ASSIGN_OR_RETURN(blobs, catalog_->ListBlobs());
+  std::map<std::string, std::vector<StoredBlob>> live;
+  for (const auto& [device, store] : stores_) live[device];
+  std::vector<BlobId> lost;
+  for (const Blob& blob : blobs) {
+    if (blob.state == BlobState::kLost) continue;
+    if (!stores_.contains(blob.device)) {
+      lost.push_back(blob.id);
+      continue;
+    }
+    live[blob.device].push_back({blob.id, blob.owner_uid, blob.size});
+  }
+  for (auto& [device, list] : live) {
+    auto missing = stores_[device]->Recover(list);
+    if (!missing.ok()) return missing.status().Prepend("recover store " + device);
+    lost.insert(lost.end(), missing->begin(), missing->end());
+  }
+  size_t closed = 0;
+  for (const Blob& blob : blobs) {
+    if (blob.state != BlobState::kUnsealed || !blob.closed) continue;
+    if (std::find(lost.begin(), lost.end(), blob.id) != lost.end()) continue;
+    Blob sealed = blob;
+    sealed.state = BlobState::kSealed;
+    sealed.closed = false;
+    Status done = stores_[blob.device]->Seal(blob.id, blob.size);
+    if (done.ok()) done = catalog_->UpdateBlob(sealed);
+    if (!done.ok()) {
+      lost.push_back(blob.id);
+      continue;
+    }
+    ++closed;
+  }
+  for (BlobId id : lost) {
+    GPUFS_ASSIGN_OR_RETURN(Blob blob, catalog_->GetBlob(id));
+    auto entry = catalog_->EntryOfBlob(id);
+    GPUFS_LOG(ERROR) << "the bytes of "
+                     << (entry.ok() ? PathOf(*entry) : "blob " + std::to_string(id)) << " on "
+                     << blob.device << " are gone; reads give EIO until it is replaced or removed";
+    blob.state = BlobState::kLost;
+    GPUFS_RETURN_IF_ERROR(catalog_->UpdateBlob(blob));
+  }
+  GPUFS_ASSIGN_OR_RETURN(uint64_t entries, catalog_->CountEntries());
+  GPUFS_LOG(INFO) << "namespace ready: generation " << generation_ << ", " << entries
+                  << " entries, " << blobs.size() << " blobs (" << lost.size() << " lost, "
+                  << closed << " sealed after their writer's close)";
+  return Status::Ok();
+}
+
+}  // namespace gpufs

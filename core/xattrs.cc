@@ -1,0 +1,165 @@
+// Extended attributes: the gpufs ones (DESIGN.md) and user fields, and the
+// meta JSON view.
+#include "core/namespace.h"
+
+#include <sys/xattr.h>
+
+
+#include "core/ipc_info.h"
+#include "core/meta_json.h"
+#include "proto/dtypes.h"
+#include "proto/shape.h"
+#include "proto/xattr_names.h"
+#include "util/log.h"
+
+namespace gpufs {
+
+Result<std::string> Namespace::GetXattr(uint64_t ino, std::string_view name) {
+  if (IsControl(ino)) return Error(ENODATA, "/.gpufs has no attribute " + std::string(name));
+  if (!name.starts_with(xattr::kUserPrefix)) {
+    return Error(ENODATA, "no attribute " + std::string(name));
+  }
+  std::unique_lock lock(mu_);
+  GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
+  if (name == xattr::kMeta) return MetaJson(entry);
+  if (name == xattr::kDevice) {
+    if (entry.kind == EntryKind::kObject) return DeviceFor(entry.id);
+    GPUFS_ASSIGN_OR_RETURN(Blob blob, catalog_->GetBlob(entry.blob));
+    return blob.device;
+  }
+  if (name == xattr::kIpcHandle) {
+    if (entry.kind != EntryKind::kBlob) return Error(ENODATA, PathOf(ino) + " is an object");
+    // Pin the blob with a handle of our own, so it cannot move or go while
+    // it is exported; the export (a CUDA call) runs outside mu_. Nothing
+    // waits: an unsealed member has no handle yet.
+    GPUFS_ASSIGN_OR_RETURN(Blob rec, catalog_->GetBlob(entry.blob));
+    Handle pin;
+    pin.entry = entry.id;
+    pin.blob = Activate(rec);
+    std::shared_ptr<ActiveBlob> blob = pin.blob;
+    HandleId pinned = AddHandle(std::move(pin));
+    std::string path = PathOf(ino);
+    lock.unlock();
+    Result<gpufs_ipc_info> info = Error(ENODATA, "");
+    {
+      std::shared_lock io(blob->io_mu);
+      rec = blob->rec;
+      if (rec.state != BlobState::kSealed || rec.device == "host") {
+        info = Error(ENODATA, path + " has no IPC handle: it is " +
+                                  (rec.device == "host" ? "in host memory" : "not sealed"));
+      } else {
+        info = Export(rec);
+      }
+    }
+    Status released = Release(pinned);
+    if (!released.ok()) GPUFS_LOG(WARN) << "getxattr " << path << ": " << released.ToString();
+    GPUFS_RETURN_IF_ERROR(info.status());
+    return IpcInfoBytes(*info);
+  }
+  auto value = catalog_->GetXattr(ino, name);
+  if (!value.ok() && value.status().code() == ENODATA) {
+    return Error(ENODATA, PathOf(ino) + " has no attribute " + std::string(name));
+  }
+  return value;
+}
+
+Status Namespace::SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags) {
+  if (IsControl(ino)) return Error(EPERM, "/.gpufs is read-only");
+  if (!name.starts_with(xattr::kUserPrefix)) {
+    return Error(EOPNOTSUPP, "gpufs keeps only user.* attributes, not " + std::string(name));
+  }
+  if (name == xattr::kDevice) {
+    if (flags & XATTR_CREATE) return Error(EEXIST, std::string(name) + " always exists");
+    return Migrate(ino, std::string(value));
+  }
+  std::lock_guard lock(mu_);
+  GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
+  std::string path = PathOf(ino);
+  bool object = entry.kind == EntryKind::kObject;
+  if (name == xattr::kMeta || name == xattr::kIpcHandle) {
+    return Error(EPERM, std::string(name) + " is read-only");
+  }
+  if (name == xattr::kType) {
+    if (!object) {
+      return Error(EINVAL, std::string(name) +
+                               " applies to objects (directories); describe a "
+                               "blob with user.gpufs.dtype and shape");
+    }
+    if (value.empty()) return Error(EINVAL, "empty typename");
+  } else if (name == xattr::kDtype || name == xattr::kShape) {
+    if (object) return Error(EINVAL, std::string(name) + " applies to blobs (files)");
+    if (name == xattr::kDtype) {
+      GPUFS_RETURN_IF_ERROR(proto::CheckDtype(value));
+    } else {
+      GPUFS_RETURN_IF_ERROR(proto::ParseShape(value).status());
+    }
+  } else if (name.starts_with(xattr::kGpufsPrefix)) {
+    return Error(EINVAL, "unknown gpufs attribute " + std::string(name) +
+                             " (user.gpufs.* is reserved; any other user.* name is a field)");
+  }
+  Status set = catalog_->SetXattr(ino, name, value, flags);
+  if (!set.ok()) return set.Prepend(path);
+  entry.ctime_ns = Now();
+  return catalog_->UpdateEntryAttrs(entry);
+}
+
+Result<std::vector<std::string>> Namespace::ListXattr(uint64_t ino) {
+  if (IsControl(ino)) return std::vector<std::string>{};
+  std::lock_guard lock(mu_);
+  GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
+  std::vector<std::string> names = {std::string(xattr::kDevice), std::string(xattr::kMeta)};
+  if (entry.kind == EntryKind::kBlob) {
+    GPUFS_ASSIGN_OR_RETURN(Blob rec, catalog_->GetBlob(entry.blob));
+    if (rec.state == BlobState::kSealed && rec.device != "host") {
+      names.emplace_back(xattr::kIpcHandle);
+    }
+  }
+  GPUFS_ASSIGN_OR_RETURN(auto stored, catalog_->ListXattrs(ino));
+  for (auto& name : stored) {
+    if (name != xattr::kDevice) names.push_back(std::move(name));
+  }
+  return names;
+}
+
+Status Namespace::RemoveXattr(uint64_t ino, std::string_view name) {
+  if (IsControl(ino)) return Error(EPERM, "/.gpufs is read-only");
+  if (!name.starts_with(xattr::kUserPrefix)) {
+    return Error(ENODATA, "no attribute " + std::string(name));
+  }
+  std::lock_guard lock(mu_);
+  GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
+  if (name == xattr::kMeta || name == xattr::kIpcHandle ||
+      (name == xattr::kDevice && entry.kind == EntryKind::kBlob)) {
+    return Error(EPERM, std::string(name) + " cannot be removed");
+  }
+  Status removed = catalog_->RemoveXattr(ino, name);
+  if (!removed.ok()) return removed.Prepend(PathOf(ino));
+  entry.ctime_ns = Now();
+  return catalog_->UpdateEntryAttrs(entry);
+}
+
+Result<std::string> Namespace::MetaJson(const Entry& entry) {
+  MetaSource source;
+  source.entry = [this](EntryId id) { return catalog_->GetEntry(id); };
+  source.children = [this](EntryId id, EntryId after, size_t limit) {
+    return catalog_->ListChildren(id, after, limit);
+  };
+  source.xattrs = [this](EntryId id) -> Result<std::vector<std::pair<std::string, std::string>>> {
+    GPUFS_ASSIGN_OR_RETURN(auto names, catalog_->ListXattrs(id));
+    std::vector<std::pair<std::string, std::string>> out;
+    for (auto& name : names) {
+      GPUFS_ASSIGN_OR_RETURN(std::string value, catalog_->GetXattr(id, name));
+      out.emplace_back(std::move(name), std::move(value));
+    }
+    return out;
+  };
+  source.blob = [this](BlobId id) -> Result<Blob> {
+    GPUFS_ASSIGN_OR_RETURN(Blob blob, catalog_->GetBlob(id));
+    if (auto it = active_.find(id); it != active_.end()) blob.size = it->second->size.load();
+    return blob;
+  };
+  source.device_of_object = [this](EntryId id) { return DeviceFor(id); };
+  return BuildMetaJson(source, entry);
+}
+
+}  // namespace gpufs

@@ -1,0 +1,71 @@
+// The ONE option parser of the gpufs daemon, shared by `gpufs mount` (which
+// execs gpufsd with its arguments), `gpufsd` itself and `mount.gpufs` (which
+// mount(8) runs as `mount.gpufs SOURCE DIR [-sfnv] [-o OPTIONS]`).
+//
+//   gpufsd MOUNTPOINT [--state DIR] [--store auto|gpu|host] [--devices 0,1]
+//          [--capacity SIZE] [-f|--foreground] [-d|--debug] [-o OPTIONS]
+//          [--ready-fd FD]
+//
+// -o takes comma-separated options: gpufs's own (state=, store=, devices=
+// with ':' between ordinals, capacity=, foreground, debug), fstab-only words
+// (defaults, noauto, ...: dropped), allow_other / noallow_other, and the rest
+// for FUSE. -d/--debug (or -o debug) traces every FUSE request and implies
+// the foreground, as in sshfs. allow_other is on by default for root (a
+// root-run mount serves every user, which is what a node-wide daemon is
+// for); -o noallow_other turns it off.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "util/status.h"
+
+namespace gpufs {
+
+struct MountConfig {
+  std::string mountpoint;
+  std::string state_dir;  // empty: DefaultStateDir()
+  std::string store = "auto";
+  std::vector<int> devices;
+  std::optional<uint64_t> capacity;
+  bool foreground = false;
+  bool debug = false;                // implies foreground
+  std::optional<bool> allow_other;   // unset: on for root, off otherwise
+  int ready_fd = -1;                 // written "ready\n" and closed once mounted
+  std::vector<std::string> fuse_options;
+};
+
+// $XDG_STATE_HOME/gpufs, /var/lib/gpufs for root, else ~/.local/state/gpufs.
+std::string DefaultStateDir();
+
+// Parses "-o" style options into `config` (see the file comment). EINVAL
+// for a malformed value.
+Status ApplyMountOptions(const std::string& options, MountConfig* config);
+
+enum class ArgStyle {
+  kDaemon,       // gpufsd / gpufs mount
+  kMountHelper,  // mount.gpufs: SOURCE DIR, and -f means mount -f (pretend)
+};
+
+struct ParsedArgs {
+  MountConfig config;
+  bool help = false;  // -h/--help: print Usage() and exit 0
+  bool fake = false;  // mount.gpufs -f: do nothing, successfully
+};
+
+// Parses argv[1..]. EINVAL (a usage error) with a message naming the
+// offending argument.
+Result<ParsedArgs> ParseMountArgs(int argc, const char* const* argv, ArgStyle style);
+std::string Usage(ArgStyle style);
+
+// Exit statuses. gpufsd / gpufs mount: 0 mounted, 1 the mount failed, 2 a
+// usage error. mount.gpufs follows mount(8): 1 for a usage error, 32 for a
+// failed mount.
+inline constexpr int kExitMountFailed = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitHelperUsage = 1;
+inline constexpr int kExitHelperMountFailed = 32;
+
+}  // namespace gpufs

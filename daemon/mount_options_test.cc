@@ -1,0 +1,73 @@
+#include "daemon/mount_options.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <vector>
+
+namespace gpufs {
+namespace {
+
+Result<ParsedArgs> Parse(std::vector<const char*> args, ArgStyle style = ArgStyle::kDaemon) {
+  args.insert(args.begin(), "gpufsd");
+  return ParseMountArgs(static_cast<int>(args.size()), args.data(), style);
+}
+
+TEST(MountOptions, DaemonArguments) {
+  auto p = Parse({"/gpu", "--state", "/s", "--store=host", "--devices", "0,2", "--capacity",
+                  "4G", "-o", "ro,noallow_other,defaults", "-oallow_other"});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->config.mountpoint, "/gpu");
+  EXPECT_EQ(p->config.state_dir, "/s");
+  EXPECT_EQ(p->config.store, "host");
+  EXPECT_EQ(p->config.devices, (std::vector<int>{0, 2}));
+  EXPECT_EQ(*p->config.capacity, 4ull << 30);
+  EXPECT_EQ(p->config.fuse_options, (std::vector<std::string>{"ro"}));
+  EXPECT_EQ(p->config.allow_other, std::optional<bool>(true));  // the last word wins
+  EXPECT_FALSE(p->config.foreground);
+}
+
+TEST(MountOptions, DebugImpliesForeground) {
+  for (auto args : {std::vector<const char*>{"/gpu", "-d"}, {"/gpu", "--debug"},
+                    {"/gpu", "-o", "debug"}}) {
+    auto p = Parse(args);
+    ASSERT_TRUE(p.ok());
+    EXPECT_TRUE(p->config.debug);
+    EXPECT_TRUE(p->config.foreground);
+  }
+}
+
+TEST(MountOptions, NoallowOther) {
+  auto p = Parse({"/gpu", "-o", "noallow_other"});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->config.allow_other, std::optional<bool>(false));
+  EXPECT_FALSE(Parse({"/gpu"})->config.allow_other.has_value());  // default: root's choice
+}
+
+TEST(MountOptions, UsageErrors) {
+  EXPECT_EQ(Parse({}).status().code(), EINVAL);                         // no mount point
+  EXPECT_EQ(Parse({"/a", "/b"}).status().code(), EINVAL);               // two
+  EXPECT_EQ(Parse({"/gpu", "--bogus"}).status().code(), EINVAL);
+  EXPECT_EQ(Parse({"/gpu", "--store", "disk"}).status().code(), EINVAL);
+  EXPECT_EQ(Parse({"/gpu", "--capacity", "lots"}).status().code(), EINVAL);
+  EXPECT_EQ(Parse({"/gpu", "--devices", "0,x"}).status().code(), EINVAL);
+  EXPECT_EQ(Parse({"/gpu", "--state"}).status().code(), EINVAL);  // value missing
+  EXPECT_TRUE(Parse({"--help"})->help);
+}
+
+TEST(MountOptions, MountHelperArguments) {
+  auto p = Parse({"gpufs", "/gpu", "-o", "state=/s,store=host,capacity=1G,devices=0:1", "-n"},
+                 ArgStyle::kMountHelper);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->config.mountpoint, "/gpu");
+  EXPECT_EQ(p->config.state_dir, "/s");
+  EXPECT_EQ(p->config.devices, (std::vector<int>{0, 1}));
+  EXPECT_FALSE(p->fake);
+  EXPECT_TRUE(Parse({"gpufs", "/gpu", "-f"}, ArgStyle::kMountHelper)->fake);  // mount -f
+  EXPECT_EQ(Parse({"/gpu"}, ArgStyle::kMountHelper).status().code(), EINVAL);
+  EXPECT_EQ(Parse({"gpufs", "/gpu", "--state", "/s"}, ArgStyle::kMountHelper).status().code(),
+            EINVAL);
+}
+
+}  // namespace
+}  // namespace gpufs
