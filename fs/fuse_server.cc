@@ -25,6 +25,7 @@
 #include <memory>
 #include <vector>
 
+#include "fs/fuse_takeover.h"
 #include "gpufs/uapi.h"
 #include "util/log.h"
 
@@ -34,7 +35,44 @@ namespace {
 constexpr double kAttrTimeout = 1.0;
 constexpr uint32_t kMaxIo = 1u << 20;  // the largest read/write the kernel sends (256 pages)
 
-Namespace& Ns(fuse_req_t req) { return *static_cast<Namespace*>(fuse_req_userdata(req)); }
+// The session's userdata.
+struct Server {
+  Namespace* ns;
+  takeover::WorkerLink* link;
+};
+
+Namespace& Ns(fuse_req_t req) { return *static_cast<Server*>(fuse_req_userdata(req))->ns; }
+takeover::WorkerLink& Link(fuse_req_t req) {
+  return *static_cast<Server*>(fuse_req_userdata(req))->link;
+}
+
+// --- takeover (docs/TAKEOVER.md) ---------------------------------------------
+// The supervisor learns of each handle before the kernel does (the reply), so
+// a new worker adopts exactly the handles the kernel holds.
+void RecordOpen(fuse_req_t req, const OpenResult& opened, int flags) {
+  takeover::HandleRecord rec;
+  rec.fh = opened.handle;
+  rec.entry = opened.attr.ino;
+  rec.blob = opened.blob;
+  rec.unique = ThisRequest().unique;
+  rec.flags = (opened.blob == 0 ? takeover::kHandleStats : 0) |
+              ((flags & O_ACCMODE) != O_RDONLY ? takeover::kHandleWritable : 0) |
+              ((flags & O_APPEND) ? takeover::kHandleAppend : 0);
+  rec.pid = static_cast<uint32_t>(fuse_req_ctx(req)->pid);
+  Link(req).HandleOpened(rec);
+}
+
+// A re-sent OPEN/CREATE that the dead worker had carried out: the handle it
+// recorded for that very request, so the kernel gets one handle, not two.
+const takeover::HandleRecord* RecordedOpen(fuse_req_t req) {
+  return ThisRequest().resent ? Link(req).HandleOpenedBy(ThisRequest().unique) : nullptr;
+}
+
+// A re-sent request that fails with `code` may have failed only because the
+// dead worker had already carried it out (mkdir: EEXIST, unlink: ENOENT...).
+bool DoneBefore(const Status& status, int code) {
+  return ThisRequest().resent && status.code() == code;
+}
 
 Caller CallerOf(fuse_req_t req) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
@@ -149,7 +187,9 @@ void OnSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* st, int to_set, fuse
 }
 
 void OnMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
-  ReplyEntry(req, "mkdir", Ns(req).Mkdir(CallerOf(req), parent, name, mode));
+  auto made = Ns(req).Mkdir(CallerOf(req), parent, name, mode);
+  if (!made.ok() && DoneBefore(made.status(), EEXIST)) made = Ns(req).Lookup(parent, name);
+  ReplyEntry(req, "mkdir", made);
 }
 
 void OnMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t) {
@@ -160,6 +200,9 @@ void OnMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, d
               std::string(name) + ": gpufs holds objects (directories) and blobs (files) only"));
   }
   auto created = Ns(req).Create(CallerOf(req), parent, name, mode, O_RDONLY);
+  if (!created.ok() && DoneBefore(created.status(), EEXIST)) {
+    return ReplyEntry(req, "mknod", Ns(req).Lookup(parent, name));
+  }
   if (!created.ok()) return ReplyError(req, "mknod", created.status());
   Status released = Ns(req).Release(created->handle);  // seals the empty blob
   if (!released.ok()) return ReplyError(req, "mknod", released);
@@ -178,45 +221,67 @@ void OnLink(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { OnUnsupported
 
 void OnRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Status status = Ns(req).Rmdir(parent, name);
-  if (!status.ok()) return ReplyError(req, "rmdir", status);
+  if (!status.ok() && !DoneBefore(status, ENOENT)) return ReplyError(req, "rmdir", status);
   fuse_reply_err(req, 0);
 }
 
 void OnUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Status status = Ns(req).Unlink(parent, name);
-  if (!status.ok()) return ReplyError(req, "unlink", status);
+  if (!status.ok() && !DoneBefore(status, ENOENT)) return ReplyError(req, "unlink", status);
   fuse_reply_err(req, 0);
 }
 
 void OnRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
               const char* new_name, unsigned flags) {
   Status status = Ns(req).Rename(parent, name, new_parent, new_name, flags);
-  if (!status.ok()) return ReplyError(req, "rename", status);
+  bool done = DoneBefore(status, ENOENT) && Ns(req).Lookup(new_parent, new_name).ok();
+  if (!status.ok() && !done) return ReplyError(req, "rename", status);
   fuse_reply_err(req, 0);
+}
+
+// Releases a handle the kernel never got (the opener was interrupted).
+void Unopen(fuse_req_t req, HandleId handle) {
+  Status ignored = Ns(req).Release(handle);
+  (void)ignored;
+  Link(req).HandleClosed(handle);
 }
 
 void OnCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
               fuse_file_info* fi) {
+  fi->direct_io = 1;
+  if (const takeover::HandleRecord* rec = RecordedOpen(req)) {
+    auto attr = Ns(req).GetAttr(rec->entry);
+    if (!attr.ok()) return ReplyError(req, "create", attr.status());
+    fi->fh = rec->fh;
+    fuse_entry_param e = ToEntry(*attr);
+    fuse_reply_create(req, &e, fi);
+    return;
+  }
   auto opened = Ns(req).Create(CallerOf(req), parent, name, mode, fi->flags);
+  if (!opened.ok() && DoneBefore(opened.status(), EEXIST)) {
+    // Created by the dead worker before it recorded a handle: open it.
+    auto attr = Ns(req).Lookup(parent, name);
+    if (attr.ok()) opened = Ns(req).Open(CallerOf(req), attr->ino, fi->flags & ~O_EXCL);
+  }
   if (!opened.ok()) return ReplyError(req, "create", opened.status());
   fi->fh = opened->handle;
-  fi->direct_io = 1;
+  RecordOpen(req, *opened, fi->flags);
   fuse_entry_param e = ToEntry(opened->attr);
-  if (fuse_reply_create(req, &e, fi) != 0) {
-    Status ignored = Ns(req).Release(opened->handle);  // the opener was interrupted
-    (void)ignored;
-  }
+  if (fuse_reply_create(req, &e, fi) != 0) Unopen(req, opened->handle);
 }
 
 void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  fi->direct_io = 1;
+  if (const takeover::HandleRecord* rec = RecordedOpen(req)) {
+    fi->fh = rec->fh;
+    fuse_reply_open(req, fi);
+    return;
+  }
   auto opened = Ns(req).Open(CallerOf(req), ino, fi->flags);
   if (!opened.ok()) return ReplyError(req, "open", opened.status());
   fi->fh = opened->handle;
-  fi->direct_io = 1;
-  if (fuse_reply_open(req, fi) != 0) {
-    Status ignored = Ns(req).Release(opened->handle);
-    (void)ignored;
-  }
+  RecordOpen(req, *opened, fi->flags);
+  if (fuse_reply_open(req, fi) != 0) Unopen(req, opened->handle);
 }
 
 void OnRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
@@ -256,6 +321,7 @@ void OnRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   Status status = Ns(req).Release(fi->fh);
   // The core already logged what a failed release did (discarding a blob).
   if (!status.ok()) LogFailure("release", status, true);
+  Link(req).HandleClosed(fi->fh);
   fuse_reply_err(req, 0);  // the kernel ignores release errors; the log has it
 }
 
@@ -361,6 +427,7 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
       }
       auto info = Ns(req).MapHandle(handle);
       if (!info.ok()) return ReplyError(req, "ioctl MAP", info.status());
+      Link(req).HandleMapped(handle);
       fuse_reply_ioctl(req, 0, &*info, sizeof *info);
       return;
     }
@@ -373,6 +440,7 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
       std::memcpy(&alloc, in_buf, sizeof alloc);
       auto info = Ns(req).AllocDevice(handle, alloc.size);
       if (!info.ok()) return ReplyError(req, "ioctl ALLOC", info.status());
+      Link(req).HandleMapped(handle);
       alloc.info = *info;
       fuse_reply_ioctl(req, 0, &alloc, sizeof alloc);
       return;
@@ -428,47 +496,35 @@ fuse_lowlevel_ops MakeOps() {
 
 }  // namespace
 
-Status ServeFuse(Namespace& ns, const FuseOptions& options,
-                 const std::function<void()>& on_mounted) {
+int ServeFuse(Namespace& ns, takeover::WorkerLink& link, const FuseOptions& options,
+              const std::function<void()>& on_ready) {
   std::vector<std::string> argv_store = {"gpufs"};
-  std::string mount_opts = "fsname=gpufs,subtype=gpufs,default_permissions";
-  argv_store.push_back("-o");
-  argv_store.push_back(mount_opts);
-  for (const auto& opt : options.options) {
-    argv_store.push_back("-o");
-    argv_store.push_back(opt);
-  }
   if (options.debug) argv_store.push_back("-d");
   std::vector<char*> argv;
   for (auto& s : argv_store) argv.push_back(s.data());
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
-
   fuse_lowlevel_ops ops = MakeOps();
-  fuse_session* se = fuse_session_new(&args, &ops, sizeof ops, &ns);
+  static Server server;  // outlives the loop threads, which may outlive this call
+  server = Server{&ns, &link};
+  fuse_session* se = fuse_session_new(&args, &ops, sizeof ops, &server);
   fuse_opt_free_args(&args);
-  if (se == nullptr) return Error(EINVAL, "fuse_session_new failed (bad -o option?)");
-  std::unique_ptr<fuse_session, void (*)(fuse_session*)> session(se, fuse_session_destroy);
-  if (fuse_set_signal_handlers(se) != 0) return Error(EIO, "cannot install signal handlers");
-  if (fuse_session_mount(se, options.mountpoint.c_str()) != 0) {
-    fuse_remove_signal_handlers(se);
-    return Error(EIO, "cannot mount at " + options.mountpoint + " (see the message above)");
+  if (se == nullptr) {
+    GPUFS_LOG(ERROR) << "fuse_session_new failed";
+    return 1;
   }
-  GPUFS_LOG(INFO) << "mounted at " << options.mountpoint;
-  if (on_mounted) on_mounted();
-
-  fuse_loop_config* config = fuse_loop_cfg_create();
-  fuse_loop_cfg_set_max_threads(config, static_cast<unsigned>(options.max_threads));
-  fuse_loop_cfg_set_idle_threads(config, 8);
-  int rc = fuse_session_loop_mt(se, config);
-  fuse_loop_cfg_destroy(config);
-
-  fuse_session_unmount(se);
-  fuse_remove_signal_handlers(se);
-  GPUFS_LOG(INFO) << "unmounted " << options.mountpoint;
-  if (rc != 0 && rc != SIGINT && rc != SIGTERM && rc != SIGHUP) {
-    return Error(EIO, "FUSE loop ended with " + std::to_string(rc));
+  // libfuse takes "/dev/fd/N" as an fd already mounted by someone else (the
+  // supervisor); it then never unmounts.
+  std::string dev = "/dev/fd/" + std::to_string(link.fuse_fd());
+  if (fuse_session_mount(se, dev.c_str()) != 0) {
+    GPUFS_LOG(ERROR) << "cannot use the FUSE connection " << dev;
+    return 1;
   }
-  return Status::Ok();
+  int rc = ServeTakeover(se, link, options.threads, on_ready);
+  if (rc == 0) {
+    GPUFS_LOG(INFO) << "unmounted";
+    fuse_session_destroy(se);
+  }
+  return rc;
 }
 
 }  // namespace gpufs

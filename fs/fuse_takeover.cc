@@ -5,6 +5,7 @@
 #include <fuse_lowlevel.h>
 #include <linux/fuse.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -159,8 +160,26 @@ class Loop {
     return consumed;
   }
 
+  // The request buffer, mapped and faulted in before the first read. The
+  // kernel copies a request into it (and a reply out of it) with
+  // get_user_pages, whose slow path fails when a fatal signal is pending: a
+  // worker killed during the copy would end that request with EIO, which no
+  // resend can undo. Pages already present take the fast path, which does not
+  // look at signals. libfuse uses a caller's buffer as is (3.14: it reads up
+  // to its bufsize, at most 256 pages and a 4 KiB header).
+  static void* PrefaultedBuffer() {
+    size_t size = 256 * static_cast<size_t>(sysconf(_SC_PAGESIZE)) + 4096;
+    void* mem = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (mem == MAP_FAILED) return nullptr;  // libfuse mallocs its own
+    ::mlock(mem, size);  // best effort: keeps the pages present
+    return mem;
+  }
+
   void Work() {
     fuse_buf buf{};
+    buf.mem = PrefaultedBuffer();
+    bool mapped = buf.mem != nullptr;
     for (;;) {
       int res = fuse_session_receive_buf(se_, &buf);
       if (res == -EINTR) continue;
@@ -190,7 +209,11 @@ class Loop {
       std::lock_guard<std::mutex> lock(mu_);
       if (--busy_ == 0 && stopping_) cv_.notify_all();
     }
-    free(buf.mem);
+    if (mapped) {
+      ::munmap(buf.mem, 256 * static_cast<size_t>(sysconf(_SC_PAGESIZE)) + 4096);
+    } else {
+      free(buf.mem);
+    }
     std::lock_guard<std::mutex> lock(mu_);
     ++ended_;
     cv_.notify_all();

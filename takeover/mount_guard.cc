@@ -7,7 +7,14 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <sstream>
 #include <filesystem>
 
 #include "util/log.h"
@@ -21,6 +28,68 @@ Status MakeStateDir(const std::string& dir) {
   return Status::Ok();
 }
 
+namespace {
+
+// True if process `pid` has SIGKILL pending (/proc/PID/status: a kill -9
+// it has not acted on yet).
+bool KillPending(pid_t pid) {
+  std::string path = "/proc/" + std::to_string(pid) + "/status";
+  FILE* f = std::fopen(path.c_str(), "re");
+  if (f == nullptr) return false;
+  char line[256];
+  bool pending = false;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long long mask = 0;
+    if (std::sscanf(line, "SigPnd: %llx", &mask) == 1 ||
+        std::sscanf(line, "ShdPnd: %llx", &mask) == 1) {
+      if (mask & (1ull << (SIGKILL - 1))) pending = true;
+    }
+  }
+  std::fclose(f);
+  return pending;
+}
+
+// True if process `pid` is on its way out (PF_EXITING in /proc/PID/stat's
+// flags, a zombie, or SIGKILL pending): a daemon just killed with -9.
+bool IsExiting(pid_t pid) {
+  if (KillPending(pid)) return true;
+  std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  FILE* f = std::fopen(path.c_str(), "re");
+  if (f == nullptr) return true;  // gone already
+  char buf[1024] = {};
+  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  std::string stat(buf, n);
+  // Fields after the command (which may hold spaces): state ppid pgrp session
+  // tty_nr tpgid flags ...
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos) return false;
+  std::istringstream rest(stat.substr(close + 1));
+  std::string state;
+  long skip = 0;
+  unsigned long flags = 0;
+  rest >> state >> skip >> skip >> skip >> skip >> skip >> flags;
+  constexpr unsigned long kPfExiting = 0x4;
+  return state == "Z" || state == "X" || (flags & kPfExiting) != 0;
+}
+
+// Waits (at most `limit`) for process `pid` to be gone, on a pidfd: no polling.
+bool WaitGone(pid_t pid, std::chrono::milliseconds limit) {
+  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) return errno == ESRCH;
+  pollfd p{pidfd, POLLIN, 0};
+  int r;
+  do {
+    r = ::poll(&p, 1, static_cast<int>(limit.count()));
+  } while (r < 0 && errno == EINTR);
+  ::close(pidfd);
+  return r > 0;
+}
+
+}  // namespace
+
+// A holder that is exiting (killed with -9 just now) is waited for, for a
+// bounded time, instead of refusing: a remount right after kill -9 works.
 Result<UniqueFd> LockState(const std::string& dir) {
   std::string path = dir + "/lock";
   UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
@@ -29,8 +98,18 @@ Result<UniqueFd> LockState(const std::string& dir) {
     char pid[32] = {};
     ssize_t n = ::pread(fd.get(), pid, sizeof pid - 1, 0);
     (void)n;
-    return Error(EBUSY, "state directory " + dir + " is in use by another gpufs daemon (pid " +
-                            std::string(pid) + ")");
+    pid_t holder = static_cast<pid_t>(std::atol(pid));
+    bool locked = false;
+    if (holder > 0 && IsExiting(holder)) {
+      GPUFS_LOG(INFO) << "state directory " << dir << ": waiting for the previous daemon (pid "
+                      << holder << ") to finish exiting";
+      constexpr std::chrono::seconds kExitWait(10);
+      locked = WaitGone(holder, kExitWait) && ::flock(fd.get(), LOCK_EX | LOCK_NB) == 0;
+    }
+    if (!locked) {
+      return Error(EBUSY, "state directory " + dir + " is in use by another gpufs daemon (pid " +
+                              std::string(pid) + ")");
+    }
   }
   std::string me = std::to_string(getpid());
   if (::ftruncate(fd.get(), 0) != 0 || ::pwrite(fd.get(), me.data(), me.size(), 0) < 0) {

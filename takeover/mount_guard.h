@@ -12,6 +12,8 @@ namespace gpufs {
 Status MakeStateDir(const std::string& dir);
 // One daemon per state directory: two would share a catalog and host files.
 // The lock lives as long as the returned fd; the file holds the holder's pid.
+// A holder that is exiting (killed with -9 just now) is waited for, for a
+// bounded time, so a remount right after a kill works.
 Result<UniqueFd> LockState(const std::string& dir);
 // A mount whose server died ("Transport endpoint is not connected") is taken
 // away so a new one can take its place; a live FUSE mount is EBUSY.

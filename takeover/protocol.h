@@ -5,11 +5,12 @@
 //
 // Conversation (see docs/TAKEOVER.md):
 //   supervisor -> worker, once at start ("handover"):
-//     kHello, [kInit], kHandles*, kBlobs*, kHelloDone
+//     kHello, [kInit], kHandles*, kSizes*, kBlobs*, kHelloDone
 //   worker -> supervisor, for as long as it lives:
 //     kInit / kInitAnswered  the kernel's raw FUSE_INIT, before and after it is answered
-//     kHandleOpen/Update/Close  every open file handle, sent before the kernel
-//                               gets the reply that names it
+//     kHandleOpen/Close  every open file handle, sent before the kernel gets
+//                        the reply that names it; kHandleUpdate adds flags (mapped)
+//     kBlobSize  the live size of an unsealed blob (before the write's reply)
 //     kBlobAdd (+1 fd) / kBlobFree  blobs whose memory lives in an fd (GPU VMM)
 //     kReady     serving (after the INIT replay and the NOTIFY_RESEND)
 //     kFailed    a start-up error, as text, before exiting
@@ -43,6 +44,8 @@ enum class MsgType : uint32_t {
   kBlobAdd = 11,
   kBlobFree = 12,
   kFailed = 13,
+  kBlobSize = 14,
+  kSizes = 15,
 };
 
 // HandleRecord::flags
@@ -70,6 +73,14 @@ struct Hello {
   uint32_t init_answered = 0;  // 1: the INIT that follows was answered by a previous worker
   uint64_t handles = 0;        // records in the kHandles messages that follow
   uint64_t blobs = 0;          // fds in the kBlobs messages that follow
+  uint64_t sizes = 0;          // BlobSize records in the kSizes messages that follow
+};
+
+// The size an unsealed blob has reached (its writer may still be writing).
+// Kept while a handle holds the blob.
+struct BlobSize {
+  uint64_t blob = 0;
+  uint64_t size = 0;
 };
 
 struct Message {

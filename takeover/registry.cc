@@ -16,16 +16,33 @@ Status Registry::Apply(Message m) {
       if (!init_) return Error(EPROTO, "INIT answered before it was recorded");
       init_answered_ = true;
       return Status::Ok();
-    case MsgType::kHandleOpen:
-    case MsgType::kHandleUpdate: {
+    case MsgType::kHandleUpdate: {  // flags to add to a recorded handle
+      GPUFS_ASSIGN_OR_RETURN(HandleRecord rec, As<HandleRecord>(m));
+      if (auto it = handles_.find(rec.fh); it != handles_.end()) it->second.flags |= rec.flags;
+      return Status::Ok();
+    }
+    case MsgType::kHandleOpen: {
       GPUFS_ASSIGN_OR_RETURN(HandleRecord rec, As<HandleRecord>(m));
       if (rec.fh == 0) return Error(EPROTO, "handle 0");
-      handles_[rec.fh] = rec;
+      auto [it, added] = handles_.try_emplace(rec.fh, rec);
+      if (!added) {
+        Release(it->second.blob);
+        it->second = rec;
+      }
+      if (rec.blob != 0) holders_[rec.blob]++;
       return Status::Ok();
     }
     case MsgType::kHandleClose: {
       GPUFS_ASSIGN_OR_RETURN(uint64_t fh, As<uint64_t>(m));
-      handles_.erase(fh);
+      if (auto it = handles_.find(fh); it != handles_.end()) {
+        Release(it->second.blob);
+        handles_.erase(it);
+      }
+      return Status::Ok();
+    }
+    case MsgType::kBlobSize: {
+      GPUFS_ASSIGN_OR_RETURN(BlobSize bs, As<BlobSize>(m));
+      if (holders_.contains(bs.blob)) sizes_[bs.blob] = bs.size;
       return Status::Ok();
     }
     case MsgType::kBlobAdd: {
@@ -48,6 +65,18 @@ Status Registry::Apply(Message m) {
   }
 }
 
+void Registry::Release(uint64_t blob) {
+  auto it = holders_.find(blob);
+  if (it == holders_.end() || --it->second > 0) return;
+  holders_.erase(it);
+  sizes_.erase(blob);
+}
+
+uint64_t Registry::blob_size(uint64_t blob) const {
+  auto it = sizes_.find(blob);
+  return it == sizes_.end() ? 0 : it->second;
+}
+
 int Registry::blob_fd(uint64_t blob) const {
   auto it = blobs_.find(blob);
   return it == blobs_.end() ? -1 : it->second.get();
@@ -61,6 +90,7 @@ Status Registry::SendHandover(int fd, uint32_t generation, int32_t supervisor_pi
   hello.init_answered = init_answered_ ? 1 : 0;
   hello.handles = handles_.size();
   hello.blobs = blobs_.size();
+  hello.sizes = sizes_.size();
   GPUFS_RETURN_IF_ERROR(Send(fd, MsgType::kHello, AsBytes(hello)));
   if (init_) GPUFS_RETURN_IF_ERROR(Send(fd, MsgType::kInit, std::as_bytes(std::span(*init_))));
   std::vector<HandleRecord> batch;
@@ -76,6 +106,13 @@ Status Registry::SendHandover(int fd, uint32_t generation, int32_t supervisor_pi
     if (batch.size() == kHandlesPerMessage) GPUFS_RETURN_IF_ERROR(flush_handles());
   }
   GPUFS_RETURN_IF_ERROR(flush_handles());
+  std::vector<BlobSize> size_batch;
+  for (const auto& [blob, size] : sizes_) size_batch.push_back({blob, size});
+  for (size_t at = 0; at < size_batch.size(); at += kMaxPayload / sizeof(BlobSize)) {
+    size_t n = std::min(size_batch.size() - at, kMaxPayload / sizeof(BlobSize));
+    GPUFS_RETURN_IF_ERROR(
+        Send(fd, MsgType::kSizes, std::as_bytes(std::span(size_batch.data() + at, n))));
+  }
   std::vector<uint64_t> ids;
   std::vector<int> fds;
   auto flush_blobs = [&]() -> Status {
@@ -113,6 +150,15 @@ Result<Handover> ReceiveHandover(int fd) {
         std::memcpy(h.handles.data() + at, m.payload.data(), m.payload.size());
         break;
       }
+      case MsgType::kSizes: {
+        if (m.payload.size() % sizeof(BlobSize) != 0) return Error(EPROTO, "bad size batch");
+        for (size_t at = 0; at < m.payload.size(); at += sizeof(BlobSize)) {
+          BlobSize bs;
+          std::memcpy(&bs, m.payload.data() + at, sizeof bs);
+          h.sizes[bs.blob] = bs.size;
+        }
+        break;
+      }
       case MsgType::kBlobs: {
         size_t n = m.payload.size() / sizeof(uint64_t);
         if (m.payload.size() % sizeof(uint64_t) != 0 || n != m.fds.size()) {
@@ -126,7 +172,8 @@ Result<Handover> ReceiveHandover(int fd) {
         break;
       }
       case MsgType::kHelloDone:
-        if (h.handles.size() != h.hello.handles || h.blob_fds.size() != h.hello.blobs) {
+        if (h.handles.size() != h.hello.handles || h.blob_fds.size() != h.hello.blobs ||
+            h.sizes.size() != h.hello.sizes) {
           return Error(EPROTO, "handover incomplete");
         }
         return h;

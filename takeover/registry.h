@@ -2,6 +2,8 @@
 // the messages the worker sends (takeover/protocol.h):
 // - the kernel's raw FUSE_INIT and whether it was answered;
 // - every open file handle (fh -> entry, blob, flags, pid, opening request);
+// - the live size of each unsealed blob a handle holds (a writer may write
+//   on after the takeover; the catalog learns the size only at seal);
 // - an fd for every live blob whose memory is not in a file (a GPU VMM
 //   allocation exported as a POSIX fd): holding it keeps the memory alive
 //   while no worker runs.
@@ -36,11 +38,17 @@ class Registry {
   const std::map<uint64_t, HandleRecord>& handle_records() const { return handles_; }
   // -1 when `blob` has no fd here.
   int blob_fd(uint64_t blob) const;
+  // 0 when unknown.
+  uint64_t blob_size(uint64_t blob) const;
 
  private:
+  void Release(uint64_t blob);  // one handle less holds `blob`
+
   std::optional<std::string> init_;
   bool init_answered_ = false;
   std::map<uint64_t, HandleRecord> handles_;
+  std::map<uint64_t, int> holders_;       // blob -> handles holding it
+  std::map<uint64_t, uint64_t> sizes_;    // blob -> live size, while held
   std::map<uint64_t, UniqueFd> blobs_;
 };
 
@@ -49,6 +57,7 @@ struct Handover {
   Hello hello;
   std::optional<std::string> init;  // the raw FUSE_INIT request, if one was read
   std::vector<HandleRecord> handles;
+  std::map<uint64_t, uint64_t> sizes;  // unsealed blob -> live size
   std::map<uint64_t, UniqueFd> blob_fds;
 };
 Result<Handover> ReceiveHandover(int fd);

@@ -101,6 +101,31 @@ TEST(RegistryTest, HandoverCarriesInitHandlesAndBlobFds) {
   EXPECT_EQ(ReadAll(reg.blob_fd(8)), "Eight");
 }
 
+TEST(RegistryTest, UnsealedSizesAreKeptWhileAHandleHoldsTheBlob) {
+  Registry reg;
+  Pair w1 = Channel();
+  HandleRecord a{.fh = 1, .entry = 2, .blob = 9, .flags = kHandleWritable};
+  HandleRecord b{.fh = 2, .entry = 2, .blob = 9};
+  SendApply(w1, reg, MsgType::kHandleOpen, AsBytes(a));
+  SendApply(w1, reg, MsgType::kHandleOpen, AsBytes(b));
+  BlobSize size{9, 4096};
+  SendApply(w1, reg, MsgType::kBlobSize, AsBytes(size));
+  BlobSize unheld{10, 1};  // no handle holds blob 10: nothing to keep
+  SendApply(w1, reg, MsgType::kBlobSize, AsBytes(unheld));
+  EXPECT_EQ(reg.blob_size(9), 4096u);
+  EXPECT_EQ(reg.blob_size(10), 0u);
+  Pair w2 = Channel();
+  ASSERT_TRUE(reg.SendHandover(w2.a.get(), 2, 1).ok());
+  auto h = ReceiveHandover(w2.b.get());
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_EQ(h->sizes.size(), 1u);
+  EXPECT_EQ(h->sizes[9], 4096u);
+  SendApply(w1, reg, MsgType::kHandleClose, AsBytes(a.fh));
+  EXPECT_EQ(reg.blob_size(9), 4096u);  // b still holds it
+  SendApply(w1, reg, MsgType::kHandleClose, AsBytes(b.fh));
+  EXPECT_EQ(reg.blob_size(9), 0u);
+}
+
 TEST(RegistryTest, MessagesQueuedBeforeTheWorkerDiedAreStillRead) {
   Registry reg;
   Pair w = Channel();

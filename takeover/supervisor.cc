@@ -257,6 +257,14 @@ class Supervisor {
   }
 
   void Report(const std::string& error) {
+    if (config_.ready_fd >= 0) {
+      if (error.empty()) {
+        ssize_t n = ::write(config_.ready_fd, "ready\n", 6);
+        (void)n;
+      }
+      ::close(config_.ready_fd);
+      config_.ready_fd = -1;
+    }
     if (config_.report_fd < 0) return;
     ssize_t n = error.empty() ? ::write(config_.report_fd, "", 1)
                               : ::write(config_.report_fd, error.data(), error.size());

@@ -27,6 +27,7 @@ struct SupervisorConfig {
   std::vector<std::string> fuse_options;  // -o words for the mount
   bool foreground = false;                // log to stderr, keep stdio
   int report_fd = -1;  // one zero byte once serving, or the error text; then closed
+  int ready_fd = -1;   // "ready\n" once serving; then closed
   std::vector<std::string> worker_argv;   // argv[0] is the worker binary's path
 };
 

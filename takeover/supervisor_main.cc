@@ -1,7 +1,7 @@
 // gpufs-supervisor: started by gpufsd (`gpufs mount`), not by users.
 //
 //   gpufs-supervisor --mountpoint DIR --state DIR [--foreground] [--report-fd N]
-//                    [-o OPTION]... -- WORKER [ARG]...
+//                    [--ready-fd N] [-o OPTION]... -- WORKER [ARG]...
 //
 // WORKER is started with the mount's /dev/fuse fd and a takeover channel
 // (takeover/supervisor.h); it is restarted whenever it dies.
@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
       config.state_dir = argv[++i];
     } else if (arg == "--report-fd" && has_value) {
       config.report_fd = std::atoi(argv[++i]);
+    } else if (arg == "--ready-fd" && has_value) {
+      config.ready_fd = std::atoi(argv[++i]);
     } else if (arg == "-o" && has_value) {
       config.fuse_options.push_back(argv[++i]);
     } else if (arg == "--foreground") {
@@ -47,6 +49,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (config.report_fd >= 0) ::fcntl(config.report_fd, F_SETFD, FD_CLOEXEC);
+  if (config.ready_fd >= 0) ::fcntl(config.ready_fd, F_SETFD, FD_CLOEXEC);
   if (!config.foreground) {
     std::string log_path = config.state_dir + "/gpufs.log";
     int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);

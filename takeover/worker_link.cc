@@ -58,10 +58,17 @@ void WorkerLink::Post(MsgType type, std::span<const std::byte> payload, std::spa
 void WorkerLink::RecordInit(std::span<const std::byte> raw) { Post(MsgType::kInit, raw); }
 void WorkerLink::InitAnswered() { Post(MsgType::kInitAnswered, {}); }
 void WorkerLink::HandleOpened(const HandleRecord& rec) { Post(MsgType::kHandleOpen, AsBytes(rec)); }
-void WorkerLink::HandleUpdated(const HandleRecord& rec) {
+void WorkerLink::HandleMapped(uint64_t fh) {
+  HandleRecord rec;
+  rec.fh = fh;
+  rec.flags = kHandleMapped;
   Post(MsgType::kHandleUpdate, AsBytes(rec));
 }
 void WorkerLink::HandleClosed(uint64_t fh) { Post(MsgType::kHandleClose, AsBytes(fh)); }
+void WorkerLink::BlobSizeChanged(uint64_t blob, uint64_t size) {
+  BlobSize bs{blob, size};
+  Post(MsgType::kBlobSize, AsBytes(bs));
+}
 void WorkerLink::BlobAdded(uint64_t blob, int fd) {
   Post(MsgType::kBlobAdd, AsBytes(blob), std::span(&fd, 1));
 }

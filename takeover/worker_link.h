@@ -41,8 +41,11 @@ class WorkerLink {
   void RecordInit(std::span<const std::byte> raw);
   void InitAnswered();
   void HandleOpened(const HandleRecord& rec);
-  void HandleUpdated(const HandleRecord& rec);
+  // The handle took an IPC handle (GPUFS_IOC_MAP/ALLOC).
+  void HandleMapped(uint64_t fh);
   void HandleClosed(uint64_t fh);
+  // Before the reply to a write that changed an unsealed blob's size.
+  void BlobSizeChanged(uint64_t blob, uint64_t size);
   // The supervisor keeps a duplicate of `fd` until BlobFreed(blob).
   void BlobAdded(uint64_t blob, int fd);
   void BlobFreed(uint64_t blob);
