@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <filesystem>
 
@@ -108,14 +109,33 @@ Result<UniqueFd> LockState(const std::string& dir) {
     }
     if (!locked) {
       return Error(EBUSY, "state directory " + dir + " is in use by another gpufs daemon (pid " +
-                              std::string(pid) + ")");
+                              std::to_string(holder) + ")");
     }
+  }
+  // The last supervisor's worker dies with it (PR_SET_PDEATHSIG) but may not
+  // be gone yet, and while it lives it still answers on the old mount.
+  char old[64] = {};
+  ssize_t n = ::pread(fd.get(), old, sizeof old - 1, 0);
+  long supervisor = 0, worker = 0;
+  if (n > 0 && std::sscanf(old, "%ld %ld", &supervisor, &worker) == 2 && worker > 0 &&
+      IsExiting(static_cast<pid_t>(worker))) {
+    GPUFS_LOG(INFO) << "state directory " << dir << ": waiting for the last worker (pid "
+                    << worker << ") to finish exiting";
+    WaitGone(static_cast<pid_t>(worker), std::chrono::seconds(10));
   }
   std::string me = std::to_string(getpid());
   if (::ftruncate(fd.get(), 0) != 0 || ::pwrite(fd.get(), me.data(), me.size(), 0) < 0) {
     return PosixError("write " + path, errno);
   }
   return fd;
+}
+
+void RecordWorker(int lock_fd, pid_t worker) {
+  std::string line = std::to_string(getpid()) + " " + std::to_string(worker);
+  if (::ftruncate(lock_fd, 0) != 0 || ::pwrite(lock_fd, line.data(), line.size(), 0) < 0) {
+    GPUFS_LOG(WARN) << "recording worker " << worker << " in the state lock: "
+                    << std::strerror(errno);
+  }
 }
 
 // statfs, unlike stat, always asks the server, so a dead one is never missed.

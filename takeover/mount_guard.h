@@ -2,6 +2,8 @@
 // single-instance lock, and the clean-up of a mount whose daemon died.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 
 #include "util/status.h"
@@ -15,6 +17,9 @@ Status MakeStateDir(const std::string& dir);
 // A holder that is exiting (killed with -9 just now) is waited for, for a
 // bounded time, so a remount right after a kill works.
 Result<UniqueFd> LockState(const std::string& dir);
+// Adds the worker's pid to the lock file ("SUPERVISOR WORKER"): if the
+// supervisor dies, the next LockState waits for that worker to be gone too.
+void RecordWorker(int lock_fd, pid_t worker);
 // A mount whose server died ("Transport endpoint is not connected") is taken
 // away so a new one can take its place; a live FUSE mount is EBUSY.
 Status ClearStaleMount(const std::string& mountpoint);

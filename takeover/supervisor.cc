@@ -146,6 +146,7 @@ class Supervisor {
     if (pid < 0) std::exit(Fail("fork: " + std::string(std::strerror(errno))));
     worker_ = pid;
     channel_ = std::move(pair->first);
+    RecordWorker(lock_.get(), pid);
     // A worker that dies during the handover shows up as SIGCHLD.
     Status sent = registry_.SendHandover(channel_.get(), generation_, me);
     if (!sent.ok()) GPUFS_LOG(WARN) << "handover to worker " << generation_ << ": " << sent.ToString();
@@ -181,7 +182,7 @@ class Supervisor {
     ready_ = true;
     early_deaths_ = 0;
     if (generation_ == 1) {
-      GPUFS_LOG(INFO) << "mounted " << config_.mountpoint << "; worker 1 (pid " << worker_
+      GPUFS_LOG(INFO) << "mounted at " << config_.mountpoint << "; worker 1 (pid " << worker_
                       << ") serving";
       Report("");
     } else {

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 
+#include "takeover/mount_guard.h"
 #include "takeover/supervisor.h"
 #include "util/log.h"
 
@@ -51,6 +52,8 @@ int main(int argc, char** argv) {
   if (config.report_fd >= 0) ::fcntl(config.report_fd, F_SETFD, FD_CLOEXEC);
   if (config.ready_fd >= 0) ::fcntl(config.ready_fd, F_SETFD, FD_CLOEXEC);
   if (!config.foreground) {
+    gpufs::Status made = gpufs::MakeStateDir(config.state_dir);  // where the log goes
+    if (!made.ok()) std::fprintf(stderr, "gpufs-supervisor: %s\n", made.ToString().c_str());
     std::string log_path = config.state_dir + "/gpufs.log";
     int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (log_fd >= 0) gpufs::log::SetFd(log_fd);

@@ -18,7 +18,7 @@ used_running=$(gpu_used)
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits > "$work/apps" || true
 touch "$work/stop"; wait
 cat "$work"/worker.*
-python3 - "$work" "$used_before" "$used_loaded" "$used_running" "$(cat "$mnt/../state/lock")" <<'PY'
+python3 - "$work" "$used_before" "$used_loaded" "$used_running" "$(cut -d' ' -f2 "$mnt/../state/lock")" <<'PY'
 import glob, json, sys
 work, before, loaded, running, daemon = sys.argv[1], *map(int, sys.argv[2:5]), sys.argv[5]
 workers = [json.loads(open(f).read().splitlines()[-1]) for f in sorted(glob.glob(work + "/worker.*"))]
