@@ -5,7 +5,15 @@
 #include <cstring>
 #include <utility>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
 #include "client/driver.h"
+#include "util/fd_protocol.h"
 
 namespace gpufs::client {
 namespace {
@@ -45,16 +53,22 @@ Status CheckRange(const Arena& arena, const struct gpufs_ipc_info& info) {
   return Status::Ok();
 }
 
+Status OpenVmm(const DriverApi& api, Arena* arena, const struct gpufs_ipc_info& info,
+               int member_fd);
+
 // Opens `arena` (key and device filled in): retains the primary context and
 // opens the IPC handle inside it. On failure nothing stays open.
-Status Open(const DriverApi& api, Arena* arena) {
+Status Open(const DriverApi& api, Arena* arena, const struct gpufs_ipc_info& info,
+            int member_fd) {
   CUresult r = api.DevicePrimaryCtxRetain(&arena->context, arena->device);
   if (r != CUDA_SUCCESS) return CudaError(api, "cuDevicePrimaryCtxRetain", r);
   Status status;
   {
     ScopedContext scope(api, arena->context);
     status = scope.status();
-    if (status.ok()) {
+    if (status.ok() && arena->key.vmm_blob != 0) {
+      status = OpenVmm(api, arena, info, member_fd);
+    } else if (status.ok()) {
       CUipcMemHandle handle;
       std::memcpy(&handle, arena->key.handle.data(), sizeof(handle));
       r = api.IpcOpenMemHandle(&arena->base, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
@@ -84,6 +98,77 @@ Status Open(const DriverApi& api, Arena* arena) {
   return status;
 }
 
+// The daemon's fd socket for the mount holding `member_fd`.
+Result<std::string> SocketPath(int member_fd) {
+  if (const char* env = std::getenv("GPUFS_SOCKET"); env != nullptr && *env != '\0') return std::string(env);
+  // One lookup per mount (by st_dev) and process; called under the cache's
+  // mutex, which guards `known` too.
+  static std::map<dev_t, std::string>* known = new std::map<dev_t, std::string>;
+  struct stat st;
+  if (::fstat(member_fd, &st) != 0) return PosixError("fstat", errno);
+  if (auto it = known->find(st.st_dev); it != known->end()) return it->second;
+  char path[256];
+  ssize_t n = ::fgetxattr(member_fd, GPUFS_XATTR_SOCKET, path, sizeof path - 1);
+  if (n <= 0) {
+    return Error(errno == ENODATA ? EPROTO : errno,
+                 "the member has no " GPUFS_XATTR_SOCKET " attribute (set $GPUFS_SOCKET to the "
+                 "daemon's fd socket)");
+  }
+  return (*known)[st.st_dev] = std::string(path, static_cast<size_t>(n));
+}
+
+CUmemAccessDesc Access(const Arena& arena, bool writable) {
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = arena.ordinal;
+  access.flags = writable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_READ;
+  return access;
+}
+
+// VMM: receives the blob's fd for info.token, imports and maps it inside the
+// primary context (already retained). On failure nothing stays mapped.
+Status OpenVmm(const DriverApi& api, Arena* arena, const struct gpufs_ipc_info& info,
+               int member_fd) {
+  GPUFS_ASSIGN_OR_RETURN(std::string socket, SocketPath(member_fd));
+  gpufs_fd_reply reply{};
+  GPUFS_ASSIGN_OR_RETURN(UniqueFd fd, FetchBlobFd(socket, info.token, &reply));
+  if (reply.blob_id != info.blob_id || reply.alloc_size != info.alloc_size ||
+      info.alloc_size == 0) {
+    return Error(EPROTO, "the fd socket answered for another blob");
+  }
+  CUmemGenericAllocationHandle handle = 0;
+  CUresult r = api.MemImportFromShareableHandle(
+      &handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fd.get())),
+      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  if (r != CUDA_SUCCESS) return CudaError(api, "cuMemImportFromShareableHandle", r);
+  CUdeviceptr va = 0;
+  Status status;
+  r = api.MemAddressReserve(&va, info.alloc_size, 0, 0, 0);
+  if (r != CUDA_SUCCESS) status = CudaError(api, "cuMemAddressReserve", r);
+  bool mapped = false;
+  if (status.ok()) {
+    r = api.MemMap(va, info.alloc_size, 0, handle, 0);
+    if (r != CUDA_SUCCESS) status = CudaError(api, "cuMemMap", r);
+    mapped = status.ok();
+  }
+  if (status.ok()) {
+    CUmemAccessDesc access = Access(*arena, arena->key.writable);
+    r = api.MemSetAccess(va, info.alloc_size, &access, 1);
+    if (r != CUDA_SUCCESS) status = CudaError(api, "cuMemSetAccess", r);
+  }
+  if (!status.ok()) {
+    if (mapped) api.MemUnmap(va, info.alloc_size);
+    if (va != 0) api.MemAddressFree(va, info.alloc_size);
+    api.MemRelease(handle);
+    return status;
+  }
+  arena->base = va;
+  arena->size = info.alloc_size;
+  arena->vmm = handle;
+  arena->writable = arena->key.writable;
+  return Status::Ok();
+}
+
 // Closes what Open opened. The first failure is returned; both steps run.
 Status Close(const DriverApi& api, Arena* arena) {
   Status status;
@@ -93,8 +178,17 @@ Status Close(const DriverApi& api, Arena* arena) {
       // Kernels queued before the unmap may still read the arena.
       CUresult r = api.CtxSynchronize();
       if (!Released(r)) status = CudaError(api, "cuCtxSynchronize", r);
-      r = api.IpcCloseMemHandle(arena->base);
-      if (!Released(r) && status.ok()) status = CudaError(api, "cuIpcCloseMemHandle", r);
+      if (arena->vmm != 0) {
+        r = api.MemUnmap(arena->base, arena->size);
+        if (!Released(r) && status.ok()) status = CudaError(api, "cuMemUnmap", r);
+        r = api.MemAddressFree(arena->base, arena->size);
+        if (!Released(r) && status.ok()) status = CudaError(api, "cuMemAddressFree", r);
+        r = api.MemRelease(arena->vmm);
+        if (!Released(r) && status.ok()) status = CudaError(api, "cuMemRelease", r);
+      } else {
+        r = api.IpcCloseMemHandle(arena->base);
+        if (!Released(r) && status.ok()) status = CudaError(api, "cuIpcCloseMemHandle", r);
+      }
     }
   }
   CUresult r = api.DevicePrimaryCtxRelease(arena->device);
@@ -118,11 +212,15 @@ ArenaCache& ArenaCache::Instance() {
   return *cache;
 }
 
-Result<Arena*> ArenaCache::Acquire(const struct gpufs_ipc_info& info) {
+Result<Arena*> ArenaCache::Acquire(const struct gpufs_ipc_info& info, int member_fd) {
   ArenaKey key;
   std::memcpy(key.device_uuid.data(), info.device_uuid, sizeof(info.device_uuid));
   std::memcpy(key.handle.data(), info.handle, sizeof(info.handle));
   key.generation = info.generation;
+  if (info.handle_type == GPUFS_HANDLE_VMM_FD) {
+    key.vmm_blob = info.blob_id;
+    key.writable = (info.flags & GPUFS_INFO_WRITABLE) != 0;
+  }
 
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = arenas_.find(key); it != arenas_.end()) {
@@ -142,7 +240,7 @@ Result<Arena*> ArenaCache::Acquire(const struct gpufs_ipc_info& info) {
   arena->ordinal = device.first;
   arena->device = device.second;
   auto it = arenas_.emplace(key, std::move(entry)).first;
-  Status status = Open(*api, arena);
+  Status status = Open(*api, arena, info, member_fd);
   if (status.ok()) {
     status = CheckRange(*arena, info);
     if (!status.ok()) (void)Close(*api, arena);
@@ -152,6 +250,31 @@ Result<Arena*> ArenaCache::Acquire(const struct gpufs_ipc_info& info) {
     return status;
   }
   arena->refs = 1;
+  if (arena->vmm != 0 && !arena->key.writable && ::fstat(member_fd, &arena->member) == 0) {
+    arena->member_fd = ::fcntl(member_fd, F_DUPFD_CLOEXEC, 0);
+    arena->blob_size = info.size;
+    if (arena->member_fd >= 0) {
+      by_member_[{arena->member.st_dev, arena->member.st_ino}] = arena;
+    }
+  }
+  return arena;
+}
+
+Arena* ArenaCache::AcquireByStat(const struct stat& st, int* fd) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_member_.find({st.st_dev, st.st_ino});
+  if (it == by_member_.end()) return nullptr;
+  Arena* arena = it->second;
+  const struct stat& was = arena->member;
+  if (arena->refs <= 0 || was.st_size != st.st_size || was.st_ctim.tv_sec != st.st_ctim.tv_sec ||
+      was.st_ctim.tv_nsec != st.st_ctim.tv_nsec || was.st_mtim.tv_sec != st.st_mtim.tv_sec ||
+      was.st_mtim.tv_nsec != st.st_mtim.tv_nsec) {
+    return nullptr;
+  }
+  int dup = ::fcntl(arena->member_fd, F_DUPFD_CLOEXEC, 0);
+  if (dup < 0) return nullptr;
+  *fd = dup;
+  ++arena->refs;
   return arena;
 }
 
@@ -168,8 +291,26 @@ Status ArenaCache::Release(Arena* arena, bool* released) {
   // Acquire loaded the driver, so this cannot fail now.
   Result<const DriverApi*> api = LoadDriver();
   Status status = api.ok() ? Close(**api, arena) : api.status();
+  if (arena->member_fd >= 0) {
+    auto m = by_member_.find({arena->member.st_dev, arena->member.st_ino});
+    if (m != by_member_.end() && m->second == arena) by_member_.erase(m);
+    ::close(arena->member_fd);
+  }
   arenas_.erase(it);
   return status;
+}
+
+Status ArenaCache::DropWrite(Arena* arena) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (arena->vmm == 0 || !arena->writable) return Status::Ok();
+  GPUFS_ASSIGN_OR_RETURN(const DriverApi* api, LoadDriver());
+  ScopedContext scope(*api, arena->context);
+  GPUFS_RETURN_IF_ERROR(scope.status());
+  CUmemAccessDesc access = Access(*arena, false);
+  CUresult r = api->MemSetAccess(arena->base, arena->size, &access, 1);
+  if (r != CUDA_SUCCESS) return CudaError(*api, "cuMemSetAccess(PROT_READ)", r);
+  arena->writable = false;
+  return Status::Ok();
 }
 
 int ArenaCache::size() const {

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cuda.h>
+#include <sys/stat.h>
 
 #include <array>
 #include <compare>
@@ -33,10 +34,15 @@
 
 namespace gpufs::client {
 
+// Legacy handles: the handle bytes name the allocation. VMM: the blob does
+// (one allocation per blob), and a writable mapping is kept apart from
+// read-only ones.
 struct ArenaKey {
   std::array<uint8_t, 16> device_uuid;
   std::array<uint8_t, 64> handle;
   uint64_t generation;
+  uint64_t vmm_blob = 0;  // VMM: the blob id; 0 for legacy handles
+  bool writable = false;  // VMM: mapped PROT_READWRITE (a producer's ALLOC)
   auto operator<=>(const ArenaKey&) const = default;
 };
 
@@ -47,8 +53,15 @@ struct Arena {
   CUdevice device = 0;
   CUcontext context = nullptr;  // the device's primary context, retained by this arena
   CUdeviceptr base = 0;         // where the arena is mapped
-  size_t size = 0;              // bytes of the arena (cuMemGetAddressRange)
+  size_t size = 0;              // bytes of the arena (cuMemGetAddressRange, or alloc_size)
+  unsigned long long vmm = 0;   // VMM: the imported CUmemGenericAllocationHandle
+  bool writable = false;        // VMM: mapped read-write now (guarded by the cache's mutex)
   int refs = 0;                 // blobs mapped from it; guarded by the cache's mutex
+  // VMM read-only arenas (one blob each): the member it was mapped from, as
+  // fstat saw it then, and an fd of it (owned) that a warm map duplicates.
+  struct stat member {};
+  int member_fd = -1;
+  uint64_t blob_size = 0;
 };
 
 class ArenaCache {
@@ -66,7 +79,23 @@ class ArenaCache {
   // caller owns one reference (give it back with Release). Errors: ENODEV (no
   // driver, or the GPU is not visible to this process), EPROTO (the blob is
   // not inside the arena), the errno of the failing CUDA call otherwise.
-  Result<Arena*> Acquire(const struct gpufs_ipc_info& info);
+  // VMM blobs (info.handle_type GPUFS_HANDLE_VMM_FD): the token is redeemed
+  // on the daemon's fd socket (found by fgetxattr(member_fd,
+  // GPUFS_XATTR_SOCKET), or $GPUFS_SOCKET) and the fd imported and mapped
+  // read-only, or read-write when info.flags has GPUFS_INFO_WRITABLE.
+  Result<Arena*> Acquire(const struct gpufs_ipc_info& info, int member_fd);
+
+  // The warm path of gpufs_map: the read-only VMM arena mapped from the
+  // member `st` describes (same device and inode, and still the same ctime,
+  // mtime and size, so still the same sealed blob: replacing a member changes
+  // them, and gpufs never reuses an inode number), with one more reference,
+  // and a duplicate of its member fd in *fd. Null (nothing taken) otherwise.
+  // No request reaches the daemon: the caller's stat(2) is answered from the
+  // kernel's attribute cache (1 s) when it can be.
+  Arena* AcquireByStat(const struct stat& st, int* fd);
+
+  // A producer's blob was sealed: its writable mapping becomes read-only.
+  Status DropWrite(Arena* arena);
 
   // Gives back a reference taken by Acquire. The last one waits for the
   // device's pending work (kernels may still read the arena), closes the IPC
@@ -82,6 +111,7 @@ class ArenaCache {
  private:
   mutable std::mutex mu_;
   std::map<ArenaKey, std::unique_ptr<Arena>> arenas_;  // guarded by mu_
+  std::map<std::pair<dev_t, ino_t>, Arena*> by_member_;  // guarded by mu_
 };
 
 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L shows it.

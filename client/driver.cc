@@ -64,10 +64,18 @@ Result<const DriverApi*> Load() {
   Resolve(lib, "cuEventSynchronize", &api.EventSynchronize, &missing);
   Resolve(lib, "cuEventDestroy_v2", &api.EventDestroy, &missing);
   Resolve(lib, "cuIpcGetMemHandle", &api.IpcGetMemHandle, &missing);
+  Resolve(lib, "cuMemImportFromShareableHandle", &api.MemImportFromShareableHandle, &missing);
+  Resolve(lib, "cuMemAddressReserve", &api.MemAddressReserve, &missing);
+  Resolve(lib, "cuMemAddressFree", &api.MemAddressFree, &missing);
+  Resolve(lib, "cuMemMap", &api.MemMap, &missing);
+  Resolve(lib, "cuMemUnmap", &api.MemUnmap, &missing);
+  Resolve(lib, "cuMemSetAccess", &api.MemSetAccess, &missing);
+  Resolve(lib, "cuMemRelease", &api.MemRelease, &missing);
   Resolve(lib, "cuMemAlloc_v2", &api.MemAlloc, &missing);
   Resolve(lib, "cuMemFree_v2", &api.MemFree, &missing);
   Resolve(lib, "cuMemcpyHtoD_v2", &api.MemcpyHtoD, &missing);
   Resolve(lib, "cuMemcpyDtoH_v2", &api.MemcpyDtoH, &missing);
+  Resolve(lib, "cuMemsetD8_v2", &api.MemsetD8, &missing);
   if (!missing.empty()) {
     return Error(ENODEV, std::string(kDriverLibrary) + " lacks " + missing +
                              ": the CUDA driver is too old for libgpufs");

@@ -47,6 +47,14 @@ struct DriverApi {
   decltype(&::cuEventRecord) EventRecord = nullptr;
   decltype(&::cuEventSynchronize) EventSynchronize = nullptr;
   decltype(&::cuEventDestroy) EventDestroy = nullptr;  // _v2
+  // VMM imports (GPUFS_HANDLE_VMM_FD).
+  decltype(&::cuMemImportFromShareableHandle) MemImportFromShareableHandle = nullptr;
+  decltype(&::cuMemAddressReserve) MemAddressReserve = nullptr;
+  decltype(&::cuMemAddressFree) MemAddressFree = nullptr;
+  decltype(&::cuMemMap) MemMap = nullptr;
+  decltype(&::cuMemUnmap) MemUnmap = nullptr;
+  decltype(&::cuMemSetAccess) MemSetAccess = nullptr;
+  decltype(&::cuMemRelease) MemRelease = nullptr;
   // Used by the tests (an exporter process, reading memory back); present in
   // every driver that has the calls above.
   decltype(&::cuIpcGetMemHandle) IpcGetMemHandle = nullptr;
@@ -54,6 +62,7 @@ struct DriverApi {
   decltype(&::cuMemFree) MemFree = nullptr;        // _v2
   decltype(&::cuMemcpyHtoD) MemcpyHtoD = nullptr;  // _v2
   decltype(&::cuMemcpyDtoH) MemcpyDtoH = nullptr;  // _v2
+  decltype(&::cuMemsetD8) MemsetD8 = nullptr;      // _v2
 };
 
 // The driver, loaded and initialised once per process (thread-safe; the

@@ -93,7 +93,6 @@ Status CheckNotDirectory(int fd) {
 
 // The daemon's description of the blob open as `fd` (GPUFS_IOC_MAP).
 Result<struct gpufs_ipc_info> ReadInfo(int fd) {
-  GPUFS_RETURN_IF_ERROR(CheckNotDirectory(fd));
   struct gpufs_ipc_info info;
   std::memset(&info, 0, sizeof(info));
   int r;
@@ -104,6 +103,7 @@ Result<struct gpufs_ipc_info> ReadInfo(int fd) {
     int err = errno;
     switch (err) {
       case ENOTTY:
+        GPUFS_RETURN_IF_ERROR(CheckNotDirectory(fd));  // only now: a stat costs a round trip
         return Error(ENOTTY,
                      "not a gpufs member: the file is not on a gpufs mount "
                      "(ioctl GPUFS_IOC_MAP: inappropriate ioctl for device)");
@@ -121,7 +121,29 @@ Result<struct gpufs_ipc_info> ReadInfo(int fd) {
   return info;
 }
 
+// A member this process has mapped already and that has not changed since
+// (see ArenaCache::AcquireByStat): no request to the daemon.
+bool MapWarm(const char* path, gpufs_buffer* buf) {
+  struct stat st;
+  if (path == nullptr || ::stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  int fd = -1;
+  Arena* arena = ArenaCache::Instance().AcquireByStat(st, &fd);
+  if (arena == nullptr) return false;
+  gpufs_buffer out{};
+  out.ptr = reinterpret_cast<void*>(static_cast<uintptr_t>(arena->base));
+  out.size = arena->blob_size;
+  out.device = arena->ordinal;
+  out.fd = fd;
+  out.flags = 0;
+  out.blob_id = arena->key.vmm_blob;
+  out.generation = arena->key.generation;
+  out.internal = arena;
+  *buf = out;
+  return true;
+}
+
 Status MapPath(const char* path, gpufs_buffer* buf) {
+  if (MapWarm(path, buf)) return Status::Ok();
   GPUFS_ASSIGN_OR_RETURN(UniqueFd fd, OpenMember(path, O_RDONLY | O_CLOEXEC));
   GPUFS_ASSIGN_OR_RETURN(struct gpufs_ipc_info info, ReadInfo(fd.get()));
   return MapInfo(std::move(fd), info, 0, buf);
@@ -244,11 +266,16 @@ Status Seal(gpufs_buffer* buf) {
   }
   if (::ioctl(buf->fd, GPUFS_IOC_SEAL) < 0) return PosixError("ioctl GPUFS_IOC_SEAL", errno);
   buf->flags &= ~GPUFS_BUFFER_WRITABLE;
+  // Sealed: never written again, also not by its producer (after the rename
+  // below, so that a failure here leaves a published member).
+  Status dropped = ArenaCache::Instance()
+                       .DropWrite(static_cast<Arena*>(buf->internal))
+                       .Prepend("sealed, but the mapping stays writable");
   PendingCreate pending;
   {
     std::lock_guard lock(g_pending_mu);
     auto it = g_pending.find(buf->fd);
-    if (it == g_pending.end()) return Status::Ok();
+    if (it == g_pending.end()) return dropped;
     pending = std::move(it->second);
     g_pending.erase(it);
   }
@@ -257,7 +284,7 @@ Status Seal(gpufs_buffer* buf) {
     ::unlink(pending.temp.c_str());
     return PosixError("sealed, but rename onto " + pending.target, err);
   }
-  return Status::Ok();
+  return dropped;
 }
 
 // OK when [offset, offset + n) lies inside the buffer's blob.
@@ -346,7 +373,7 @@ Status CheckInfo(const struct gpufs_ipc_info& info, int code) {
 }
 
 Status MapInfo(UniqueFd fd, const struct gpufs_ipc_info& info, uint32_t flags, gpufs_buffer* buf) {
-  GPUFS_ASSIGN_OR_RETURN(Arena * arena, ArenaCache::Instance().Acquire(info));
+  GPUFS_ASSIGN_OR_RETURN(Arena * arena, ArenaCache::Instance().Acquire(info, fd.get()));
   gpufs_buffer out{};
   out.ptr = reinterpret_cast<void*>(static_cast<uintptr_t>(arena->base + info.offset));
   out.size = info.size;

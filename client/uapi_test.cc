@@ -15,15 +15,21 @@ extern "C" int gpufs_headers_c_check(void);  // headers_c_test.c
 namespace {
 
 // Compile-time too, so a drift fails the build before any test runs.
-static_assert(sizeof(struct gpufs_ipc_info) == 120);
+static_assert(sizeof(struct gpufs_ipc_info) == 168);
 static_assert(alignof(struct gpufs_ipc_info) == 8);
-static_assert(sizeof(gpufs_alloc) == 128);
-static_assert(GPUFS_IOC_MAP == 0x80784701u);
-static_assert(GPUFS_IOC_ALLOC == 0xC0804702u);
+static_assert(sizeof(gpufs_alloc) == 176);
+static_assert(GPUFS_IOC_MAP == 0x80A84701u);
+static_assert(GPUFS_IOC_ALLOC == 0xC0B04702u);
 static_assert(GPUFS_IOC_SEAL == 0x00004703u);
 
 TEST(Uapi, IpcInfoLayout) {
-  EXPECT_EQ(sizeof(struct gpufs_ipc_info), 120u);
+  EXPECT_EQ(sizeof(struct gpufs_ipc_info), 168u);
+  EXPECT_EQ(offsetof(struct gpufs_ipc_info, handle_type), 120u);
+  EXPECT_EQ(offsetof(struct gpufs_ipc_info, flags), 124u);
+  EXPECT_EQ(offsetof(struct gpufs_ipc_info, alloc_size), 128u);
+  EXPECT_EQ(offsetof(struct gpufs_ipc_info, token), 136u);
+  EXPECT_EQ(sizeof(struct gpufs_fd_request), 40u);
+  EXPECT_EQ(sizeof(struct gpufs_fd_reply), 136u);
   EXPECT_EQ(alignof(struct gpufs_ipc_info), 8u);
   EXPECT_EQ(offsetof(struct gpufs_ipc_info, magic), 0u);
   EXPECT_EQ(offsetof(struct gpufs_ipc_info, version), 4u);
@@ -57,7 +63,7 @@ TEST(Uapi, BufferLayout) {
 }
 
 TEST(Uapi, AllocLayout) {
-  EXPECT_EQ(sizeof(gpufs_alloc), 128u);
+  EXPECT_EQ(sizeof(gpufs_alloc), 176u);
   EXPECT_EQ(alignof(gpufs_alloc), 8u);
   EXPECT_EQ(offsetof(gpufs_alloc, size), 0u);
   EXPECT_EQ(offsetof(gpufs_alloc, info), 8u);
@@ -66,7 +72,7 @@ TEST(Uapi, AllocLayout) {
 TEST(Uapi, MagicIsGpufInMemoryOrder) {
   uint32_t magic = GPUFS_MAGIC;
   EXPECT_EQ(std::memcmp(&magic, "GPUF", 4), 0);
-  EXPECT_EQ(GPUFS_UAPI_VERSION, 1u);
+  EXPECT_EQ(GPUFS_UAPI_VERSION, 2u);
   EXPECT_STREQ(GPUFS_XATTR_IPC_HANDLE, "user.gpufs.ipc_handle");
 }
 
@@ -75,7 +81,7 @@ TEST(Uapi, MapIoctlNumber) {
   EXPECT_EQ(_IOC_TYPE(GPUFS_IOC_MAP), static_cast<unsigned>('G'));
   EXPECT_EQ(_IOC_NR(GPUFS_IOC_MAP), 1u);
   EXPECT_EQ(_IOC_SIZE(GPUFS_IOC_MAP), sizeof(struct gpufs_ipc_info));
-  EXPECT_EQ(static_cast<unsigned long>(GPUFS_IOC_MAP), 0x80784701ul);
+  EXPECT_EQ(static_cast<unsigned long>(GPUFS_IOC_MAP), 0x80A84701ul);
 }
 
 TEST(Uapi, AllocIoctlNumber) {
@@ -83,7 +89,7 @@ TEST(Uapi, AllocIoctlNumber) {
   EXPECT_EQ(_IOC_TYPE(GPUFS_IOC_ALLOC), static_cast<unsigned>('G'));
   EXPECT_EQ(_IOC_NR(GPUFS_IOC_ALLOC), 2u);
   EXPECT_EQ(_IOC_SIZE(GPUFS_IOC_ALLOC), sizeof(gpufs_alloc));
-  EXPECT_EQ(static_cast<unsigned long>(GPUFS_IOC_ALLOC), 0xC0804702ul);
+  EXPECT_EQ(static_cast<unsigned long>(GPUFS_IOC_ALLOC), 0xC0B04702ul);
 }
 
 TEST(Uapi, SealIoctlNumber) {

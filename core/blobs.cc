@@ -66,6 +66,7 @@ Status Namespace::ReplaceBlob(const Entry& entry, const std::string& device, uin
     return old.status();
   }
   if (*old != 0) CollectBlob(*old);
+  NotifyInode(entry.id);
   return Status::Ok();
 }
 
@@ -293,6 +294,7 @@ Status Namespace::FinishWriting(ActiveBlob& blob, EntryId entry_id) {
                     << sealed.ToString() << ")";
     auto entry = catalog_->GetEntry(entry_id);
     if (entry.ok() && entry->blob == rec.id && entry->parent != 0) {
+      NotifyEntry(entry->parent, entry->name);
       Status detached = catalog_->Detach(entry->id, Now());
       if (!detached.ok()) GPUFS_LOG(ERROR) << "detach: " << detached.ToString();
     }
@@ -357,6 +359,7 @@ Status Namespace::Release(HandleId id) {
   // The last writer is gone: seal (plain tools), or discard.
   Status result = finish ? FinishWriting(blob, handle.entry) : Status::Ok();
   std::lock_guard lock(mu_);
+  if (tokens_ != nullptr) tokens_->RevokeHandle(id);
   blob.handles--;
   if (handle.mapped) blob.mapped--;
   if (--entry_opens_[handle.entry] == 0) entry_opens_.erase(handle.entry);

@@ -2,13 +2,15 @@
 #include "core/namespace.h"
 
 #include <chrono>
+#include <cstring>
 
 #include "core/ipc_info.h"
 #include "util/log.h"
 
 namespace gpufs {
 
-Result<gpufs_ipc_info> Namespace::Export(const Blob& rec) {
+Result<gpufs_ipc_info> Namespace::Export(const Blob& rec, HandleId handle, const Caller& caller,
+                                         bool writable) {
   BulkStore* store = StoreFor(rec.device);
   if (store == nullptr) return Error(ENODEV, "no store for " + rec.device);
   auto exported = store->Export(rec.id);
@@ -20,10 +22,22 @@ Result<gpufs_ipc_info> Namespace::Export(const Blob& rec) {
     }
     return exported.status();
   }
-  return MakeIpcInfo(*exported, rec.id, generation_);
+  gpufs_ipc_info info = MakeIpcInfo(*exported, rec.id, generation_);
+  if (writable) info.flags |= GPUFS_INFO_WRITABLE;
+  if (exported->handle_type == IpcExport::kVmmFd) {
+    if (tokens_ == nullptr) return Error(ENODEV, "VMM export without an fd server");
+    GPUFS_ASSIGN_OR_RETURN(Token token, tokens_->Issue(TokenGrant{.handle = handle,
+                                                                  .uid = caller.uid,
+                                                                  .pid = caller.pid,
+                                                                  .blob_id = rec.id,
+                                                                  .alloc_size = info.alloc_size,
+                                                                  .fd = exported->fd}));
+    std::memcpy(info.token, token.data(), sizeof info.token);
+  }
+  return info;
 }
 
-Result<gpufs_ipc_info> Namespace::MapHandle(HandleId id) {
+Result<gpufs_ipc_info> Namespace::MapHandle(HandleId id, const Caller& caller) {
   std::shared_ptr<ActiveBlob> blob;
   EntryId entry = 0;
   {
@@ -47,7 +61,7 @@ Result<gpufs_ipc_info> Namespace::MapHandle(HandleId id) {
       std::lock_guard lock(mu_);
       return Error(EIO, PathOf(entry) + " lost its bytes");
     }
-    info = Export(rec);
+    info = Export(rec, id, caller, false);
   }
   std::lock_guard lock(mu_);
   if (!info.ok()) return info.status().Prepend(PathOf(entry));
@@ -59,7 +73,7 @@ Result<gpufs_ipc_info> Namespace::MapHandle(HandleId id) {
   return info;
 }
 
-Result<gpufs_ipc_info> Namespace::AllocDevice(HandleId id, uint64_t size) {
+Result<gpufs_ipc_info> Namespace::AllocDevice(HandleId id, uint64_t size, const Caller& caller) {
   std::shared_ptr<ActiveBlob> blob;
   EntryId entry = 0;
   {
@@ -119,7 +133,7 @@ Result<gpufs_ipc_info> Namespace::AllocDevice(HandleId id, uint64_t size) {
   rec = next;
   blob->size = size;
   blob->needs_explicit_seal = true;
-  auto info = Export(rec);
+  auto info = Export(rec, id, caller, true);
   if (!info.ok()) return info.status().Prepend(path);
   std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));

@@ -4,7 +4,7 @@
 
 namespace gpufs {
 
-static_assert(sizeof(gpufs_ipc_info) == 120, "gpufs_ipc_info is part of the stable ABI");
+static_assert(sizeof(gpufs_ipc_info) == 168, "gpufs_ipc_info is part of the stable ABI");
 static_assert(sizeof(IpcExport::handle) == sizeof(gpufs_ipc_info::handle));
 static_assert(sizeof(IpcExport::device_uuid) == sizeof(gpufs_ipc_info::device_uuid));
 
@@ -18,6 +18,8 @@ gpufs_ipc_info MakeIpcInfo(const IpcExport& exported, BlobId blob, uint64_t gene
   std::memcpy(info.device_uuid, exported.device_uuid, sizeof info.device_uuid);
   info.blob_id = blob;
   info.generation = generation;
+  info.handle_type = exported.handle_type;
+  info.alloc_size = exported.alloc_size;
   return info;
 }
 

@@ -113,6 +113,7 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device) {
       return recorded;
     }
     blob->rec = next;
+    NotifyInode(entry_id);
     // Processes that mapped the old place keep it until they close.
     if (blob->mapped > 0 && rec.device != "host") {
       blob->retired.push_back(rec.device);

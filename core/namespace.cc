@@ -25,6 +25,8 @@ Namespace::Namespace(NamespaceOptions options)
       default_device_(std::move(options.default_device)),
       state_dir_(std::move(options.state_dir)),
       log_path_(std::move(options.log_path)),
+      tokens_(options.tokens),
+      socket_path_(std::move(options.socket_path),
       takeover_(options.takeover),
       adopted_(std::move(options.adopted)),
       unsealed_sizes_(std::move(options.unsealed_sizes)),
@@ -104,13 +106,19 @@ Result<Attr> Namespace::AttrOf(const Entry& entry) {
   // Directories report one link, as btrfs does: tools then make no
   // assumption about the number of subdirectories.
   attr.nlink = entry.parent == 0 && entry.id != kRootEntryId ? 0 : 1;
+  attr.stable = entry.kind == EntryKind::kObject && (entry.parent != 0 || entry.id == kRootEntryId);
   if (entry.kind == EntryKind::kBlob) {
     auto active = active_.find(entry.blob);
     if (active != active_.end()) {
       attr.size = active->second->size.load();
+      // perf (issue 12): rec.state changes under mu_ (SealLocked), and a
+      // sealed blob's never again.
+      attr.stable = entry.parent != 0 && active->second->writers == 0 &&
+                       active->second->rec.state == BlobState::kSealed;
     } else {
       GPUFS_ASSIGN_OR_RETURN(Blob blob, catalog_->GetBlob(entry.blob));
       attr.size = blob.size;
+      attr.stable = entry.parent != 0 && blob.state == BlobState::kSealed;  // perf (issue 12)
     }
   }
   return attr;
@@ -126,12 +134,9 @@ Result<Entry> Namespace::ObjectEntry(uint64_t ino) {
 }
 
 Result<Entry> Namespace::ChildEntry(uint64_t parent, std::string_view name) {
-  auto entry = catalog_->Lookup(parent, name);
-  if (!entry.ok() && entry.status().code() == ENOENT) {
-    std::string path = PathOf(parent);
-    return Error(ENOENT, (path == "/" ? "" : path) + "/" + std::string(name) + ": no such member");
-  }
-  return entry;
+  // perf (issue 12): a miss is routine (shells and loaders probe names all
+  // the time), so it builds no path: callers that report it add context.
+  return catalog_->Lookup(parent, name);
 }
 
 Result<Attr> Namespace::Lookup(uint64_t parent, std::string_view name) {
@@ -234,6 +239,7 @@ Status Namespace::Rmdir(uint64_t parent, std::string_view name) {
   GPUFS_ASSIGN_OR_RETURN(bool has_children, catalog_->HasChildren(entry.id));
   if (has_children) return Error(ENOTEMPTY, PathOf(entry.id) + " has members");
   GPUFS_RETURN_IF_ERROR(catalog_->Detach(entry.id, Now()));
+  NotifyEntry(parent, name);  // perf (issue 12)
   CollectEntry(entry.id);
   return Status::Ok();
 }
@@ -249,6 +255,7 @@ Status Namespace::Unlink(uint64_t parent, std::string_view name) {
     return Error(EISDIR, PathOf(entry.id) + " is an object: use rmdir");
   }
   GPUFS_RETURN_IF_ERROR(catalog_->Detach(entry.id, Now()));
+  NotifyEntry(parent, name);  // perf (issue 12)
   CollectEntry(entry.id);
   return Status::Ok();
 }
@@ -297,6 +304,8 @@ Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
     }
   }
   GPUFS_ASSIGN_OR_RETURN(EntryId replaced, catalog_->Move(source.id, new_parent, new_name, Now()));
+  NotifyEntry(parent, name);  // perf (issue 12)
+  if (replaced != 0) NotifyEntry(new_parent, new_name);
   if (replaced != 0) CollectEntry(replaced);
   return Status::Ok();
 }

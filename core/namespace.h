@@ -64,7 +64,9 @@
 
 #include "core/control_files.h"
 #include "core/types.h"
+#include "core/invalidator.h"
 #include "gpufs/uapi.h"
+#include "core/ipc_tokens.h"
 #include "meta/catalog.h"
 #include "store/bulk_store.h"
 #include "util/status.h"
@@ -83,6 +85,12 @@ struct NamespaceOptions {
   // daemon's state directory and where its log goes (a path or "stderr").
   std::string state_dir;
   std::string log_path;
+  // Where VMM exports are handed out (fs/fd_server): tokens issued by
+  // MapHandle/AllocDevice/the ipc_handle xattr go into `tokens`, and the
+  // root's user.gpufs.socket names `socket_path`. Null: VMM exports fail
+  // with ENODEV (legacy handles need neither).
+  TokenTable* tokens = nullptr;
+  std::string socket_path;
 
   // --- worker takeover (docs/TAKEOVER.md) -----------------------------------
   // A takeover start: an earlier worker served this mount and the kernel
@@ -110,6 +118,11 @@ class Namespace {
   Namespace& operator=(const Namespace&) = delete;
 
   uint64_t generation() const { return generation_; }
+
+  // perf (issue 12): who to tell when a name or an entry changes (see
+  // core/invalidator.h); null (the default) tells nobody. The invalidator
+  // must outlive its use: set null before destroying it.
+  void SetInvalidator(Invalidator* invalidator) { invalidator_.store(invalidator); }
 
   // --- entries ---------------------------------------------------------------
   Result<Attr> Lookup(uint64_t parent, std::string_view name);
@@ -148,7 +161,8 @@ class Namespace {
   Status Release(HandleId handle);
 
   // --- extended attributes ---------------------------------------------------
-  Result<std::string> GetXattr(uint64_t ino, std::string_view name);
+  // `caller` gets the token of user.gpufs.ipc_handle (see MapHandle).
+  Result<std::string> GetXattr(uint64_t ino, std::string_view name, const Caller& caller = {});
   Status SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags);
   Result<std::vector<std::string>> ListXattr(uint64_t ino);
   Status RemoveXattr(uint64_t ino, std::string_view name);
@@ -157,12 +171,14 @@ class Namespace {
   // GPUFS_IOC_MAP: the IPC handle of the handle's blob, which must be sealed
   // and in device memory (ENODEV otherwise). An unsealed blob answers EBUSY
   // at once: nothing waits (a writer's close() has sealed before it returns).
-  Result<gpufs_ipc_info> MapHandle(HandleId handle);
+  // A VMM blob's info carries a token for `caller` (as FUSE reports the
+  // ioctl's caller), bound to this open handle (see core/ipc_tokens.h).
+  Result<gpufs_ipc_info> MapHandle(HandleId handle, const Caller& caller = {});
   // GPUFS_IOC_ALLOC: gives the empty unsealed blob of a writable handle
   // `size` bytes of device memory (moving it to a GPU if its object places it
   // in host memory) and returns its handle. Such a blob must be sealed with
   // SealHandle: released unsealed, it is discarded.
-  Result<gpufs_ipc_info> AllocDevice(HandleId handle, uint64_t size);
+  Result<gpufs_ipc_info> AllocDevice(HandleId handle, uint64_t size, const Caller& caller = {});
   // GPUFS_IOC_SEAL: seals the handle's blob now. Only a writer may: EBADF
   // for a handle not opened for writing.
   Status SealHandle(HandleId handle);
@@ -263,8 +279,11 @@ class Namespace {
   // Records the seal of `blob`, whose store Seal succeeded (io_mu held
   // exclusively, mu_ held): catalog, entry mtime.
   Status RecordSealLocked(ActiveBlob& blob, EntryId entry);
-  // The IPC handle of `rec` (its blob's io_mu held; mu_ need not be).
-  Result<gpufs_ipc_info> Export(const Blob& rec);
+  // The info of `rec` for `caller` (its blob's io_mu held; mu_ need not be);
+  // VMM exports get a token bound to open handle `handle` (0: none, the
+  // xattr). `writable` only for ALLOC.
+  Result<gpufs_ipc_info> Export(const Blob& rec, HandleId handle, const Caller& caller,
+                                bool writable);
   Status MigrateBlob(EntryId entry, const std::string& device);
   // Blob entries at and under `ino`.
   Result<std::vector<EntryId>> BlobsUnder(EntryId ino);
@@ -277,6 +296,8 @@ class Namespace {
   std::string default_device_;
   std::string state_dir_, log_path_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  TokenTable* tokens_ = nullptr;  // fixed after Open
+  std::string socket_path_;
   uint64_t generation_ = 0;
   // Takeover (see NamespaceOptions), fixed after Open:
   bool takeover_ = false;
@@ -288,6 +309,13 @@ class Namespace {
   std::unordered_map<HandleId, Handle> handles_;                    // GUARDED_BY(mu_)
   std::unordered_map<BlobId, std::shared_ptr<ActiveBlob>> active_;  // GUARDED_BY(mu_)
   std::unordered_map<EntryId, int> entry_opens_;                    // GUARDED_BY(mu_)
+  std::atomic<Invalidator*> invalidator_{nullptr};  // perf (issue 12)
+  void NotifyEntry(uint64_t parent, std::string_view name) {
+    if (Invalidator* inv = invalidator_.load()) inv->InvalidateEntry(parent, name);
+  }
+  void NotifyInode(uint64_t ino) {
+    if (Invalidator* inv = invalidator_.load()) inv->InvalidateInode(ino);
+  }
 };
 
 }  // namespace gpufs

@@ -62,8 +62,14 @@ class DeviceLikeStore final : public BulkStore {
     std::lock_guard lock(mu_);
     out.size = sizes_[id];
     out.device_uuid[0] = 0xd7;
+    if (vmm) {  // as GpuBulkStore in kVmm mode: an fd per allocation
+      out.handle_type = IpcExport::kVmmFd;
+      out.alloc_size = (out.size + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+      out.fd = std::make_shared<const UniqueFd>(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    }
     return out;
   }
+  bool vmm = false;
 
  private:
   void SetSize(BlobId id, uint64_t size) {
@@ -100,6 +106,8 @@ class DeviceTest : public ::testing::Test {
     options.stores.push_back(std::move(*host));
     options.stores.push_back(std::move(device));
     options.default_device = "host";
+    options.tokens = &tokens_;
+    options.socket_path = "/run/gpufs-test/fd.sock";
     auto ns = Namespace::Open(std::move(options));
     ASSERT_TRUE(ns.ok()) << ns.status().ToString();
     ns_ = std::move(*ns);
@@ -128,6 +136,7 @@ class DeviceTest : public ::testing::Test {
 
   std::string dir_;
   Caller caller_{0, 0, 1};
+  TokenTable tokens_{std::chrono::seconds(30), [](uint32_t a, uint32_t b) { return a == b; }};
   std::unique_ptr<Namespace> ns_;
   HostBulkStore* host_ = nullptr;
   DeviceLikeStore* dev_ = nullptr;
@@ -259,6 +268,65 @@ TEST_F(DeviceTest, MapOfABlobStillBeingWrittenIsEbusy) {
   EXPECT_EQ(ns_->Migrate(writer->attr.ino, "host").code(), EBUSY);
   ASSERT_TRUE(ns_->Release(reader->handle).ok());
   ASSERT_TRUE(ns_->Release(writer->handle).ok());
+}
+
+}  // namespace
+}  // namespace gpufs
+
+namespace gpufs {
+namespace {
+
+TEST_F(DeviceTest, VmmMapsCarryATokenForTheCallerBoundToTheOpenFile) {
+  dev_->vmm = true;
+  uint64_t m = Put(kRootEntryId, "m", "0123456789");
+  ASSERT_TRUE(ns_->Migrate(m, "cuda:0").ok());
+  const Caller reader{1000, 1000, 4242};
+  auto h = ns_->Open(reader, m, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  auto info = ns_->MapHandle(h->handle, reader);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->handle_type, GPUFS_HANDLE_VMM_FD);
+  EXPECT_EQ(info->flags & GPUFS_INFO_WRITABLE, 0u);
+  Token token;
+  std::memcpy(token.data(), info->token, token.size());
+  EXPECT_NE(token, Token{});
+  // Another uid cannot use it, and the try spends it.
+  EXPECT_EQ(tokens_.Redeem(token, 65534, 4242).status().code(), EACCES);
+  EXPECT_EQ(tokens_.Redeem(token, 1000, 4242).status().code(), ENOENT);
+  // A fresh one works for the caller, once, with the blob's fd.
+  info = ns_->MapHandle(h->handle, reader);
+  std::memcpy(token.data(), info->token, token.size());
+  auto grant = tokens_.Redeem(token, 1000, 4242);
+  ASSERT_TRUE(grant.ok()) << grant.status().ToString();
+  EXPECT_EQ(grant->blob_id, info->blob_id);
+  EXPECT_TRUE(grant->fd && grant->fd->valid());
+  // Closing the file revokes what it was issued.
+  info = ns_->MapHandle(h->handle, reader);
+  std::memcpy(token.data(), info->token, token.size());
+  ASSERT_TRUE(ns_->Release(h->handle).ok());
+  EXPECT_EQ(tokens_.Redeem(token, 1000, 4242).status().code(), ENOENT);
+}
+
+TEST_F(DeviceTest, VmmAllocIsWritableAndTheXattrsNameTheSocket) {
+  dev_->vmm = true;
+  auto made = ns_->Create(caller_, kRootEntryId, "p", 0644, O_RDWR);
+  ASSERT_TRUE(made.ok());
+  auto info = ns_->AllocDevice(made->handle, 4096, caller_);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->flags & GPUFS_INFO_WRITABLE, GPUFS_INFO_WRITABLE);
+  ASSERT_TRUE(ns_->SealHandle(made->handle).ok());
+  ASSERT_TRUE(ns_->Release(made->handle).ok());
+  EXPECT_EQ(*ns_->GetXattr(kRootEntryId, GPUFS_XATTR_SOCKET), "/run/gpufs-test/fd.sock");
+  EXPECT_EQ(*ns_->GetXattr(made->attr.ino, GPUFS_XATTR_SOCKET), "/run/gpufs-test/fd.sock");
+  // The xattr's token is bound to no file, only to its caller.
+  auto bytes = ns_->GetXattr(made->attr.ino, GPUFS_XATTR_IPC_HANDLE, Caller{7, 7, 77});
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  gpufs_ipc_info x;
+  ASSERT_EQ(bytes->size(), sizeof x);
+  std::memcpy(&x, bytes->data(), sizeof x);
+  Token token;
+  std::memcpy(token.data(), x.token, token.size());
+  EXPECT_TRUE(tokens_.Redeem(token, 7, 77).ok());
 }
 
 }  // namespace

@@ -28,6 +28,11 @@ struct Attr {
   int64_t atime_ns = 0;
   int64_t mtime_ns = 0;
   int64_t ctime_ns = 0;
+  // An object, or a sealed blob member nobody writes. Such an entry changes
+  // only through the filesystem's own requests (which the kernel sees) or
+  // through calls that report to the Invalidator, so the kernel may cache
+  // its entry and attributes long.
+  bool stable = false;
 };
 
 struct SetAttrRequest {

@@ -14,10 +14,13 @@
 
 namespace gpufs {
 
-Result<std::string> Namespace::GetXattr(uint64_t ino, std::string_view name) {
+Result<std::string> Namespace::GetXattr(uint64_t ino, std::string_view name, const Caller& caller) {
   if (IsControl(ino)) return Error(ENODATA, "/.gpufs has no attribute " + std::string(name));
   if (!name.starts_with(xattr::kUserPrefix)) {
     return Error(ENODATA, "no attribute " + std::string(name));
+  }
+  if (name == GPUFS_XATTR_SOCKET && !socket_path_.empty()) {  // on every entry
+    return socket_path_;
   }
   std::unique_lock lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
@@ -48,7 +51,7 @@ Result<std::string> Namespace::GetXattr(uint64_t ino, std::string_view name) {
         info = Error(ENODATA, path + " has no IPC handle: it is " +
                                   (rec.device == "host" ? "in host memory" : "not sealed"));
       } else {
-        info = Export(rec);
+        info = Export(rec, 0, caller, false);
       }
     }
     Status released = Release(pinned);

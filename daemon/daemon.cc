@@ -9,6 +9,7 @@
 #include "daemon/daemon.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include "core/namespace.h"
 #include "fs/fuse_server.h"
 #include "meta/sqlite_catalog.h"
+#include "fs/fd_server.h"
 #include "store/store_factory.h"
 #include "takeover/supervisor.h"
 #include "takeover/worker_link.h"
@@ -48,7 +50,8 @@ std::string FindBinary(const std::string& name) {
 // mount options are the supervisor's business).
 std::vector<std::string> WorkerArgv(const MountConfig& config) {
   std::vector<std::string> argv = {FindBinary("gpufsd"), config.mountpoint, "--state",
-                                   config.state_dir, "--store", config.store};
+                                   config.state_dir, "--store", config.store,
+                                   "--ipc",           config.ipc,       "--socket", config.socket};
   if (!config.devices.empty()) {
     std::string list;
     for (int d : config.devices) list += (list.empty() ? "" : ",") + std::to_string(d);
@@ -106,6 +109,7 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   store_config.devices = config.devices;
   store_config.capacity = config.capacity;
   store_config.host_dir = config.state_dir + "/host";
+  store_config.ipc = config.ipc;
   auto stores = OpenStores(store_config);
   if (!stores.ok()) return fail(stores.status());
   auto catalog = SqliteCatalog::Open(config.state_dir + "/catalog.db", geteuid(), getegid(), 0755);
@@ -130,6 +134,13 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   };
   options.worker = {link.generation(), link.restarts(), static_cast<int32_t>(getpid()),
                     link.supervisor_pid(), ControlSocketPath(config.state_dir)};
+  // The fd socket of VMM exports (uapi.h); its path is on the root's
+  // user.gpufs.socket.
+  TokenTable tokens;
+  auto fd_server = FdServer::Start(config.socket, &tokens);
+  if (!fd_server.ok()) return fail(fd_server.status());
+  options.tokens = &tokens;
+  options.socket_path = (*fd_server)->path();
   auto ns = Namespace::Open(std::move(options));
   if (!ns.ok()) return fail(ns.status());
 
@@ -164,6 +175,18 @@ int RunMount(MountConfig config) {
   }
   if (*link) return ServeWorker(config, **link);
 
+  // The fd socket of VMM exports must keep its path across workers: clients
+  // find it once (user.gpufs.socket). Without --socket, one fresh directory.
+  if (config.socket.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string dir = std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/gpufs-sock-XXXXXX";
+    if (::mkdtemp(dir.data()) == nullptr) {
+      std::perror("gpufs: mkdtemp");
+      return kExitMountFailed;
+    }
+    ::chmod(dir.c_str(), 0755);
+    config.socket = dir + "/fd.sock";
+  }
   if (config.foreground) ExecSupervisor(config, -1);
 
   int fds[2];

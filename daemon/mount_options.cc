@@ -35,6 +35,14 @@ Status ParseStore(const std::string& value, MountConfig* config) {
   return Status::Ok();
 }
 
+Status ParseIpc(const std::string& value, MountConfig* config) {
+  if (value != "auto" && value != "vmm" && value != "legacy") {
+    return Error(EINVAL, "ipc '" + value + "': want auto, vmm or legacy");
+  }
+  config->ipc = value;
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string DefaultStateDir() {
@@ -59,6 +67,11 @@ Status ApplyMountOptions(const std::string& options, MountConfig* config) {
       config->state_dir = value;
     } else if (key == "store") {
       GPUFS_RETURN_IF_ERROR(ParseStore(value, config));
+    } else if (key == "ipc") {
+      GPUFS_RETURN_IF_ERROR(ParseIpc(value, config));
+    } else if (key == "socket") {
+      if (value.empty()) return Error(EINVAL, "socket= needs a path");
+      config->socket = value;
     } else if (key == "capacity") {
       GPUFS_ASSIGN_OR_RETURN(uint64_t bytes, ParseSize(value));
       config->capacity = bytes;
@@ -85,12 +98,18 @@ Status ApplyMountOptions(const std::string& options, MountConfig* config) {
 std::string Usage(ArgStyle style) {
   if (style == ArgStyle::kMountHelper) {
     return "usage: mount.gpufs SOURCE DIR [-sfnv] [-o state=DIR,store=auto|gpu|host,"
-           "devices=0:1,capacity=SIZE,debug,noallow_other,...]\n";
+           "ipc=auto|vmm|legacy,socket=PATH,devices=0:1,capacity=SIZE,debug,noallow_other,...]\n";
   }
   return "usage: gpufs mount MOUNTPOINT [options]\n"
          "  --state DIR        catalog, host store and log (default $XDG_STATE_HOME/gpufs,\n"
          "                     /var/lib/gpufs for root)\n"
          "  --store KIND       auto (GPU if one is visible), gpu or host\n"
+         "  --ipc MODE         how GPU blobs are shared: auto (vmm where the driver\n"
+         "                     exports fds), vmm (a CUDA VMM allocation per blob, its fd\n"
+         "                     handed out over the daemon's socket, read-only maps) or\n"
+         "                     legacy (cudaIpc handles, one allocation per blob)\n"
+         "  --socket PATH      the fd socket (default: a fresh directory under $TMPDIR);\n"
+         "                     the mount root's user.gpufs.socket names it\n"
          "  --devices 0,1      CUDA ordinals to serve\n"
          "  --capacity SIZE    bytes the store may hold, e.g. 64G\n"
          "  -f, --foreground   stay in the foreground, log to stderr\n"
@@ -140,6 +159,13 @@ Result<ParsedArgs> ParseMountArgs(int argc, const char* const* argv, ArgStyle st
     } else if (auto store = helper ? std::nullopt : value_of("--store")) {
       GPUFS_RETURN_IF_ERROR(store->status());
       GPUFS_RETURN_IF_ERROR(ParseStore(**store, &config).Prepend("--store"));
+    } else if (auto ipc = helper ? std::nullopt : value_of("--ipc")) {
+      GPUFS_RETURN_IF_ERROR(ipc->status());
+      GPUFS_RETURN_IF_ERROR(ParseIpc(**ipc, &config).Prepend("--ipc"));
+    } else if (auto socket = helper ? std::nullopt : value_of("--socket")) {
+      GPUFS_RETURN_IF_ERROR(socket->status());
+      if ((*socket)->empty()) return Error(EINVAL, "--socket needs a path");
+      config.socket = **socket;
     } else if (auto devices = helper ? std::nullopt : value_of("--devices")) {
       GPUFS_RETURN_IF_ERROR(devices->status());
       GPUFS_RETURN_IF_ERROR(ParseDevices(**devices, ',', &config).Prepend("--devices"));

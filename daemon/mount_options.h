@@ -3,10 +3,10 @@
 // mount(8) runs as `mount.gpufs SOURCE DIR [-sfnv] [-o OPTIONS]`).
 //
 //   gpufsd MOUNTPOINT [--state DIR] [--store auto|gpu|host] [--devices 0,1]
-//          [--capacity SIZE] [-f|--foreground] [-d|--debug] [-o OPTIONS]
+//          [--ipc auto|vmm|legacy] [--socket PATH] [--capacity SIZE] [-f|--foreground] [-d|--debug] [-o OPTIONS]
 //          [--ready-fd FD]
 //
-// -o takes comma-separated options: gpufs's own (state=, store=, devices=
+// -o takes comma-separated options: gpufs's own (state=, store=, ipc=, socket=, devices=
 // with ':' between ordinals, capacity=, foreground, debug), fstab-only words
 // (defaults, noauto, ...: dropped), allow_other / noallow_other, and the rest
 // for FUSE. -d/--debug (or -o debug) traces every FUSE request and implies
@@ -28,6 +28,8 @@ struct MountConfig {
   std::string mountpoint;
   std::string state_dir;  // empty: DefaultStateDir()
   std::string store = "auto";
+  std::string ipc = "auto";  // auto | vmm | legacy: how GPU blobs are exported
+  std::string socket;        // the fd socket's path; empty: a fresh temp dir
   std::vector<int> devices;
   std::optional<uint64_t> capacity;
   bool foreground = false;

@@ -5,11 +5,15 @@
 // so nothing here tracks lookup counts: forget has nothing to release, and a
 // stale inode can only ever get ENOENT.
 //
-// Caching: attributes and entries are cached by the kernel for a second;
-// every change goes through this mount, so the kernel's copy stays right. File
-// data is never cached (direct_io): a member's bytes change when it is
-// replaced while earlier readers keep the old blob, and each read must reach
-// the handle it was made through.
+// Caching: objects and sealed members change only through requests of this
+// mount, which the kernel sees, or through core calls that report to a
+// KernelInvalidator (fs/kernel_invalidator.h), which drops the kernel's copy
+// at once; so the kernel keeps their entries and attributes for an hour
+// (kStableTimeout, Attr::stable). Members being written, the control files
+// and misses (negative entries) are cached for a second. File data is never cached (direct_io): a member's bytes
+// change when it is replaced while earlier readers keep the old blob, and each
+// read must reach the handle it was made through. Read-only opens ask for no
+// FLUSH at close (noflush): there is nothing to flush; writers keep it.
 #include "fs/fuse_server.h"
 
 #define FUSE_USE_VERSION 312
@@ -23,9 +27,11 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "fs/fuse_takeover.h"
+#include "fs/kernel_invalidator.h"
 #include "gpufs/uapi.h"
 #include "util/log.h"
 
@@ -33,6 +39,7 @@ namespace gpufs {
 namespace {
 
 constexpr double kAttrTimeout = 1.0;
+constexpr double kStableTimeout = 3600.0;  // Attr::stable; see the file comment
 constexpr uint32_t kMaxIo = 1u << 20;  // the largest read/write the kernel sends (256 pages)
 
 // The session's userdata.
@@ -130,8 +137,8 @@ fuse_entry_param ToEntry(const Attr& attr) {
   e.ino = attr.ino;
   e.generation = 1;
   e.attr = ToStat(attr);
-  e.attr_timeout = kAttrTimeout;
-  e.entry_timeout = kAttrTimeout;
+  e.attr_timeout = attr.stable ? kStableTimeout : kAttrTimeout;
+  e.entry_timeout = e.attr_timeout;
   return e;
 }
 
@@ -156,7 +163,16 @@ void OnInit(void* userdata, fuse_conn_info* conn) {
 }
 
 void OnLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  ReplyEntry(req, "lookup", Ns(req).Lookup(parent, name));
+  Result<Attr> attr = Ns(req).Lookup(parent, name);
+  if (!attr.ok() && attr.status().code() == ENOENT) {
+    // A negative entry: the kernel remembers the miss for a second (a create
+    // through this mount replaces it at once).
+    fuse_entry_param e{};
+    e.entry_timeout = kAttrTimeout;
+    fuse_reply_entry(req, &e);
+    return;
+  }
+  ReplyEntry(req, "lookup", attr);
 }
 
 void OnForget(fuse_req_t req, fuse_ino_t, uint64_t) { fuse_reply_none(req); }
@@ -167,7 +183,7 @@ void OnGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   auto attr = Ns(req).GetAttr(ino);
   if (!attr.ok()) return ReplyError(req, "getattr", attr.status());
   struct stat st = ToStat(*attr);
-  fuse_reply_attr(req, &st, kAttrTimeout);
+  fuse_reply_attr(req, &st, attr->stable ? kStableTimeout : kAttrTimeout);
 }
 
 void OnSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* st, int to_set, fuse_file_info* fi) {
@@ -183,7 +199,7 @@ void OnSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* st, int to_set, fuse
   auto attr = Ns(req).SetAttr(ino, request, fi != nullptr ? fi->fh : 0);
   if (!attr.ok()) return ReplyError(req, "setattr", attr.status());
   struct stat out = ToStat(*attr);
-  fuse_reply_attr(req, &out, kAttrTimeout);
+  fuse_reply_attr(req, &out, attr->stable ? kStableTimeout : kAttrTimeout);
 }
 
 void OnMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
@@ -220,12 +236,14 @@ void OnSymlink(fuse_req_t req, const char*, fuse_ino_t, const char*) {
 void OnLink(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { OnUnsupportedLink(req, "link"); }
 
 void OnRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  KernelChange change(parent, name);
   Status status = Ns(req).Rmdir(parent, name);
   if (!status.ok() && !DoneBefore(status, ENOENT)) return ReplyError(req, "rmdir", status);
   fuse_reply_err(req, 0);
 }
 
 void OnUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  KernelChange change(parent, name);
   Status status = Ns(req).Unlink(parent, name);
   if (!status.ok() && !DoneBefore(status, ENOENT)) return ReplyError(req, "unlink", status);
   fuse_reply_err(req, 0);
@@ -233,6 +251,7 @@ void OnUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 void OnRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
               const char* new_name, unsigned flags) {
+  KernelChange change(parent, name, new_parent, new_name);
   Status status = Ns(req).Rename(parent, name, new_parent, new_name, flags);
   bool done = DoneBefore(status, ENOENT) && Ns(req).Lookup(new_parent, new_name).ok();
   if (!status.ok() && !done) return ReplyError(req, "rename", status);
@@ -272,6 +291,7 @@ void OnCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 
 void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fi->direct_io = 1;
+  fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY;  // FLUSH does nothing for readers
   if (const takeover::HandleRecord* rec = RecordedOpen(req)) {
     fi->fh = rec->fh;
     fuse_reply_open(req, fi);
@@ -379,7 +399,7 @@ void OnStatfs(fuse_req_t req, fuse_ino_t) {
 }
 
 void OnGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
-  auto value = Ns(req).GetXattr(ino, name);
+  auto value = Ns(req).GetXattr(ino, name, CallerOf(req));
   if (!value.ok())
     return ReplyError(req, "getxattr", value.status(), value.status().code() == ENODATA);
   if (size == 0) return static_cast<void>(fuse_reply_xattr(req, value->size()));
@@ -419,13 +439,23 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
   if (flags & FUSE_IOCTL_COMPAT) {
     return ReplyError(req, "ioctl", Error(ENOTTY, "32-bit ioctls are not supported"));
   }
+  // The version 1 numbers (struct gpufs_ipc_info of 120 bytes): a libgpufs
+  // older than the VMM store. Refused clearly rather than answered with a
+  // struct it would misread.
+  constexpr unsigned kMapV1 = 0x80784701u, kAllocV1 = 0xC0804702u;
+  if (cmd == kMapV1 || cmd == kAllocV1) {
+    return ReplyError(req, "ioctl",
+                      Error(EPROTONOSUPPORT,
+                            "a gpufs_ipc_info version 1 ioctl: this daemon speaks version 2 "
+                            "(VMM fds); rebuild the client against the current uapi.h/libgpufs"));
+  }
   switch (cmd) {
     case GPUFS_IOC_MAP: {
       if (handle == 0) return ReplyError(req, "ioctl MAP", Error(ENOTTY, "not a blob"));
       if (out_bufsz < sizeof(gpufs_ipc_info)) {
         return ReplyError(req, "ioctl MAP", Error(EINVAL, "short buffer"));
       }
-      auto info = Ns(req).MapHandle(handle);
+      auto info = Ns(req).MapHandle(handle, CallerOf(req));
       if (!info.ok()) return ReplyError(req, "ioctl MAP", info.status());
       Link(req).HandleMapped(handle);
       fuse_reply_ioctl(req, 0, &*info, sizeof *info);
@@ -438,7 +468,7 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
       }
       gpufs_alloc alloc{};
       std::memcpy(&alloc, in_buf, sizeof alloc);
-      auto info = Ns(req).AllocDevice(handle, alloc.size);
+      auto info = Ns(req).AllocDevice(handle, alloc.size, CallerOf(req));
       if (!info.ok()) return ReplyError(req, "ioctl ALLOC", info.status());
       Link(req).HandleMapped(handle);
       alloc.info = *info;
@@ -519,8 +549,13 @@ int ServeFuse(Namespace& ns, takeover::WorkerLink& link, const FuseOptions& opti
     GPUFS_LOG(ERROR) << "cannot use the FUSE connection " << dev;
     return 1;
   }
+  // Lives until _exit when the worker is replaced: loop threads may use it.
+  auto* invalidator = new KernelInvalidator(se);
+  ns.SetInvalidator(invalidator);
   int rc = ServeTakeover(se, link, options.threads, on_ready);
   if (rc == 0) {
+    ns.SetInvalidator(nullptr);  // the loop threads are joined: nobody calls it any more
+    delete invalidator;
     GPUFS_LOG(INFO) << "unmounted";
     fuse_session_destroy(se);
   }

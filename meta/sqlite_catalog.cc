@@ -682,8 +682,8 @@ Result<uint64_t> DoNextGeneration(Db& db) {
 
 Result<std::unique_ptr<SqliteCatalog>> SqliteCatalog::Open(const std::string& path,
                                                            uint32_t root_uid, uint32_t root_gid,
-                                                           uint32_t root_mode) {
-  GPUFS_ASSIGN_OR_RETURN(std::unique_ptr<Db> db, Db::Open(path));
+                                                           uint32_t root_mode, Locking locking) {
+  GPUFS_ASSIGN_OR_RETURN(std::unique_ptr<Db> db, Db::Open(path, locking));
   Status status = Migrate(*db);
   if (status.ok()) status = EnsureRoot(*db, root_uid, root_gid, root_mode);
   if (!status.ok()) return status.Prepend("open catalog " + path);
@@ -734,17 +734,22 @@ Result<bool> SqliteCatalog::HasChildren(EntryId parent) {
 }
 
 Result<uint64_t> SqliteCatalog::CountEntries() {
+  if (attached_) return *attached_;
   auto count = [&]() -> Result<uint64_t> {
     GPUFS_ASSIGN_OR_RETURN(Statement stmt, db_->GetCachedStatement(kCountAttachedSql));
     stmt.BindInt64(0, I64(kRootEntryId));
     GPUFS_ASSIGN_OR_RETURN(bool found, StepOnce(stmt));
     return found ? static_cast<uint64_t>(stmt.ColumnInt64(0)) : 0;
   };
-  return Annotated(count(), [] { return std::string("count entries"); });
+  Result<uint64_t> counted = count();
+  if (counted.ok()) attached_ = *counted;
+  return Annotated(std::move(counted), [] { return std::string("count entries"); });
 }
 
 Result<Entry> SqliteCatalog::CreateEntry(const Entry& entry, const std::optional<Blob>& blob) {
-  return Annotated(DoCreateEntry(*db_, entry, blob),
+  Result<Entry> created = DoCreateEntry(*db_, entry, blob);
+  if (created.ok() && attached_) ++*attached_;
+  return Annotated(std::move(created),
                    [&] { return "create " + std::to_string(entry.parent) + "/" + entry.name; });
 }
 
@@ -766,12 +771,16 @@ Status SqliteCatalog::UpdateEntryAttrs(const Entry& entry) {
 }
 
 Status SqliteCatalog::Detach(EntryId id, int64_t now_ns) {
-  return Annotated(DoDetach(*db_, id, now_ns), [&] { return "detach " + std::to_string(id); });
+  Status detached = DoDetach(*db_, id, now_ns);
+  if (detached.ok() && attached_) --*attached_;
+  return Annotated(std::move(detached), [&] { return "detach " + std::to_string(id); });
 }
 
 Result<EntryId> SqliteCatalog::Move(EntryId id, EntryId new_parent, std::string_view new_name,
                                     int64_t now_ns) {
-  return Annotated(DoMove(*db_, id, new_parent, new_name, now_ns), [&] {
+  Result<EntryId> moved = DoMove(*db_, id, new_parent, new_name, now_ns);
+  if (moved.ok() && *moved != 0 && attached_) --*attached_;  // the replaced target
+  return Annotated(std::move(moved), [&] {
     return "move " + std::to_string(id) + " to " + std::to_string(new_parent) + "/" +
            std::string(new_name);
   });

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "meta/catalog.h"
@@ -37,9 +38,13 @@ class SqliteCatalog final : public Catalog {
   // S_IFDIR | root_mode, owned by root_uid:root_gid) when it is missing; an
   // existing root is left as it is. EPROTO when the file was written by a
   // newer gpufs; ENOENT/EACCES when the file cannot be opened; EIO for a file
-  // that is not a database.
+  // that is not a database; EBUSY-like SQLite errors when another connection
+  // holds the file. The daemon's catalog is the only user of its file, so by
+  // default it keeps it locked (see Locking); tests that look at the file
+  // over a second connection pass Locking::kShared.
   static Result<std::unique_ptr<SqliteCatalog>> Open(const std::string& path, uint32_t root_uid,
-                                                     uint32_t root_gid, uint32_t root_mode);
+                                                     uint32_t root_gid, uint32_t root_mode,
+                                                     Locking locking = Locking::kExclusive);
 
   // The newest schema version this code knows (PRAGMA user_version).
   static int SchemaVersion();
@@ -78,6 +83,9 @@ class SqliteCatalog final : public Catalog {
   explicit SqliteCatalog(std::unique_ptr<Db> db) : db_(std::move(db)) {}
 
   std::unique_ptr<Db> db_;
+  // CountEntries's answer, kept live by every call that attaches or detaches
+  // an entry once it has been counted, so statfs does not scan the catalog.
+  std::optional<uint64_t> attached_;
 };
 
 }  // namespace gpufs

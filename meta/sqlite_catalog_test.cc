@@ -1,6 +1,7 @@
 #include "meta/sqlite_catalog.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 
@@ -31,9 +32,10 @@ class SqliteCatalogTest : public ::testing::Test {
     Reopen();
   }
 
-  void Reopen() {
+  // Shared locking: CountRows looks at the file over a second connection.
+  void Reopen(Locking locking = Locking::kShared) {
     catalog_.reset();
-    auto catalog = SqliteCatalog::Open(path_, kUid, kGid, 0755);
+    auto catalog = SqliteCatalog::Open(path_, kUid, kGid, 0755, locking);
     ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
     catalog_ = std::move(catalog).value();
   }
@@ -577,6 +579,42 @@ TEST(SqliteCatalogOpen, NotADatabaseFailsClearly) {
   ASSERT_FALSE(catalog.ok());
   EXPECT_EQ(catalog.status().code(), EIO) << catalog.status().ToString();
   EXPECT_NE(catalog.status().message().find("not a database"), std::string::npos);
+}
+
+// The daemon's catalog keeps its file locked: a second connection cannot
+// write it (nor read it) while the catalog is open, and can once it closes.
+TEST_F(SqliteCatalogTest, ExclusiveLockingKeepsOthersOut) {
+  Reopen(Locking::kExclusive);
+  ASSERT_TRUE(catalog_->CreateEntry(NewEntry(kRootEntryId, "a", EntryKind::kObject), std::nullopt)
+                  .ok());
+  {
+    sqlite3* other = nullptr;
+    ASSERT_EQ(sqlite3_open_v2(path_.c_str(), &other, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+    EXPECT_EQ(sqlite3_exec(other, "SELECT COUNT(*) FROM entries", nullptr, nullptr, nullptr),
+              SQLITE_BUSY);
+    sqlite3_close_v2(other);
+  }
+  catalog_.reset();
+  EXPECT_EQ(CountRows("entries"), 2);
+}
+
+// The live count of attached entries matches a fresh count after creates,
+// detaches and a move over an existing name.
+TEST_F(SqliteCatalogTest, LiveEntryCountMatchesAFreshCount) {
+  Reopen(Locking::kExclusive);
+  EXPECT_EQ(*catalog_->CountEntries(), 1u);
+  auto a = catalog_->CreateEntry(NewEntry(kRootEntryId, "a", EntryKind::kObject), std::nullopt);
+  auto b = catalog_->CreateEntry(NewEntry(kRootEntryId, "b", EntryKind::kObject), std::nullopt);
+  auto c = catalog_->CreateEntry(NewEntry(kRootEntryId, "c", EntryKind::kObject), std::nullopt);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(*catalog_->CountEntries(), 4u);
+  ASSERT_TRUE(catalog_->Move(a->id, kRootEntryId, "b", 200).ok());  // replaces b
+  EXPECT_EQ(*catalog_->CountEntries(), 3u);
+  ASSERT_TRUE(catalog_->Detach(c->id, 300).ok());
+  EXPECT_FALSE(catalog_->Detach(c->id, 300).ok());  // already detached: no change
+  EXPECT_EQ(*catalog_->CountEntries(), 2u);
+  Reopen(Locking::kExclusive);
+  EXPECT_EQ(*catalog_->CountEntries(), 2u);
 }
 
 }  // namespace

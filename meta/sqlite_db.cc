@@ -203,7 +203,7 @@ void Statement::Reset() {
 
 // --- Db ----------------------------------------------------------------------
 
-Result<std::unique_ptr<Db>> Db::Open(const std::string& path) {
+Result<std::unique_ptr<Db>> Db::Open(const std::string& path, Locking locking) {
   const std::string context = "open database " + path;
   if (path.empty()) return Error(EINVAL, "open database: empty path");
   sqlite3* raw = nullptr;
@@ -217,6 +217,10 @@ Result<std::unique_ptr<Db>> Db::Open(const std::string& path) {
   sqlite3_extended_result_codes(raw, 1);
   sqlite3_busy_timeout(raw, kBusyTimeoutMs);
 
+  if (locking == Locking::kExclusive) {
+    Status status = db->Execute("PRAGMA locking_mode=EXCLUSIVE");
+    if (!status.ok()) return status.Prepend(context);
+  }
   // journal_mode answers with the mode in effect; WAL needs shared memory,
   // which some file systems lack.
   {

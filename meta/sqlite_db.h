@@ -89,13 +89,21 @@ class Statement {
 
 // An open database connection. Owns the sqlite3 handle and the statement
 // cache. Not movable: statements borrow from it.
+// kExclusive: the connection takes the file lock at its first access and
+// keeps it until it closes (PRAGMA locking_mode=EXCLUSIVE, set before WAL is
+// entered, so the WAL index lives in heap memory): no fcntl lock and no
+// shared-memory access per transaction, and no other connection can open the
+// file meanwhile (SQLITE_BUSY). Recovery after a crash is the same as shared.
+enum class Locking { kShared, kExclusive };
+
 class Db {
  public:
   // Opens `path`, creating the file if it is missing, and sets
   // journal_mode=WAL, synchronous=NORMAL, foreign_keys=ON and a busy timeout
   // of kBusyTimeoutMs. Errors name the path (ENOENT when its directory is
   // missing, EACCES, EIO for a file that is not a database...).
-  static Result<std::unique_ptr<Db>> Open(const std::string& path);
+  static Result<std::unique_ptr<Db>> Open(const std::string& path,
+                                          Locking locking = Locking::kShared);
   static constexpr int kBusyTimeoutMs = 5000;
 
   ~Db();

@@ -59,6 +59,10 @@ run() {
   rm -f "$log"
 }
 
+# Issue 8: the VMM sharing invariant, as another user and across PID namespaces.
+echo "=== vmm_check"
+scripts/vmm-check.sh "$build" 2>&1 | tee "$out/vmm-check.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || failed+=(vmm_check)
 run gpu_store_test "$build/store/gpu_store_test"
 run client_test "$build/client/client_test"
 [ -x "$build/client/client_gpu_test" ] && run client_gpu_test "$build/client/client_gpu_test"

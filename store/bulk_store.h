@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "util/status.h"
+#include "util/unique_fd.h"
 
 namespace gpufs {
 
@@ -43,7 +44,13 @@ struct StoredBlob {
 // What a process needs to map a device blob in place (the body of
 // struct gpufs_ipc_info in include/gpufs/uapi.h).
 struct IpcExport {
-  uint8_t handle[64] = {};
+  enum HandleType : uint32_t { kVmmFd = 1, kLegacy = 2 };  // = GPUFS_HANDLE_*
+  HandleType handle_type = kLegacy;
+  uint8_t handle[64] = {};  // kLegacy: the cudaIpcMemHandle_t
+  uint64_t alloc_size = 0;  // bytes of the allocation a mapper maps
+  // kVmmFd: the allocation's exported fd, shared so that it stays open while
+  // a token for it is outstanding.
+  std::shared_ptr<const UniqueFd> fd;
   uint64_t offset = 0;  // of the blob inside the exported allocation
   uint64_t size = 0;
   uint8_t device_uuid[16] = {};

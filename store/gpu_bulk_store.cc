@@ -47,6 +47,7 @@
 
 #include "store/cuda_util.h"
 #include "store/range_allocator.h"
+#include "store/vmm_memory.h"
 #include "util/log.h"
 
 namespace gpufs {
@@ -55,7 +56,10 @@ struct GpuBulkStore::Allocation {
   uint64_t id = 0;
   uint32_t owner = 0;
   bool dedicated = false;
-  DeviceMemory memory;
+  DeviceMemory memory;               // kSharedArenas, kLegacy
+  std::unique_ptr<VmmMemory> vmm;    // kVmm
+  std::byte* base() const { return vmm ? vmm->get() : memory.get(); }
+  ~Allocation() { ReleaseInBackground(std::move(vmm)); }
   std::optional<RangeAllocator> ranges;  // arenas only
   size_t blobs = 0;                      // live blobs placed here
   bool exported = false;                 // `ipc` holds the allocation's handle
@@ -137,8 +141,20 @@ std::string Range(uint64_t offset, uint64_t length) {
 
 // ---- Open and bookkeeping
 
-Result<std::unique_ptr<GpuBulkStore>> GpuBulkStore::Open(const GpuStoreOptions& options) {
+Result<std::unique_ptr<GpuBulkStore>> GpuBulkStore::Open(const GpuStoreOptions& given) {
+  GpuStoreOptions options = given;
   const std::string name = "gpu store cuda:" + std::to_string(options.ordinal);
+  if (options.ipc == GpuIpcMode::kVmm) {
+    uint64_t granularity = 0;
+    if (cudaSetDevice(options.ordinal) != cudaSuccess ||
+        !VmmSupported(options.ordinal, &granularity)) {
+      (void)cudaGetLastError();
+      return Error(ENODEV, name + ": no CUDA VMM with POSIX-fd export on this device/driver "
+                                  "(mount with --ipc legacy)");
+    }
+    options.alignment = granularity;  // one physical allocation per blob
+    options.arena_size = 4 * granularity;
+  }
   if (options.alignment == 0 || !std::has_single_bit(options.alignment)) {
     return Error(EINVAL, name + ": alignment " + std::to_string(options.alignment) +
                              " is not a power of two");
@@ -180,7 +196,27 @@ GpuBulkStore::GpuBulkStore(const GpuStoreOptions& options, uint64_t capacity,
       capacity_(capacity),
       arena_size_(options.arena_size),
       alignment_(options.alignment),
-      dedicated_threshold_(options.arena_size / 4) {}
+      dedicated_threshold_(options.ipc == GpuIpcMode::kSharedArenas ? options.arena_size / 4 : 0),
+      ipc_(options.ipc) {
+  if (ipc_ == GpuIpcMode::kVmm) {
+    pool_ = std::make_unique<VmmPool>(
+        ordinal_, options.pool_budget.value_or(std::min<uint64_t>(capacity / 8, 2ull << 30)));
+  }
+}
+
+Status GpuBulkStore::AllocateDedicated(Allocation* alloc, uint64_t bytes, bool pooled) {
+  if (ipc_ == GpuIpcMode::kVmm) {
+    if (pooled && pool_) alloc->vmm = pool_->Take(bytes);
+    if (!alloc->vmm) {
+      GPUFS_ASSIGN_OR_RETURN(alloc->vmm, VmmMemory::Create(ordinal_, bytes));
+    }
+    return Status::Ok();
+  }
+  GPUFS_ASSIGN_OR_RETURN(alloc->memory, DeviceMemory::Allocate(ordinal_, bytes));
+  // A blob's own allocation is all its mapper sees: zero it whole, so no
+  // earlier blob's bytes show in the padding.
+  return Zero(alloc->memory.get(), bytes);
+}
 
 GpuBulkStore::~GpuBulkStore() {
   std::map<uint64_t, std::unique_ptr<Allocation>> allocs;
@@ -221,7 +257,7 @@ GpuBulkStore::PlaceForTesting GpuBulkStore::PlaceOfForTesting(BlobId id) const {
 void* GpuBulkStore::AllocationBaseForTesting(uint64_t arena) const {
   std::lock_guard lock(mu_);
   auto it = allocs_.find(arena);
-  return it == allocs_.end() ? nullptr : it->second->memory.get();
+  return it == allocs_.end() ? nullptr : it->second->base();
 }
 
 uint64_t GpuBulkStore::Units(uint64_t bytes) const {
@@ -268,17 +304,18 @@ Status GpuBulkStore::MissingLocked(BlobId id, std::string_view what) const {
 
 // ---- Places
 
-Result<GpuBulkStore::Place> GpuBulkStore::AcquirePlace(uint32_t owner, uint64_t bytes) {
+Result<GpuBulkStore::Place> GpuBulkStore::AcquirePlace(uint32_t owner, uint64_t bytes,
+                                                       bool pooled) {
   const uint64_t reserved = Units(bytes);
   auto alloc = std::make_unique<Allocation>();
   alloc->owner = owner;
   if (reserved >= dedicated_threshold_) {
-    GPUFS_ASSIGN_OR_RETURN(alloc->memory, DeviceMemory::Allocate(ordinal_, reserved));
+    GPUFS_RETURN_IF_ERROR(AllocateDedicated(alloc.get(), reserved, pooled));
     alloc->dedicated = true;
     alloc->blobs = 1;
     std::lock_guard lock(mu_);
     alloc->id = next_alloc_id_++;
-    Place place{.alloc = alloc->id, .offset = 0, .reserved = reserved, .data = alloc->memory.get()};
+    Place place{.alloc = alloc->id, .offset = 0, .reserved = reserved, .data = alloc->base()};
     allocs_.emplace(alloc->id, std::move(alloc));
     ++dedicated_count_;
     return place;
@@ -298,7 +335,7 @@ Result<GpuBulkStore::Place> GpuBulkStore::AcquirePlace(uint32_t owner, uint64_t 
         return Place{.alloc = arena_id,
                      .offset = *offset,
                      .reserved = reserved,
-                     .data = arena.memory.get() + *offset};
+                     .data = arena.base() + *offset};
       }
     }
   }
@@ -318,7 +355,7 @@ Result<GpuBulkStore::Place> GpuBulkStore::AcquirePlace(uint32_t owner, uint64_t 
   Place place{.alloc = alloc->id,
               .offset = *offset,
               .reserved = reserved,
-              .data = alloc->memory.get() + *offset};
+              .data = alloc->base() + *offset};
   arenas_of_owner_[owner].insert(alloc->id);
   allocs_.emplace(alloc->id, std::move(alloc));
   ++arena_count_;
@@ -502,8 +539,11 @@ Status GpuBulkStore::Allocate(BlobId id, uint32_t owner_uid, uint64_t size) {
     used_ += need;  // reserved now, so that concurrent calls cannot take it
   }
 
-  Result<Place> place = AcquirePlace(owner_uid, size);
-  Status status = place.ok() ? Zero(place->data, size) : place.status();
+  Result<Place> place = AcquirePlace(owner_uid, size, true);
+  // A VMM place is a fresh allocation, zeroed when it was made.
+  Status status = !place.ok()                 ? place.status()
+                  : ipc_ == GpuIpcMode::kVmm ? Status::Ok()
+                                             : Zero(place->data, size);
   Dropped dropped;  // freed after the lock is released
   std::lock_guard lock(mu_);
   if (status.ok() &&
@@ -598,10 +638,12 @@ Status GpuBulkStore::Resize(BlobId id, uint64_t old_size, uint64_t new_size) {
       if (target > RoomLocked(old.reserved)) continue;
       used_ += target - old.reserved;
     }
-    Result<Place> place = AcquirePlace(blob.owner, target);
+    Result<Place> place = AcquirePlace(blob.owner, target, old_size == 0 && target == exact);
     Status status = place.status();
     if (status.ok()) status = DeviceToDevice(place->data, old.data, old_size);
-    if (status.ok()) status = Zero(place->data + old_size, new_size - old_size);
+    if (status.ok() && ipc_ != GpuIpcMode::kVmm) {  // VMM places are fresh, zeroed allocations
+      status = Zero(place->data + old_size, new_size - old_size);
+    }
     Dropped dropped;  // freed after the lock is released
     std::lock_guard lock(mu_);
     if (!status.ok()) {
@@ -759,18 +801,27 @@ Result<IpcExport> GpuBulkStore::Export(BlobId id) {
     std::lock_guard lock(mu_);
     BlobRecord* rec = FindLocked(id);
     if (rec == nullptr) return MissingLocked(id, "export");
-    const Allocation* found = FindAllocLocked(rec->place.alloc);
+    Allocation* found = FindAllocLocked(rec->place.alloc);
     if (found == nullptr) {
       return Error(
           EIO, "gpu store " + device_ + ": export " + Describe(id) + ": its allocation is gone");
     }
-    const Allocation& alloc = *found;
-    alloc_id = alloc.id;
-    base = alloc.memory.get();
-    cached = alloc.exported;
-    handle = alloc.ipc;
     out.offset = rec->place.offset;
     out.size = rec->size;
+    std::memcpy(out.device_uuid, uuid_.data(), sizeof(out.device_uuid));
+    if (found->vmm) {
+      // Exported when it was made: nothing slow here.
+      found->exported = true;
+      out.handle_type = IpcExport::kVmmFd;
+      out.alloc_size = found->vmm->size();
+      out.fd = found->vmm->fd();
+      return out;
+    }
+    alloc_id = found->id;
+    base = found->base();
+    cached = found->exported;
+    handle = found->ipc;
+    out.alloc_size = found->dedicated ? rec->place.reserved : arena_size_;
   }
   if (!cached) {
     GPUFS_RETURN_IF_ERROR(Enter());
@@ -783,8 +834,8 @@ Result<IpcExport> GpuBulkStore::Export(BlobId id) {
       it->second->exported = true;
     }
   }
+  out.handle_type = IpcExport::kLegacy;
   std::memcpy(out.handle, &handle, sizeof(out.handle));
-  std::memcpy(out.device_uuid, uuid_.data(), sizeof(out.device_uuid));
   return out;
 }
 

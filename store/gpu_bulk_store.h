@@ -1,5 +1,16 @@
 // GpuBulkStore: blob bytes in the memory of one CUDA device, exported to other
-// processes through legacy CUDA IPC handles (cudaIpcGetMemHandle).
+// processes. How (GpuStoreOptions::ipc):
+// - kVmm (what `gpufs mount` uses where it can): every blob is one CUDA VMM
+//   physical allocation of its own, rounded to the granularity (2 MiB on the
+//   H200), zeroed when made and exported as a POSIX fd (vmm_memory.h); a
+//   mapper can reach that blob's bytes and nothing else, and a freed
+//   allocation is never given to another blob (importers may still hold it).
+//   Allocations of recently used exact sizes come ready from a pool
+//   (vmm_pool.h); teardown runs on a background thread.
+// - kLegacy: one cudaMalloc per blob, zeroed whole, legacy cudaIpc handles
+//   (which cannot be mapped read-only).
+// - kSharedArenas: the layout below, for the store's own arena tests only:
+//   a legacy IPC handle maps a whole arena, neighbours included.
 //
 // Layout: small blobs share cudaMalloc'd arenas of `arena_size` bytes, each
 // arena holding the blobs of a single owner (an IPC handle maps a whole
@@ -36,12 +47,29 @@
 #include <vector>
 
 #include "store/bulk_store.h"
+#include "store/vmm_pool.h"
 #include "util/status.h"
 
 namespace gpufs {
 
+// How blobs are laid out and exported.
+enum class GpuIpcMode {
+  // Small blobs of one owner share cudaMalloc arenas, exported with legacy
+  // IPC: a handle maps the neighbours too. Kept for the store's own tests of
+  // arenas; `gpufs mount` never uses it.
+  kSharedArenas,
+  // One cudaMalloc per blob (nothing else in it), legacy cudaIpc handles.
+  kLegacy,
+  // One CUDA VMM physical allocation per blob (rounded to the granularity),
+  // exported as a POSIX fd (see vmm_memory.h); alignment = the granularity.
+  kVmm,
+};
+
 struct GpuStoreOptions {
   int ordinal = 0;                     // CUDA device, as numbered in this process
+  GpuIpcMode ipc = GpuIpcMode::kSharedArenas;
+  // kVmm: bytes of allocations kept ready (default: capacity / 8, at most 2 GiB).
+  std::optional<uint64_t> pool_budget;
   std::optional<uint64_t> capacity;    // default: 90% of the free device memory at Open
   uint64_t arena_size = 256ull << 20;  // bytes per shared arena; a multiple of alignment
   uint64_t alignment = 512;            // of every blob's offset; a power of two
@@ -130,6 +158,7 @@ class GpuBulkStore final : public BulkStore {
   Result<IpcExport> Export(BlobId id) override;
 
   int ordinal() const { return ordinal_; }
+  GpuIpcMode ipc_mode() const { return ipc_; }
   // cudaDeviceProp::uuid of the device.
   const std::array<uint8_t, 16>& uuid() const { return uuid_; }
   uint64_t arena_size() const { return arena_size_; }
@@ -170,6 +199,8 @@ class GpuBulkStore final : public BulkStore {
   using Dropped = std::vector<std::unique_ptr<Allocation>>;
 
   GpuBulkStore(const GpuStoreOptions& options, uint64_t capacity, std::array<uint8_t, 16> uuid);
+  // A dedicated allocation of `bytes` (VMM or cudaMalloc by ipc_), zeroed.
+  Status AllocateDedicated(Allocation* alloc, uint64_t bytes, bool pooled);
 
   // Bytes a request of `bytes` reserves: rounded up to the alignment, at least
   // one unit; UINT64_MAX if that overflows.
@@ -184,7 +215,8 @@ class GpuBulkStore final : public BulkStore {
   // A new place of Units(bytes) for a blob of `owner`: in one of the owner's
   // arenas (or a new one) below the dedicated threshold, else a dedicated
   // allocation. Does not touch used_. Locks mu_ itself; must not hold it.
-  Result<Place> AcquirePlace(uint32_t owner, uint64_t bytes);
+  // `pooled`: an exact size worth keeping ready (kVmm, see vmm_pool.h).
+  Result<Place> AcquirePlace(uint32_t owner, uint64_t bytes, bool pooled = false);
   // Returns `place` to its allocation; an allocation left without blobs moves
   // into `dropped`, to be freed once mu_ is released.
   void ReleasePlaceLocked(const Place& place, Dropped* dropped);
@@ -209,7 +241,9 @@ class GpuBulkStore final : public BulkStore {
   const uint64_t capacity_;
   const uint64_t arena_size_;
   const uint64_t alignment_;
-  const uint64_t dedicated_threshold_;  // arena_size / 4
+  const uint64_t dedicated_threshold_;  // arena_size / 4; 0 (all dedicated) unless kSharedArenas
+  const GpuIpcMode ipc_;
+  std::unique_ptr<VmmPool> pool_;  // kVmm only
 
   mutable std::mutex mu_;
   std::unordered_map<BlobId, BlobRecord> blobs_;                      // GUARDED_BY(mu_)

@@ -3,12 +3,14 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <unordered_set>
 #include <utility>
@@ -72,6 +74,23 @@ Status ReadAll(int fd, uint64_t offset, std::span<std::byte> dst, const std::str
   return Status::Ok();
 }
 
+// Mappings handed out by AllocateHuge: aligned start -> (mapping start, length).
+// The HostBuffer deleter is a plain function, so the lengths live here.
+std::mutex g_huge_mu;
+std::unordered_map<std::byte*, std::pair<void*, size_t>> g_huge;  // GUARDED_BY(g_huge_mu)
+
+void FreeHuge(std::byte* p) {
+  std::pair<void*, size_t> mapping{nullptr, 0};
+  {
+    std::lock_guard lock(g_huge_mu);
+    auto it = g_huge.find(p);
+    if (it == g_huge.end()) return;
+    mapping = it->second;
+    g_huge.erase(it);
+  }
+  ::munmap(mapping.first, mapping.second);
+}
+
 std::string Range(uint64_t offset, uint64_t length) {
   return "[" + std::to_string(offset) + ", +" + std::to_string(length) + ")";
 }
@@ -127,7 +146,11 @@ Result<std::vector<BlobId>> HostBulkStore::Recover(std::span<const StoredBlob> l
   uint64_t total = 0;
   for (const auto& [id, size] : wanted) {
     struct stat st;
-    if (::fstatat(dir_fd_.get(), std::to_string(id).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    const bool missing =
+        ::fstatat(dir_fd_.get(), std::to_string(id).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0;
+    if (missing && errno == ENOENT && size == 0) {
+      intact.emplace(id, 0);  // an empty blob's file is made at its first byte
+    } else if (missing) {
       GPUFS_LOG(WARN) << "host store: blob " << id
                       << " lost: " << PosixError("stat " + PathOf(id), errno).ToString();
       lost.push_back(id);
@@ -235,6 +258,14 @@ Status HostBulkStore::Allocate(BlobId id, uint32_t owner_uid, uint64_t size) {
   }
 
   const std::string name = std::to_string(id);
+  if (size == 0) {
+    // No file until the first byte (Resize, which truncates whatever an
+    // earlier daemon may have left under this id): most members start empty.
+    SharedFd stale;  // closed after the lock is released
+    std::lock_guard lock(mu_);
+    stale = UncacheFd(id);
+    return Status::Ok();
+  }
   UniqueFd fd(::openat(dir_fd_.get(), name.c_str(),
                        O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
   Status status;
@@ -284,7 +315,7 @@ Status HostBulkStore::Resize(BlobId id, uint64_t old_size, uint64_t new_size) {
   }
 
   Status status;
-  Result<SharedFd> fd = FdOf(id);
+  Result<SharedFd> fd = FdOf(id, /*create=*/old_size == 0);
   if (!fd.ok()) {
     status = fd.status();
   } else if (::ftruncate((*fd)->get(), static_cast<off_t>(new_size)) != 0) {
@@ -312,6 +343,7 @@ Status HostBulkStore::Write(BlobId id, uint64_t offset,
                              " past the end of blob " + std::to_string(id) + " (" +
                              std::to_string(size) + " bytes)");
   }
+  if (src.empty()) return Status::Ok();
   return WriteAll(fd->get(), offset, src, PathOf(id));
 }
 
@@ -327,6 +359,7 @@ Status HostBulkStore::Read(BlobId id, uint64_t offset,
                              " past the end of blob " + std::to_string(id) + " (" +
                              std::to_string(size) + " bytes)");
   }
+  if (dst.empty()) return Status::Ok();
   return ReadAll(fd->get(), offset, dst, PathOf(id));
 }
 
@@ -354,12 +387,14 @@ Status HostBulkStore::Seal(BlobId id, uint64_t size) {
 
 void HostBulkStore::Free(BlobId id) {
   bool known = false;
+  bool empty = false;  // an empty blob may never have had a file
   SharedFd fd;
   {
     std::lock_guard lock(mu_);
     auto it = sizes_.find(id);
     if (it != sizes_.end()) {
       known = true;
+      empty = it->second == 0;
       used_ -= it->second;
       sizes_.erase(it);
     }
@@ -371,13 +406,31 @@ void HostBulkStore::Free(BlobId id) {
     if (err != ENOENT) {
       GPUFS_LOG(ERROR) << "host store: free of blob " << id << ": "
                        << PosixError("unlink " + PathOf(id), err).ToString();
-    } else if (known) {
+    } else if (known && !empty) {
       GPUFS_LOG(WARN) << "host store: free of blob " << id << ": " << PathOf(id)
                       << " was already gone";
     } else {
       GPUFS_LOG(WARN) << "host store: free of blob " << id << ", which the store does not hold";
     }
   }
+}
+
+HostBuffer HostBulkStore::AllocateHostBuffer(size_t bytes) {
+  constexpr size_t kHuge = 2u << 20;
+  const size_t length = (std::max<size_t>(bytes, 1) + kHuge - 1) / kHuge * kHuge;
+  // Over-allocate by one huge page so an aligned start always fits.
+  void* base = ::mmap(nullptr, length + kHuge, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) {
+    GPUFS_LOG(ERROR) << "host store: " << PosixError("mmap of an I/O buffer", errno).ToString();
+    return HostBuffer(nullptr, FreeHuge);
+  }
+  auto start = reinterpret_cast<uintptr_t>(base);
+  auto* aligned = reinterpret_cast<std::byte*>((start + kHuge - 1) / kHuge * kHuge);
+  ::madvise(aligned, length, MADV_HUGEPAGE);  // advice only: 4 KiB pages work too
+  std::lock_guard lock(g_huge_mu);
+  g_huge.emplace(aligned, std::make_pair(base, length + kHuge));
+  return HostBuffer(aligned, FreeHuge);
 }
 
 std::string HostBulkStore::PathOf(BlobId id) const { return dir_ + "/" + std::to_string(id); }
@@ -391,11 +444,12 @@ Status HostBulkStore::Lookup(BlobId id, uint64_t* size, SharedFd* fd) {
     }
     *size = it->second;
   }
+  if (*size == 0) return Status::Ok();  // no file needed (nor perhaps made yet)
   GPUFS_ASSIGN_OR_RETURN(*fd, FdOf(id));
   return Status::Ok();
 }
 
-Result<HostBulkStore::SharedFd> HostBulkStore::FdOf(BlobId id) {
+Result<HostBulkStore::SharedFd> HostBulkStore::FdOf(BlobId id, bool create) {
   {
     std::lock_guard lock(mu_);
     auto it = fds_.find(id);
@@ -404,7 +458,8 @@ Result<HostBulkStore::SharedFd> HostBulkStore::FdOf(BlobId id) {
       return it->second.fd;
     }
   }
-  UniqueFd fd(::openat(dir_fd_.get(), std::to_string(id).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
+  UniqueFd fd(::openat(dir_fd_.get(), std::to_string(id).c_str(),
+                       O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT | O_TRUNC : 0), 0600));
   if (!fd.valid()) return PosixError("open " + PathOf(id), errno);
   std::vector<SharedFd> evicted;  // closed after the lock is released
   std::lock_guard lock(mu_);

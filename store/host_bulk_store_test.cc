@@ -148,12 +148,43 @@ TEST_F(HostBulkStoreTest, ZeroSizeBlob) {
   ASSERT_TRUE(store);
   Status extent = store->Allocate(1, 0, 0);
   ASSERT_TRUE(extent.ok()) << extent.ToString();
-  EXPECT_TRUE(fs::exists(File(1)));
+  EXPECT_FALSE(fs::exists(File(1)));  // made at the first byte
   std::vector<std::byte> empty;
   EXPECT_TRUE(store->Read(1, 0, empty).ok());
   EXPECT_TRUE(store->Write(1, 0, empty).ok());
+  EXPECT_TRUE(store->Seal(1, 0).ok());
+  EXPECT_FALSE(fs::exists(File(1)));
   EXPECT_EQ(store->Allocate(2, 0, 1).code(), ENOSPC);
   EXPECT_EQ(store->Usage().blobs, 1u);
+}
+
+// An empty blob without a file survives a restart; it gets its file when it
+// grows, and Free of one that never grew is quiet and complete.
+TEST_F(HostBulkStoreTest, EmptyBlobGetsItsFileWhenItGrows) {
+  auto store = OpenStore(100);
+  ASSERT_TRUE(store);
+  ASSERT_TRUE(store->Allocate(1, 0, 0).ok());
+  ASSERT_TRUE(store->Allocate(2, 0, 0).ok());
+  store.reset();
+  store = OpenStore(100);
+  ASSERT_TRUE(store);
+  std::vector<StoredBlob> live(2);
+  live[0].id = 1;
+  live[1].id = 2;
+  auto lost = store->Recover(live);
+  ASSERT_TRUE(lost.ok()) << lost.status().ToString();
+  EXPECT_TRUE(lost->empty());
+  Status grown = store->Resize(1, 0, 10);
+  ASSERT_TRUE(grown.ok()) << grown.ToString();
+  EXPECT_EQ(fs::file_size(File(1)), 10u);
+  std::vector<std::byte> bytes(10, std::byte{7});
+  ASSERT_TRUE(store->Write(1, 0, bytes).ok());
+  std::vector<std::byte> back(10);
+  ASSERT_TRUE(store->Read(1, 0, back).ok());
+  EXPECT_EQ(back, bytes);
+  store->Free(2);
+  EXPECT_EQ(store->Usage().blobs, 1u);
+  EXPECT_EQ(store->Usage().used, 10u);
 }
 
 TEST_F(HostBulkStoreTest, ResizeZeroFills) {

@@ -79,7 +79,16 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
       GpuStoreOptions options;
       options.ordinal = ordinal;
       options.capacity = config.capacity;
-      GPUFS_ASSIGN_OR_RETURN(auto gpu, GpuBulkStore::Open(options));
+      // auto: VMM where the device and driver can export POSIX fds.
+      options.ipc = config.ipc == "legacy" ? GpuIpcMode::kLegacy : GpuIpcMode::kVmm;
+      auto opened = GpuBulkStore::Open(options);
+      if (!opened.ok() && config.ipc == "auto" && opened.status().code() == ENODEV) {
+        GPUFS_LOG(WARN) << "cuda:" << ordinal << ": " << opened.status().ToString()
+                        << "; using legacy CUDA IPC, one allocation per blob";
+        options.ipc = GpuIpcMode::kLegacy;
+        opened = GpuBulkStore::Open(options);
+      }
+      GPUFS_ASSIGN_OR_RETURN(auto gpu, std::move(opened));
       GPUFS_LOG(INFO) << "store " << gpu->device() << ": " << FormatSize(gpu->Usage().capacity);
       out.stores.push_back(std::move(gpu));
     }

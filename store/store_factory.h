@@ -17,6 +17,7 @@ struct StoreConfig {
   std::vector<int> devices;          // CUDA ordinals; empty: every visible GPU
   std::optional<uint64_t> capacity;  // per store new blobs go to; default: see OpenStores
   std::string host_dir;              // where the host store keeps its files
+  std::string ipc = "auto";          // auto | vmm | legacy (see GpuIpcMode)
 };
 
 struct OpenedStores {

@@ -5,12 +5,34 @@
  *   int fd = open("/gpu/model/w", O_RDONLY);
  *   struct gpufs_ipc_info info;
  *   ioctl(fd, GPUFS_IOC_MAP, &info);     // or getxattr "user.gpufs.ipc_handle"
- *   // cudaIpcOpenMemHandle(&base, handle, ...) on the device whose UUID is
- *   // info.device_uuid; the blob is at base + info.offset, info.size bytes.
+ *
+ * info.handle_type says how to reach the memory:
+ * - GPUFS_HANDLE_VMM_FD (the default): the blob is one CUDA VMM physical
+ *   allocation of info.alloc_size bytes. Connect a SOCK_SEQPACKET Unix socket
+ *   to the path in the xattr GPUFS_XATTR_SOCKET of the mount's root (or
+ *   $GPUFS_SOCKET), send a struct gpufs_fd_request carrying info.token, and
+ *   receive a struct gpufs_fd_reply with the allocation's POSIX fd attached
+ *   (SCM_RIGHTS). Then cuMemImportFromShareableHandle(fd,
+ *   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), cuMemAddressReserve +
+ *   cuMemMap(alloc_size) and cuMemSetAccess with CU_MEM_ACCESS_FLAGS_PROT_READ
+ *   (PROT_READWRITE only for GPUFS_INFO_WRITABLE, i.e. GPUFS_IOC_ALLOC). The
+ *   blob is at base + info.offset, info.size bytes. A token is good for one
+ *   request, by the same uid (and process, or a thread of it) that made the
+ *   ioctl, while the file it was issued on stays open, for
+ *   GPUFS_TOKEN_TTL_SECONDS; the daemon checks SO_PEERCRED. The fd lets the
+ *   process map exactly the bytes of that one blob: no neighbour shares it.
+ * - GPUFS_HANDLE_LEGACY (daemon started with --ipc legacy): info.handle is a
+ *   cudaIpcMemHandle_t of an allocation holding only this blob;
+ *   cudaIpcOpenMemHandle(&base, handle, ...), blob at base + info.offset.
+ * The GPU is the one whose UUID is info.device_uuid.
  *
  * Keep fd open while the memory is in use: an open file keeps the daemon from
  * freeing the blob, also after it is removed or replaced. libgpufs
  * (gpufs/gpufs.h) does all of this for you.
+ *
+ * Version 1 (120 bytes, no handle type, legacy handles only) is answered only
+ * by a daemon in legacy mode; a VMM daemon fails the version 1 ioctl with
+ * EPROTONOSUPPORT and logs why.
  */
 #ifndef GPUFS_UAPI_H_
 #define GPUFS_UAPI_H_
@@ -19,10 +41,21 @@
 #include <stdint.h>
 
 #define GPUFS_MAGIC 0x46555047u /* "GPUF" in memory order */
-#define GPUFS_UAPI_VERSION 1u
+#define GPUFS_UAPI_VERSION 2u
 
 /* The xattr that holds a struct gpufs_ipc_info (binary) on a GPU blob. */
 #define GPUFS_XATTR_IPC_HANDLE "user.gpufs.ipc_handle"
+/* On the mount's root: the path of the daemon's fd socket (text). */
+#define GPUFS_XATTR_SOCKET "user.gpufs.socket"
+
+/* gpufs_ipc_info.handle_type */
+#define GPUFS_HANDLE_VMM_FD 1u  /* token for the fd socket; handle[] is zero */
+#define GPUFS_HANDLE_LEGACY 2u  /* handle[] is a cudaIpcMemHandle_t */
+/* gpufs_ipc_info.flags */
+#define GPUFS_INFO_WRITABLE 1u  /* the producer's mapping (GPUFS_IOC_ALLOC) */
+
+#define GPUFS_TOKEN_BYTES 32
+#define GPUFS_TOKEN_TTL_SECONDS 30
 
 struct gpufs_ipc_info {
   uint32_t magic;          /* GPUFS_MAGIC */
@@ -33,6 +66,29 @@ struct gpufs_ipc_info {
   uint8_t device_uuid[16]; /* the GPU, by UUID: ordinals differ between processes */
   uint64_t blob_id;        /* the daemon's id of the blob (stable while it lives) */
   uint64_t generation;     /* changes when the daemon restarts */
+  /* version 2 */
+  uint32_t handle_type;    /* GPUFS_HANDLE_* */
+  uint32_t flags;          /* GPUFS_INFO_* */
+  uint64_t alloc_size;     /* bytes of the allocation holding the blob (map them all) */
+  uint8_t token[GPUFS_TOKEN_BYTES]; /* VMM: single-use, for struct gpufs_fd_request */
+};
+
+/* The fd socket (SOCK_SEQPACKET, one message each way per request; several
+ * requests may share a connection). */
+#define GPUFS_FD_MAGIC 0x44465047u /* "GPFD" */
+struct gpufs_fd_request {
+  uint32_t magic;   /* GPUFS_FD_MAGIC */
+  uint32_t version; /* GPUFS_UAPI_VERSION */
+  uint8_t token[GPUFS_TOKEN_BYTES];
+};
+struct gpufs_fd_reply {
+  uint32_t magic;     /* GPUFS_FD_MAGIC */
+  int32_t error;      /* 0, or an errno: EACCES (wrong uid/process, or the file
+                         was closed), ENOENT (unknown, used or expired token),
+                         EPROTO (malformed request) */
+  uint64_t blob_id;   /* as in the info the token came with */
+  uint64_t alloc_size;
+  char message[112];  /* why, when error != 0 (NUL-terminated) */
 };
 
 /* GPUFS_IOC_ALLOC: on a member just created (O_CREAT|O_TRUNC, opened for

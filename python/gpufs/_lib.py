@@ -30,13 +30,13 @@ __all__ = [
 ]
 
 GPUFS_MAGIC = 0x46555047  # "GPUF" in memory order
-GPUFS_UAPI_VERSION = 1
+GPUFS_UAPI_VERSION = 2
 GPUFS_BUFFER_WRITABLE = 1  # made by gpufs_create and not sealed yet
 IPC_HANDLE_XATTR = "user.gpufs.ipc_handle"
 
 
 class GpufsIpcInfo(ctypes.Structure):
-    """struct gpufs_ipc_info (uapi.h): 120 bytes, fields only ever appended."""
+    """struct gpufs_ipc_info (uapi.h): 168 bytes (version 2), fields only ever appended."""
     _fields_ = [
         ("magic", ctypes.c_uint32),
         ("version", ctypes.c_uint32),
@@ -46,6 +46,10 @@ class GpufsIpcInfo(ctypes.Structure):
         ("device_uuid", ctypes.c_uint8 * 16),
         ("blob_id", ctypes.c_uint64),
         ("generation", ctypes.c_uint64),
+        ("handle_type", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("alloc_size", ctypes.c_uint64),
+        ("token", ctypes.c_uint8 * 32),
     ]
 
 

@@ -36,7 +36,8 @@ def info(path: "os.PathLike[str] | str") -> Dict[str, Any]:
     """The ``struct gpufs_ipc_info`` of a GPU blob, as a dict.
 
     Keys: magic, version, handle (bytes), offset, size, device_uuid (str, as
-    torch prints it), blob_id, generation.  OSError ENODEV for a blob in
+    torch prints it), blob_id, generation, handle_type ("vmm_fd" or "legacy"),
+    alloc_size.  OSError ENODEV for a blob in
     host memory; EPROTO if the attribute is not a gpufs_ipc_info.
     """
     path = os.fspath(path)
@@ -63,6 +64,8 @@ def info(path: "os.PathLike[str] | str") -> Dict[str, Any]:
         "device_uuid": str(uuid.UUID(bytes=bytes(s.device_uuid))),
         "blob_id": s.blob_id,
         "generation": s.generation,
+        "handle_type": {1: "vmm_fd", 2: "legacy"}.get(s.handle_type, s.handle_type),
+        "alloc_size": s.alloc_size,
     }
 
 

@@ -17,9 +17,10 @@ from gpufs import _lib  # noqa: E402
 class StructLayoutTest(unittest.TestCase):
     def test_ipc_info_matches_uapi_h(self):
         s = _lib.GpufsIpcInfo
-        self.assertEqual(ctypes.sizeof(s), 120)
+        self.assertEqual(ctypes.sizeof(s), 168)
         offsets = {"magic": 0, "version": 4, "handle": 8, "offset": 72, "size": 80,
-                   "device_uuid": 88, "blob_id": 104, "generation": 112}
+                   "device_uuid": 88, "blob_id": 104, "generation": 112,
+                   "handle_type": 120, "flags": 124, "alloc_size": 128, "token": 136}
         for name, offset in offsets.items():
             self.assertEqual(getattr(s, name).offset, offset, name)
         self.assertEqual(s.handle.size, 64)

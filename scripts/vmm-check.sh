@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Issue 8's checks of the VMM store on a GPU machine, as root, against a real
+# mount: the attack as another user (setpriv to nobody), read-only maps, a
+# consumer in its own PID namespace, 32 mappers at once, a version 1 client,
+# and the map timings.
+#
+#   scripts/vmm-check.sh [BUILD_DIR]      (prints PASS/FAIL lines; exit 1 on a FAIL)
+set -uo pipefail
+build=$(realpath "${1:-build}")
+probe=$build/tests/vmm-probe
+gpufs=$build/bin/gpufs
+mnt=$(mktemp -d /tmp/gpufs-vmm-mnt.XXXXXX)
+state=$(mktemp -d /tmp/gpufs-vmm-state.XXXXXX)
+chmod 755 "$mnt"
+fails=0
+check() {
+  local name=$1; shift
+  local out
+  if out=$("$@" 2>&1); then echo "PASS $name: $(echo "$out" | tail -1)"
+  else echo "FAIL $name: $(echo "$out" | tail -3 | tr '\n' ' ')"; fails=$((fails + 1)); fi
+}
+refuse() {  # the command must fail
+  local name=$1; shift
+  local out
+  if out=$("$@" 2>&1); then echo "FAIL $name: it succeeded: $(echo "$out" | tail -1)"; fails=$((fails + 1))
+  else echo "PASS $name: refused: $(echo "$out" | tail -1)"; fi
+}
+nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+fill() { head -c "$2" /dev/zero | tr '\0' "$3" > "$1"; }
+cleanup() { umount "$mnt" 2>/dev/null; rm -rf "$state"; rmdir "$mnt" 2>/dev/null; }
+trap cleanup EXIT
+
+"$gpufs" mount "$mnt" --state "$state" --store gpu --capacity 16G --ipc "${GPUFS_IPC:-vmm}" \
+  || { echo "FAIL mount"; exit 1; }
+echo "socket: $(getfattr --only-values -n user.gpufs.socket "$mnt" 2>/dev/null)"
+
+mkdir "$mnt/sec" && chmod 755 "$mnt/sec"
+fill "$mnt/sec/pub" 1048576 A && chmod 644 "$mnt/sec/pub"        # 0x41
+fill "$mnt/sec/secret" 1048576 S && chmod 600 "$mnt/sec/secret"  # 0x53
+fill "$mnt/sec/victim" 1048576 V && chmod 444 "$mnt/sec/victim"  # 0x56
+
+check  "nobody maps the 0644 member and sees its bytes" nobody "$probe" check "$mnt/sec/pub" 0x41
+refuse "nobody opens the 0600 neighbour" nobody cat "$mnt/sec/secret"
+check  "nobody's map of pub reaches no byte of the 0600 neighbour" nobody "$probe" scan "$mnt/sec/pub" 0x53
+check  "nobody's map of pub reaches no byte of the 0444 neighbour" nobody "$probe" scan "$mnt/sec/pub" 0x56
+check  "nobody cannot write pub through its map" nobody "$probe" write "$mnt/sec/pub"
+check  "nobody cannot write the 0444 neighbour through its map" nobody "$probe" write "$mnt/sec/victim"
+check  "root cannot write a sealed blob through a read map either" "$probe" write "$mnt/sec/pub"
+check  "pub and victim unchanged (cat as root)" bash -c "[ \$(tr -d A < '$mnt/sec/pub' | wc -c) = 0 ] && [ \$(tr -d V < '$mnt/sec/victim' | wc -c) = 0 ]"
+tok=$("$probe" token "$mnt/sec/secret")
+check  "nobody presenting root's token for the 0600 member is refused" nobody "$probe" redeem $tok
+check  "the refused token is spent: its owner cannot use it afterwards either" bash -c "'$probe' redeem $tok 2>&1 | grep -q 'unknown, used'"
+
+# Freed memory: root's 0600 blob is removed; nobody's new blobs never show it.
+fill "$mnt/sec/gone" 8388608 Z && chmod 600 "$mnt/sec/gone"
+"$probe" check "$mnt/sec/gone" 0x5a >/dev/null && rm "$mnt/sec/gone"
+mkdir "$mnt/tmp" && chmod 1777 "$mnt/tmp"
+for i in 1 2 3 4; do nobody dd if=/dev/zero of="$mnt/tmp/n$i" bs=1M count=8 status=none; done
+for i in 1 2 3 4; do
+  check "nobody's new blob $i holds no byte of removed root blob" nobody "$probe" scan "$mnt/tmp/n$i" 0x5a
+done
+
+check "a consumer in its own PID namespace maps and sees the bytes" \
+  unshare --pid --fork --mount-proc "$probe" check "$mnt/sec/pub" 0x41
+check "nobody in its own PID namespace too" \
+  unshare --pid --fork --mount-proc setpriv --reuid=65534 --regid=65534 --clear-groups "$probe" check "$mnt/sec/pub" 0x41
+
+fill "$mnt/rw" 1048576 R
+check "a warm map reuses the mapping; after a rewrite it shows the new blob" "$probe" rewarm "$mnt/rw"
+
+fill "$mnt/big" 67108864 B
+used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
+before=$(used)
+pids=()
+for i in $(seq 32); do "$probe" check "$mnt/big" 0x42 > "/tmp/vmm-probe-$i.log" 2>&1 & pids+=($!); done
+errors=0
+for p in "${pids[@]}"; do wait "$p" || errors=$((errors + 1)); done
+after=$(used)
+echo "32 mappers: $errors errors; GPU memory used ${before} MiB before, ${after} MiB after"
+check "32 processes map one member at once: 0 errors" test "$errors" = 0
+check "GPU memory back to baseline after they exit (+-2 MiB)" test $((after - before)) -le 2
+
+check "a version 1 client gets EPROTONOSUPPORT, not garbage" python3 -c "
+import errno, fcntl, os, sys
+fd = os.open('$mnt/sec/pub', os.O_RDONLY)
+try:
+    fcntl.ioctl(fd, 0x80784701, bytearray(120))
+except OSError as e:
+    print(os.strerror(e.errno)); sys.exit(0 if e.errno == errno.EPROTONOSUPPORT else 1)
+sys.exit(1)"
+
+# Timings: cold map (libgpufs, new mapping) against the raw fd receive +
+# import + map + set access; warm map of an already mapped member.
+fill "$mnt/b2m" 2097152 C
+fill "$mnt/b1g" 1073741824 D
+for f in b2m big b1g; do "$probe" bench "$mnt/$f"; done
+if python3 -c "import torch" 2>/dev/null; then
+  PYTHONPATH=$(dirname "$0")/../python python3 "$(dirname "$0")/../bench/torch_map_bench.py" "$mnt/b1g"
+fi
+"$probe" put "$mnt/tmp" 64
+"$probe" put "$mnt/tmp" 1024
+
+echo "vmm-check: $fails failed"
+[ "$fails" = 0 ]

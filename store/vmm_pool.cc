@@ -1,0 +1,58 @@
+#include "store/vmm_pool.h"
+
+#include "util/log.h"
+
+namespace gpufs {
+
+VmmPool::VmmPool(int ordinal, uint64_t budget) : ordinal_(ordinal), budget_(budget) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+VmmPool::~VmmPool() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  thread_.join();
+}
+
+std::unique_ptr<VmmMemory> VmmPool::Take(uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  std::unique_ptr<VmmMemory> got;
+  auto it = ready_.find(bytes);
+  if (it != ready_.end() && !it->second.empty()) {
+    got = std::move(it->second.back());
+    it->second.pop_back();
+    ready_bytes_ -= bytes;
+  }
+  if (ready_bytes_ + bytes <= budget_) {
+    ready_bytes_ += bytes;  // reserved for the one being made
+    wanted_.push_back(bytes);
+    cv_.notify_one();
+  }
+  return got;
+}
+
+void VmmPool::Run() {
+  for (;;) {
+    uint64_t bytes;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !wanted_.empty(); });
+      if (stop_) return;
+      bytes = wanted_.front();
+      wanted_.pop_front();
+    }
+    Result<std::unique_ptr<VmmMemory>> made = VmmMemory::Create(ordinal_, bytes);
+    std::lock_guard lock(mu_);
+    if (!made.ok()) {
+      ready_bytes_ -= bytes;
+      GPUFS_LOG(DEBUG) << "vmm pool: " << made.status().ToString();
+      continue;
+    }
+    ready_[bytes].push_back(std::move(*made));
+  }
+}
+
+}  // namespace gpufs

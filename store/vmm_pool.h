@@ -1,0 +1,54 @@
+// VmmPool: VMM allocations made, zeroed and exported ahead of need.
+//
+// Exporting a POSIX fd costs 0.6-0.9 ms (measured on the H200), more than a
+// D2D copy of 64 MiB, so a new blob should not wait for it. Each Take of a
+// size asks the pool's thread to have one more of that size ready, within
+// `budget` bytes of ready allocations: a workload that makes blobs of a few
+// sizes (empty members, checkpoint shards) finds them ready after the first.
+// Ready allocations are never shared or reused once taken: a freed blob's
+// memory is never handed out again by gpufs (mappers may still hold it).
+// Ready memory is device memory outside the store's `used`.
+//
+// Thread-safe; one mutex (a leaf lock) guards the queues.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "store/vmm_memory.h"
+
+namespace gpufs {
+
+class VmmPool {
+ public:
+  VmmPool(int ordinal, uint64_t budget);
+  // Stops the thread; ready allocations are released.
+  ~VmmPool();
+  VmmPool(const VmmPool&) = delete;
+  VmmPool& operator=(const VmmPool&) = delete;
+
+  // A ready allocation of exactly `bytes`, or null (make one yourself). Either
+  // way one of that size is made ready again, if the budget allows.
+  std::unique_ptr<VmmMemory> Take(uint64_t bytes);
+
+ private:
+  void Run();
+
+  const int ordinal_;
+  const uint64_t budget_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;                                                  // GUARDED_BY(mu_)
+  std::deque<uint64_t> wanted_;                                        // GUARDED_BY(mu_)
+  std::map<uint64_t, std::vector<std::unique_ptr<VmmMemory>>> ready_;  // GUARDED_BY(mu_)
+  uint64_t ready_bytes_ = 0;  // GUARDED_BY(mu_), incl. in making
+  std::thread thread_;
+};
+
+}  // namespace gpufs

@@ -1,0 +1,149 @@
+#include "util/fd_protocol.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+namespace gpufs {
+
+static_assert(sizeof(gpufs_fd_request) == 40, "gpufs_fd_request is part of the stable ABI");
+static_assert(sizeof(gpufs_fd_reply) == 136, "gpufs_fd_reply is part of the stable ABI");
+
+gpufs_fd_request EncodeRequest(const uint8_t token[GPUFS_TOKEN_BYTES]) {
+  gpufs_fd_request req{};
+  req.magic = GPUFS_FD_MAGIC;
+  req.version = GPUFS_UAPI_VERSION;
+  std::memcpy(req.token, token, GPUFS_TOKEN_BYTES);
+  return req;
+}
+
+Result<Token> DecodeRequest(std::span<const std::byte> bytes) {
+  gpufs_fd_request req{};
+  if (bytes.size() != sizeof req) {
+    return Error(EPROTO, "fd request of " + std::to_string(bytes.size()) + " bytes (want " +
+                             std::to_string(sizeof req) + ")");
+  }
+  std::memcpy(&req, bytes.data(), sizeof req);
+  if (req.magic != GPUFS_FD_MAGIC) return Error(EPROTO, "fd request without GPUFS_FD_MAGIC");
+  if (req.version < 2) {
+    return Error(EPROTO, "fd request of version " + std::to_string(req.version) + " (want 2)");
+  }
+  Token token;
+  std::memcpy(token.data(), req.token, token.size());
+  return token;
+}
+
+gpufs_fd_reply EncodeReply(int error, uint64_t blob_id, uint64_t alloc_size,
+                           const std::string& message) {
+  gpufs_fd_reply reply{};
+  reply.magic = GPUFS_FD_MAGIC;
+  reply.error = error;
+  reply.blob_id = blob_id;
+  reply.alloc_size = alloc_size;
+  std::strncpy(reply.message, message.c_str(), sizeof reply.message - 1);
+  return reply;
+}
+
+Result<gpufs_fd_reply> DecodeReply(std::span<const std::byte> bytes) {
+  gpufs_fd_reply reply{};
+  if (bytes.size() != sizeof reply) {
+    return Error(EPROTO, "fd reply of " + std::to_string(bytes.size()) + " bytes (want " +
+                             std::to_string(sizeof reply) + ")");
+  }
+  std::memcpy(&reply, bytes.data(), sizeof reply);
+  if (reply.magic != GPUFS_FD_MAGIC) return Error(EPROTO, "fd reply without GPUFS_FD_MAGIC");
+  reply.message[sizeof reply.message - 1] = '\0';
+  return reply;
+}
+
+Status SendMessage(int sock, std::span<const std::byte> msg, int fd) {
+  iovec iov{const_cast<std::byte*>(msg.data()), msg.size()};
+  msghdr hdr{};
+  hdr.msg_iov = &iov;
+  hdr.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (fd >= 0) {
+    hdr.msg_control = control;
+    hdr.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&hdr);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  }
+  ssize_t n;
+  do {
+    n = ::sendmsg(sock, &hdr, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return PosixError("sendmsg", errno);
+  if (static_cast<size_t>(n) != msg.size()) return Error(EIO, "sendmsg: short send");
+  return Status::Ok();
+}
+
+Result<size_t> ReceiveMessage(int sock, std::span<std::byte> buf, UniqueFd* fd) {
+  iovec iov{buf.data(), buf.size()};
+  msghdr hdr{};
+  hdr.msg_iov = &iov;
+  hdr.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
+  hdr.msg_control = control;
+  hdr.msg_controllen = sizeof control;
+  ssize_t n;
+  do {
+    n = ::recvmsg(sock, &hdr, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return PosixError("recvmsg", errno);
+  bool extra = false;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&hdr); c != nullptr; c = CMSG_NXTHDR(&hdr, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int got;
+      std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof got);
+      if (fd != nullptr && !fd->valid()) {
+        fd->reset(got);
+      } else {
+        ::close(got);
+        extra = true;
+      }
+    }
+  }
+  if (extra) return Error(EPROTO, "recvmsg: more than one fd attached");
+  if (hdr.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) return Error(EMSGSIZE, "recvmsg: message too long");
+  return static_cast<size_t>(n);
+}
+
+Result<UniqueFd> FetchBlobFd(const std::string& socket_path, const uint8_t token[GPUFS_TOKEN_BYTES],
+                             gpufs_fd_reply* reply) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.empty() || socket_path.size() >= sizeof addr.sun_path) {
+    return Error(EINVAL, "fd socket path '" + socket_path + "' is empty or too long");
+  }
+  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
+  UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!sock.valid()) return PosixError("socket", errno);
+  int r;
+  do {
+    r = ::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  } while (r < 0 && errno == EINTR);
+  if (r < 0) return PosixError("connect " + socket_path, errno);
+  gpufs_fd_request req = EncodeRequest(token);
+  GPUFS_RETURN_IF_ERROR(SendMessage(sock.get(), std::as_bytes(std::span(&req, 1)), -1));
+  std::array<std::byte, sizeof(gpufs_fd_reply) + 1> buf;
+  UniqueFd fd;
+  GPUFS_ASSIGN_OR_RETURN(size_t n, ReceiveMessage(sock.get(), buf, &fd));
+  if (n == 0) return Error(ECONNRESET, "the daemon closed the fd socket without a reply");
+  GPUFS_ASSIGN_OR_RETURN(*reply, DecodeReply(std::span(buf.data(), n)));
+  if (reply->error != 0) {
+    int code = reply->error > 0 ? reply->error : EIO;
+    return Error(code, std::string("the daemon refused the token: ") + reply->message);
+  }
+  if (!fd.valid()) return Error(EPROTO, "the daemon's reply carried no fd");
+  return fd;
+}
+
+}  // namespace gpufs

@@ -1,0 +1,42 @@
+// The fd socket protocol of uapi.h (struct gpufs_fd_request / gpufs_fd_reply
+// over SOCK_SEQPACKET, the blob's fd as SCM_RIGHTS), shared by the daemon's
+// server (fs/fd_server) and libgpufs. No CUDA, no FUSE.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "gpufs/uapi.h"
+#include "util/status.h"
+#include "util/unique_fd.h"
+
+namespace gpufs {
+
+using Token = std::array<uint8_t, GPUFS_TOKEN_BYTES>;  // also in core/ipc_tokens.h
+
+gpufs_fd_request EncodeRequest(const uint8_t token[GPUFS_TOKEN_BYTES]);
+// EPROTO unless `bytes` is exactly one well-formed request.
+Result<Token> DecodeRequest(std::span<const std::byte> bytes);
+
+// A reply; `message` is cut to fit.
+gpufs_fd_reply EncodeReply(int error, uint64_t blob_id, uint64_t alloc_size,
+                           const std::string& message);
+// EPROTO unless `bytes` is exactly one reply with GPUFS_FD_MAGIC; the reply's
+// own error is not turned into a Status here.
+Result<gpufs_fd_reply> DecodeReply(std::span<const std::byte> bytes);
+
+// One message on a SOCK_SEQPACKET socket, with `fd` attached when >= 0.
+Status SendMessage(int sock, std::span<const std::byte> msg, int fd);
+// One message into `buf` (returns its length; EMSGSIZE if it was longer), an
+// attached fd (at most one; more are closed and EPROTO) into *fd.
+Result<size_t> ReceiveMessage(int sock, std::span<std::byte> buf, UniqueFd* fd);
+
+// Client side: connects to `socket_path`, redeems `token` and returns the
+// blob's fd. The daemon's refusal comes back with its errno and message;
+// ECONNREFUSED/ENOENT if nobody serves the socket.
+Result<UniqueFd> FetchBlobFd(const std::string& socket_path, const uint8_t token[GPUFS_TOKEN_BYTES],
+                             gpufs_fd_reply* reply);
+
+}  // namespace gpufs
