@@ -26,7 +26,7 @@ Namespace::Namespace(NamespaceOptions options)
       state_dir_(std::move(options.state_dir)),
       log_path_(std::move(options.log_path)),
       tokens_(options.tokens),
-      socket_path_(std::move(options.socket_path),
+      socket_path_(std::move(options.socket_path)),
       takeover_(options.takeover),
       adopted_(std::move(options.adopted)),
       unsealed_sizes_(std::move(options.unsealed_sizes)),

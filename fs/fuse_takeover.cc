@@ -90,6 +90,9 @@ class Loop {
     for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&stop, sig);
     pthread_sigmask(SIG_BLOCK, &stop, nullptr);
     if (link_.taking_over()) SendResend();
+    // Before the first request is taken: a worker that answered anything has
+    // served, for the supervisor's count of takeovers and early deaths.
+    link_.Ready();
     for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
     std::thread([this, stop] {
       int sig = 0;
@@ -99,7 +102,6 @@ class Loop {
       stopping_ = true;
       cv_.notify_all();
     }).detach();
-    link_.Ready();
     if (on_ready) on_ready();
 
     std::unique_lock<std::mutex> lock(mu_);
