@@ -53,32 +53,15 @@ takeover::WorkerLink& Link(fuse_req_t req) {
   return *static_cast<Server*>(fuse_req_userdata(req))->link;
 }
 
-// --- takeover (docs/TAKEOVER.md) ---------------------------------------------
-// The supervisor learns of each handle before the kernel does (the reply), so
-// a new worker adopts exactly the handles the kernel holds.
+// Takeover bookkeeping of requests: fs/fuse_takeover.h.
 void RecordOpen(fuse_req_t req, const OpenResult& opened, int flags) {
   takeover::HandleRecord rec;
   rec.fh = opened.handle;
   rec.entry = opened.attr.ino;
   rec.blob = opened.blob;
-  rec.unique = ThisRequest().unique;
-  rec.flags = (opened.blob == 0 ? takeover::kHandleStats : 0) |
-              ((flags & O_ACCMODE) != O_RDONLY ? takeover::kHandleWritable : 0) |
-              ((flags & O_APPEND) ? takeover::kHandleAppend : 0);
+  rec.flags = HandleFlags(opened.blob == 0, flags);
   rec.pid = static_cast<uint32_t>(fuse_req_ctx(req)->pid);
-  Link(req).HandleOpened(rec);
-}
-
-// A re-sent OPEN/CREATE that the dead worker had carried out: the handle it
-// recorded for that very request, so the kernel gets one handle, not two.
-const takeover::HandleRecord* RecordedOpen(fuse_req_t req) {
-  return ThisRequest().resent ? Link(req).HandleOpenedBy(ThisRequest().unique) : nullptr;
-}
-
-// A re-sent request that fails with `code` may have failed only because the
-// dead worker had already carried it out (mkdir: EEXIST, unlink: ENOENT...).
-bool DoneBefore(const Status& status, int code) {
-  return ThisRequest().resent && status.code() == code;
+  RecordHandle(Link(req), rec);
 }
 
 Caller CallerOf(fuse_req_t req) {
@@ -268,7 +251,7 @@ void Unopen(fuse_req_t req, HandleId handle) {
 void OnCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
               fuse_file_info* fi) {
   fi->direct_io = 1;
-  if (const takeover::HandleRecord* rec = RecordedOpen(req)) {
+  if (const takeover::HandleRecord* rec = RecordedOpen(Link(req))) {
     auto attr = Ns(req).GetAttr(rec->entry);
     if (!attr.ok()) return ReplyError(req, "create", attr.status());
     fi->fh = rec->fh;
@@ -292,7 +275,7 @@ void OnCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fi->direct_io = 1;
   fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY;  // FLUSH does nothing for readers
-  if (const takeover::HandleRecord* rec = RecordedOpen(req)) {
+  if (const takeover::HandleRecord* rec = RecordedOpen(Link(req))) {
     fi->fh = rec->fh;
     fuse_reply_open(req, fi);
     return;

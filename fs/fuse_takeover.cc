@@ -238,6 +238,25 @@ class Loop {
 
 const RequestInfo& ThisRequest() { return this_request; }
 
+uint32_t HandleFlags(bool stats_file, int open_flags) {
+  return (stats_file ? takeover::kHandleStats : 0) |
+         ((open_flags & O_ACCMODE) != O_RDONLY ? takeover::kHandleWritable : 0) |
+         ((open_flags & O_APPEND) ? takeover::kHandleAppend : 0);
+}
+
+void RecordHandle(takeover::WorkerLink& link, takeover::HandleRecord rec) {
+  rec.unique = this_request.unique;
+  link.HandleOpened(rec);
+}
+
+const takeover::HandleRecord* RecordedOpen(const takeover::WorkerLink& link) {
+  return this_request.resent ? link.HandleOpenedBy(this_request.unique) : nullptr;
+}
+
+bool DoneBefore(const Status& status, int code) {
+  return this_request.resent && status.code() == code;
+}
+
 int ServeTakeover(fuse_session* se, takeover::WorkerLink& link, int threads,
                   const std::function<void()>& on_ready) {
   static Loop* loop = new Loop(se, link);  // lives until _exit: threads may outlive Run

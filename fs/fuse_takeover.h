@@ -44,6 +44,19 @@ struct RequestInfo {
 };
 const RequestInfo& ThisRequest();
 
+// --- what callbacks do for takeovers ----------------------------------------
+// A new open handle goes to the supervisor before the reply that names it,
+// tagged with this request's unique (RecordHandle fills it in), so the next
+// worker adopts exactly the handles the kernel holds.
+uint32_t HandleFlags(bool stats_file, int open_flags);
+void RecordHandle(takeover::WorkerLink& link, takeover::HandleRecord rec);
+// A re-sent OPEN/CREATE that the dead worker had carried out: the handle it
+// recorded for that very request, so the kernel gets one handle, not two.
+const takeover::HandleRecord* RecordedOpen(const takeover::WorkerLink& link);
+// A re-sent request that fails with `code` may fail only because the dead
+// worker had already carried it out (mkdir: EEXIST, unlink: ENOENT...).
+bool DoneBefore(const Status& status, int code);
+
 // Runs `threads` request loops on `se` (whose fd is the link's FUSE fd)
 // until the connection ends or SIGTERM/SIGINT/SIGHUP asks to stop.
 // `on_ready` runs once the worker takes requests. Returns 0 when unmounted
