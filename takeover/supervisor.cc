@@ -154,8 +154,9 @@ class Supervisor {
 
   void ReadChannel() {
     auto m = takeover::Receive(channel_.get());
-    if (!m.ok()) {
+    if (!m.ok()) {  // a broken channel: the worker is dying, SIGCHLD follows
       GPUFS_LOG(ERROR) << "worker " << generation_ << ": " << m.status().ToString();
+      channel_.reset();
       return;
     }
     Handle(std::move(*m));
@@ -232,7 +233,9 @@ class Supervisor {
   }
 
   void Restart(const std::string& why) {
-    if (worker_ <= 0) return;  // one is starting: it runs the binary on disk already
+    // A worker still starting runs the binary on disk already; waiting
+    // clients get their answer when it serves.
+    if (worker_ <= 0 || !ready_) return;
     GPUFS_LOG(INFO) << why << ": replacing worker " << generation_ << " (pid " << worker_ << ")";
     ::kill(worker_, SIGTERM);
   }
