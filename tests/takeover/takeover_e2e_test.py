@@ -271,6 +271,41 @@ class TakeoverTest(unittest.TestCase):
         self.assertEqual(m.worker()["restarts"], 1)
         self.assertIn("re-sent request: opcode 15", m.log())
 
+    def test_write_in_flight_is_carried_out_by_the_next_worker(self):
+        park = os.path.join(self.tmp, "park")
+        os.mkdir(park)
+        os.mkfifo(os.path.join(park, "parked"))
+        os.mkfifo(os.path.join(park, "release"))
+        m = self.mount(env={"GPUFS_TEST_PARK_OP": "write", "GPUFS_TEST_PARK_DIR": park})
+        first, second = os.urandom(1 << 20), os.urandom(1 << 20)
+        path = os.path.join(m.mnt, "w")
+        result = {}
+
+        def write():
+            try:
+                with open(path, "wb", buffering=0) as f:
+                    result["n"] = f.write(first) + f.write(second)
+            except OSError as e:
+                result["error"] = e
+
+        t = threading.Thread(target=write)
+        t.start()
+        with open(os.path.join(park, "parked")) as f:  # the worker holds the first WRITE
+            self.assertTrue(f.read().startswith("16 "))  # FUSE_WRITE
+        workers = [int(p) for p in subprocess.run(["pgrep", "-P", str(m.proc.pid)],
+                                                  capture_output=True, text=True).stdout.split()]
+        self.assertEqual(len(workers), 1, workers)
+        os.kill(workers[0], signal.SIGKILL)
+        t.join(TIMEOUT_S)
+        self.assertFalse(t.is_alive())
+        self.assertNotIn("error", result)
+        self.assertEqual(result["n"], len(first) + len(second))
+        with open(path, "rb") as f:
+            self.assertEqual(sha(f.read()), sha(first + second))
+        meta = json.loads(os.getxattr(path, "user.gpufs.meta"))
+        self.assertEqual(meta["state"], "sealed")
+        self.assertIn("re-sent request: opcode 16", m.log())
+
     def test_open_files_survive_a_takeover(self):
         """Readers keep reading, a writer keeps writing and its close seals;
         an unlinked file held open keeps its bytes."""
