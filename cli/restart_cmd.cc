@@ -16,7 +16,8 @@ namespace gpufs {
 Status Restart(const std::string& mountpoint) {
   std::string stats_path = mountpoint + "/.gpufs/stats";
   std::ifstream in(stats_path);
-  if (!in) return PosixError("open " + stats_path + " (is " + mountpoint + " a gpufs mount?)", errno);
+  if (!in)
+    return PosixError("open " + stats_path + " (is " + mountpoint + " a gpufs mount?)", errno);
   nlohmann::json stats = nlohmann::json::parse(in, nullptr, false);
   if (stats.is_discarded() || !stats.contains("worker")) {
     return Error(EINVAL, stats_path + " does not name a worker: not a gpufs mount?");

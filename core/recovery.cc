@@ -1,10 +1,9 @@
 // Start-up sweep of the namespace (Namespace::Recover).
-#include "core/namespace.h"
-
 #include <algorithm>
 #include <map>
 #include <set>
 
+#include "core/namespace.h"
 #include "util/log.h"
 
 namespace gpufs {
@@ -71,7 +70,8 @@ Status Namespace::Recover() {
   }
   size_t closed = 0;
   for (const Blob& blob : blobs) {
-    if (blob.state != BlobState::kUnsealed || !blob.closed || held_blobs.contains(blob.id)) continue;
+    if (blob.state != BlobState::kUnsealed || !blob.closed || held_blobs.contains(blob.id))
+      continue;
     if (std::find(lost.begin(), lost.end(), blob.id) != lost.end()) continue;
     Blob sealed = blob;
     sealed.state = BlobState::kSealed;

@@ -20,9 +20,9 @@
 #include <filesystem>
 
 #include "core/namespace.h"
+#include "fs/fd_server.h"
 #include "fs/fuse_server.h"
 #include "meta/sqlite_catalog.h"
-#include "fs/fd_server.h"
 #include "store/store_factory.h"
 #include "takeover/supervisor.h"
 #include "takeover/worker_link.h"
@@ -39,7 +39,8 @@ std::string FindBinary(const std::string& name) {
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
   std::filesystem::path self_dir =
       n > 0 ? std::filesystem::path(std::string(buf, static_cast<size_t>(n))).parent_path() : ".";
-  for (const auto& dir : {self_dir, self_dir / ".." / "bin", std::filesystem::path(GPUFS_INSTALL_BINDIR)}) {
+  for (const auto& dir :
+       {self_dir, self_dir / ".." / "bin", std::filesystem::path(GPUFS_INSTALL_BINDIR)}) {
     std::string path = (dir / name).lexically_normal().string();
     if (::access(path.c_str(), X_OK) == 0) return path;
   }
@@ -49,9 +50,9 @@ std::string FindBinary(const std::string& name) {
 // The worker's command line: the same gpufsd with what the worker needs (the
 // mount options are the supervisor's business).
 std::vector<std::string> WorkerArgv(const MountConfig& config) {
-  std::vector<std::string> argv = {FindBinary("gpufsd"), config.mountpoint, "--state",
-                                   config.state_dir, "--store", config.store,
-                                   "--ipc",           config.ipc,       "--socket", config.socket};
+  std::vector<std::string> argv = {
+      FindBinary("gpufsd"), config.mountpoint, "--state",  config.state_dir, "--store",
+      config.store,         "--ipc",           config.ipc, "--socket",       config.socket};
   if (!config.devices.empty()) {
     std::string list;
     for (int d : config.devices) list += (list.empty() ? "" : ",") + std::to_string(d);
@@ -68,7 +69,8 @@ std::vector<std::string> WorkerArgv(const MountConfig& config) {
                                    config.mountpoint, "--state", config.state_dir};
   if (config.foreground) argv.push_back("--foreground");
   if (report_fd >= 0) argv.insert(argv.end(), {"--report-fd", std::to_string(report_fd)});
-  if (config.ready_fd >= 0) argv.insert(argv.end(), {"--ready-fd", std::to_string(config.ready_fd)});
+  if (config.ready_fd >= 0)
+    argv.insert(argv.end(), {"--ready-fd", std::to_string(config.ready_fd)});
   for (const auto& opt : config.fuse_options) argv.insert(argv.end(), {"-o", opt});
   if (config.allow_other.value_or(geteuid() == 0)) argv.insert(argv.end(), {"-o", "allow_other"});
   argv.push_back("--");
@@ -123,9 +125,9 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   options.log_path = config.foreground ? "stderr" : config.state_dir + "/gpufs.log";
   options.takeover = link.taking_over();
   for (const takeover::HandleRecord& rec : link.handover().handles) {
-    options.adopted.push_back({rec.fh, rec.entry, rec.blob, (rec.flags & takeover::kHandleWritable) != 0,
-                               (rec.flags & takeover::kHandleAppend) != 0,
-                               (rec.flags & takeover::kHandleMapped) != 0});
+    options.adopted.push_back(
+        {rec.fh, rec.entry, rec.blob, (rec.flags & takeover::kHandleWritable) != 0,
+         (rec.flags & takeover::kHandleAppend) != 0, (rec.flags & takeover::kHandleMapped) != 0});
   }
   options.unsealed_sizes = link.handover().sizes;
   options.first_handle = static_cast<HandleId>(link.generation()) << 40;

@@ -28,7 +28,7 @@
 namespace gpufs {
 namespace {
 
-constexpr uint64_t kResendBit = 1ull << 63;    // FUSE_UNIQUE_RESEND
+constexpr uint64_t kResendBit = 1ull << 63;     // FUSE_UNIQUE_RESEND
 constexpr uint64_t kReplayUnique = 1ull << 62;  // even, never a live request's id
 
 thread_local RequestInfo this_request;
@@ -142,7 +142,8 @@ class Loop {
       fuse_session_process_buf(se_, &buf);
       link_.InitAnswered();
       GPUFS_LOG(INFO) << "answered the kernel's FUSE_INIT"
-                      << ((ih->unique & kResendBit) ? " (re-sent: the last worker died first)" : "");
+                      << ((ih->unique & kResendBit) ? " (re-sent: the last worker died first)"
+                                                    : "");
       consumed = true;
     } else if (recorded) {
       std::string raw = *recorded;
@@ -174,7 +175,7 @@ class Loop {
     void* mem = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (mem == MAP_FAILED) return nullptr;  // libfuse mallocs its own
-    ::mlock(mem, size);  // best effort: keeps the pages present
+    ::mlock(mem, size);                     // best effort: keeps the pages present
     return mem;
   }
 

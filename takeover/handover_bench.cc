@@ -2,9 +2,9 @@
 // for GPU VMM exports) and N open-handle records to a new worker: a forked
 // "worker" receives the handover (takeover/registry.h) and reports when it
 // holds every fd. Figures in docs/BENCHMARKS.md.
+#include <linux/close_range.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <linux/close_range.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -63,8 +63,9 @@ int main(int argc, char** argv) {
   ::waitpid(pid, &status, 0);
   double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   bool ok = sent && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  std::printf("%d blob fds + %d handles: registering %.1f ms (%.2f us each), handover to a "
-              "new worker %.1f ms%s\n",
-              n, n, register_ms, register_ms * 1000 / n, ms, ok ? "" : " FAILED");
+  std::printf(
+      "%d blob fds + %d handles: registering %.1f ms (%.2f us each), handover to a "
+      "new worker %.1f ms%s\n",
+      n, n, register_ms, register_ms * 1000 / n, ms, ok ? "" : " FAILED");
   return ok ? 0 : 1;
 }

@@ -1,22 +1,21 @@
 #include "takeover/mount_guard.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/vfs.h>
 #include <unistd.h>
-
-#include <poll.h>
-#include <signal.h>
-#include <sys/syscall.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 #include <filesystem>
+#include <sstream>
 
 #include "util/log.h"
 
@@ -119,8 +118,8 @@ Result<UniqueFd> LockState(const std::string& dir) {
   long supervisor = 0, worker = 0;
   if (n > 0 && std::sscanf(old, "%ld %ld", &supervisor, &worker) == 2 && worker > 0 &&
       IsExiting(static_cast<pid_t>(worker))) {
-    GPUFS_LOG(INFO) << "state directory " << dir << ": waiting for the last worker (pid "
-                    << worker << ") to finish exiting";
+    GPUFS_LOG(INFO) << "state directory " << dir << ": waiting for the last worker (pid " << worker
+                    << ") to finish exiting";
     WaitGone(static_cast<pid_t>(worker), std::chrono::seconds(10));
   }
   std::string me = std::to_string(getpid());
@@ -133,8 +132,8 @@ Result<UniqueFd> LockState(const std::string& dir) {
 void RecordWorker(int lock_fd, pid_t worker) {
   std::string line = std::to_string(getpid()) + " " + std::to_string(worker);
   if (::ftruncate(lock_fd, 0) != 0 || ::pwrite(lock_fd, line.data(), line.size(), 0) < 0) {
-    GPUFS_LOG(WARN) << "recording worker " << worker << " in the state lock: "
-                    << std::strerror(errno);
+    GPUFS_LOG(WARN) << "recording worker " << worker
+                    << " in the state lock: " << std::strerror(errno);
   }
 }
 
@@ -159,8 +158,10 @@ Status ClearStaleMount(const std::string& mountpoint) {
   if (::umount2(mountpoint.c_str(), MNT_DETACH) != 0) {
     std::string cmd = "fusermount3 -uz '" + mountpoint + "' 2>/dev/null";
     if (std::system(cmd.c_str()) != 0) {
-      return Error(ENOTCONN, mountpoint + " is a dead mount and cannot be unmounted: run "
-                                          "'fusermount3 -uz " + mountpoint + "'");
+      return Error(ENOTCONN, mountpoint +
+                                 " is a dead mount and cannot be unmounted: run "
+                                 "'fusermount3 -uz " +
+                                 mountpoint + "'");
     }
   }
   return Status::Ok();

@@ -24,8 +24,7 @@ Status Send(int fd, MsgType type, std::span<const std::byte> payload, std::span<
     return Error(EMSGSIZE, "takeover message too large");
   }
   uint32_t t = static_cast<uint32_t>(type);
-  iovec iov[2] = {{&t, sizeof t},
-                  {const_cast<std::byte*>(payload.data()), payload.size()}};
+  iovec iov[2] = {{&t, sizeof t}, {const_cast<std::byte*>(payload.data()), payload.size()}};
   msghdr msg{};
   msg.msg_iov = iov;
   msg.msg_iovlen = payload.empty() ? 1 : 2;

@@ -99,7 +99,8 @@ inline constexpr size_t kHandlesPerMessage = kMaxPayload / sizeof(HandleRecord);
 Result<std::pair<UniqueFd, UniqueFd>> MakeChannelPair();
 
 // Sends one packet. Thread-safe (one sendmsg). EPIPE when the peer is gone.
-Status Send(int fd, MsgType type, std::span<const std::byte> payload, std::span<const int> fds = {});
+Status Send(int fd, MsgType type, std::span<const std::byte> payload,
+            std::span<const int> fds = {});
 // Receives one packet; kEof when the peer closed. Received fds are close-on-exec.
 Result<Message> Receive(int fd);
 

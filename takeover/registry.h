@@ -47,8 +47,8 @@ class Registry {
   std::optional<std::string> init_;
   bool init_answered_ = false;
   std::map<uint64_t, HandleRecord> handles_;
-  std::map<uint64_t, int> holders_;       // blob -> handles holding it
-  std::map<uint64_t, uint64_t> sizes_;    // blob -> live size, while held
+  std::map<uint64_t, int> holders_;     // blob -> handles holding it
+  std::map<uint64_t, uint64_t> sizes_;  // blob -> live size, while held
   std::map<uint64_t, UniqueFd> blobs_;
 };
 

@@ -56,7 +56,8 @@ TEST(RegistryTest, HandoverCarriesInitHandlesAndBlobFds) {
   SendApply(w1, reg, MsgType::kInit, std::as_bytes(std::span(init)));
   EXPECT_FALSE(reg.init_answered());
   SendApply(w1, reg, MsgType::kInitAnswered, {});
-  HandleRecord h1{.fh = 11, .entry = 5, .blob = 7, .unique = 99, .flags = kHandleWritable, .pid = 42};
+  HandleRecord h1{
+      .fh = 11, .entry = 5, .blob = 7, .unique = 99, .flags = kHandleWritable, .pid = 42};
   HandleRecord h2{.fh = 12, .entry = 6, .blob = 8, .unique = 100, .flags = 0, .pid = 43};
   SendApply(w1, reg, MsgType::kHandleOpen, AsBytes(h1));
   SendApply(w1, reg, MsgType::kHandleOpen, AsBytes(h2));
@@ -180,7 +181,8 @@ TEST(RegistryTest, ThousandsOfHandlesAndBlobFdsCrossInBatches) {
     SendApply(w1, reg, MsgType::kBlobAdd, AsBytes(id), std::span(&fd, 1));
   }
   for (int i = 1; i <= kHandles; ++i) {
-    HandleRecord rec{.fh = static_cast<uint64_t>(i), .entry = 1, .blob = static_cast<uint64_t>(i % kBlobs + 1)};
+    HandleRecord rec{
+        .fh = static_cast<uint64_t>(i), .entry = 1, .blob = static_cast<uint64_t>(i % kBlobs + 1)};
     SendApply(w1, reg, MsgType::kHandleOpen, AsBytes(rec));
   }
   Pair w2 = Channel();

@@ -5,17 +5,17 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
-#include <sys/stat.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <optional>
 #include <csignal>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "fs/fuse_mount.h"
 #include "takeover/mount_guard.h"
@@ -106,7 +106,8 @@ class Supervisor {
     UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     ::unlink(path.c_str());
     mode_t old = ::umask(077);
-    bool ok = fd.valid() && ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+    bool ok = fd.valid() &&
+              ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
               ::listen(fd.get(), 8) == 0;
     ::umask(old);
     if (!ok) {
@@ -149,7 +150,8 @@ class Supervisor {
     RecordWorker(lock_.get(), pid);
     // A worker that dies during the handover shows up as SIGCHLD.
     Status sent = registry_.SendHandover(channel_.get(), generation_, me);
-    if (!sent.ok()) GPUFS_LOG(WARN) << "handover to worker " << generation_ << ": " << sent.ToString();
+    if (!sent.ok())
+      GPUFS_LOG(WARN) << "handover to worker " << generation_ << ": " << sent.ToString();
   }
 
   void ReadChannel() {
@@ -188,10 +190,10 @@ class Supervisor {
       Report("");
     } else {
       auto ms = std::chrono::duration<double, std::milli>(Clock::now() - replaced_at_).count();
-      GPUFS_LOG(WARN) << "takeover: worker " << generation_ << " (pid " << worker_
-                      << ") serving " << config_.mountpoint << " " << ms << " ms after worker "
-                      << generation_ - 1 << " stopped; open handles " << registry_.handles()
-                      << ", blob fds " << registry_.blobs() << ", restarts " << generation_ - 1;
+      GPUFS_LOG(WARN) << "takeover: worker " << generation_ << " (pid " << worker_ << ") serving "
+                      << config_.mountpoint << " " << ms << " ms after worker " << generation_ - 1
+                      << " stopped; open handles " << registry_.handles() << ", blob fds "
+                      << registry_.blobs() << ", restarts " << generation_ - 1;
     }
     for (UniqueFd& client : waiting_) {
       std::string line = "worker " + std::to_string(generation_) + " pid " +

@@ -28,7 +28,7 @@ struct SupervisorConfig {
   bool foreground = false;                // log to stderr, keep stdio
   int report_fd = -1;  // one zero byte once serving, or the error text; then closed
   int ready_fd = -1;   // "ready\n" once serving; then closed
-  std::vector<std::string> worker_argv;   // argv[0] is the worker binary's path
+  std::vector<std::string> worker_argv;  // argv[0] is the worker binary's path
 };
 
 // Runs until the file system is unmounted: 0, or 1 when it could not mount or
