@@ -142,6 +142,7 @@ Result<OpenResult> Namespace::Create(const Caller& caller, uint64_t parent, std:
   handle.pid = caller.pid;
   handle.append = (flags & O_APPEND) != 0;
   OpenResult result;
+  result.blob = handle.blob->rec.id;
   result.handle = AddHandle(std::move(handle));
   GPUFS_ASSIGN_OR_RETURN(result.attr, AttrOf(entry));
   return result;
@@ -191,6 +192,7 @@ Result<OpenResult> Namespace::Open(const Caller& caller, uint64_t ino, int flags
   handle.pid = caller.pid;
   handle.append = (flags & O_APPEND) != 0;
   OpenResult result;
+  result.blob = handle.blob->rec.id;
   result.handle = AddHandle(std::move(handle));
   GPUFS_ASSIGN_OR_RETURN(result.attr, AttrOf(entry));
   return result;
@@ -267,6 +269,7 @@ Result<size_t> Namespace::Write(HandleId id, uint64_t offset, std::span<const st
     blob->broken = written.code();
     return written;
   }
+  if (end > size && on_unsealed_size_) on_unsealed_size_(rec.id, end);
   return src.size();
 }
 

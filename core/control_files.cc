@@ -2,6 +2,7 @@
 #include "core/namespace.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/meta_json.h"
 
@@ -32,6 +33,8 @@ std::string Namespace::StatsJson() {
   std::lock_guard lock(mu_);
   StatsView view;
   view.generation = generation_;
+  view.worker = worker_;
+  if (view.worker.pid == 0) view.worker.pid = static_cast<int32_t>(getpid());
   view.default_device = default_device_;
   view.stores = usage;
   view.open_handles = handles_.size();

@@ -214,6 +214,11 @@ std::string BuildStatsJson(const StatsView& view) {
   j["open_handles"] = view.open_handles;
   j["active_blobs"] = view.active_blobs;
   j["open_maps"] = view.open_maps;
+  j["worker"] = {{"generation", view.worker.generation},
+                 {"restarts", view.worker.restarts},
+                 {"pid", view.worker.pid},
+                 {"supervisor_pid", view.worker.supervisor_pid},
+                 {"control_socket", view.worker.control_socket}};
   json devices = json::array();
   for (const auto& [device, usage] : view.stores) {
     devices.push_back({{"device", device},

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/types.h"
 #include "meta/catalog.h"
 #include "store/bulk_store.h"
 #include "util/status.h"
@@ -64,6 +65,7 @@ struct StatsView {
     bool writable = false;
   };
   std::vector<OpenMember> open_members;
+  WorkerInfo worker;
 };
 
 std::string BuildStatsJson(const StatsView& view);

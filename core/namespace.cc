@@ -26,7 +26,13 @@ Namespace::Namespace(NamespaceOptions options)
       state_dir_(std::move(options.state_dir)),
       log_path_(std::move(options.log_path)),
       tokens_(options.tokens),
-      socket_path_(std::move(options.socket_path)) {
+      socket_path_(std::move(options.socket_path)),
+      takeover_(options.takeover),
+      adopted_(std::move(options.adopted)),
+      unsealed_sizes_(std::move(options.unsealed_sizes)),
+      on_unsealed_size_(std::move(options.on_unsealed_size)),
+      worker_(options.worker),
+      next_handle_(options.first_handle) {
   for (auto& store : options.stores) {
     std::string name = store->device();
     stores_[name] = std::move(store);
@@ -65,6 +71,11 @@ Result<std::unique_ptr<Namespace>> Namespace::Open(NamespaceOptions options) {
     return Error(ENODEV, "no store for the default device " + ns->default_device_);
   }
   GPUFS_RETURN_IF_ERROR(ns->Recover());
+  if (ns->takeover_) {
+    GPUFS_RETURN_IF_ERROR(ns->Adopt(ns->adopted_));
+    ns->adopted_.clear();
+    ns->unsealed_sizes_.clear();
+  }
   return ns;
 }
 
@@ -197,6 +208,7 @@ Result<Attr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& request, Han
         GPUFS_RETURN_IF_ERROR(ReopenForWriting(*active));
         GPUFS_RETURN_IF_ERROR(store->Resize(active->rec.id, old_size, *request.size));
         active->size = *request.size;
+        if (on_unsealed_size_) on_unsealed_size_(active->rec.id, *request.size);
       }
     }
   }

@@ -25,8 +25,10 @@
 //   flushes and seals fail with the same errno; at the last
 //   writer's release the member is removed rather than sealed, so a
 //   half-written blob is never served as sealed.
-// - After a restart nobody holds anything: detached members, unsealed blobs
-//   and unlinked blobs are swept by Open().
+// - After a cold start nobody holds anything: detached members, unsealed
+//   blobs and unlinked blobs are swept by Open(). After a takeover (a new
+//   worker of the same mount) the handles the kernel holds are adopted and
+//   what they hold is kept (NamespaceOptions::takeover).
 //
 // The class is a facade; its parts live in files named after them:
 // namespace.cc (tree operations), blobs.cc (create/open/read/write/release,
@@ -49,6 +51,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -89,6 +92,21 @@ struct NamespaceOptions {
   // with ENODEV (legacy handles need neither).
   TokenTable* tokens = nullptr;
   std::string socket_path;
+
+  // --- worker takeover (docs/TAKEOVER.md) -----------------------------------
+  // A takeover start: an earlier worker served this mount and the kernel
+  // still holds `adopted` handles. Open() adopts them and sweeps only what
+  // nobody holds; unsealed blobs are kept (their writer's open may be re-sent).
+  bool takeover = false;
+  std::vector<AdoptedHandle> adopted;
+  // The live size of unsealed blobs that adopted handles hold.
+  std::map<uint64_t, uint64_t> unsealed_sizes;
+  // Handles issued by this namespace start here (never reused across workers).
+  HandleId first_handle = 1;
+  // Called when a write or truncate changed an unsealed blob's size, before
+  // the request returns (under the blob's io lock: must not call back).
+  std::function<void(uint64_t blob, uint64_t size)> on_unsealed_size;
+  WorkerInfo worker;
 };
 
 class Namespace {
@@ -233,6 +251,8 @@ class Namespace {
 
   explicit Namespace(NamespaceOptions options);
   Status Recover();
+  // Takeover start: rebuilds the handles of `adopted` (recovery.cc).
+  Status Adopt(const std::vector<AdoptedHandle>& adopted);
   // A new entry under `parent` owned by the caller; `mode` holds the
   // permission bits. In a setgid object it takes the object's group, and a
   // new object the setgid bit, as on ext4.
@@ -249,7 +269,8 @@ class Namespace {
   Result<Blob> NewBlob(const std::string& device, uint32_t owner);
   Status ReplaceBlob(const Entry& entry, const std::string& device, uint32_t owner,
                      BlobState state);
-  HandleId AddHandle(Handle handle);
+  // Issues the next handle id, or `id` (an adopted handle's).
+  HandleId AddHandle(Handle handle, HandleId id = 0);
   std::shared_ptr<ActiveBlob> Activate(const Blob& blob);
   // Purges `id` if it is detached and nobody holds it; frees its blob.
   void CollectEntry(EntryId id);
@@ -290,6 +311,12 @@ class Namespace {
   TokenTable* tokens_ = nullptr;  // fixed after Open
   std::string socket_path_;
   uint64_t generation_ = 0;
+  // Takeover (see NamespaceOptions), fixed after Open:
+  bool takeover_ = false;
+  std::vector<AdoptedHandle> adopted_;
+  std::map<uint64_t, uint64_t> unsealed_sizes_;
+  std::function<void(uint64_t, uint64_t)> on_unsealed_size_;
+  WorkerInfo worker_;
   HandleId next_handle_ = 1;                                        // GUARDED_BY(mu_)
   std::unordered_map<HandleId, Handle> handles_;                    // GUARDED_BY(mu_)
   std::unordered_map<BlobId, std::shared_ptr<ActiveBlob>> active_;  // GUARDED_BY(mu_)

@@ -65,6 +65,27 @@ using HandleId = uint64_t;
 struct OpenResult {
   HandleId handle = 0;
   Attr attr;
+  uint64_t blob = 0;  // the blob the handle holds (0: the stats file)
+};
+
+// An open handle that an earlier worker of this mount issued and the kernel
+// still holds (docs/TAKEOVER.md): Namespace::Open adopts it.
+struct AdoptedHandle {
+  HandleId id = 0;
+  uint64_t entry = 0;
+  uint64_t blob = 0;  // 0: the stats file
+  bool writable = false;
+  bool append = false;
+  bool mapped = false;
+};
+
+// Which worker of the mount this is, for /.gpufs/stats.
+struct WorkerInfo {
+  uint32_t generation = 1;  // 1: the first worker of the mount
+  uint32_t restarts = 0;    // workers that died or were replaced before it
+  int32_t pid = 0;
+  int32_t supervisor_pid = 0;  // 0: not supervised
+  std::string control_socket;  // where `gpufs restart` asks the supervisor
 };
 
 }  // namespace gpufs

@@ -8,7 +8,7 @@
 set -uo pipefail
 build=$(realpath "${1:-build}")
 probe=$build/tests/vmm-probe
-gpufs=$build/cli/gpufs
+gpufs=$build/bin/gpufs
 mnt=$(mktemp -d /tmp/gpufs-vmm-mnt.XXXXXX)
 state=$(mktemp -d /tmp/gpufs-vmm-state.XXXXXX)
 chmod 755 "$mnt"

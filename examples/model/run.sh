@@ -27,7 +27,7 @@ nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits > 
 exec 4>&- 3<&-  # the workers' stdin ends: they unmap and exit
 wait
 cat "$work"/worker.*
-python3 - "$work" "$used_before" "$used_loaded" "$used_running" "$(cat "$mnt/../state/lock")" <<'PY'
+python3 - "$work" "$used_before" "$used_loaded" "$used_running" "$(cut -d' ' -f2 "$mnt/../state/lock")" <<'PY'
 import glob, json, sys
 work, before, loaded, running, daemon = sys.argv[1], *map(int, sys.argv[2:5]), sys.argv[5]
 workers = [json.loads(open(f).read().splitlines()[-1]) for f in sorted(glob.glob(work + "/worker.*"))]
