@@ -15,7 +15,7 @@
 // in place (O_TRUNC) while earlier readers keep the old blob, and each read
 // must reach the handle it was made through (a cached reader's reads would
 // also be cut to the new size). Shared mmap of such files is allowed
-// (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6+; see AllowMmapInInitReply): the
+// (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6+; fs/mmap_init_hook.h): the
 // kernel maps page-cache pages it fills through the mapping file's handle
 // and drops the inode's pages at each mmap and at a replace (the
 // KernelInvalidator). Read-only opens ask for no FLUSH at close (noflush):
@@ -28,14 +28,8 @@
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
 
-#include <linux/fuse.h>
-#include <sys/uio.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <csignal>
-#include <cstddef>
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -44,6 +38,7 @@
 
 #include "fs/fuse_takeover.h"
 #include "fs/kernel_invalidator.h"
+#include "fs/mmap_init_hook.h"
 #include "proto/xattr_names.h"
 #include "gpufs/uapi.h"
 #include "util/log.h"
@@ -164,34 +159,6 @@ void ReplyEntry(fuse_req_t req, const char* op, const Result<Attr>& attr) {
   fuse_entry_param e = ToEntry(*attr);
   fuse_reply_entry(req, &e);
 }
-
-// --- the INIT reply -------------------------------------------------------------
-
-// FUSE_DIRECT_IO_ALLOW_MMAP (FUSE 7.39, Linux 6.6): shared mmap of direct_io
-// files, which the kernel otherwise refuses with ENODEV (np.load with
-// mmap_mode='r', safetensors' safe_open, torch.load(mmap=True)). libfuse
-// 3.14 cannot ask for it (its capability words are 32 bits), so the device
-// I/O hook below adds the bit to the reply to FUSE_INIT (the takeover loop
-// tells which request a thread answers; a later worker's replayed INIT is
-// answered too, and the kernel drops that reply). Kernels that do not know the bit ignore it (shared mmap stays
-// ENODEV there).
-constexpr uint64_t kDirectIoAllowMmap = 1ULL << 36;
-
-ssize_t AllowMmapInInitReply(int fd, struct iovec* iov, int count, void*) {
-  const RequestInfo& request = ThisRequest();  // the reply goes out on the request's thread
-  if (request.opcode == FUSE_INIT && count >= 2 && iov[0].iov_len == sizeof(fuse_out_header) &&
-      iov[1].iov_len >= offsetof(fuse_init_out, flags2) + sizeof(uint32_t)) {
-    const auto* header = static_cast<const fuse_out_header*>(iov[0].iov_base);
-    if (header->error == 0 && (header->unique & ~(1ULL << 63)) == request.unique) {
-      auto* init = static_cast<fuse_init_out*>(iov[1].iov_base);
-      init->flags2 |= static_cast<uint32_t>(kDirectIoAllowMmap >> 32);
-      GPUFS_LOG(INFO) << "asked the kernel for shared mmap of direct_io files";
-    }
-  }
-  return ::writev(fd, iov, count);
-}
-
-ssize_t ReadDevice(int fd, void* buf, size_t len, void*) { return ::read(fd, buf, len); }
 
 // --- callbacks ----------------------------------------------------------------
 
@@ -597,12 +564,7 @@ int ServeFuse(Namespace& ns, takeover::WorkerLink& link, const FuseOptions& opti
     GPUFS_LOG(ERROR) << "cannot use the FUSE connection " << dev;
     return 1;
   }
-  fuse_custom_io io{};
-  io.writev = AllowMmapInInitReply;
-  io.read = ReadDevice;
-  if (fuse_session_custom_io(se, &io, fuse_session_fd(se)) != 0) {
-    GPUFS_LOG(WARN) << "cannot hook the FUSE device: shared mmap of members will fail (ENODEV)";
-  }
+  AllowSharedMmapOfDirectIo(se);
   // Lives until _exit when the worker is replaced: loop threads may use it.
   auto* invalidator = new KernelInvalidator(se);
   ns.SetInvalidator(invalidator);
