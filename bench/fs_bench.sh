@@ -48,7 +48,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -z "$MOUNT_OPTS" && "$STORE" == host ]] && MOUNT_OPTS="--capacity $((SIZE_MIB * 3 + 64))M"
 
-GPUFS=$BUILD/cli/gpufs
+GPUFS=$BUILD/bin/gpufs
 MINIFS=$BUILD/bench/gpufs-minifs
 PROBE=$BUILD/bench/gpufs-fs-probe
 for bin in "$GPUFS" "$MINIFS" "$PROBE"; do

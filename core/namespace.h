@@ -48,6 +48,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -60,10 +61,10 @@
 #include <vector>
 
 #include "core/control_files.h"
-#include "core/types.h"
 #include "core/invalidator.h"
-#include "gpufs/uapi.h"
 #include "core/ipc_tokens.h"
+#include "core/types.h"
+#include "gpufs/uapi.h"
 #include "meta/catalog.h"
 #include "store/bulk_store.h"
 #include "util/status.h"
@@ -239,11 +240,28 @@ class Namespace {
   std::string PathOf(EntryId id);
   std::string DeviceFor(EntryId parent);
   BulkStore* StoreFor(const std::string& device);
-  Result<Blob> NewBlob(const std::string& device, uint32_t owner);
+  Result<Blob> NewBlob(const std::string& device, uint32_t owner, const SharingKey& key);
   Status ReplaceBlob(const Entry& entry, const std::string& device, uint32_t owner,
                      BlobState state);
   HandleId AddHandle(Handle handle);
   std::shared_ptr<ActiveBlob> Activate(const Blob& blob);
+
+  // Sharing keys (core/sharing.cc); mu_ NOT held. Before `change` (a
+  // chmod, chown or rename applied to a copy of the entry) gives blob member
+  // `ino` other callers, its device memory moves where only blobs of those
+  // callers live; *moved_from gets the old key if it moved, for
+  // MoveBackSharers when the change then fails. Errors (ENOSPC...) leave
+  // the member as it was: the change must not be made.
+  Status PrepareSharers(EntryId ino, const std::function<void(Entry&)>& change,
+                        std::optional<SharingKey>* moved_from);
+  void MoveBackSharers(EntryId ino, const std::optional<SharingKey>& moved_from);
+  // After a change was made: the member's place matches its key (a no-op
+  // unless a concurrent change came between PrepareSharers and the commit).
+  void SettleSharers(EntryId ino);
+  Status ReshareTo(EntryId ino, const SharingKey& key);
+  // Rename's checks and catalog change (takes mu_).
+  Status RenameInCatalog(uint64_t parent, std::string_view name, uint64_t new_parent,
+                         std::string_view new_name, unsigned flags);
   // Purges `id` if it is detached and nobody holds it; frees its blob.
   void CollectEntry(EntryId id);
   // Deletes and frees `blob` if no entry links it and nobody holds it.

@@ -68,13 +68,52 @@ def tensor_attrs(target, size, path=None):
 
     ValueError if dtype/shape do not describe exactly `size` bytes.
     """
-    where = path if path is not None else target
-    dtype_name = _getxattr(target, DTYPE_XATTR)
+    raw = (_getxattr(target, DTYPE_XATTR), _getxattr(target, SHAPE_XATTR))
+    return _describe(raw, size, path if path is not None else target)
+
+
+class _AttrReader:
+    """Reads ((st_dev, st_ino), (dtype, shape) attributes) of `path` on a thread
+    of its own.
+
+    join() gives None where that failed or the member changed meanwhile (the
+    caller then reads them itself).
+    """
+
+    def __init__(self, path):
+        self._path = path
+        self._result = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        try:
+            self._thread.start()
+        except RuntimeError:  # no thread to be had
+            self._thread = None
+
+    def _run(self):
+        try:
+            before = os.stat(self._path)
+            raw = (_getxattr(self._path, DTYPE_XATTR), _getxattr(self._path, SHAPE_XATTR))
+            after = os.stat(self._path)
+            same = (before.st_dev, before.st_ino, before.st_ctime_ns) == \
+                (after.st_dev, after.st_ino, after.st_ctime_ns)
+            self._result = ((after.st_dev, after.st_ino), raw) if same else None
+        except Exception:  # noqa: BLE001 - the caller reads them again
+            self._result = None
+
+    def join(self):
+        if self._thread is None:
+            return None
+        self._thread.join()
+        return self._result
+
+
+def _describe(raw, size, where):
+    """(DType, shape) from the raw (dtype, shape) attribute values of a blob of `size` bytes."""
+    dtype_name, shape_text = raw
     try:
         dt = dtypes.by_name(dtype_name or "uint8")
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
-    shape_text = _getxattr(target, SHAPE_XATTR)
     if shape_text is None:
         if size % dt.itemsize:
             raise ValueError(f"{where}: {size} bytes is not a whole number of {dt.name} "
@@ -101,10 +140,22 @@ class Blob:
     def __init__(self, path):
         path = os.fspath(path)
         buf = _lib.GpufsBuffer()
-        _lib.call("gpufs_map", os.fsencode(path), ctypes.byref(buf), path=path)
+        # The tensor description is read while the map is made (each is a
+        # few round trips to the daemon), and used only if it is the very
+        # member mapped (same inode); otherwise it is read again through the
+        # mapped fd.
+        attrs = _AttrReader(path)
         try:
-            # Through the mapped fd: the attributes of the very member mapped.
-            dt, shape = tensor_attrs(buf.fd, buf.size, path)
+            _lib.call("gpufs_map", os.fsencode(path), ctypes.byref(buf), path=path)
+        finally:
+            found = attrs.join()
+        try:
+            st = os.fstat(buf.fd)
+            if found is not None and found[0] == (st.st_dev, st.st_ino):
+                raw = found[1]
+            else:
+                raw = (_getxattr(buf.fd, DTYPE_XATTR), _getxattr(buf.fd, SHAPE_XATTR))
+            dt, shape = _describe(raw, buf.size, path)
         except BaseException:
             _lib.lib().gpufs_unmap(ctypes.byref(buf))
             raise
