@@ -72,6 +72,44 @@ def tensor_attrs(target, size, path=None):
     return _describe(raw, size, path if path is not None else target)
 
 
+# Tensor descriptions of the members this process maps now, by
+# _stat_key: setting an attribute or replacing the member changes its ctime,
+# so an equal key means the same description. Entries live while a Blob of
+# that member is open.
+_described = {}  # key -> [DType, shape, open Blobs]; guarded by _described_lock
+_described_lock = threading.Lock()
+
+
+def _stat_key(st):
+    return (st.st_dev, st.st_ino, st.st_ctime_ns, st.st_mtime_ns, st.st_size)
+
+
+def _known_description(key):
+    """(DType, shape) of an open Blob of the member `key`, or None."""
+    if key is None:
+        return None
+    with _described_lock:
+        entry = _described.get(key)
+        return (entry[0], entry[1]) if entry is not None else None
+
+
+def _remember_description(key, dt, shape):
+    with _described_lock:
+        entry = _described.setdefault(key, [dt, tuple(shape), 0])
+        entry[2] += 1
+
+
+def _forget_description(key):
+    if key is None:
+        return
+    with _described_lock:
+        entry = _described.get(key)
+        if entry is not None:
+            entry[2] -= 1
+            if entry[2] <= 0:
+                del _described[key]
+
+
 class _AttrReader:
     """Reads ((st_dev, st_ino), (dtype, shape) attributes) of `path` on a thread
     of its own.
@@ -140,26 +178,38 @@ class Blob:
     def __init__(self, path):
         path = os.fspath(path)
         buf = _lib.GpufsBuffer()
-        # The tensor description is read while the map is made (each is a
-        # few round trips to the daemon), and used only if it is the very
-        # member mapped (same inode); otherwise it is read again through the
-        # mapped fd.
-        attrs = _AttrReader(path)
+        # The tensor description (each attribute a round trip to the daemon):
+        # that of a member this process maps now and that did not change
+        # since (libgpufs then reuses the mapping too); otherwise read while
+        # the map is made, and used only if it is the very member mapped
+        # (same inode), else read again through the mapped fd.
+        try:
+            key = _stat_key(os.stat(path))
+        except OSError:
+            key = None  # gpufs_map reports it
+        known = _known_description(key)
+        attrs = None if known is not None else _AttrReader(path)
         try:
             _lib.call("gpufs_map", os.fsencode(path), ctypes.byref(buf), path=path)
         finally:
-            found = attrs.join()
+            found = attrs.join() if attrs is not None else None
         try:
             st = os.fstat(buf.fd)
-            if found is not None and found[0] == (st.st_dev, st.st_ino):
-                raw = found[1]
+            mapped = _stat_key(st)
+            if known is not None and mapped == key:
+                dt, shape = known
             else:
-                raw = (_getxattr(buf.fd, DTYPE_XATTR), _getxattr(buf.fd, SHAPE_XATTR))
-            dt, shape = _describe(raw, buf.size, path)
+                if found is not None and found[0] == (st.st_dev, st.st_ino):
+                    raw = found[1]
+                else:
+                    raw = (_getxattr(buf.fd, DTYPE_XATTR), _getxattr(buf.fd, SHAPE_XATTR))
+                dt, shape = _describe(raw, buf.size, path)
         except BaseException:
             _lib.lib().gpufs_unmap(ctypes.byref(buf))
             raise
         self._adopt(path, buf, dt, shape)
+        self._key = mapped
+        _remember_description(mapped, dt, shape)
 
     @classmethod
     def _wrap(cls, path, buf, dt, shape):
@@ -169,6 +219,7 @@ class Blob:
         return self
 
     def _adopt(self, path, buf, dt, shape):
+        self._key = None  # (see _remember_description) once registered
         self.path = path
         self._buf = buf
         self._dtype = dt
@@ -274,6 +325,8 @@ class Blob:
             self._unmap()
 
     def _unmap(self):
+        key, self._key = self._key, None
+        _forget_description(key)
         if self._buf.internal:
             _lib.call("gpufs_unmap", ctypes.byref(self._buf), path=self.path)
 
