@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <new>
 #include <string>
@@ -283,12 +284,11 @@ Status Create(const char* path, uint64_t size, gpufs_buffer* buf) {
 // requests to the daemon are in flight.
 class Concurrent {
  public:
-  template <class Work>
-  explicit Concurrent(Work work) {
+  explicit Concurrent(std::function<Status()> work) : work_(std::move(work)) {
     try {
-      thread_ = std::thread([this, work = std::move(work)]() mutable { result_ = work(); });
+      thread_ = std::thread([this] { result_ = work_(); });
     } catch (const std::system_error&) {
-      result_ = work();  // no thread to be had: do it here
+      result_ = work_();  // no thread to be had: do it here
     }
   }
   ~Concurrent() {
@@ -302,6 +302,7 @@ class Concurrent {
   }
 
  private:
+  std::function<Status()> work_;
   Status result_;
   std::thread thread_;
 };

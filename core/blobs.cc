@@ -74,10 +74,14 @@ Status Namespace::ReplaceBlob(const Entry& entry, const std::string& device, uin
 void Namespace::FreeBlob(const Blob& blob) { doomed_.emplace_back(blob.device, blob.id); }
 
 void Namespace::FreeQueued() {
-  std::vector<std::pair<std::string, BlobId>> doomed;
+  std::vector<std::pair<std::string, BlobId>> doomed, unretire;
   {
     std::lock_guard lock(mu_);
     doomed.swap(doomed_);
+    unretire.swap(unretire_);
+  }
+  for (const auto& [device, id] : unretire) {
+    if (BulkStore* store = StoreFor(device)) store->ReleaseRetired(id);
   }
   for (const auto& [device, id] : doomed) {
     if (BulkStore* store = StoreFor(device)) store->Free(id);
@@ -366,6 +370,7 @@ Status Namespace::Release(HandleId id) {
   if (blob.handles == 0) {
     for (const std::string& device : blob.retired) doomed_.emplace_back(device, rec.id);
     blob.retired.clear();
+    if (blob.reshared_while_mapped) unretire_.emplace_back(rec.device, rec.id);  // sharing.cc
     active_.erase(rec.id);
     if (rec.state == BlobState::kUnsealed) {
       // Discarded: it must not survive as an unsealed row.

@@ -195,6 +195,9 @@ class Namespace {
     int mapped = 0;  // handles that took an IPC handle (GPUFS_IOC_MAP/ALLOC)
     // Places the blob left by migration while mapped: freed at the last close.
     std::vector<std::string> retired;
+    // Its store kept an old place for mappers at a Reshare (sharing.cc):
+    // released at the last close.
+    bool reshared_while_mapped = false;
   };
   struct Handle {
     EntryId entry = 0;
@@ -288,6 +291,8 @@ class Namespace {
 
   std::mutex mu_;
   std::vector<std::pair<std::string, BlobId>> doomed_;  // GUARDED_BY(mu_): FreeQueued frees them
+  // GUARDED_BY(mu_): FreeQueued releases their places kept by Reshare.
+  std::vector<std::pair<std::string, BlobId>> unretire_;
   std::unique_ptr<Catalog> catalog_;                          // GUARDED_BY(mu_)
   std::map<std::string, std::unique_ptr<BulkStore>> stores_;  // fixed after Open
   std::string default_device_;

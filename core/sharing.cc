@@ -34,6 +34,10 @@ Status Namespace::ReshareTo(EntryId ino, const SharingKey& key) {
     std::unique_lock io(blob->io_mu);
     moved = StoreFor(blob->rec.device)->Reshare(blob->rec.id, key, keep_old);
   }
+  if (moved.ok() && keep_old) {
+    std::lock_guard lock(mu_);
+    blob->reshared_while_mapped = true;  // Release hands it to FreeQueued
+  }
   Status released = Release(pin);
   if (!released.ok()) GPUFS_LOG(WARN) << "reshare: " << released.ToString();
   return moved;

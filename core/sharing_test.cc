@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -74,6 +75,17 @@ class RecordingStore final : public BulkStore {
   }
   Status Seal(BlobId id, uint64_t size) override { return inner_->Seal(id, size); }
   void Free(BlobId id) override { inner_->Free(id); }
+  // As a device store with legacy handles (no fd socket needed).
+  Result<IpcExport> Export(BlobId id) override {
+    IpcExport out;
+    out.size = inner_->Usage().used > 0 ? 5 : 0;
+    std::memcpy(out.handle, &id, sizeof id);
+    return out;
+  }
+  void ReleaseRetired(BlobId id) override {
+    std::lock_guard lock(mu_);
+    released_retired.push_back(id);
+  }
   Status Reshare(BlobId id, const SharingKey& key, bool keep_old) override {
     std::lock_guard lock(mu_);
     if (keys_[id] == key) return Status::Ok();  // as GpuBulkStore: nothing to move
@@ -90,6 +102,7 @@ class RecordingStore final : public BulkStore {
   std::mutex mu_;
   std::vector<SharingKey> allocated;
   std::vector<Call> reshared;
+  std::vector<BlobId> released_retired;
   bool fail_reshare = false;
 
  private:
@@ -165,6 +178,21 @@ TEST_F(SharingTest, ChmodChownAndMovesAskForAMoveWithTheNewKey) {
   ASSERT_TRUE(ns_->Rename(a_, "m", b_, "m2", 0).ok());
   ASSERT_EQ(store_->reshared.size(), 3u);
   EXPECT_EQ(store_->reshared[2].key, SharingKey(b_, 1000, 200, 0600));
+}
+
+TEST_F(SharingTest, AnOldPlaceKeptForMappersIsReleasedAtTheLastClose) {
+  auto reader = ns_->Open(caller_, member_, O_RDONLY);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  ASSERT_TRUE(ns_->MapHandle(reader->handle, caller_).ok());
+  SetAttrRequest chmod;
+  chmod.mode = 0600;
+  ASSERT_TRUE(ns_->SetAttr(member_, chmod, 0).ok());
+  ASSERT_EQ(store_->reshared.size(), 1u);
+  EXPECT_TRUE(store_->reshared[0].keep_old);  // the reader maps the old place
+  EXPECT_TRUE(store_->released_retired.empty());
+  ASSERT_TRUE(ns_->Release(reader->handle).ok());
+  ASSERT_EQ(store_->released_retired.size(), 1u);
+  EXPECT_EQ(store_->released_retired[0], store_->reshared[0].id);
 }
 
 TEST_F(SharingTest, ChangesThatKeepTheCallersMoveNothing) {

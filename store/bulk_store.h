@@ -99,8 +99,8 @@ class BulkStore {
 
   // The blob's callers changed (chmod, chown, rename) to those of `key`. A
   // store that placed it with blobs of its old key moves it (its bytes do not
-  // change); the old place stays readable while `keep_old` (a process may
-  // still map it) until the blob is freed, else it is cleared at once.
+  // change); with `keep_old` (a process may still map it) the old place
+  // stays until ReleaseRetired or Free, else it is cleared at once.
   // ENOENT if the blob is not live; ENOSPC (nothing changed) if there is no
   // room for the move. Stores that never share an allocation only record it.
   virtual Status Reshare(BlobId id, const SharingKey& key, bool keep_old) {
@@ -109,6 +109,10 @@ class BulkStore {
     (void)keep_old;
     return Status::Ok();
   }
+
+  // Nobody maps the places Reshare kept for the blob any more: clear and
+  // release them. Unknown ids are ignored.
+  virtual void ReleaseRetired(BlobId id) { (void)id; }
 
   // Changes the size of an unsealed blob from `old_size` to `new_size`; bytes
   // past old_size read as zero. The store may reserve more than asked (to grow

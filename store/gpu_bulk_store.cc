@@ -846,6 +846,18 @@ void GpuBulkStore::Free(BlobId id) {
   ReleasePlaces(places);
 }
 
+void GpuBulkStore::ReleaseRetired(BlobId id) {
+  std::vector<Place> places;
+  {
+    std::lock_guard lock(mu_);
+    BlobRecord* rec = FindLocked(id);
+    if (rec == nullptr) return;
+    places.swap(rec->retired);
+    for (const Place& place : places) used_ -= place.reserved;
+  }
+  ReleasePlaces(places);
+}
+
 // ---- Packs (kVmm)
 
 bool GpuBulkStore::Packable(const SharingKey& key, uint64_t size) const {

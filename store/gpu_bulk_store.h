@@ -12,8 +12,9 @@
 //   allocation of one granule shared only by sealed blobs of that same key
 //   (ranges of 512 bytes). A freed range is zeroed before it is reused.
 //   Reshare moves a packed blob to a pack of its new key (or its own
-//   allocation); the old range stays, while it may be mapped, until the blob
-//   is freed.
+//   allocation); the old range stays, while it may be mapped, until
+//   ReleaseRetired (the namespace calls it at the member's last close) or
+//   Free.
 // - kLegacy: one cudaMalloc per blob, zeroed whole, legacy cudaIpc handles
 //   (which cannot be mapped read-only).
 // - kSharedArenas: the layout below, for the store's own arena tests only:
@@ -121,6 +122,7 @@ class GpuBulkStore final : public BulkStore {
 
   // See BulkStore::Reshare; only packed blobs (kVmm) move.
   Status Reshare(BlobId id, const SharingKey& key, bool keep_old) override;
+  void ReleaseRetired(BlobId id) override;
 
   // Grows within the reservation when it can; otherwise reserves
   // geometrically (2x, else 1.25x, else exactly, as the capacity allows),

@@ -145,6 +145,11 @@ TEST_P(VmmStoreTest, SmallBlobsShareOnlyWithTheirSharingKey) {
   // Mapped while it moves: the old range stays until the blob is freed.
   ASSERT_TRUE(store_->Reshare(1, secret, true).ok());
   EXPECT_EQ(Count(AllocationBytes(*store_, p1.arena, 2u << 20), std::byte{0x41}), 5000u);
+  // Its mappers are gone: the kept range goes, and with it the emptied pack.
+  EXPECT_EQ(store_->pack_count(), 2u);
+  store_->ReleaseRetired(1);
+  EXPECT_EQ(store_->pack_count(), 1u);
+  EXPECT_EQ(store_->AllocationBaseForTesting(p1.arena), nullptr);
 
   // A freed range is zeroed before the next blob of the key can have it.
   store_->Free(3);
