@@ -4,10 +4,16 @@
 //   gpufs-bench MOUNTPOINT [--sizes 1M,64M,1G] [--reps N]
 //
 // Needs a gpufs mounted with the GPU store. Rows:
-//   map cold   new process: open + GPUFS_IOC_MAP + cuIpcOpenMemHandle (libgpufs),
-//              against cudaIpcOpenMemHandle alone in a new process
-//   map warm   arena already open in this process, against a second
-//              cudaIpcOpenMemHandle of an open handle
+//   map cold   new process: gpufs_map (open + GPUFS_IOC_MAP + fd over the
+//              daemon's socket + VMM import + map, read-only), against
+//              cudaIpcOpenMemHandle alone in a new process (raw CUDA IPC: no
+//              permission check, writable)
+//   map 2nd    another member, in a process that already maps one (the
+//              same steps, CUDA and the socket already up), against the same
+//              raw cudaIpcOpenMemHandle
+//   map again  the same member again in the same process (libgpufs reuses
+//              the mapping), against a second cudaIpcOpenMemHandle of an
+//              open handle
 //   dd read    dd bs=1M from the mount (device-to-host through FUSE), against
 //              pinned cudaMemcpy D2H of the same size
 //   dd write   dd bs=1M into the mount (host-to-device through FUSE), against
@@ -211,7 +217,7 @@ int main(int argc, char** argv) {
     }
     rows.push_back({"put D2D (create+copy+seal)", name, "GB/s", Median(put), Median(d2d),
                     "cudaMemcpy D2D"});
-    // A second blob in the same arena (small sizes) for the warm map.
+    // A second member, for mapping another member in the same process.
     {
       gpufs_buffer out{};
       CheckGpufs(gpufs_create(blob2.c_str(), size, &out), "gpufs_create");
@@ -240,20 +246,29 @@ int main(int argc, char** argv) {
     rows.push_back({"map cold (new process)", name, "us", Median(cold), Median(raw_cold),
                     "cudaIpcOpenMemHandle"});
 
-    // Map latency, warm: the arena is already open in this process.
-    std::vector<double> warm;
+    // Map latency in a process that already maps `blob`: another member,
+    // then the same member again.
+    std::vector<double> second, again_us;
     gpufs_buffer keep{};
     CheckGpufs(gpufs_map(blob.c_str(), &keep), "gpufs_map");
     for (int r = 0; r <= reps; ++r) {
-      gpufs_buffer again{};
+      gpufs_buffer other{}, again{};
       auto t0 = Clock::now();
-      CheckGpufs(gpufs_map(blob2.c_str(), &again), "gpufs_map warm");
+      CheckGpufs(gpufs_map(blob2.c_str(), &other), "gpufs_map of a 2nd member");
       auto t1 = Clock::now();
+      CheckGpufs(gpufs_map(blob.c_str(), &again), "gpufs_map again");
+      auto t2 = Clock::now();
       gpufs_unmap(&again);
-      if (r > 0) warm.push_back(Seconds(t0, t1) * 1e6);
+      gpufs_unmap(&other);
+      if (r > 0) {
+        second.push_back(Seconds(t0, t1) * 1e6);
+        again_us.push_back(Seconds(t1, t2) * 1e6);
+      }
     }
     gpufs_unmap(&keep);
-    rows.push_back({"map warm (arena open)", name, "us", Median(warm), Median(raw_warm),
+    rows.push_back({"map 2nd member, same process", name, "us", Median(second), Median(raw_cold),
+                    "cudaIpcOpenMemHandle"});
+    rows.push_back({"map same member again", name, "us", Median(again_us), Median(raw_warm),
                     "2nd cudaIpcOpenMemHandle"});
 
     // dd through the mount against pinned copies.
@@ -262,7 +277,6 @@ int main(int argc, char** argv) {
     uint64_t count = size >> 20;
     for (int r = 0; r <= reps; ++r) {
       double w = TimeDd("if=/dev/zero of='" + ddfile + "' count=" + std::to_string(count), size);
-      usleep(20000);  // let the release (seal) land
       double rdv = TimeDd("if='" + ddfile + "' of=/dev/null", size);
       std::system(("rm -f '" + ddfile + "'").c_str());
       auto t0 = Clock::now();

@@ -18,6 +18,7 @@
 #include "cli/mount_check.h"
 #include "cli/progress.h"
 #include "cli/put_cmd.h"
+#include "cli/restart_cmd.h"
 #include "util/size.h"
 
 #ifndef GPUFS_VERSION
@@ -109,6 +110,11 @@ int main(int argc, char** argv) {
   migrate->add_option("path", src, "Path on a gpufs mount")->required();
   migrate->add_option("--to", to, "host or cuda:N")->required();
 
+  std::string restart_mount;
+  auto* restart = app.add_subcommand(
+      "restart", "Replace a mount's daemon with the gpufsd on disk, without unmounting");
+  restart->add_option("mountpoint", restart_mount, "A gpufs mount point")->required();
+
   // `gpufs mount ARGS...` hands ARGS untouched to gpufsd's one parser (the
   // global flags above would otherwise be taken out of them).
   if (argc >= 2 && std::string(argv[1]) == "mount") {
@@ -141,6 +147,10 @@ int main(int argc, char** argv) {
   if (import_cmd->parsed()) {
     if (auto s = on_gpufs(dst); !s.ok()) return Report(s);
     return Report(gpufs::Import(src, dst, import_options));
+  }
+  if (restart->parsed()) {
+    if (auto s = on_gpufs(restart_mount); !s.ok()) return Report(s);
+    return Report(gpufs::Restart(restart_mount));
   }
   if (auto s = on_gpufs(src); !s.ok()) return Report(s);
   if (get->parsed()) return Report(gpufs::Get(src, dst, get_options));

@@ -119,13 +119,13 @@ Result<OpenResult> Namespace::Create(const Caller& caller, uint64_t parent, std:
   GPUFS_RETURN_IF_ERROR(CheckNewName(parent, name));
   FreeQueuedOnExit free_queued(this);
   std::lock_guard lock(mu_);
-  GPUFS_RETURN_IF_ERROR(ObjectEntry(parent).status());
+  GPUFS_ASSIGN_OR_RETURN(Entry parent_entry, ObjectEntry(parent));
   std::string path = PathOf(parent) + "/" + std::string(name);
   std::string device = DeviceFor(parent);
   BulkStore* store = StoreFor(device);
   if (store == nullptr) return Error(ENODEV, "create " + path + ": no store for " + device);
   int64_t now = Now();
-  Entry entry = NewEntry(caller, parent, name, EntryKind::kBlob, mode, now);
+  Entry entry = NewEntry(caller, parent_entry, name, EntryKind::kBlob, mode, now);
   Blob blob;
   blob.device = device;
   blob.state = BlobState::kUnsealed;
@@ -148,6 +148,7 @@ Result<OpenResult> Namespace::Create(const Caller& caller, uint64_t parent, std:
   handle.pid = caller.pid;
   handle.append = (flags & O_APPEND) != 0;
   OpenResult result;
+  result.blob = handle.blob->rec.id;
   result.handle = AddHandle(std::move(handle));
   GPUFS_ASSIGN_OR_RETURN(result.attr, AttrOf(entry));
   return result;
@@ -197,6 +198,7 @@ Result<OpenResult> Namespace::Open(const Caller& caller, uint64_t ino, int flags
   handle.pid = caller.pid;
   handle.append = (flags & O_APPEND) != 0;
   OpenResult result;
+  result.blob = handle.blob->rec.id;
   result.handle = AddHandle(std::move(handle));
   GPUFS_ASSIGN_OR_RETURN(result.attr, AttrOf(entry));
   return result;
@@ -248,9 +250,9 @@ Result<size_t> Namespace::Write(HandleId id, uint64_t offset, std::span<const st
   if (rec.state != BlobState::kUnsealed) {
     return Error(EPERM, "blob " + std::to_string(rec.id) + " is sealed: blobs are immutable");
   }
-  if (blob->broken) {
-    return Error(EIO, "blob " + std::to_string(rec.id) +
-                          " had a failed write; it will be discarded at close");
+  if (int failed = blob->broken.load()) {
+    return Error(failed, "blob " + std::to_string(rec.id) +
+                             " had a failed write; it will be discarded at close");
   }
   GPUFS_RETURN_IF_ERROR(ReopenForWriting(*blob));
   uint64_t size = blob->size.load();
@@ -263,24 +265,25 @@ Result<size_t> Namespace::Write(HandleId id, uint64_t offset, std::span<const st
   if (end > size) {
     Status resized = store->Resize(rec.id, size, end);
     if (!resized.ok()) {
-      blob->broken = true;
+      blob->broken = resized.code();
       return resized;
     }
     blob->size = end;
   }
   Status written = store->Write(rec.id, offset, src);
   if (!written.ok()) {
-    blob->broken = true;
+    blob->broken = written.code();
     return written;
   }
+  if (end > size && on_unsealed_size_) on_unsealed_size_(rec.id, end);
   return src.size();
 }
 
 Status Namespace::FinishWriting(ActiveBlob& blob, EntryId entry_id) {
   Blob& rec = blob.rec;
   Status sealed;
-  if (blob.broken) {
-    sealed = Error(EIO, "a write failed");
+  if (int failed = blob.broken.load()) {
+    sealed = Error(failed, "a write failed");
   } else if (blob.needs_explicit_seal) {
     sealed = Error(EIO,
                    "it got device memory with GPUFS_IOC_ALLOC and was released without "
@@ -292,7 +295,7 @@ Status Namespace::FinishWriting(ActiveBlob& blob, EntryId entry_id) {
   if (sealed.ok()) sealed = RecordSealLocked(blob, entry_id);
   if (!sealed.ok()) {
     // Never serve a half-written blob as sealed: take the member away.
-    blob.broken = true;
+    if (blob.broken.load() == 0) blob.broken = sealed.code() != 0 ? sealed.code() : EIO;
     GPUFS_LOG(WARN) << "discarding " << PathOf(entry_id) << ": it was not sealed ("
                     << sealed.ToString() << ")";
     auto entry = catalog_->GetEntry(entry_id);
@@ -307,18 +310,32 @@ Status Namespace::FinishWriting(ActiveBlob& blob, EntryId entry_id) {
 
 Status Namespace::Flush(HandleId id) {
   std::shared_ptr<ActiveBlob> blob;
+  EntryId entry_id = 0;
   {
     std::lock_guard lock(mu_);
     auto it = handles_.find(id);
     if (it == handles_.end()) return Error(EBADF, "flush: no handle " + std::to_string(id));
     if (!it->second.blob || !it->second.writable) return Status::Ok();
     blob = it->second.blob;
+    entry_id = it->second.entry;
   }
   std::unique_lock io(blob->io_mu);
   if (blob->rec.state != BlobState::kUnsealed || blob->needs_explicit_seal) return Status::Ok();
-  if (blob->broken) {
-    return Error(EIO, "blob " + std::to_string(blob->rec.id) +
-                          " had a failed write; it is discarded, not sealed");
+  if (int failed = blob->broken.load()) {
+    // A broken blob is never sealed, so its member goes now, inside the
+    // close() that reports the error: once close returned, the half-written
+    // member is gone (its bytes stay for open handles until they close).
+    std::lock_guard lock(mu_);
+    auto entry = catalog_->GetEntry(entry_id);
+    if (entry.ok() && entry->blob == blob->rec.id && entry->parent != 0) {
+      GPUFS_LOG(WARN) << "removing " << PathOf(entry_id)
+                      << ": a write failed, so it will never be sealed";
+      NotifyEntry(entry->parent, entry->name);
+      Status detached = catalog_->Detach(entry->id, Now());
+      if (!detached.ok()) GPUFS_LOG(ERROR) << "detach: " << detached.ToString();
+    }
+    return Error(failed, "blob " + std::to_string(blob->rec.id) +
+                             " had a failed write; it is discarded, not sealed");
   }
   if (blob->closed_in_catalog) return Status::Ok();
   Blob closed = blob->rec;
@@ -390,6 +407,8 @@ Status Namespace::RecordSealLocked(ActiveBlob& blob, EntryId entry_id) {
   done.state = BlobState::kSealed;
   GPUFS_RETURN_IF_ERROR(catalog_->UpdateBlob(done));
   rec = done;
+  Status fits = CheckTensorAtSeal(entry_id, done.size);  // logs what it drops
+  (void)fits;
   blob.needs_explicit_seal = false;
   auto entry = catalog_->GetEntry(entry_id);
   if (entry.ok() && entry->blob == rec.id) {

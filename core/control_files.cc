@@ -2,6 +2,7 @@
 #include "core/namespace.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/meta_json.h"
 
@@ -11,6 +12,7 @@ Attr ControlAttr(uint64_t ino, int64_t start_ns, uint64_t size) {
   Attr attr;
   attr.ino = ino;
   attr.mode = ino == kControlDirIno ? (S_IFDIR | 0555) : (S_IFREG | 0444);
+  attr.nlink = ino == kControlDirIno ? 2 : 1;
   attr.size = size;
   attr.atime_ns = attr.mtime_ns = attr.ctime_ns = start_ns;
   return attr;
@@ -31,6 +33,8 @@ std::string Namespace::StatsJson() {
   std::lock_guard lock(mu_);
   StatsView view;
   view.generation = generation_;
+  view.worker = worker_;
+  if (view.worker.pid == 0) view.worker.pid = static_cast<int32_t>(getpid());
   view.default_device = default_device_;
   view.stores = usage;
   view.open_handles = handles_.size();

@@ -14,13 +14,13 @@ std::shared_ptr<Namespace::ActiveBlob> Namespace::Activate(const Blob& blob) {
   return slot;
 }
 
-HandleId Namespace::AddHandle(Handle handle) {
+HandleId Namespace::AddHandle(Handle handle, HandleId adopted_id) {
   if (handle.blob) {
     handle.blob->handles++;
     if (handle.writable) handle.blob->writers++;
     entry_opens_[handle.entry]++;
   }
-  HandleId id = next_handle_++;
+  HandleId id = adopted_id != 0 ? adopted_id : next_handle_++;
   handles_.emplace(id, std::move(handle));
   return id;
 }

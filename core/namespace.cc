@@ -26,7 +26,13 @@ Namespace::Namespace(NamespaceOptions options)
       state_dir_(std::move(options.state_dir)),
       log_path_(std::move(options.log_path)),
       tokens_(options.tokens),
-      socket_path_(std::move(options.socket_path)) {
+      socket_path_(std::move(options.socket_path)),
+      takeover_(options.takeover),
+      adopted_(std::move(options.adopted)),
+      unsealed_sizes_(std::move(options.unsealed_sizes)),
+      on_unsealed_size_(std::move(options.on_unsealed_size)),
+      worker_(options.worker),
+      next_handle_(options.first_handle) {
   for (auto& store : options.stores) {
     std::string name = store->device();
     stores_[name] = std::move(store);
@@ -40,16 +46,19 @@ Namespace::~Namespace() {
   }
 }
 
-// A new entry owned by the caller; `mode` holds the permission bits.
-Entry Namespace::NewEntry(const Caller& caller, uint64_t parent, std::string_view name, EntryKind kind,
-                          uint32_t mode, int64_t now) {
+Entry Namespace::NewEntry(const Caller& caller, const Entry& parent, std::string_view name,
+                          EntryKind kind, uint32_t mode, int64_t now) {
   Entry entry;
-  entry.parent = parent;
+  entry.parent = parent.id;
   entry.name = std::string(name);
   entry.kind = kind;
   entry.mode = (kind == EntryKind::kObject ? S_IFDIR : S_IFREG) | (mode & 07777);
   entry.uid = caller.uid;
   entry.gid = caller.gid;
+  if (parent.mode & S_ISGID) {  // as ext4: the group of the setgid object,
+    entry.gid = parent.gid;     // which subobjects pass on
+    if (kind == EntryKind::kObject) entry.mode |= S_ISGID;
+  }
   entry.atime_ns = entry.mtime_ns = entry.ctime_ns = now;
   return entry;
 }
@@ -62,6 +71,11 @@ Result<std::unique_ptr<Namespace>> Namespace::Open(NamespaceOptions options) {
     return Error(ENODEV, "no store for the default device " + ns->default_device_);
   }
   GPUFS_RETURN_IF_ERROR(ns->Recover());
+  if (ns->takeover_) {
+    GPUFS_RETURN_IF_ERROR(ns->Adopt(ns->adopted_));
+    ns->adopted_.clear();
+    ns->unsealed_sizes_.clear();
+  }
   return ns;
 }
 
@@ -92,9 +106,15 @@ Result<Attr> Namespace::AttrOf(const Entry& entry) {
   attr.atime_ns = entry.atime_ns;
   attr.mtime_ns = entry.mtime_ns;
   attr.ctime_ns = entry.ctime_ns;
-  // Directories report one link, as btrfs does: tools then make no
-  // assumption about the number of subdirectories.
-  attr.nlink = entry.parent == 0 && entry.id != kRootEntryId ? 0 : 1;
+  // As POSIX file systems count links: a blob 1, an object 2 (its name and
+  // ".") plus one per subdirectory (their ".."); 0 once removed.
+  bool attached = entry.parent != 0 || entry.id == kRootEntryId;
+  attr.nlink = attached ? 1 : 0;
+  if (entry.kind == EntryKind::kObject && attached) {
+    GPUFS_ASSIGN_OR_RETURN(uint64_t subdirs, catalog_->CountChildObjects(entry.id));
+    // The root also holds /.gpufs, which is listed as a directory.
+    attr.nlink = static_cast<uint32_t>(2 + subdirs + (entry.id == kRootEntryId ? 1 : 0));
+  }
   attr.stable = entry.kind == EntryKind::kObject && (entry.parent != 0 || entry.id == kRootEntryId);
   if (entry.kind == EntryKind::kBlob) {
     auto active = active_.find(entry.blob);
@@ -188,6 +208,7 @@ Result<Attr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& request, Han
         GPUFS_RETURN_IF_ERROR(ReopenForWriting(*active));
         GPUFS_RETURN_IF_ERROR(store->Resize(active->rec.id, old_size, *request.size));
         active->size = *request.size;
+        if (on_unsealed_size_) on_unsealed_size_(active->rec.id, *request.size);
       }
     }
   }
@@ -221,8 +242,8 @@ Result<Attr> Namespace::Mkdir(const Caller& caller, uint64_t parent, std::string
                               uint32_t mode) {
   GPUFS_RETURN_IF_ERROR(CheckNewName(parent, name));
   std::lock_guard lock(mu_);
-  GPUFS_RETURN_IF_ERROR(ObjectEntry(parent).status());
-  Entry entry = NewEntry(caller, parent, name, EntryKind::kObject, mode, Now());
+  GPUFS_ASSIGN_OR_RETURN(Entry parent_entry, ObjectEntry(parent));
+  Entry entry = NewEntry(caller, parent_entry, name, EntryKind::kObject, mode, Now());
   auto created = catalog_->CreateEntry(entry, std::nullopt);
   if (!created.ok()) return created.status().Prepend("mkdir " + PathOf(parent) + "/" + entry.name);
   return AttrOf(*created);

@@ -21,11 +21,14 @@
 //   the member's dtype and shape, which described the old bytes).
 // - A blob's bytes are freed when no member links it and no handle holds it:
 //   unlink, rename over and O_TRUNC all leave earlier holders their bytes.
-// - A write that fails (ENOSPC, EIO) marks its blob broken; at the last
+// - A write that fails (ENOSPC, EIO) marks its blob broken: later writes,
+//   flushes and seals fail with the same errno; at the last
 //   writer's release the member is removed rather than sealed, so a
 //   half-written blob is never served as sealed.
-// - After a restart nobody holds anything: detached members, unsealed blobs
-//   and unlinked blobs are swept by Open().
+// - After a cold start nobody holds anything: detached members, unsealed
+//   blobs and unlinked blobs are swept by Open(). After a takeover (a new
+//   worker of the same mount) the handles the kernel holds are adopted and
+//   what they hold is kept (NamespaceOptions::takeover).
 //
 // The class is a facade; its parts live in files named after them:
 // namespace.cc (tree operations), blobs.cc (create/open/read/write/release,
@@ -89,6 +92,21 @@ struct NamespaceOptions {
   // with ENODEV (legacy handles need neither).
   TokenTable* tokens = nullptr;
   std::string socket_path;
+
+  // --- worker takeover (docs/TAKEOVER.md) -----------------------------------
+  // A takeover start: an earlier worker served this mount and the kernel
+  // still holds `adopted` handles. Open() adopts them and sweeps only what
+  // nobody holds; unsealed blobs are kept (their writer's open may be re-sent).
+  bool takeover = false;
+  std::vector<AdoptedHandle> adopted;
+  // The live size of unsealed blobs that adopted handles hold.
+  std::map<uint64_t, uint64_t> unsealed_sizes;
+  // Handles issued by this namespace start here (never reused across workers).
+  HandleId first_handle = 1;
+  // Called when a write or truncate changed an unsealed blob's size, before
+  // the request returns (under the blob's io lock: must not call back).
+  std::function<void(uint64_t blob, uint64_t size)> on_unsealed_size;
+  WorkerInfo worker;
 };
 
 class Namespace {
@@ -138,7 +156,7 @@ class Namespace {
   Result<size_t> Write(HandleId handle, uint64_t offset, std::span<const std::byte> src);
   // close(2) of a descriptor of the handle: for a writer, records the
   // unsealed blob's bytes as complete (durable; see the file comment).
-  // EIO when a write of the blob failed (it will be discarded).
+  // The errno of a failed write of the blob (ENOSPC...): it will be discarded.
   Status Flush(HandleId handle);
   // Drops the handle; may seal, discard or free (see the file comment).
   Status Release(HandleId handle);
@@ -184,7 +202,11 @@ class Namespace {
     // Guarded by io_mu (readable under mu_ for sealed blobs, which never change):
     Blob rec;
     std::atomic<uint64_t> size{0};  // the live size, for GetAttr under mu_
-    std::atomic<bool> broken{false};
+    // 0, or the errno of the write that failed (ENOSPC, EIO): the blob is
+    // broken, and every later write, flush and seal of it says that errno,
+    // as a local file system would (the kernel splits sendfile, splice and
+    // copy_file_range into several writes; the caller must see why).
+    std::atomic<int> broken{0};
     // Set by AllocDevice: released unsealed, the blob is discarded.
     std::atomic<bool> needs_explicit_seal{false};
     // Guarded by io_mu: the catalog's row is marked closed (a Flush did it).
@@ -232,8 +254,12 @@ class Namespace {
 
   explicit Namespace(NamespaceOptions options);
   Status Recover();
-  // A new entry owned by the caller; `mode` holds the permission bits.
-  static Entry NewEntry(const Caller& caller, uint64_t parent, std::string_view name,
+  // Takeover start: rebuilds the handles of `adopted` (recovery.cc).
+  Status Adopt(const std::vector<AdoptedHandle>& adopted);
+  // A new entry under `parent` owned by the caller; `mode` holds the
+  // permission bits. In a setgid object it takes the object's group, and a
+  // new object the setgid bit, as on ext4.
+  static Entry NewEntry(const Caller& caller, const Entry& parent, std::string_view name,
                         EntryKind kind, uint32_t mode, int64_t now);
 
   // All below: EXCLUSIVE_LOCKS_REQUIRED(mu_).
@@ -246,7 +272,8 @@ class Namespace {
   Result<Blob> NewBlob(const std::string& device, uint32_t owner, const SharingKey& key);
   Status ReplaceBlob(const Entry& entry, const std::string& device, uint32_t owner,
                      BlobState state);
-  HandleId AddHandle(Handle handle);
+  // Issues the next handle id, or `id` (an adopted handle's).
+  HandleId AddHandle(Handle handle, HandleId id = 0);
   std::shared_ptr<ActiveBlob> Activate(const Blob& blob);
 
   // Sharing keys (core/sharing.cc); mu_ NOT held. Before `change` (a
@@ -270,7 +297,8 @@ class Namespace {
   // Deletes and frees `blob` if no entry links it and nobody holds it.
   void CollectBlob(BlobId blob);
   void FreeBlob(const Blob& blob);
-  Result<std::string> MetaJson(const Entry& entry);
+  // user.gpufs.meta of `entry` as `caller` may see it (core/meta_json.h).
+  Result<std::string> MetaJson(const Entry& entry, const Caller& caller);
   // The daemon's identity, per-object usage and open members, for
   // /.gpufs/stats (namespace_stats.cc).
   void AddStatsDetail(StatsView* view);
@@ -279,6 +307,10 @@ class Namespace {
   // Records the seal of `blob`, whose store Seal succeeded (io_mu held
   // exclusively, mu_ held): catalog, entry mtime.
   Status RecordSealLocked(ActiveBlob& blob, EntryId entry);
+  // At seal (mu_ held): a dtype/shape that does not describe `size` bytes is
+  // removed, with a log line (the seal goes on: the bytes are good). The
+  // status says whether it fitted.
+  Status CheckTensorAtSeal(EntryId entry, uint64_t size);
   // The info of `rec` for `caller` (its blob's io_mu held; mu_ need not be);
   // VMM exports get a token bound to open handle `handle` (0: none, the
   // xattr). `writable` only for ALLOC.
@@ -301,6 +333,12 @@ class Namespace {
   TokenTable* tokens_ = nullptr;  // fixed after Open
   std::string socket_path_;
   uint64_t generation_ = 0;
+  // Takeover (see NamespaceOptions), fixed after Open:
+  bool takeover_ = false;
+  std::vector<AdoptedHandle> adopted_;
+  std::map<uint64_t, uint64_t> unsealed_sizes_;
+  std::function<void(uint64_t, uint64_t)> on_unsealed_size_;
+  WorkerInfo worker_;
   HandleId next_handle_ = 1;                                        // GUARDED_BY(mu_)
   std::unordered_map<HandleId, Handle> handles_;                    // GUARDED_BY(mu_)
   std::unordered_map<BlobId, std::shared_ptr<ActiveBlob>> active_;  // GUARDED_BY(mu_)

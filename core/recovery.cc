@@ -1,27 +1,38 @@
 // Start-up sweep of the namespace (Namespace::Recover).
-#include "core/namespace.h"
-
 #include <algorithm>
 #include <map>
+#include <set>
 
+#include "core/namespace.h"
 #include "util/log.h"
 
 namespace gpufs {
 
-// Start-up sweep: nothing is open, so detached entries, unsealed blobs (their
-// writer is gone) and unlinked blobs are garbage; closed blobs (their
-// writer's close() returned) are sealed. Each store then learns its
-// live blobs, frees everything else and reports what it lost.
+// Start-up sweep. A cold start: nothing is open, so detached entries,
+// unsealed blobs (their writer is gone) and unlinked blobs are garbage;
+// closed blobs (their writer's close() returned) are sealed. A takeover
+// start: what adopted handles hold is kept (and sealed by its last release),
+// and so is every unsealed blob (an open that created it may be re-sent to
+// this worker). Each store then learns its live blobs, frees everything else
+// and reports what it lost.
 Status Namespace::Recover() {
   std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(generation_, catalog_->NextGeneration());
+  std::set<EntryId> held_entries;
+  std::set<BlobId> held_blobs;
+  for (const AdoptedHandle& h : adopted_) {
+    held_entries.insert(h.entry);
+    if (h.blob != 0) held_blobs.insert(h.blob);
+  }
 
   GPUFS_ASSIGN_OR_RETURN(auto detached, catalog_->ListDetached());
-  for (EntryId id : detached) GPUFS_RETURN_IF_ERROR(catalog_->Purge(id).status());
+  for (EntryId id : detached) {
+    if (!held_entries.contains(id)) GPUFS_RETURN_IF_ERROR(catalog_->Purge(id).status());
+  }
 
   GPUFS_ASSIGN_OR_RETURN(auto blobs, catalog_->ListBlobs());
   for (const Blob& blob : blobs) {
-    if (blob.state != BlobState::kUnsealed || blob.closed) continue;
+    if (blob.state != BlobState::kUnsealed || blob.closed || takeover_) continue;
     auto entry = catalog_->EntryOfBlob(blob.id);
     if (entry.ok()) {
       GPUFS_LOG(WARN) << "discarding " << PathOf(*entry)
@@ -31,7 +42,9 @@ Status Namespace::Recover() {
     }
   }
   GPUFS_ASSIGN_OR_RETURN(auto unlinked, catalog_->ListUnlinkedBlobs());
-  for (BlobId id : unlinked) GPUFS_RETURN_IF_ERROR(catalog_->DeleteBlob(id));
+  for (BlobId id : unlinked) {
+    if (!held_blobs.contains(id)) GPUFS_RETURN_IF_ERROR(catalog_->DeleteBlob(id));
+  }
 
   GPUFS_ASSIGN_OR_RETURN(blobs, catalog_->ListBlobs());
   std::map<std::string, std::vector<StoredBlob>> live;
@@ -43,7 +56,12 @@ Status Namespace::Recover() {
       lost.push_back(blob.id);
       continue;
     }
-    live[blob.device].push_back({blob.id, blob.owner_uid, blob.size});
+    uint64_t size = blob.size;
+    if (auto it = unsealed_sizes_.find(blob.id);
+        it != unsealed_sizes_.end() && blob.state == BlobState::kUnsealed) {
+      size = it->second;  // its writer wrote on; the catalog learns the size at seal
+    }
+    live[blob.device].push_back({blob.id, blob.owner_uid, size});
   }
   for (auto& [device, list] : live) {
     auto missing = stores_[device]->Recover(list);
@@ -52,7 +70,8 @@ Status Namespace::Recover() {
   }
   size_t closed = 0;
   for (const Blob& blob : blobs) {
-    if (blob.state != BlobState::kUnsealed || !blob.closed) continue;
+    if (blob.state != BlobState::kUnsealed || !blob.closed || held_blobs.contains(blob.id))
+      continue;
     if (std::find(lost.begin(), lost.end(), blob.id) != lost.end()) continue;
     Blob sealed = blob;
     sealed.state = BlobState::kSealed;
@@ -78,6 +97,47 @@ Status Namespace::Recover() {
   GPUFS_LOG(INFO) << "namespace ready: generation " << generation_ << ", " << entries
                   << " entries, " << blobs.size() << " blobs (" << lost.size() << " lost, "
                   << closed << " sealed after their writer's close)";
+  return Status::Ok();
+}
+
+Status Namespace::Adopt(const std::vector<AdoptedHandle>& adopted) {
+  std::string snapshot;  // for adopted handles of the stats file
+  for (const AdoptedHandle& a : adopted) {
+    if (a.blob == 0) {
+      snapshot = StatsJson();
+      break;
+    }
+  }
+  std::lock_guard lock(mu_);
+  for (const AdoptedHandle& a : adopted) {
+    Handle handle;
+    handle.entry = a.entry;
+    handle.writable = a.writable;
+    handle.append = a.append;
+    handle.mapped = a.mapped;
+    if (a.blob == 0) {
+      handle.snapshot = snapshot;
+    } else {
+      auto rec = catalog_->GetBlob(a.blob);
+      if (!rec.ok()) {
+        // Cannot happen (Recover kept it); its reads will get EBADF.
+        GPUFS_LOG(ERROR) << "adopted handle " << a.id << ": " << rec.status().ToString();
+        continue;
+      }
+      handle.blob = Activate(*rec);
+      if (auto it = unsealed_sizes_.find(a.blob);
+          it != unsealed_sizes_.end() && rec->state == BlobState::kUnsealed) {
+        handle.blob->size = std::max(it->second, rec->size);
+      }
+      // A Flush marked it closed; a later write takes the mark back.
+      handle.blob->closed_in_catalog = rec->closed;
+      if (a.mapped) handle.blob->mapped++;
+    }
+    AddHandle(std::move(handle), a.id);
+  }
+  if (!adopted.empty()) {
+    GPUFS_LOG(INFO) << "adopted " << adopted.size() << " open handle(s) from the last worker";
+  }
   return Status::Ok();
 }
 

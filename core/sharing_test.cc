@@ -149,7 +149,7 @@ class SharingTest : public ::testing::Test {
   }
 
   std::string dir_;
-  Caller caller_{1000, 100, 1};
+  Caller caller_{1000, 100, 1, {}};
   RecordingStore* store_ = nullptr;
   std::unique_ptr<Namespace> ns_;
   uint64_t a_ = 0, b_ = 0, member_ = 0;

@@ -7,14 +7,18 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace gpufs {
 
-// Who asks: the FUSE request's credentials.
+// Who asks: the FUSE request's credentials. `groups` (supplementary groups)
+// is filled only where the core checks permissions itself (getxattr of
+// user.gpufs.meta); elsewhere the kernel has checked them.
 struct Caller {
   uint32_t uid = 0;
   uint32_t gid = 0;
   uint32_t pid = 0;
+  std::vector<uint32_t> groups;
 };
 
 // What stat(2) shows of an entry.
@@ -61,6 +65,27 @@ using HandleId = uint64_t;
 struct OpenResult {
   HandleId handle = 0;
   Attr attr;
+  uint64_t blob = 0;  // the blob the handle holds (0: the stats file)
+};
+
+// An open handle that an earlier worker of this mount issued and the kernel
+// still holds (docs/TAKEOVER.md): Namespace::Open adopts it.
+struct AdoptedHandle {
+  HandleId id = 0;
+  uint64_t entry = 0;
+  uint64_t blob = 0;  // 0: the stats file
+  bool writable = false;
+  bool append = false;
+  bool mapped = false;
+};
+
+// Which worker of the mount this is, for /.gpufs/stats.
+struct WorkerInfo {
+  uint32_t generation = 1;  // 1: the first worker of the mount
+  uint32_t restarts = 0;    // workers that died or were replaced before it
+  int32_t pid = 0;
+  int32_t supervisor_pid = 0;  // 0: not supervised
+  std::string control_socket;  // where `gpufs restart` asks the supervisor
 };
 
 }  // namespace gpufs

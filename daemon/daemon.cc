@@ -1,187 +1,111 @@
-// Start-up of the gpufs daemon: state directory, single-instance lock, stale
-// mount clean-up, stores, catalog, namespace, FUSE. In background mode the
-// process forks *before* touching CUDA (a forked child cannot use a CUDA
-// context), and the parent waits on a pipe for the child's verdict.
+// Start-up of the gpufs daemon. `gpufsd` runs in one of two roles:
+// - started by a user (`gpufs mount`, mount(8)): it starts the supervisor
+//   (gpufs-supervisor, beside this binary), which mounts and runs workers;
+//   in the background it forks first and waits for the supervisor's verdict;
+// - started by the supervisor (GPUFS_TAKEOVER_FD set): it is a worker, which
+//   opens the stores, the catalog and the namespace and serves the mount,
+//   taking over from the last worker if there was one (docs/TAKEOVER.md).
+// Workers fork nothing, so CUDA is only ever initialised in the worker.
 #include "daemon/daemon.h"
 
 #include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/syscall.h>
-#include <sys/file.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <chrono>
 #include <filesystem>
-#include <sstream>
 
 #include "core/namespace.h"
+#include "fs/fd_server.h"
 #include "fs/fuse_server.h"
 #include "meta/sqlite_catalog.h"
-#include "fs/fd_server.h"
 #include "store/store_factory.h"
+#include "takeover/supervisor.h"
+#include "takeover/worker_link.h"
 #include "util/log.h"
-#include "util/size.h"
 #include "util/unique_fd.h"
 
 namespace gpufs {
 namespace {
 
-Status MakeDirs(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Error(ec.value(), "create state directory " + dir + ": " + ec.message());
-  return Status::Ok();
-}
-
-// True if process `pid` has SIGKILL pending (/proc/PID/status: a kill -9
-// it has not acted on yet).
-bool KillPending(pid_t pid) {
-  std::string path = "/proc/" + std::to_string(pid) + "/status";
-  FILE* f = std::fopen(path.c_str(), "re");
-  if (f == nullptr) return false;
-  char line[256];
-  bool pending = false;
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    unsigned long long mask = 0;
-    if (std::sscanf(line, "SigPnd: %llx", &mask) == 1 ||
-        std::sscanf(line, "ShdPnd: %llx", &mask) == 1) {
-      if (mask & (1ull << (SIGKILL - 1))) pending = true;
-    }
+// gpufsd and gpufs-supervisor live in bin/, beside this binary unless it is
+// mount.gpufs (sbin/), or in the install's bin directory.
+std::string FindBinary(const std::string& name) {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  std::filesystem::path self_dir =
+      n > 0 ? std::filesystem::path(std::string(buf, static_cast<size_t>(n))).parent_path() : ".";
+  for (const auto& dir :
+       {self_dir, self_dir / ".." / "bin", std::filesystem::path(GPUFS_INSTALL_BINDIR)}) {
+    std::string path = (dir / name).lexically_normal().string();
+    if (::access(path.c_str(), X_OK) == 0) return path;
   }
-  std::fclose(f);
-  return pending;
+  return (self_dir / name).string();
 }
 
-// True if process `pid` is on its way out (PF_EXITING in /proc/PID/stat's
-// flags, a zombie, or SIGKILL pending): a daemon just killed with -9.
-bool IsExiting(pid_t pid) {
-  if (KillPending(pid)) return true;
-  std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  FILE* f = std::fopen(path.c_str(), "re");
-  if (f == nullptr) return true;  // gone already
-  char buf[1024] = {};
-  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  std::string stat(buf, n);
-  // Fields after the command (which may hold spaces): state ppid pgrp session
-  // tty_nr tpgid flags ...
-  size_t close = stat.rfind(')');
-  if (close == std::string::npos) return false;
-  std::istringstream rest(stat.substr(close + 1));
-  std::string state;
-  long skip = 0;
-  unsigned long flags = 0;
-  rest >> state >> skip >> skip >> skip >> skip >> skip >> flags;
-  constexpr unsigned long kPfExiting = 0x4;
-  return state == "Z" || state == "X" || (flags & kPfExiting) != 0;
+// The worker's command line: the same gpufsd with what the worker needs (the
+// mount options are the supervisor's business).
+std::vector<std::string> WorkerArgv(const MountConfig& config) {
+  std::vector<std::string> argv = {
+      FindBinary("gpufsd"), config.mountpoint, "--state",  config.state_dir, "--store",
+      config.store,         "--ipc",           config.ipc, "--socket",       config.socket};
+  if (!config.devices.empty()) {
+    std::string list;
+    for (int d : config.devices) list += (list.empty() ? "" : ",") + std::to_string(d);
+    argv.insert(argv.end(), {"--devices", list});
+  }
+  if (config.capacity) argv.insert(argv.end(), {"--capacity", std::to_string(*config.capacity)});
+  if (config.foreground) argv.push_back("--foreground");
+  if (config.debug) argv.push_back("--debug");
+  return argv;
 }
 
-// Waits (at most `limit`) for process `pid` to be gone, on a pidfd: no polling.
-bool WaitGone(pid_t pid, std::chrono::milliseconds limit) {
-  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (pidfd < 0) return errno == ESRCH;
-  pollfd p{pidfd, POLLIN, 0};
-  int r;
-  do {
-    r = ::poll(&p, 1, static_cast<int>(limit.count()));
-  } while (r < 0 && errno == EINTR);
-  ::close(pidfd);
-  return r > 0;
-}
-
-// One daemon per state directory: two would share a catalog and host files.
-// A holder that is exiting (killed with -9 just now) is waited for, for a
-// bounded time, instead of refusing: a remount right after kill -9 works.
-Result<UniqueFd> LockState(const std::string& dir) {
-  std::string path = dir + "/lock";
-  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-  if (!fd.valid()) return PosixError("open " + path, errno);
-  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
-    char pid[32] = {};
-    ssize_t n = ::pread(fd.get(), pid, sizeof pid - 1, 0);
+[[noreturn]] void ExecSupervisor(const MountConfig& config, int report_fd) {
+  std::vector<std::string> argv = {FindBinary("gpufs-supervisor"), "--mountpoint",
+                                   config.mountpoint, "--state", config.state_dir};
+  if (config.foreground) argv.push_back("--foreground");
+  if (report_fd >= 0) argv.insert(argv.end(), {"--report-fd", std::to_string(report_fd)});
+  if (config.ready_fd >= 0)
+    argv.insert(argv.end(), {"--ready-fd", std::to_string(config.ready_fd)});
+  for (const auto& opt : config.fuse_options) argv.insert(argv.end(), {"-o", opt});
+  if (config.allow_other.value_or(geteuid() == 0)) argv.insert(argv.end(), {"-o", "allow_other"});
+  argv.push_back("--");
+  for (auto& a : WorkerArgv(config)) argv.push_back(a);
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  if (report_fd >= 0) ::fcntl(report_fd, F_SETFD, 0);
+  if (config.ready_fd >= 0) ::fcntl(config.ready_fd, F_SETFD, 0);
+  ::execv(cargv[0], cargv.data());
+  std::string why = "cannot start " + argv[0] + ": " + std::strerror(errno);
+  if (report_fd >= 0) {
+    ssize_t n = ::write(report_fd, why.data(), why.size());
     (void)n;
-    pid_t holder = static_cast<pid_t>(std::atol(pid));
-    bool locked = false;
-    if (holder > 0 && IsExiting(holder)) {
-      GPUFS_LOG(INFO) << "state directory " << dir << ": waiting for the previous daemon (pid "
-                      << holder << ") to finish exiting";
-      constexpr std::chrono::seconds kExitWait(10);
-      locked = WaitGone(holder, kExitWait) && ::flock(fd.get(), LOCK_EX | LOCK_NB) == 0;
-    }
-    if (!locked) {
-      return Error(EBUSY, "state directory " + dir + " is in use by another gpufs daemon (pid " +
-                              std::string(pid) + ")");
-    }
   }
-  std::string me = std::to_string(getpid());
-  if (::ftruncate(fd.get(), 0) != 0 || ::pwrite(fd.get(), me.data(), me.size(), 0) < 0) {
-    return PosixError("write " + path, errno);
-  }
-  return fd;
+  std::fprintf(stderr, "gpufs: %s\n", why.c_str());
+  ::_exit(kExitMountFailed);
 }
 
-// A daemon killed with -9 leaves its mount behind ("Transport endpoint is not
-// connected"); take it away so the new daemon can mount in its place. statfs,
-// unlike stat, always asks the daemon, so a dead one is never missed.
-Status ClearStaleMount(const std::string& mountpoint) {
-  constexpr long kFuseSuperMagic = 0x65735546;
-  struct statfs fs {};
-  if (::statfs(mountpoint.c_str(), &fs) == 0) {
-    struct stat st {};
-    if (::stat(mountpoint.c_str(), &st) != 0) return PosixError("stat " + mountpoint, errno);
-    if (!S_ISDIR(st.st_mode)) return Error(ENOTDIR, "mount point " + mountpoint + " is not a directory");
-    if (fs.f_type == kFuseSuperMagic) {
-      return Error(EBUSY, mountpoint + " is already a mounted FUSE file system: umount it first");
-    }
-    return Status::Ok();
-  }
-  if (errno == ENOENT) return Error(ENOENT, "mount point " + mountpoint + " does not exist");
-  if (errno != ENOTCONN) return PosixError("statfs " + mountpoint, errno);
-  GPUFS_LOG(WARN) << mountpoint << " is a dead gpufs mount (its daemon died); unmounting it";
-  if (::umount2(mountpoint.c_str(), MNT_DETACH) != 0) {
-    std::string cmd = "fusermount3 -uz '" + mountpoint + "' 2>/dev/null";
-    if (std::system(cmd.c_str()) != 0) {
-      return Error(ENOTCONN, mountpoint + " is a dead mount and cannot be unmounted: run "
-                                          "'fusermount3 -uz " + mountpoint + "'");
-    }
-  }
-  return Status::Ok();
-}
-
-// Everything after the fork: runs in the daemon process. `report` is the
-// pipe to the waiting parent (-1 in the foreground).
-int Serve(const MountConfig& config, int report) {
-  auto fail = [&](const Status& status) {
-    GPUFS_LOG(ERROR) << status.ToString();
-    if (report >= 0) {
-      std::string msg = status.ToString();
-      ssize_t n = ::write(report, msg.data(), msg.size());
-      (void)n;
-    }
-    return 1;
-  };
-  Status made = MakeDirs(config.state_dir);
-  if (!made.ok()) return fail(made);
-  // A background daemon logs to its state directory; the parent prints the verdict.
+// A worker: everything that touches stores, SQLite and CUDA.
+int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   UniqueFd log_file;
-  if (report >= 0) {
+  if (!config.foreground) {
     std::string log_path = config.state_dir + "/gpufs.log";
-    log_file.reset(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    log_file.reset(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
     if (log_file.valid()) log::SetFd(log_file.get());
   }
-  auto lock = LockState(config.state_dir);
-  if (!lock.ok()) return fail(lock.status());
-  Status cleared = ClearStaleMount(config.mountpoint);
-  if (!cleared.ok()) return fail(cleared);
-
+  auto fail = [&](const Status& status) {
+    GPUFS_LOG(ERROR) << status.ToString();
+    link.Failed(status.ToString());
+    return kExitMountFailed;
+  };
+  GPUFS_LOG(INFO) << "worker " << link.generation() << " (pid " << getpid() << ") of "
+                  << config.mountpoint
+                  << (link.taking_over() ? ": taking over from the last worker" : ": starting");
   StoreConfig store_config;
   store_config.kind = config.store;
   store_config.devices = config.devices;
@@ -190,15 +114,28 @@ int Serve(const MountConfig& config, int report) {
   store_config.ipc = config.ipc;
   auto stores = OpenStores(store_config);
   if (!stores.ok()) return fail(stores.status());
-
   auto catalog = SqliteCatalog::Open(config.state_dir + "/catalog.db", geteuid(), getegid(), 0755);
   if (!catalog.ok()) return fail(catalog.status());
+
   NamespaceOptions options;
   options.catalog = std::move(*catalog);
   options.stores = std::move(stores->stores);
   options.default_device = stores->default_device;
   options.state_dir = config.state_dir;
-  options.log_path = report >= 0 ? config.state_dir + "/gpufs.log" : "stderr";
+  options.log_path = config.foreground ? "stderr" : config.state_dir + "/gpufs.log";
+  options.takeover = link.taking_over();
+  for (const takeover::HandleRecord& rec : link.handover().handles) {
+    options.adopted.push_back(
+        {rec.fh, rec.entry, rec.blob, (rec.flags & takeover::kHandleWritable) != 0,
+         (rec.flags & takeover::kHandleAppend) != 0, (rec.flags & takeover::kHandleMapped) != 0});
+  }
+  options.unsealed_sizes = link.handover().sizes;
+  options.first_handle = static_cast<HandleId>(link.generation()) << 40;
+  options.on_unsealed_size = [&link](uint64_t blob, uint64_t size) {
+    link.BlobSizeChanged(blob, size);
+  };
+  options.worker = {link.generation(), link.restarts(), static_cast<int32_t>(getpid()),
+                    link.supervisor_pid(), ControlSocketPath(config.state_dir)};
   // The fd socket of VMM exports (uapi.h); its path is on the root's
   // user.gpufs.socket.
   TokenTable tokens;
@@ -210,32 +147,16 @@ int Serve(const MountConfig& config, int report) {
   if (!ns.ok()) return fail(ns.status());
 
   FuseOptions fuse;
-  fuse.mountpoint = config.mountpoint;
-  fuse.options = config.fuse_options;
   fuse.debug = config.debug;
-  bool allow_other = config.allow_other.value_or(geteuid() == 0);
-  if (allow_other) fuse.options.push_back("allow_other");
-  auto on_mounted = [&]() {
-    if (config.ready_fd >= 0) {
-      ssize_t n = ::write(config.ready_fd, "ready\n", 6);
-      (void)n;
-      ::close(config.ready_fd);
-    }
-    if (report < 0) return;
-    ssize_t n = ::write(report, "", 1);  // one zero byte: mounted
-    (void)n;
-    ::close(report);
-    int null = ::open("/dev/null", O_RDWR);
-    if (null >= 0) {
-      ::dup2(null, 0);
-      ::dup2(null, 1);
-      ::dup2(null, 2);
-      if (null > 2) ::close(null);
-    }
+  auto on_ready = [&]() {
+    if (config.foreground) return;
+    int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    for (int fd : {0, 1, 2}) ::dup2(null, fd);
+    if (null > 2) ::close(null);
   };
-  Status served = ServeFuse(**ns, fuse, on_mounted);
-  if (!served.ok()) return fail(served);
-  return 0;
+  int rc = ServeFuse(**ns, link, fuse, on_ready);
+  if (rc == kExitReplaceMe) ::_exit(rc);  // loop threads are still blocked in read(2)
+  return rc;
 }
 
 }  // namespace
@@ -249,8 +170,26 @@ int RunMount(MountConfig config) {
   auto state = std::filesystem::absolute(config.state_dir, ec);
   if (!ec) config.state_dir = state.lexically_normal().string();
 
-  if (config.ready_fd >= 0) ::fcntl(config.ready_fd, F_SETFD, FD_CLOEXEC);
-  if (config.foreground) return Serve(config, -1);
+  auto link = takeover::WorkerLink::FromEnvironment();
+  if (!link.ok()) {
+    std::fprintf(stderr, "gpufsd: %s\n", link.status().ToString().c_str());
+    return kExitMountFailed;
+  }
+  if (*link) return ServeWorker(config, **link);
+
+  // The fd socket of VMM exports must keep its path across workers: clients
+  // find it once (user.gpufs.socket). Without --socket, one fresh directory.
+  if (config.socket.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string dir = std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/gpufs-sock-XXXXXX";
+    if (::mkdtemp(dir.data()) == nullptr) {
+      std::perror("gpufs: mkdtemp");
+      return kExitMountFailed;
+    }
+    ::chmod(dir.c_str(), 0755);
+    config.socket = dir + "/fd.sock";
+  }
+  if (config.foreground) ExecSupervisor(config, -1);
 
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
@@ -268,7 +207,7 @@ int RunMount(MountConfig config) {
     if (::chdir("/") != 0) {
       // Not fatal: every path is absolute by now.
     }
-    ::_exit(Serve(config, fds[1]));
+    ExecSupervisor(config, fds[1]);
   }
   ::close(fds[1]);
   std::string verdict;

@@ -10,10 +10,16 @@
 // KernelInvalidator (fs/kernel_invalidator.h), which drops the kernel's copy
 // at once; so the kernel keeps their entries and attributes for an hour
 // (kStableTimeout, Attr::stable). Members being written, the control files
-// and misses (negative entries) are cached for a second. File data is never cached (direct_io): a member's bytes
-// change when it is replaced while earlier readers keep the old blob, and each
-// read must reach the handle it was made through. Read-only opens ask for no
-// FLUSH at close (noflush): there is nothing to flush; writers keep it.
+// and misses (negative entries) are cached for a second. File data is not
+// cached for read(2) (direct_io): a member's bytes change when it is replaced
+// in place (O_TRUNC) while earlier readers keep the old blob, and each read
+// must reach the handle it was made through (a cached reader's reads would
+// also be cut to the new size). Shared mmap of such files is allowed
+// (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6+; fs/mmap_init_hook.h): the
+// kernel maps page-cache pages it fills through the mapping file's handle
+// and drops the inode's pages at each mmap and at a replace (the
+// KernelInvalidator). Read-only opens ask for no FLUSH at close (noflush):
+// there is nothing to flush; writers keep it.
 #include "fs/fuse_server.h"
 
 #define FUSE_USE_VERSION 312
@@ -22,15 +28,18 @@
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
 
-#include <csignal>
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "fs/fuse_takeover.h"
 #include "fs/kernel_invalidator.h"
+#include "fs/mmap_init_hook.h"
+#include "proto/xattr_names.h"
 #include "gpufs/uapi.h"
 #include "util/log.h"
 
@@ -41,11 +50,52 @@ constexpr double kAttrTimeout = 1.0;
 constexpr double kStableTimeout = 3600.0;  // Attr::stable; see the file comment
 constexpr uint32_t kMaxIo = 1u << 20;  // the largest read/write the kernel sends (256 pages)
 
-Namespace& Ns(fuse_req_t req) { return *static_cast<Namespace*>(fuse_req_userdata(req)); }
+// The session's userdata.
+struct Server {
+  Namespace* ns;
+  takeover::WorkerLink* link;
+};
+
+Namespace& Ns(fuse_req_t req) { return *static_cast<Server*>(fuse_req_userdata(req))->ns; }
+takeover::WorkerLink& Link(fuse_req_t req) {
+  return *static_cast<Server*>(fuse_req_userdata(req))->link;
+}
+
+// Takeover bookkeeping of requests: fs/fuse_takeover.h.
+void RecordOpen(fuse_req_t req, const OpenResult& opened, int flags) {
+  takeover::HandleRecord rec;
+  rec.fh = opened.handle;
+  rec.entry = opened.attr.ino;
+  rec.blob = opened.blob;
+  rec.flags = HandleFlags(opened.blob == 0, flags);
+  rec.pid = static_cast<uint32_t>(fuse_req_ctx(req)->pid);
+  RecordHandle(Link(req), rec);
+}
 
 Caller CallerOf(fuse_req_t req) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  return Caller{ctx->uid, ctx->gid, static_cast<uint32_t>(ctx->pid)};
+  return Caller{ctx->uid, ctx->gid, static_cast<uint32_t>(ctx->pid), {}};
+}
+
+// The caller with its supplementary groups, for requests where the core
+// checks permissions itself (libfuse reads them from /proc/PID/status).
+Caller CallerWithGroups(fuse_req_t req) {
+  Caller caller = CallerOf(req);
+  std::vector<gid_t> groups(64);
+  int n = fuse_req_getgroups(req, static_cast<int>(groups.size()), groups.data());
+  if (n > static_cast<int>(groups.size())) {
+    groups.resize(static_cast<size_t>(n));
+    n = fuse_req_getgroups(req, static_cast<int>(groups.size()), groups.data());
+  }
+  if (n < 0) {
+    // Unknown (the process is gone): its groups give it nothing.
+    GPUFS_LOG(DEBUG) << "no supplementary groups of pid " << caller.pid << ": "
+                     << std::strerror(-n);
+    return caller;
+  }
+  groups.resize(std::min(static_cast<size_t>(n), groups.size()));
+  caller.groups.assign(groups.begin(), groups.end());
+  return caller;
 }
 
 // Logs a failed request; misses that tools probe for all the time only at debug.
@@ -165,7 +215,9 @@ void OnSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* st, int to_set, fuse
 }
 
 void OnMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
-  ReplyEntry(req, "mkdir", Ns(req).Mkdir(CallerOf(req), parent, name, mode));
+  auto made = Ns(req).Mkdir(CallerOf(req), parent, name, mode);
+  if (!made.ok() && DoneBefore(made.status(), EEXIST)) made = Ns(req).Lookup(parent, name);
+  ReplyEntry(req, "mkdir", made);
 }
 
 void OnMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t) {
@@ -176,6 +228,9 @@ void OnMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, d
               std::string(name) + ": gpufs holds objects (directories) and blobs (files) only"));
   }
   auto created = Ns(req).Create(CallerOf(req), parent, name, mode, O_RDONLY);
+  if (!created.ok() && DoneBefore(created.status(), EEXIST)) {
+    return ReplyEntry(req, "mknod", Ns(req).Lookup(parent, name));
+  }
   if (!created.ok()) return ReplyError(req, "mknod", created.status());
   Status released = Ns(req).Release(created->handle);  // seals the empty blob
   if (!released.ok()) return ReplyError(req, "mknod", released);
@@ -195,14 +250,14 @@ void OnLink(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { OnUnsupported
 void OnRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   KernelChange change(parent, name);
   Status status = Ns(req).Rmdir(parent, name);
-  if (!status.ok()) return ReplyError(req, "rmdir", status);
+  if (!status.ok() && !DoneBefore(status, ENOENT)) return ReplyError(req, "rmdir", status);
   fuse_reply_err(req, 0);
 }
 
 void OnUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   KernelChange change(parent, name);
   Status status = Ns(req).Unlink(parent, name);
-  if (!status.ok()) return ReplyError(req, "unlink", status);
+  if (!status.ok() && !DoneBefore(status, ENOENT)) return ReplyError(req, "unlink", status);
   fuse_reply_err(req, 0);
 }
 
@@ -210,33 +265,55 @@ void OnRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
               const char* new_name, unsigned flags) {
   KernelChange change(parent, name, new_parent, new_name);
   Status status = Ns(req).Rename(parent, name, new_parent, new_name, flags);
-  if (!status.ok()) return ReplyError(req, "rename", status);
+  bool done = DoneBefore(status, ENOENT) && Ns(req).Lookup(new_parent, new_name).ok();
+  if (!status.ok() && !done) return ReplyError(req, "rename", status);
   fuse_reply_err(req, 0);
+}
+
+// Releases a handle the kernel never got (the opener was interrupted).
+void Unopen(fuse_req_t req, HandleId handle) {
+  Status ignored = Ns(req).Release(handle);
+  (void)ignored;
+  Link(req).HandleClosed(handle);
 }
 
 void OnCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
               fuse_file_info* fi) {
+  fi->direct_io = 1;
+  if (const takeover::HandleRecord* rec = RecordedOpen(Link(req))) {
+    auto attr = Ns(req).GetAttr(rec->entry);
+    if (!attr.ok()) return ReplyError(req, "create", attr.status());
+    fi->fh = rec->fh;
+    fuse_entry_param e = ToEntry(*attr);
+    fuse_reply_create(req, &e, fi);
+    return;
+  }
   auto opened = Ns(req).Create(CallerOf(req), parent, name, mode, fi->flags);
+  if (!opened.ok() && DoneBefore(opened.status(), EEXIST)) {
+    // Created by the dead worker before it recorded a handle: open it.
+    auto attr = Ns(req).Lookup(parent, name);
+    if (attr.ok()) opened = Ns(req).Open(CallerOf(req), attr->ino, fi->flags & ~O_EXCL);
+  }
   if (!opened.ok()) return ReplyError(req, "create", opened.status());
   fi->fh = opened->handle;
-  fi->direct_io = 1;
+  RecordOpen(req, *opened, fi->flags);
   fuse_entry_param e = ToEntry(opened->attr);
-  if (fuse_reply_create(req, &e, fi) != 0) {
-    Status ignored = Ns(req).Release(opened->handle);  // the opener was interrupted
-    (void)ignored;
-  }
+  if (fuse_reply_create(req, &e, fi) != 0) Unopen(req, opened->handle);
 }
 
 void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  fi->direct_io = 1;
+  fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY;  // FLUSH does nothing for readers
+  if (const takeover::HandleRecord* rec = RecordedOpen(Link(req))) {
+    fi->fh = rec->fh;
+    fuse_reply_open(req, fi);
+    return;
+  }
   auto opened = Ns(req).Open(CallerOf(req), ino, fi->flags);
   if (!opened.ok()) return ReplyError(req, "open", opened.status());
   fi->fh = opened->handle;
-  fi->direct_io = 1;
-  fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY;  // FLUSH does nothing for readers
-  if (fuse_reply_open(req, fi) != 0) {
-    Status ignored = Ns(req).Release(opened->handle);
-    (void)ignored;
-  }
+  RecordOpen(req, *opened, fi->flags);
+  if (fuse_reply_open(req, fi) != 0) Unopen(req, opened->handle);
 }
 
 void OnRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
@@ -276,6 +353,7 @@ void OnRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   Status status = Ns(req).Release(fi->fh);
   // The core already logged what a failed release did (discarding a blob).
   if (!status.ok()) LogFailure("release", status, true);
+  Link(req).HandleClosed(fi->fh);
   fuse_reply_err(req, 0);  // the kernel ignores release errors; the log has it
 }
 
@@ -333,7 +411,10 @@ void OnStatfs(fuse_req_t req, fuse_ino_t) {
 }
 
 void OnGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
-  auto value = Ns(req).GetXattr(ino, name, CallerOf(req));
+  // user.gpufs.meta shows only what the caller could list and read: the core
+  // checks each member against the caller, supplementary groups included.
+  bool meta = xattr::kMeta == name;
+  auto value = Ns(req).GetXattr(ino, name, meta ? CallerWithGroups(req) : CallerOf(req));
   if (!value.ok())
     return ReplyError(req, "getxattr", value.status(), value.status().code() == ENODATA);
   if (size == 0) return static_cast<void>(fuse_reply_xattr(req, value->size()));
@@ -391,6 +472,7 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
       }
       auto info = Ns(req).MapHandle(handle, CallerOf(req));
       if (!info.ok()) return ReplyError(req, "ioctl MAP", info.status());
+      Link(req).HandleMapped(handle);
       fuse_reply_ioctl(req, 0, &*info, sizeof *info);
       return;
     }
@@ -403,6 +485,7 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
       std::memcpy(&alloc, in_buf, sizeof alloc);
       auto info = Ns(req).AllocDevice(handle, alloc.size, CallerOf(req));
       if (!info.ok()) return ReplyError(req, "ioctl ALLOC", info.status());
+      Link(req).HandleMapped(handle);
       alloc.info = *info;
       fuse_reply_ioctl(req, 0, &alloc, sizeof alloc);
       return;
@@ -458,51 +541,41 @@ fuse_lowlevel_ops MakeOps() {
 
 }  // namespace
 
-Status ServeFuse(Namespace& ns, const FuseOptions& options,
-                 const std::function<void()>& on_mounted) {
+int ServeFuse(Namespace& ns, takeover::WorkerLink& link, const FuseOptions& options,
+              const std::function<void()>& on_ready) {
   std::vector<std::string> argv_store = {"gpufs"};
-  std::string mount_opts = "fsname=gpufs,subtype=gpufs,default_permissions";
-  argv_store.push_back("-o");
-  argv_store.push_back(mount_opts);
-  for (const auto& opt : options.options) {
-    argv_store.push_back("-o");
-    argv_store.push_back(opt);
-  }
   if (options.debug) argv_store.push_back("-d");
   std::vector<char*> argv;
   for (auto& s : argv_store) argv.push_back(s.data());
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
-
   fuse_lowlevel_ops ops = MakeOps();
-  fuse_session* se = fuse_session_new(&args, &ops, sizeof ops, &ns);
+  static Server server;  // outlives the loop threads, which may outlive this call
+  server = Server{&ns, &link};
+  fuse_session* se = fuse_session_new(&args, &ops, sizeof ops, &server);
   fuse_opt_free_args(&args);
-  if (se == nullptr) return Error(EINVAL, "fuse_session_new failed (bad -o option?)");
-  std::unique_ptr<fuse_session, void (*)(fuse_session*)> session(se, fuse_session_destroy);
-  if (fuse_set_signal_handlers(se) != 0) return Error(EIO, "cannot install signal handlers");
-  if (fuse_session_mount(se, options.mountpoint.c_str()) != 0) {
-    fuse_remove_signal_handlers(se);
-    return Error(EIO, "cannot mount at " + options.mountpoint + " (see the message above)");
+  if (se == nullptr) {
+    GPUFS_LOG(ERROR) << "fuse_session_new failed";
+    return 1;
   }
-  GPUFS_LOG(INFO) << "mounted at " << options.mountpoint;
-  std::optional<KernelInvalidator> invalidator(std::in_place, se);
-  ns.SetInvalidator(&*invalidator);
-  if (on_mounted) on_mounted();
-
-  fuse_loop_config* config = fuse_loop_cfg_create();
-  fuse_loop_cfg_set_max_threads(config, static_cast<unsigned>(options.max_threads));
-  fuse_loop_cfg_set_idle_threads(config, 8);
-  int rc = fuse_session_loop_mt(se, config);
-  fuse_loop_cfg_destroy(config);
-  ns.SetInvalidator(nullptr);  // the workers are gone: nobody calls it any more
-  invalidator.reset();
-
-  fuse_session_unmount(se);
-  fuse_remove_signal_handlers(se);
-  GPUFS_LOG(INFO) << "unmounted " << options.mountpoint;
-  if (rc != 0 && rc != SIGINT && rc != SIGTERM && rc != SIGHUP) {
-    return Error(EIO, "FUSE loop ended with " + std::to_string(rc));
+  // libfuse takes "/dev/fd/N" as an fd already mounted by someone else (the
+  // supervisor); it then never unmounts.
+  std::string dev = "/dev/fd/" + std::to_string(link.fuse_fd());
+  if (fuse_session_mount(se, dev.c_str()) != 0) {
+    GPUFS_LOG(ERROR) << "cannot use the FUSE connection " << dev;
+    return 1;
   }
-  return Status::Ok();
+  AllowSharedMmapOfDirectIo(se);
+  // Lives until _exit when the worker is replaced: loop threads may use it.
+  auto* invalidator = new KernelInvalidator(se);
+  ns.SetInvalidator(invalidator);
+  int rc = ServeTakeover(se, link, options.threads, on_ready);
+  if (rc == 0) {
+    ns.SetInvalidator(nullptr);  // the loop threads are joined: nobody calls it any more
+    delete invalidator;
+    GPUFS_LOG(INFO) << "unmounted";
+    fuse_session_destroy(se);
+  }
+  return rc;
 }
 
 }  // namespace gpufs

@@ -1,6 +1,6 @@
-// The FUSE edge of gpufs: mounts a Namespace and serves kernel requests with
-// the libfuse low-level API until the file system is unmounted or the daemon
-// gets SIGINT/SIGTERM/SIGHUP.
+// The FUSE edge of gpufs: serves kernel requests for a Namespace with the
+// libfuse low-level API, on a connection the supervisor mounted and hands
+// to each worker (docs/TAKEOVER.md, fs/fuse_takeover.h).
 #pragma once
 
 #include <functional>
@@ -8,23 +8,20 @@
 #include <vector>
 
 #include "core/namespace.h"
-#include "util/status.h"
+#include "takeover/worker_link.h"
 
 namespace gpufs {
 
 struct FuseOptions {
-  std::string mountpoint;
-  // Extra -o options for libfuse/the kernel ("ro", "allow_other", ...).
-  std::vector<std::string> options;
-  bool debug = false;    // libfuse's request trace on stderr
-  int max_threads = 64;  // upper bound of the worker pool
+  bool debug = false;  // libfuse's request trace on stderr
+  int threads = 16;    // request loops
 };
 
-// Mounts `ns` at options.mountpoint and runs the request loop. `on_mounted`
-// runs once the mount is in place (a background daemon reports success to its
-// parent there). Returns when the file system is unmounted; errors setting up
-// the mount come back as a Status (ENOTCONN, EACCES, ...).
-Status ServeFuse(Namespace& ns, const FuseOptions& options,
-                 const std::function<void()>& on_mounted);
+// Serves the link's FUSE connection until it is unmounted (returns 0) or a
+// stop signal asks for a new worker (returns kExitReplaceMe: the caller must
+// _exit at once, see ServeTakeover). `on_ready` runs once requests are taken.
+// Each open handle is reported to the supervisor before its reply.
+int ServeFuse(Namespace& ns, takeover::WorkerLink& link, const FuseOptions& options,
+              const std::function<void()>& on_ready);
 
 }  // namespace gpufs

@@ -31,7 +31,7 @@ export LD_LIBRARY_PATH=$scratch/prefix/lib
 # As run.sh does: `gpufs mount` returns once the mount answers.
 gpufs mount "$mnt" --state "$scratch/state" --store host --capacity 256M ||
   fail "mount failed: $(cat "$scratch/state/gpufs.log" 2>/dev/null)"
-daemon=$(cat "$scratch/state/lock")
+daemon=$(cut -d" " -f1 "$scratch/state/lock")  # the supervisor (then its worker)
 [ -f "$mnt/.gpufs/stats" ] || fail "no mount"
 
 # The tour: "# command" lines, each followed by what it prints.

@@ -30,9 +30,8 @@
  * freeing the blob, also after it is removed or replaced. libgpufs
  * (gpufs/gpufs.h) does all of this for you.
  *
- * Version 1 (120 bytes, no handle type, legacy handles only) is answered only
- * by a daemon in legacy mode; a VMM daemon fails the version 1 ioctl with
- * EPROTONOSUPPORT and logs why.
+ * Version 1 (120 bytes, no handle type, legacy handles only) is no longer
+ * answered: its ioctls fail with EPROTONOSUPPORT, and the daemon logs why.
  */
 #ifndef GPUFS_UAPI_H_
 #define GPUFS_UAPI_H_
@@ -60,8 +59,8 @@
 struct gpufs_ipc_info {
   uint32_t magic;          /* GPUFS_MAGIC */
   uint32_t version;        /* GPUFS_UAPI_VERSION */
-  uint8_t handle[64];      /* cudaIpcMemHandle_t of the arena holding the blob */
-  uint64_t offset;         /* of the blob inside that arena */
+  uint8_t handle[64];      /* legacy: cudaIpcMemHandle_t of the allocation holding the blob */
+  uint64_t offset;         /* of the blob inside that allocation */
   uint64_t size;           /* of the blob, in bytes */
   uint8_t device_uuid[16]; /* the GPU, by UUID: ordinals differ between processes */
   uint64_t blob_id;        /* the daemon's id of the blob (stable while it lives) */

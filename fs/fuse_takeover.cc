@@ -1,0 +1,267 @@
+#include "fs/fuse_takeover.h"
+
+#define FUSE_USE_VERSION 312
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <linux/fuse.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "takeover/supervisor.h"
+#include "util/log.h"
+
+#ifndef FUSE_NOTIFY_RESEND
+#define FUSE_NOTIFY_RESEND 7  // Linux 6.9, protocol 7.40; older headers lack it
+#endif
+
+namespace gpufs {
+namespace {
+
+constexpr uint64_t kResendBit = 1ull << 63;     // FUSE_UNIQUE_RESEND
+constexpr uint64_t kReplayUnique = 1ull << 62;  // even, never a live request's id
+
+thread_local RequestInfo this_request;
+
+// Test hook (see the header): which opcode to park, once.
+struct ParkHook {
+  uint32_t opcode = 0;
+  std::string dir;
+  std::atomic<bool> used{false};
+
+  explicit ParkHook(uint32_t generation) {
+    const char* op = std::getenv("GPUFS_TEST_PARK_OP");
+    const char* d = std::getenv("GPUFS_TEST_PARK_DIR");
+    if (op == nullptr || d == nullptr || generation != 1) return;
+    static const std::pair<const char*, uint32_t> kNames[] = {
+        {"lookup", FUSE_LOOKUP}, {"getattr", FUSE_GETATTR}, {"open", FUSE_OPEN},
+        {"read", FUSE_READ},     {"write", FUSE_WRITE},     {"release", FUSE_RELEASE},
+        {"create", FUSE_CREATE}, {"rename", FUSE_RENAME2},  {"unlink", FUSE_UNLINK},
+        {"mkdir", FUSE_MKDIR},   {"ioctl", FUSE_IOCTL},     {"setattr", FUSE_SETATTR}};
+    for (const auto& [name, code] : kNames) {
+      if (std::strcmp(name, op) == 0) opcode = code;
+    }
+    dir = d;
+    if (opcode == 0) GPUFS_LOG(ERROR) << "GPUFS_TEST_PARK_OP=" << op << ": unknown opcode";
+  }
+
+  void MaybePark(const fuse_in_header& ih) {
+    if (opcode == 0 || ih.opcode != opcode || (ih.unique & kResendBit) || used.exchange(true)) {
+      return;
+    }
+    GPUFS_LOG(WARN) << "test hook: parking opcode " << ih.opcode << " unique " << ih.unique;
+    int fd = ::open((dir + "/parked").c_str(), O_WRONLY | O_CLOEXEC);  // waits for the reader
+    if (fd >= 0) {
+      std::string line = std::to_string(ih.opcode) + " " + std::to_string(ih.unique) + "\n";
+      ssize_t n = ::write(fd, line.data(), line.size());
+      (void)n;
+      ::close(fd);
+    }
+    fd = ::open((dir + "/release").c_str(), O_RDONLY | O_CLOEXEC);  // waits for the writer
+    if (fd >= 0) {
+      char c;
+      while (::read(fd, &c, 1) > 0) {
+      }
+      ::close(fd);
+    }
+    GPUFS_LOG(WARN) << "test hook: released unique " << ih.unique;
+  }
+};
+
+class Loop {
+ public:
+  Loop(fuse_session* se, takeover::WorkerLink& link)
+      : se_(se), link_(link), park_(link.generation()) {}
+
+  int Run(int threads, const std::function<void()>& on_ready) {
+    // Stop signals go to one waiting thread; loop threads never see them.
+    sigset_t stop;
+    sigemptyset(&stop);
+    for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&stop, sig);
+    pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+    if (link_.taking_over()) SendResend();
+    // Before the first request is taken: a worker that answered anything has
+    // served, for the supervisor's count of takeovers and early deaths.
+    link_.Ready();
+    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
+    std::thread([this, stop] {
+      int sig = 0;
+      sigwait(&stop, &sig);
+      GPUFS_LOG(INFO) << "signal " << sig << ": finishing the requests in progress";
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+      cv_.notify_all();
+    }).detach();
+    if (on_ready) on_ready();
+
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return ended_ == threads || (stopping_ && busy_ == 0); });
+    if (ended_ < threads) {
+      GPUFS_LOG(INFO) << "no request in progress: exiting for the next worker";
+      return kExitReplaceMe;
+    }
+    lock.unlock();
+    for (auto& t : workers_) t.join();
+    return 0;
+  }
+
+ private:
+  void SendResend() {
+    fuse_out_header oh{};
+    oh.len = sizeof oh;
+    oh.error = FUSE_NOTIFY_RESEND;
+    oh.unique = 0;
+    if (::write(link_.fuse_fd(), &oh, sizeof oh) != static_cast<ssize_t>(sizeof oh)) {
+      GPUFS_LOG(ERROR) << "FUSE_NOTIFY_RESEND: " << std::strerror(errno)
+                       << " (kernel older than 6.9?): requests in flight at the takeover fail";
+    }
+  }
+
+  // Before the first request that is not an INIT: replay the recorded INIT,
+  // or (none recorded) answer the kernel's, which is then the first request.
+  // Returns true when it processed `buf` itself (the INIT).
+  bool EnsureInit(const fuse_buf& buf, size_t size) {
+    if (initialized_.load(std::memory_order_acquire)) return false;
+    std::lock_guard<std::mutex> lock(init_mu_);
+    if (initialized_.load(std::memory_order_relaxed)) return false;
+    bool consumed = false;
+    auto* ih = static_cast<const fuse_in_header*>(buf.mem);
+    const auto& recorded = link_.handover().init;
+    if (ih->opcode == FUSE_INIT) {
+      link_.RecordInit({static_cast<const std::byte*>(buf.mem), size});
+      fuse_session_process_buf(se_, &buf);
+      link_.InitAnswered();
+      GPUFS_LOG(INFO) << "answered the kernel's FUSE_INIT"
+                      << ((ih->unique & kResendBit) ? " (re-sent: the last worker died first)"
+                                                    : "");
+      consumed = true;
+    } else if (recorded) {
+      std::string raw = *recorded;
+      fuse_in_header copy;
+      std::memcpy(&copy, raw.data(), sizeof copy);
+      copy.unique = kReplayUnique;
+      std::memcpy(raw.data(), &copy, sizeof copy);
+      fuse_buf replay{};
+      replay.size = raw.size();
+      replay.mem = raw.data();
+      fuse_session_process_buf(se_, &replay);  // the reply is refused (ENOENT) by the kernel
+      GPUFS_LOG(INFO) << "replayed the recorded FUSE_INIT (" << raw.size() << " bytes)";
+    } else {
+      GPUFS_LOG(ERROR) << "a request before FUSE_INIT and no INIT recorded: answering EIO";
+    }
+    initialized_.store(true, std::memory_order_release);
+    return consumed;
+  }
+
+  // The request buffer, mapped and faulted in before the first read. The
+  // kernel copies a request into it (and a reply out of it) with
+  // get_user_pages, whose slow path fails when a fatal signal is pending: a
+  // worker killed during the copy would end that request with EIO, which no
+  // resend can undo. Pages already present take the fast path, which does not
+  // look at signals. libfuse uses a caller's buffer as is (3.14: it reads up
+  // to its bufsize, at most 256 pages and a 4 KiB header).
+  static void* PrefaultedBuffer() {
+    size_t size = 256 * static_cast<size_t>(sysconf(_SC_PAGESIZE)) + 4096;
+    void* mem = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (mem == MAP_FAILED) return nullptr;  // libfuse mallocs its own
+    ::mlock(mem, size);                     // best effort: keeps the pages present
+    return mem;
+  }
+
+  void Work() {
+    fuse_buf buf{};
+    buf.mem = PrefaultedBuffer();
+    bool mapped = buf.mem != nullptr;
+    for (;;) {
+      int res = fuse_session_receive_buf(se_, &buf);
+      if (res == -EINTR) continue;
+      if (res <= 0) {  // 0: unmounted (ENODEV)
+        if (res < 0) GPUFS_LOG(ERROR) << "reading /dev/fuse: " << std::strerror(-res);
+        fuse_session_exit(se_);
+        break;
+      }
+      bool stop;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stop = stopping_;
+        if (!stop) ++busy_;
+      }
+      // Read but not processed: the next worker gets it re-sent. This thread
+      // parks so that it never answers it.
+      while (stop) pause();
+      auto* ih = static_cast<const fuse_in_header*>(buf.mem);
+      park_.MaybePark(*ih);
+      this_request = {ih->unique & ~kResendBit, ih->opcode, (ih->unique & kResendBit) != 0};
+      if (this_request.resent) {
+        GPUFS_LOG(INFO) << "re-sent request: opcode " << ih->opcode << ", unique "
+                        << this_request.unique;
+      }
+      if (!EnsureInit(buf, static_cast<size_t>(res))) fuse_session_process_buf(se_, &buf);
+      this_request = {};
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--busy_ == 0 && stopping_) cv_.notify_all();
+    }
+    if (mapped) {
+      ::munmap(buf.mem, 256 * static_cast<size_t>(sysconf(_SC_PAGESIZE)) + 4096);
+    } else {
+      free(buf.mem);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    ++ended_;
+    cv_.notify_all();
+  }
+
+  fuse_session* se_;
+  takeover::WorkerLink& link_;
+  ParkHook park_;
+  std::vector<std::thread> workers_;
+  std::mutex init_mu_;
+  std::atomic<bool> initialized_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;  // GUARDED_BY(mu_)
+  int busy_ = 0;           // GUARDED_BY(mu_): threads processing a request
+  int ended_ = 0;          // GUARDED_BY(mu_): threads whose read ended
+};
+
+}  // namespace
+
+const RequestInfo& ThisRequest() { return this_request; }
+
+uint32_t HandleFlags(bool stats_file, int open_flags) {
+  return (stats_file ? takeover::kHandleStats : 0) |
+         ((open_flags & O_ACCMODE) != O_RDONLY ? takeover::kHandleWritable : 0) |
+         ((open_flags & O_APPEND) ? takeover::kHandleAppend : 0);
+}
+
+void RecordHandle(takeover::WorkerLink& link, takeover::HandleRecord rec) {
+  rec.unique = this_request.unique;
+  link.HandleOpened(rec);
+}
+
+const takeover::HandleRecord* RecordedOpen(const takeover::WorkerLink& link) {
+  return this_request.resent ? link.HandleOpenedBy(this_request.unique) : nullptr;
+}
+
+bool DoneBefore(const Status& status, int code) {
+  return this_request.resent && status.code() == code;
+}
+
+int ServeTakeover(fuse_session* se, takeover::WorkerLink& link, int threads,
+                  const std::function<void()>& on_ready) {
+  static Loop* loop = new Loop(se, link);  // lives until _exit: threads may outlive Run
+  return loop->Run(threads, on_ready);
+}
+
+}  // namespace gpufs

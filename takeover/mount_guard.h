@@ -1,0 +1,34 @@
+// What a mount needs before it starts: the state directory, its
+// single-instance lock, and the clean-up of a mount whose daemon died.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "util/status.h"
+#include "util/unique_fd.h"
+
+namespace gpufs {
+
+// Creates the state directory (0700) and makes the process's new files
+// private (umask 077: the catalog and its -wal/-shm, the log, host blobs):
+// the state holds every name, attribute and host-store byte of the mount.
+Status MakeStateDir(const std::string& dir);
+// Tightens a state directory an older gpufs left open: the directory to
+// 0700, catalog.db, -wal, -shm, gpufs.log and lock to 0600, each change
+// logged (call it once the log is set up).
+Status ProtectStateDir(const std::string& dir);
+// One daemon per state directory: two would share a catalog and host files.
+// The lock lives as long as the returned fd; the file holds the holder's pid.
+// A holder that is exiting (killed with -9 just now) is waited for, for a
+// bounded time, so a remount right after a kill works.
+Result<UniqueFd> LockState(const std::string& dir);
+// Adds the worker's pid to the lock file ("SUPERVISOR WORKER"): if the
+// supervisor dies, the next LockState waits for that worker to be gone too.
+void RecordWorker(int lock_fd, pid_t worker);
+// A mount whose server died ("Transport endpoint is not connected") is taken
+// away so a new one can take its place; a live FUSE mount is EBUSY.
+Status ClearStaleMount(const std::string& mountpoint);
+
+}  // namespace gpufs

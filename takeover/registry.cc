@@ -1,0 +1,188 @@
+#include "takeover/registry.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace gpufs::takeover {
+
+Status Registry::Apply(Message m) {
+  switch (m.type) {
+    case MsgType::kInit:
+      if (m.payload.empty()) return Error(EPROTO, "empty INIT record");
+      init_ = std::move(m.payload);
+      init_answered_ = false;
+      return Status::Ok();
+    case MsgType::kInitAnswered:
+      if (!init_) return Error(EPROTO, "INIT answered before it was recorded");
+      init_answered_ = true;
+      return Status::Ok();
+    case MsgType::kHandleUpdate: {  // flags to add to a recorded handle
+      GPUFS_ASSIGN_OR_RETURN(HandleRecord rec, As<HandleRecord>(m));
+      if (auto it = handles_.find(rec.fh); it != handles_.end()) it->second.flags |= rec.flags;
+      return Status::Ok();
+    }
+    case MsgType::kHandleOpen: {
+      GPUFS_ASSIGN_OR_RETURN(HandleRecord rec, As<HandleRecord>(m));
+      if (rec.fh == 0) return Error(EPROTO, "handle 0");
+      auto [it, added] = handles_.try_emplace(rec.fh, rec);
+      if (!added) {
+        Release(it->second.blob);
+        it->second = rec;
+      }
+      if (rec.blob != 0) holders_[rec.blob]++;
+      return Status::Ok();
+    }
+    case MsgType::kHandleClose: {
+      GPUFS_ASSIGN_OR_RETURN(uint64_t fh, As<uint64_t>(m));
+      if (auto it = handles_.find(fh); it != handles_.end()) {
+        Release(it->second.blob);
+        handles_.erase(it);
+      }
+      return Status::Ok();
+    }
+    case MsgType::kBlobSize: {
+      GPUFS_ASSIGN_OR_RETURN(BlobSize bs, As<BlobSize>(m));
+      if (holders_.contains(bs.blob)) sizes_[bs.blob] = bs.size;
+      return Status::Ok();
+    }
+    case MsgType::kBlobAdd: {
+      GPUFS_ASSIGN_OR_RETURN(uint64_t blob, As<uint64_t>(m));
+      if (m.fds.size() != 1) return Error(EPROTO, "blob add without exactly one fd");
+      blobs_[blob] = std::move(m.fds[0]);  // replaces (and closes) an older fd of that id
+      return Status::Ok();
+    }
+    case MsgType::kBlobFree: {
+      GPUFS_ASSIGN_OR_RETURN(uint64_t blob, As<uint64_t>(m));
+      blobs_.erase(blob);  // closes the fd: the memory goes when the worker's copy does
+      return Status::Ok();
+    }
+    case MsgType::kReady:
+    case MsgType::kFailed:
+      return Status::Ok();
+    default:
+      return Error(EPROTO, "unexpected takeover message " +
+                               std::to_string(static_cast<uint32_t>(m.type)) + " from a worker");
+  }
+}
+
+void Registry::Release(uint64_t blob) {
+  auto it = holders_.find(blob);
+  if (it == holders_.end() || --it->second > 0) return;
+  holders_.erase(it);
+  sizes_.erase(blob);
+}
+
+uint64_t Registry::blob_size(uint64_t blob) const {
+  auto it = sizes_.find(blob);
+  return it == sizes_.end() ? 0 : it->second;
+}
+
+int Registry::blob_fd(uint64_t blob) const {
+  auto it = blobs_.find(blob);
+  return it == blobs_.end() ? -1 : it->second.get();
+}
+
+Status Registry::SendHandover(int fd, uint32_t generation, int32_t supervisor_pid) const {
+  Hello hello;
+  hello.generation = generation;
+  hello.restarts = generation - 1;
+  hello.supervisor_pid = supervisor_pid;
+  hello.init_answered = init_answered_ ? 1 : 0;
+  hello.handles = handles_.size();
+  hello.blobs = blobs_.size();
+  hello.sizes = sizes_.size();
+  GPUFS_RETURN_IF_ERROR(Send(fd, MsgType::kHello, AsBytes(hello)));
+  if (init_) GPUFS_RETURN_IF_ERROR(Send(fd, MsgType::kInit, std::as_bytes(std::span(*init_))));
+  std::vector<HandleRecord> batch;
+  batch.reserve(kHandlesPerMessage);
+  auto flush_handles = [&]() -> Status {
+    if (batch.empty()) return Status::Ok();
+    Status s = Send(fd, MsgType::kHandles, std::as_bytes(std::span(batch)));
+    batch.clear();
+    return s;
+  };
+  for (const auto& [fh, rec] : handles_) {
+    batch.push_back(rec);
+    if (batch.size() == kHandlesPerMessage) GPUFS_RETURN_IF_ERROR(flush_handles());
+  }
+  GPUFS_RETURN_IF_ERROR(flush_handles());
+  std::vector<BlobSize> size_batch;
+  for (const auto& [blob, size] : sizes_) size_batch.push_back({blob, size});
+  for (size_t at = 0; at < size_batch.size(); at += kMaxPayload / sizeof(BlobSize)) {
+    size_t n = std::min(size_batch.size() - at, kMaxPayload / sizeof(BlobSize));
+    GPUFS_RETURN_IF_ERROR(
+        Send(fd, MsgType::kSizes, std::as_bytes(std::span(size_batch.data() + at, n))));
+  }
+  std::vector<uint64_t> ids;
+  std::vector<int> fds;
+  auto flush_blobs = [&]() -> Status {
+    if (ids.empty()) return Status::Ok();
+    Status s = Send(fd, MsgType::kBlobs, std::as_bytes(std::span(ids)), fds);
+    ids.clear();
+    fds.clear();
+    return s;
+  };
+  for (const auto& [blob, blob_fd] : blobs_) {
+    ids.push_back(blob);
+    fds.push_back(blob_fd.get());
+    if (ids.size() == kMaxFds) GPUFS_RETURN_IF_ERROR(flush_blobs());
+  }
+  GPUFS_RETURN_IF_ERROR(flush_blobs());
+  return Send(fd, MsgType::kHelloDone, {});
+}
+
+Result<Handover> ReceiveHandover(int fd) {
+  Handover h;
+  GPUFS_ASSIGN_OR_RETURN(Message first, Receive(fd));
+  if (first.type != MsgType::kHello) return Error(EPROTO, "handover does not start with hello");
+  GPUFS_ASSIGN_OR_RETURN(h.hello, As<Hello>(first));
+  for (;;) {
+    GPUFS_ASSIGN_OR_RETURN(Message m, Receive(fd));
+    switch (m.type) {
+      case MsgType::kInit:
+        h.init = std::move(m.payload);
+        break;
+      case MsgType::kHandles: {
+        if (m.payload.size() % sizeof(HandleRecord) != 0) return Error(EPROTO, "bad handle batch");
+        size_t n = m.payload.size() / sizeof(HandleRecord);
+        size_t at = h.handles.size();
+        h.handles.resize(at + n);
+        std::memcpy(h.handles.data() + at, m.payload.data(), m.payload.size());
+        break;
+      }
+      case MsgType::kSizes: {
+        if (m.payload.size() % sizeof(BlobSize) != 0) return Error(EPROTO, "bad size batch");
+        for (size_t at = 0; at < m.payload.size(); at += sizeof(BlobSize)) {
+          BlobSize bs;
+          std::memcpy(&bs, m.payload.data() + at, sizeof bs);
+          h.sizes[bs.blob] = bs.size;
+        }
+        break;
+      }
+      case MsgType::kBlobs: {
+        size_t n = m.payload.size() / sizeof(uint64_t);
+        if (m.payload.size() % sizeof(uint64_t) != 0 || n != m.fds.size()) {
+          return Error(EPROTO, "bad blob batch");
+        }
+        for (size_t i = 0; i < n; ++i) {
+          uint64_t id;
+          std::memcpy(&id, m.payload.data() + i * sizeof id, sizeof id);
+          h.blob_fds[id] = std::move(m.fds[i]);
+        }
+        break;
+      }
+      case MsgType::kHelloDone:
+        if (h.handles.size() != h.hello.handles || h.blob_fds.size() != h.hello.blobs ||
+            h.sizes.size() != h.hello.sizes) {
+          return Error(EPROTO, "handover incomplete");
+        }
+        return h;
+      case MsgType::kEof:
+        return Error(EPIPE, "the supervisor closed the channel during the handover");
+      default:
+        return Error(EPROTO, "unexpected message in the handover");
+    }
+  }
+}
+
+}  // namespace gpufs::takeover

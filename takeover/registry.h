@@ -1,0 +1,65 @@
+// Registry: what the supervisor keeps for the next worker, built only from
+// the messages the worker sends (takeover/protocol.h):
+// - the kernel's raw FUSE_INIT and whether it was answered;
+// - every open file handle (fh -> entry, blob, flags, pid, opening request);
+// - the live size of each unsealed blob a handle holds (a writer may write
+//   on after the takeover; the catalog learns the size only at seal);
+// - an fd for every live blob whose memory is not in a file (a GPU VMM
+//   allocation exported as a POSIX fd): holding it keeps the memory alive
+//   while no worker runs.
+// Not thread-safe: the supervisor's single thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "takeover/protocol.h"
+#include "util/status.h"
+#include "util/unique_fd.h"
+
+namespace gpufs::takeover {
+
+class Registry {
+ public:
+  // Applies one worker message. EPROTO for a malformed one (the registry is
+  // unchanged); messages that are not about state (kReady, kFailed) are no-ops.
+  Status Apply(Message message);
+
+  // Sends the handover to a new worker on `fd` (kHello ... kHelloDone). The
+  // registry keeps its fds: the worker receives duplicates.
+  Status SendHandover(int fd, uint32_t generation, int32_t supervisor_pid) const;
+
+  size_t handles() const { return handles_.size(); }
+  size_t blobs() const { return blobs_.size(); }
+  bool has_init() const { return init_.has_value(); }
+  bool init_answered() const { return init_answered_; }
+  const std::map<uint64_t, HandleRecord>& handle_records() const { return handles_; }
+  // -1 when `blob` has no fd here.
+  int blob_fd(uint64_t blob) const;
+  // 0 when unknown.
+  uint64_t blob_size(uint64_t blob) const;
+
+ private:
+  void Release(uint64_t blob);  // one handle less holds `blob`
+
+  std::optional<std::string> init_;
+  bool init_answered_ = false;
+  std::map<uint64_t, HandleRecord> handles_;
+  std::map<uint64_t, int> holders_;     // blob -> handles holding it
+  std::map<uint64_t, uint64_t> sizes_;  // blob -> live size, while held
+  std::map<uint64_t, UniqueFd> blobs_;
+};
+
+// What a new worker receives: the handover, read from `fd` until kHelloDone.
+struct Handover {
+  Hello hello;
+  std::optional<std::string> init;  // the raw FUSE_INIT request, if one was read
+  std::vector<HandleRecord> handles;
+  std::map<uint64_t, uint64_t> sizes;  // unsealed blob -> live size
+  std::map<uint64_t, UniqueFd> blob_fds;
+};
+Result<Handover> ReceiveHandover(int fd);
+
+}  // namespace gpufs::takeover

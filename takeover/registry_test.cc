@@ -1,0 +1,205 @@
+// The supervisor's registry with real fds (memfds standing in for GPU VMM
+// exports) over a real socketpair: what a worker reports is what the next
+// worker receives, and received fds share the memory of the originals.
+#include "takeover/registry.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+namespace gpufs::takeover {
+namespace {
+
+struct Pair {
+  UniqueFd a, b;
+};
+
+Pair Channel() {
+  auto p = MakeChannelPair();
+  EXPECT_TRUE(p.ok());
+  return {std::move(p->first), std::move(p->second)};
+}
+
+UniqueFd MemfdWith(const std::string& content) {
+  UniqueFd fd(::memfd_create("blob", MFD_CLOEXEC));
+  EXPECT_TRUE(fd.valid());
+  EXPECT_EQ(::pwrite(fd.get(), content.data(), content.size(), 0),
+            static_cast<ssize_t>(content.size()));
+  return fd;
+}
+
+std::string ReadAll(int fd) {
+  char buf[256];
+  ssize_t n = ::pread(fd, buf, sizeof buf, 0);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+// Sends from the "worker" end and applies on the "supervisor" end.
+void SendApply(Pair& ch, Registry& reg, MsgType type, std::span<const std::byte> payload,
+               std::span<const int> fds = {}) {
+  ASSERT_TRUE(Send(ch.b.get(), type, payload, fds).ok());
+  auto m = Receive(ch.a.get());
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->type, type);
+  Status applied = reg.Apply(std::move(*m));
+  ASSERT_TRUE(applied.ok()) << applied.ToString();
+}
+
+TEST(RegistryTest, HandoverCarriesInitHandlesAndBlobFds) {
+  Registry reg;
+  Pair w1 = Channel();
+  std::string init(104, 'i');
+  SendApply(w1, reg, MsgType::kInit, std::as_bytes(std::span(init)));
+  EXPECT_FALSE(reg.init_answered());
+  SendApply(w1, reg, MsgType::kInitAnswered, {});
+  HandleRecord h1{
+      .fh = 11, .entry = 5, .blob = 7, .unique = 99, .flags = kHandleWritable, .pid = 42};
+  HandleRecord h2{.fh = 12, .entry = 6, .blob = 8, .unique = 100, .flags = 0, .pid = 43};
+  SendApply(w1, reg, MsgType::kHandleOpen, AsBytes(h1));
+  SendApply(w1, reg, MsgType::kHandleOpen, AsBytes(h2));
+  h2.flags |= kHandleMapped;
+  SendApply(w1, reg, MsgType::kHandleUpdate, AsBytes(h2));
+  SendApply(w1, reg, MsgType::kHandleClose, AsBytes(h1.fh));
+  UniqueFd blob7 = MemfdWith("seven"), blob8 = MemfdWith("eight");
+  uint64_t id7 = 7, id8 = 8;
+  int fd7 = blob7.get(), fd8 = blob8.get();
+  SendApply(w1, reg, MsgType::kBlobAdd, AsBytes(id7), std::span(&fd7, 1));
+  SendApply(w1, reg, MsgType::kBlobAdd, AsBytes(id8), std::span(&fd8, 1));
+  SendApply(w1, reg, MsgType::kBlobFree, AsBytes(id7));
+  blob7.reset();  // the worker's copies go away with the worker
+  EXPECT_EQ(reg.handles(), 1u);
+  EXPECT_EQ(reg.blobs(), 1u);
+
+  Pair w2 = Channel();
+  ASSERT_TRUE(reg.SendHandover(w2.a.get(), 2, 1234).ok());
+  auto h = ReceiveHandover(w2.b.get());
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(h->hello.generation, 2u);
+  EXPECT_EQ(h->hello.restarts, 1u);
+  EXPECT_EQ(h->hello.supervisor_pid, 1234);
+  EXPECT_EQ(h->hello.init_answered, 1u);
+  ASSERT_TRUE(h->init.has_value());
+  EXPECT_EQ(*h->init, init);
+  ASSERT_EQ(h->handles.size(), 1u);
+  EXPECT_EQ(h->handles[0].fh, 12u);
+  EXPECT_EQ(h->handles[0].flags, kHandleMapped);
+  EXPECT_EQ(h->handles[0].unique, 100u);
+  EXPECT_EQ(h->handles[0].pid, 43u);
+  ASSERT_EQ(h->blob_fds.size(), 1u);
+  ASSERT_TRUE(h->blob_fds.count(8));
+  int received = h->blob_fds[8].get();
+  EXPECT_EQ(ReadAll(received), "eight");
+  // The same memory, not a copy: a write through one shows through the other.
+  ASSERT_EQ(::pwrite(received, "E", 1, 0), 1);
+  EXPECT_EQ(ReadAll(blob8.get()), "Eight");
+  // The first worker's copy goes; the registry's keeps the memory alive.
+  blob8.reset();
+  h->blob_fds.clear();
+  EXPECT_EQ(ReadAll(reg.blob_fd(8)), "Eight");
+}
+
+TEST(RegistryTest, UnsealedSizesAreKeptWhileAHandleHoldsTheBlob) {
+  Registry reg;
+  Pair w1 = Channel();
+  HandleRecord a{.fh = 1, .entry = 2, .blob = 9, .flags = kHandleWritable};
+  HandleRecord b{.fh = 2, .entry = 2, .blob = 9};
+  SendApply(w1, reg, MsgType::kHandleOpen, AsBytes(a));
+  SendApply(w1, reg, MsgType::kHandleOpen, AsBytes(b));
+  BlobSize size{9, 4096};
+  SendApply(w1, reg, MsgType::kBlobSize, AsBytes(size));
+  BlobSize unheld{10, 1};  // no handle holds blob 10: nothing to keep
+  SendApply(w1, reg, MsgType::kBlobSize, AsBytes(unheld));
+  EXPECT_EQ(reg.blob_size(9), 4096u);
+  EXPECT_EQ(reg.blob_size(10), 0u);
+  Pair w2 = Channel();
+  ASSERT_TRUE(reg.SendHandover(w2.a.get(), 2, 1).ok());
+  auto h = ReceiveHandover(w2.b.get());
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_EQ(h->sizes.size(), 1u);
+  EXPECT_EQ(h->sizes[9], 4096u);
+  SendApply(w1, reg, MsgType::kHandleClose, AsBytes(a.fh));
+  EXPECT_EQ(reg.blob_size(9), 4096u);  // b still holds it
+  SendApply(w1, reg, MsgType::kHandleClose, AsBytes(b.fh));
+  EXPECT_EQ(reg.blob_size(9), 0u);
+}
+
+TEST(RegistryTest, MessagesQueuedBeforeTheWorkerDiedAreStillRead) {
+  Registry reg;
+  Pair w = Channel();
+  UniqueFd blob = MemfdWith("late");
+  uint64_t id = 3;
+  int fd = blob.get();
+  HandleRecord rec{.fh = 1, .entry = 2, .blob = 3};
+  ASSERT_TRUE(Send(w.b.get(), MsgType::kHandleOpen, AsBytes(rec)).ok());
+  ASSERT_TRUE(Send(w.b.get(), MsgType::kBlobAdd, AsBytes(id), std::span(&fd, 1)).ok());
+  w.b.reset();  // the worker is gone
+  blob.reset();
+  int applied = 0;
+  for (;;) {
+    auto m = Receive(w.a.get());
+    ASSERT_TRUE(m.ok());
+    if (m->type == MsgType::kEof) break;
+    ASSERT_TRUE(reg.Apply(std::move(*m)).ok());
+    ++applied;
+  }
+  EXPECT_EQ(applied, 2);
+  EXPECT_EQ(reg.handles(), 1u);
+  EXPECT_EQ(ReadAll(reg.blob_fd(3)), "late");
+}
+
+TEST(RegistryTest, MalformedMessagesAreRefusedAndChangeNothing) {
+  Registry reg;
+  Message short_handle{MsgType::kHandleOpen, "xx", {}};
+  EXPECT_EQ(reg.Apply(std::move(short_handle)).code(), EPROTO);
+  uint64_t id = 4;
+  Message no_fd{MsgType::kBlobAdd, std::string(reinterpret_cast<char*>(&id), sizeof id), {}};
+  EXPECT_EQ(reg.Apply(std::move(no_fd)).code(), EPROTO);
+  Message answered{MsgType::kInitAnswered, "", {}};
+  EXPECT_EQ(reg.Apply(std::move(answered)).code(), EPROTO);
+  Message hello{MsgType::kHello, "", {}};  // only the supervisor sends it
+  EXPECT_EQ(reg.Apply(std::move(hello)).code(), EPROTO);
+  EXPECT_EQ(reg.handles(), 0u);
+  EXPECT_EQ(reg.blobs(), 0u);
+  EXPECT_FALSE(reg.has_init());
+}
+
+// Many handles and fds cross in several packets each (batches of
+// kHandlesPerMessage records and kMaxFds fds), and a handover of thousands of
+// fds stays fast (docs/BENCHMARKS.md has the 10k figure from the benchmark).
+TEST(RegistryTest, ThousandsOfHandlesAndBlobFdsCrossInBatches) {
+  constexpr int kBlobs = 3000, kHandles = 5000;
+  Registry reg;
+  Pair w1 = Channel();
+  for (int i = 1; i <= kBlobs; ++i) {
+    UniqueFd blob = MemfdWith("blob" + std::to_string(i));
+    uint64_t id = static_cast<uint64_t>(i);
+    int fd = blob.get();
+    SendApply(w1, reg, MsgType::kBlobAdd, AsBytes(id), std::span(&fd, 1));
+  }
+  for (int i = 1; i <= kHandles; ++i) {
+    HandleRecord rec{
+        .fh = static_cast<uint64_t>(i), .entry = 1, .blob = static_cast<uint64_t>(i % kBlobs + 1)};
+    SendApply(w1, reg, MsgType::kHandleOpen, AsBytes(rec));
+  }
+  Pair w2 = Channel();
+  auto start = std::chrono::steady_clock::now();
+  // The receiver runs beside the sender: the socket buffer holds only so much.
+  Result<Handover> got = Error(EIO, "not run");
+  std::thread receiver([&] { got = ReceiveHandover(w2.b.get()); });
+  ASSERT_TRUE(reg.SendHandover(w2.a.get(), 5, 1).ok());
+  receiver.join();
+  auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->handles.size(), static_cast<size_t>(kHandles));
+  ASSERT_EQ(got->blob_fds.size(), static_cast<size_t>(kBlobs));
+  EXPECT_EQ(ReadAll(got->blob_fds[1234].get()), "blob1234");
+  EXPECT_EQ(got->handles[4999].fh, 5000u);
+  std::printf("handover of %d handles and %d fds: %.1f ms\n", kHandles, kBlobs, ms.count());
+}
+
+}  // namespace
+}  // namespace gpufs::takeover

@@ -1,0 +1,81 @@
+#include "takeover/worker_link.h"
+
+#include <fcntl.h>
+
+#include <cstdlib>
+
+#include "takeover/supervisor.h"
+#include "util/log.h"
+
+namespace gpufs::takeover {
+namespace {
+
+int EnvFd(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return -1;
+  char* end = nullptr;
+  long n = std::strtol(v, &end, 10);
+  return (*end == '\0' && n >= 0 && ::fcntl(static_cast<int>(n), F_GETFD) >= 0)
+             ? static_cast<int>(n)
+             : -2;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<WorkerLink>> WorkerLink::FromEnvironment() {
+  int channel = EnvFd(kEnvChannelFd), fuse = EnvFd(kEnvFuseFd);
+  if (channel == -1 && fuse == -1) return std::unique_ptr<WorkerLink>();
+  if (channel < 0 || fuse < 0) {
+    return Error(EBADF, std::string(kEnvChannelFd) + "/" + kEnvFuseFd + " name no open fds");
+  }
+  // Neither may leak into processes the worker starts.
+  ::fcntl(channel, F_SETFD, FD_CLOEXEC);
+  ::fcntl(fuse, F_SETFD, FD_CLOEXEC);
+  ::unsetenv(kEnvChannelFd);
+  ::unsetenv(kEnvFuseFd);
+  UniqueFd ch(channel);
+  GPUFS_ASSIGN_OR_RETURN(Handover handover, ReceiveHandover(ch.get()));
+  return std::make_unique<WorkerLink>(std::move(ch), fuse, std::move(handover));
+}
+
+WorkerLink::WorkerLink(UniqueFd channel, int fuse_fd, Handover handover)
+    : channel_(std::move(channel)), fuse_fd_(fuse_fd), handover_(std::move(handover)) {
+  for (const HandleRecord& rec : handover_.handles) {
+    if (rec.unique != 0) by_unique_[rec.unique] = &rec;
+  }
+}
+
+const HandleRecord* WorkerLink::HandleOpenedBy(uint64_t unique) const {
+  auto it = by_unique_.find(unique);
+  return it == by_unique_.end() ? nullptr : it->second;
+}
+
+void WorkerLink::Post(MsgType type, std::span<const std::byte> payload, std::span<const int> fds) {
+  Status sent = Send(channel_.get(), type, payload, fds);
+  if (!sent.ok()) GPUFS_LOG(ERROR) << "to the supervisor: " << sent.ToString();
+}
+
+void WorkerLink::RecordInit(std::span<const std::byte> raw) { Post(MsgType::kInit, raw); }
+void WorkerLink::InitAnswered() { Post(MsgType::kInitAnswered, {}); }
+void WorkerLink::HandleOpened(const HandleRecord& rec) { Post(MsgType::kHandleOpen, AsBytes(rec)); }
+void WorkerLink::HandleMapped(uint64_t fh) {
+  HandleRecord rec;
+  rec.fh = fh;
+  rec.flags = kHandleMapped;
+  Post(MsgType::kHandleUpdate, AsBytes(rec));
+}
+void WorkerLink::HandleClosed(uint64_t fh) { Post(MsgType::kHandleClose, AsBytes(fh)); }
+void WorkerLink::BlobSizeChanged(uint64_t blob, uint64_t size) {
+  BlobSize bs{blob, size};
+  Post(MsgType::kBlobSize, AsBytes(bs));
+}
+void WorkerLink::BlobAdded(uint64_t blob, int fd) {
+  Post(MsgType::kBlobAdd, AsBytes(blob), std::span(&fd, 1));
+}
+void WorkerLink::BlobFreed(uint64_t blob) { Post(MsgType::kBlobFree, AsBytes(blob)); }
+void WorkerLink::Ready() { Post(MsgType::kReady, {}); }
+void WorkerLink::Failed(const std::string& why) {
+  Post(MsgType::kFailed, std::as_bytes(std::span(why.data(), why.size())));
+}
+
+}  // namespace gpufs::takeover

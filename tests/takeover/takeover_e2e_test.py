@@ -1,0 +1,380 @@
+"""Worker takeover on real mounts (host store): the worker that serves a
+gpufs mount is killed with SIGKILL, or replaced on purpose, and callers never
+see an error (docs/TAKEOVER.md).
+
+Synchronisation is by events only: the mount is ready when gpufs writes
+"ready" to --ready-fd; a new worker serves once a request through the mount
+is answered (requests wait in the kernel's queue meanwhile); a request is in
+flight when the worker's test hook (GPUFS_TEST_PARK_OP) says so on a fifo;
+processes are waited for with pidfds.
+"""
+
+import errno
+import hashlib
+import json
+import os
+import random
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+GPUFS_BIN = os.environ.get("GPUFS_BIN", "gpufs")
+TIMEOUT_S = 20
+
+
+def sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def wait_pid_exit(pid, timeout=TIMEOUT_S):
+    """Waits for any process (not only a child) to exit, through a pidfd."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], timeout)[0])
+    finally:
+        os.close(fd)
+
+
+class Mount:
+    """gpufs mount DIR --foreground with its own state dir, unmounted at close."""
+
+    def __init__(self, root, env=None, extra=()):
+        self.root = root
+        self.mnt = os.path.join(root, "mnt")
+        self.state = os.path.join(root, "state")
+        self.log_path = os.path.join(root, "gpufs.log")
+        os.makedirs(self.mnt, exist_ok=True)
+        self.env = dict(os.environ, **(env or {}))
+        self.extra = list(extra)
+        self.proc = None
+
+    def start(self):
+        r, w = os.pipe()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [GPUFS_BIN, "mount", self.mnt, "--foreground", "--store", "host",
+                 "--state", self.state, "--capacity", "2G", "--ready-fd", str(w)] + self.extra,
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                pass_fds=[w], env=self.env)
+        os.close(w)
+        ready = select.select([r], [], [], TIMEOUT_S)[0] and os.read(r, 16)
+        os.close(r)
+        if ready != b"ready\n":
+            raise AssertionError("gpufs did not mount:\n" + self.log())
+
+    def stats(self):
+        with open(os.path.join(self.mnt, ".gpufs", "stats")) as f:
+            return json.load(f)
+
+    def worker(self):
+        return self.stats()["worker"]
+
+    def log(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def kill_worker(self):
+        """SIGKILLs the serving worker; returns when its successor answers."""
+        before = self.worker()
+        os.kill(before["pid"], signal.SIGKILL)
+        wait_pid_exit(before["pid"])
+        after = self.worker()  # queued in the kernel until the new worker serves
+        assert after["generation"] == before["generation"] + 1, (before, after)
+        return after
+
+    def close(self):
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            subprocess.run(["umount", self.mnt], stderr=subprocess.DEVNULL)
+            try:
+                self.proc.wait(TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        subprocess.run(["umount", "-l", self.mnt], stderr=subprocess.DEVNULL)
+
+
+@unittest.skipUnless(os.access("/dev/fuse", os.R_OK | os.W_OK) and os.geteuid() == 0,
+                     "needs /dev/fuse and root")
+class TakeoverTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="gpufs-takeover-")
+        if not os.environ.get("GPUFS_TAKEOVER_KEEP"):  # keep the logs for debugging
+            self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+        self.mounts = []
+
+    def tearDown(self):
+        for m in self.mounts:
+            m.close()
+
+    def mount(self, **kw):
+        m = Mount(self.tmp, **kw)
+        self.mounts.append(m)
+        m.start()
+        return m
+
+    def test_load_with_repeated_sigkill_of_the_worker(self):
+        """8 readers, 8 writers (cp and gpufs put), 15 kills: no error, no loss."""
+        m = self.mount()
+        rng = random.Random(int(os.environ.get("GPUFS_TAKEOVER_SEED", "0")) or None)
+        seed = rng.randrange(1 << 30)
+        print(f"seed {seed}", file=sys.stderr)
+        rng = random.Random(seed)
+        src = os.path.join(self.tmp, "src")
+        os.mkdir(src)
+        acked = {}  # path -> sha256 of what the writer was told is written
+        lock = threading.Lock()
+        errors = []
+        done_ops = [0]
+        op_cv = threading.Condition(lock)
+        stop = threading.Event()
+
+        os.mkdir(os.path.join(m.mnt, "seed"))
+        for i in range(16):
+            data = os.urandom(rng.randrange(1, 1 << 20))
+            path = os.path.join(m.mnt, "seed", f"s{i}")
+            with open(path, "wb") as f:
+                f.write(data)
+            acked[path] = sha(data)
+
+        def count_op():
+            with op_cv:
+                done_ops[0] += 1
+                op_cv.notify_all()
+
+        def writer(w):
+            wr = random.Random(seed + w)
+            d = os.path.join(m.mnt, f"w{w}")
+            os.mkdir(d)
+            n = 0
+            while not stop.is_set():
+                n += 1
+                data = os.urandom(wr.randrange(0, 3 << 20))
+                local = os.path.join(src, f"{w}-{n}")
+                with open(local, "wb") as f:
+                    f.write(data)
+                target = os.path.join(d, f"f{n}")
+                if n % 2:
+                    cmd = ["cp", local, target]
+                else:
+                    cmd = [GPUFS_BIN, "put", local, target]
+                r = subprocess.run(cmd, capture_output=True)
+                os.unlink(local)
+                if r.returncode != 0:
+                    errors.append(f"{' '.join(cmd)}: rc {r.returncode}: {r.stderr!r}")
+                    continue
+                with lock:
+                    acked[target] = sha(data)
+                count_op()
+
+        def reader(k):
+            rr = random.Random(seed * 31 + k)
+            while not stop.is_set():
+                with lock:
+                    path, want = rr.choice(list(acked.items()))
+                try:
+                    with open(path, "rb") as f:
+                        got = f.read()
+                    os.stat(path)
+                    os.listdir(os.path.dirname(path))
+                except OSError as e:
+                    errors.append(f"read {path}: {e}")
+                    continue
+                if sha(got) != want:
+                    errors.append(f"read {path}: {len(got)} bytes, wrong content")
+                count_op()
+
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(8)]
+        threads += [threading.Thread(target=reader, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        kills = 15
+        try:
+            for _ in range(kills):
+                # A random moment: after a random number of completed operations.
+                with op_cv:
+                    target = done_ops[0] + rng.randrange(1, 40)
+                    op_cv.wait_for(lambda: done_ops[0] >= target or errors, TIMEOUT_S)
+                m.kill_worker()
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(120)
+        print(f"{done_ops[0]} operations, {len(acked)} files written, {kills} kills",
+              file=sys.stderr)
+        self.assertEqual(errors, [], "\n".join(errors[:20]) + "\n" + "\n".join(
+            line for line in m.log().splitlines() if " E " in line or " W " in line))
+        w = m.worker()
+        self.assertEqual(w["restarts"], kills)
+        # Every acknowledged write is intact and sealed; no put leftovers.
+        for path, want in acked.items():
+            with open(path, "rb") as f:
+                self.assertEqual(sha(f.read()), want, path)
+        for w_i in range(8):
+            d = os.path.join(m.mnt, f"w{w_i}")
+            names = os.listdir(d)
+            self.assertEqual([n for n in names if n.startswith(".")], [], d)
+            for n in names:
+                self.assertIn(os.path.join(d, n), acked)
+                meta = json.loads(os.getxattr(os.path.join(d, n), "user.gpufs.meta"))
+                self.assertEqual(meta.get("state"), "sealed", (n, meta))
+        m.close()  # the supervisor has logged every takeover once it exits
+        self.assertEqual(m.log().count("takeover: worker"), kills, m.log()[-4000:])
+
+    def test_request_in_flight_is_answered_by_the_next_worker(self):
+        park = os.path.join(self.tmp, "park")
+        os.mkdir(park)
+        os.mkfifo(os.path.join(park, "parked"))
+        os.mkfifo(os.path.join(park, "release"))
+        m = self.mount(env={"GPUFS_TEST_PARK_OP": "read", "GPUFS_TEST_PARK_DIR": park})
+        data = os.urandom(3 << 20)
+        path = os.path.join(m.mnt, "f")
+        with open(path, "wb") as f:
+            f.write(data)
+        result = {}
+
+        def read():
+            try:
+                with open(path, "rb") as f:
+                    result["data"] = f.read()
+            except OSError as e:
+                result["error"] = e
+
+        t = threading.Thread(target=read)
+        t.start()
+        with open(os.path.join(park, "parked")) as f:  # the worker holds a READ
+            line = f.read()
+        self.assertTrue(line.startswith("15 "), line)  # FUSE_READ
+        # Reading stats would park too: the worker is the supervisor's child
+        # (gpufs mount --foreground execs gpufsd, which execs the supervisor).
+        workers = [int(p) for p in subprocess.run(["pgrep", "-P", str(m.proc.pid)],
+                                                  capture_output=True, text=True).stdout.split()]
+        self.assertEqual(len(workers), 1, workers)
+        os.kill(workers[0], signal.SIGKILL)
+        t.join(TIMEOUT_S)
+        self.assertFalse(t.is_alive())
+        self.assertNotIn("error", result)
+        self.assertEqual(sha(result["data"]), sha(data))
+        self.assertEqual(m.worker()["restarts"], 1)
+        self.assertIn("re-sent request: opcode 15", m.log())
+
+    def test_write_in_flight_is_carried_out_by_the_next_worker(self):
+        park = os.path.join(self.tmp, "park")
+        os.mkdir(park)
+        os.mkfifo(os.path.join(park, "parked"))
+        os.mkfifo(os.path.join(park, "release"))
+        m = self.mount(env={"GPUFS_TEST_PARK_OP": "write", "GPUFS_TEST_PARK_DIR": park})
+        first, second = os.urandom(1 << 20), os.urandom(1 << 20)
+        path = os.path.join(m.mnt, "w")
+        result = {}
+
+        def write():
+            try:
+                with open(path, "wb", buffering=0) as f:
+                    result["n"] = f.write(first) + f.write(second)
+            except OSError as e:
+                result["error"] = e
+
+        t = threading.Thread(target=write)
+        t.start()
+        with open(os.path.join(park, "parked")) as f:  # the worker holds the first WRITE
+            self.assertTrue(f.read().startswith("16 "))  # FUSE_WRITE
+        workers = [int(p) for p in subprocess.run(["pgrep", "-P", str(m.proc.pid)],
+                                                  capture_output=True, text=True).stdout.split()]
+        self.assertEqual(len(workers), 1, workers)
+        os.kill(workers[0], signal.SIGKILL)
+        t.join(TIMEOUT_S)
+        self.assertFalse(t.is_alive())
+        self.assertNotIn("error", result)
+        self.assertEqual(result["n"], len(first) + len(second))
+        with open(path, "rb") as f:
+            self.assertEqual(sha(f.read()), sha(first + second))
+        meta = json.loads(os.getxattr(path, "user.gpufs.meta"))
+        self.assertEqual(meta["state"], "sealed")
+        self.assertIn("re-sent request: opcode 16", m.log())
+
+    def test_open_files_survive_a_takeover(self):
+        """Readers keep reading, a writer keeps writing and its close seals;
+        an unlinked file held open keeps its bytes."""
+        m = self.mount()
+        old = os.urandom(1 << 20)
+        with open(os.path.join(m.mnt, "old"), "wb") as f:
+            f.write(old)
+        held = open(os.path.join(m.mnt, "old"), "rb")
+        head = held.read(1000)
+        gone = open(os.path.join(m.mnt, "old"), "rb")
+        os.unlink(os.path.join(m.mnt, "old"))
+        part1, part2 = os.urandom(700_000), os.urandom(900_000)
+        w = open(os.path.join(m.mnt, "new"), "wb", buffering=0)
+        w.write(part1)
+        m.kill_worker()
+        w.write(part2)
+        self.assertEqual(held.read(), old[1000:])
+        self.assertEqual(gone.read(), old)
+        m.kill_worker()  # the unsealed blob survives a second takeover too
+        w.close()
+        self.assertEqual(head, old[:1000])
+        with open(os.path.join(m.mnt, "new"), "rb") as f:
+            self.assertEqual(f.read(), part1 + part2)
+        meta = json.loads(os.getxattr(os.path.join(m.mnt, "new"), "user.gpufs.meta"))
+        self.assertEqual(meta["state"], "sealed")
+        held.close()
+        gone.close()
+        self.assertEqual(m.stats()["worker"]["restarts"], 2)
+
+    def test_restart_replaces_the_worker_without_errors(self):
+        m = self.mount()
+        data = os.urandom(2 << 20)
+        with open(os.path.join(m.mnt, "f"), "wb") as f:
+            f.write(data)
+        held = open(os.path.join(m.mnt, "f"), "rb")
+        before = m.worker()
+        r = subprocess.run([GPUFS_BIN, "restart", m.mnt], capture_output=True, text=True,
+                           timeout=TIMEOUT_S)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("worker 2", r.stdout)
+        self.assertTrue(wait_pid_exit(before["pid"]))
+        after = m.worker()
+        self.assertEqual(after["generation"], 2)
+        self.assertNotEqual(after["pid"], before["pid"])
+        self.assertEqual(held.read(), data)
+        held.close()
+        os.kill(after["supervisor_pid"], signal.SIGHUP)  # the same, by signal
+        wait_pid_exit(after["pid"])
+        self.assertEqual(m.worker()["generation"], 3)
+
+    def test_supervisor_death_leaves_a_mount_the_next_mount_cleans(self):
+        m = self.mount()
+        with open(os.path.join(m.mnt, "kept"), "wb") as f:
+            f.write(b"kept bytes")
+        w = m.worker()
+        os.kill(w["supervisor_pid"], signal.SIGKILL)
+        self.assertTrue(wait_pid_exit(w["supervisor_pid"]))
+        self.assertTrue(wait_pid_exit(w["pid"]))  # the worker follows (PDEATHSIG)
+        with self.assertRaises(OSError) as ctx:
+            os.statvfs(m.mnt)
+        self.assertEqual(ctx.exception.errno, errno.ENOTCONN)
+        m.proc.wait(TIMEOUT_S)
+        m2 = Mount(self.tmp)
+        self.mounts.append(m2)
+        m2.start()
+        with open(os.path.join(m2.mnt, "kept"), "rb") as f:
+            self.assertEqual(f.read(), b"kept bytes")
+        self.assertEqual(m2.worker()["restarts"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
