@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/sharing.h"
 #include "proto/xattr_names.h"
 #include "util/log.h"
 
@@ -14,7 +15,7 @@ namespace gpufs {
 
 // A new unlinked blob in `device`'s store, allocated and recorded. Swept at
 // start-up if the daemon stops before it is linked.
-Result<Blob> Namespace::NewBlob(const std::string& device, uint32_t owner) {
+Result<Blob> Namespace::NewBlob(const std::string& device, uint32_t owner, const SharingKey& key) {
   BulkStore* store = StoreFor(device);
   if (store == nullptr) return Error(ENODEV, "no store for device " + device);
   Blob blob;
@@ -22,7 +23,7 @@ Result<Blob> Namespace::NewBlob(const std::string& device, uint32_t owner) {
   blob.state = BlobState::kUnsealed;
   blob.owner_uid = owner;
   GPUFS_ASSIGN_OR_RETURN(blob, catalog_->CreateBlob(blob));
-  Status allocated = store->Allocate(blob.id, owner, 0);
+  Status allocated = store->Allocate(blob.id, key, 0);
   if (!allocated.ok()) {
     Status ignored = catalog_->DeleteBlob(blob.id);
     (void)ignored;
@@ -35,7 +36,7 @@ Result<Blob> Namespace::NewBlob(const std::string& device, uint32_t owner) {
 // on for whoever holds it.
 Status Namespace::ReplaceBlob(const Entry& entry, const std::string& device, uint32_t owner,
                               BlobState state) {
-  GPUFS_ASSIGN_OR_RETURN(Blob blob, NewBlob(device, owner));
+  GPUFS_ASSIGN_OR_RETURN(Blob blob, NewBlob(device, owner, SharingKeyOf(entry)));
   if (state == BlobState::kSealed) {
     Status updated = StoreFor(device)->Seal(blob.id, 0);
     if (updated.ok()) {
@@ -73,10 +74,14 @@ Status Namespace::ReplaceBlob(const Entry& entry, const std::string& device, uin
 void Namespace::FreeBlob(const Blob& blob) { doomed_.emplace_back(blob.device, blob.id); }
 
 void Namespace::FreeQueued() {
-  std::vector<std::pair<std::string, BlobId>> doomed;
+  std::vector<std::pair<std::string, BlobId>> doomed, unretire;
   {
     std::lock_guard lock(mu_);
     doomed.swap(doomed_);
+    unretire.swap(unretire_);
+  }
+  for (const auto& [device, id] : unretire) {
+    if (BulkStore* store = StoreFor(device)) store->ReleaseRetired(id);
   }
   for (const auto& [device, id] : doomed) {
     if (BulkStore* store = StoreFor(device)) store->Free(id);
@@ -129,7 +134,8 @@ Result<OpenResult> Namespace::Create(const Caller& caller, uint64_t parent, std:
   if (!created.ok()) return created.status().Prepend("create " + path);
   entry = *created;
   auto stored = catalog_->GetBlob(entry.blob);
-  Status recorded = stored.ok() ? store->Allocate(entry.blob, caller.uid, 0) : stored.status();
+  Status recorded =
+      stored.ok() ? store->Allocate(entry.blob, SharingKeyOf(entry), 0) : stored.status();
   if (!recorded.ok()) {
     Status detached = catalog_->Detach(entry.id, now);
     if (detached.ok()) CollectEntry(entry.id);
@@ -381,6 +387,7 @@ Status Namespace::Release(HandleId id) {
   if (blob.handles == 0) {
     for (const std::string& device : blob.retired) doomed_.emplace_back(device, rec.id);
     blob.retired.clear();
+    if (blob.reshared_while_mapped) unretire_.emplace_back(rec.device, rec.id);  // sharing.cc
     active_.erase(rec.id);
     if (rec.state == BlobState::kUnsealed) {
       // Discarded: it must not survive as an unsealed row.

@@ -212,18 +212,30 @@ Result<Attr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& request, Han
       }
     }
   }
-  std::lock_guard lock(mu_);
-  GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
-  int64_t now = Now();
-  if (request.mode) entry.mode = (entry.mode & S_IFMT) | (*request.mode & 07777);
-  if (request.uid) entry.uid = *request.uid;
-  if (request.gid) entry.gid = *request.gid;
-  if (request.atime_ns) entry.atime_ns = *request.atime_ns;
-  if (request.mtime_ns) entry.mtime_ns = *request.mtime_ns;
-  if (request.size && !request.mtime_ns) entry.mtime_ns = now;
-  entry.ctime_ns = now;
-  GPUFS_RETURN_IF_ERROR(catalog_->UpdateEntryAttrs(entry));
-  return AttrOf(entry);
+  // Other callers for a blob member: its device memory moves first (sharing.h).
+  auto change_owners = [&request](Entry& entry) {
+    if (request.mode) entry.mode = (entry.mode & S_IFMT) | (*request.mode & 07777);
+    if (request.uid) entry.uid = *request.uid;
+    if (request.gid) entry.gid = *request.gid;
+  };
+  std::optional<SharingKey> moved_from;
+  const bool owners = request.mode || request.uid || request.gid;
+  if (owners) GPUFS_RETURN_IF_ERROR(PrepareSharers(ino, change_owners, &moved_from));
+  Result<Attr> done = [&]() -> Result<Attr> {
+    std::lock_guard lock(mu_);
+    GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
+    int64_t now = Now();
+    change_owners(entry);
+    if (request.atime_ns) entry.atime_ns = *request.atime_ns;
+    if (request.mtime_ns) entry.mtime_ns = *request.mtime_ns;
+    if (request.size && !request.mtime_ns) entry.mtime_ns = now;
+    entry.ctime_ns = now;
+    GPUFS_RETURN_IF_ERROR(catalog_->UpdateEntryAttrs(entry));
+    return AttrOf(entry);
+  }();
+  if (!done.ok()) MoveBackSharers(ino, moved_from);
+  if (done.ok() && owners) SettleSharers(ino);
+  return done;
 }
 
 Result<Attr> Namespace::Mkdir(const Caller& caller, uint64_t parent, std::string_view name,
@@ -282,6 +294,29 @@ Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
   if (flags & ~static_cast<unsigned>(RENAME_NOREPLACE)) {
     return Error(EINVAL, "rename: unsupported flags " + std::to_string(flags));
   }
+  // Into another object, a blob member gets other callers: its device
+  // memory moves first (sharing.h).
+  std::optional<SharingKey> moved_from;
+  EntryId moving = 0;
+  if (parent != new_parent) {
+    {
+      std::lock_guard lock(mu_);
+      auto source = ChildEntry(parent, name);
+      if (source.ok()) moving = source->id;
+    }
+    if (moving != 0) {
+      GPUFS_RETURN_IF_ERROR(PrepareSharers(
+          moving, [new_parent](Entry& entry) { entry.parent = new_parent; }, &moved_from));
+    }
+  }
+  Status renamed = RenameInCatalog(parent, name, new_parent, new_name, flags);
+  if (!renamed.ok()) MoveBackSharers(moving, moved_from);
+  if (renamed.ok() && moving != 0) SettleSharers(moving);
+  return renamed;
+}
+
+Status Namespace::RenameInCatalog(uint64_t parent, std::string_view name, uint64_t new_parent,
+                                  std::string_view new_name, unsigned flags) {
   std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry source, ChildEntry(parent, name));
   GPUFS_ASSIGN_OR_RETURN(Entry target_dir, ObjectEntry(new_parent));

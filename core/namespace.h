@@ -64,10 +64,10 @@
 #include <vector>
 
 #include "core/control_files.h"
-#include "core/types.h"
 #include "core/invalidator.h"
-#include "gpufs/uapi.h"
 #include "core/ipc_tokens.h"
+#include "core/types.h"
+#include "gpufs/uapi.h"
 #include "meta/catalog.h"
 #include "store/bulk_store.h"
 #include "util/status.h"
@@ -217,6 +217,9 @@ class Namespace {
     int mapped = 0;  // handles that took an IPC handle (GPUFS_IOC_MAP/ALLOC)
     // Places the blob left by migration while mapped: freed at the last close.
     std::vector<std::string> retired;
+    // Its store kept an old place for mappers at a Reshare (sharing.cc):
+    // released at the last close.
+    bool reshared_while_mapped = false;
   };
   struct Handle {
     EntryId entry = 0;
@@ -266,12 +269,29 @@ class Namespace {
   std::string PathOf(EntryId id);
   std::string DeviceFor(EntryId parent);
   BulkStore* StoreFor(const std::string& device);
-  Result<Blob> NewBlob(const std::string& device, uint32_t owner);
+  Result<Blob> NewBlob(const std::string& device, uint32_t owner, const SharingKey& key);
   Status ReplaceBlob(const Entry& entry, const std::string& device, uint32_t owner,
                      BlobState state);
   // Issues the next handle id, or `id` (an adopted handle's).
   HandleId AddHandle(Handle handle, HandleId id = 0);
   std::shared_ptr<ActiveBlob> Activate(const Blob& blob);
+
+  // Sharing keys (core/sharing.cc); mu_ NOT held. Before `change` (a
+  // chmod, chown or rename applied to a copy of the entry) gives blob member
+  // `ino` other callers, its device memory moves where only blobs of those
+  // callers live; *moved_from gets the old key if it moved, for
+  // MoveBackSharers when the change then fails. Errors (ENOSPC...) leave
+  // the member as it was: the change must not be made.
+  Status PrepareSharers(EntryId ino, const std::function<void(Entry&)>& change,
+                        std::optional<SharingKey>* moved_from);
+  void MoveBackSharers(EntryId ino, const std::optional<SharingKey>& moved_from);
+  // After a change was made: the member's place matches its key (a no-op
+  // unless a concurrent change came between PrepareSharers and the commit).
+  void SettleSharers(EntryId ino);
+  Status ReshareTo(EntryId ino, const SharingKey& key);
+  // Rename's checks and catalog change (takes mu_).
+  Status RenameInCatalog(uint64_t parent, std::string_view name, uint64_t new_parent,
+                         std::string_view new_name, unsigned flags);
   // Purges `id` if it is detached and nobody holds it; frees its blob.
   void CollectEntry(EntryId id);
   // Deletes and frees `blob` if no entry links it and nobody holds it.
@@ -303,6 +323,8 @@ class Namespace {
 
   std::mutex mu_;
   std::vector<std::pair<std::string, BlobId>> doomed_;  // GUARDED_BY(mu_): FreeQueued frees them
+  // GUARDED_BY(mu_): FreeQueued releases their places kept by Reshare.
+  std::vector<std::pair<std::string, BlobId>> unretire_;
   std::unique_ptr<Catalog> catalog_;                          // GUARDED_BY(mu_)
   std::map<std::string, std::unique_ptr<BulkStore>> stores_;  // fixed after Open
   std::string default_device_;

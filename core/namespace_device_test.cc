@@ -30,7 +30,7 @@ class DeviceLikeStore final : public BulkStore {
   Result<std::vector<BlobId>> Recover(std::span<const StoredBlob> live) override {
     return inner_->Recover(live);
   }
-  Status Allocate(BlobId id, uint32_t owner, uint64_t size) override {
+  Status Allocate(BlobId id, const SharingKey& owner, uint64_t size) override {
     GPUFS_RETURN_IF_ERROR(inner_->Allocate(id, owner, size));
     SetSize(id, size);
     return Status::Ok();

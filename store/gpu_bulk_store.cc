@@ -64,11 +64,14 @@ struct GpuBulkStore::Allocation {
   size_t blobs = 0;                      // live blobs placed here
   bool exported = false;                 // `ipc` holds the allocation's handle
   cudaIpcMemHandle_t ipc{};
+  bool pack = false;  // kVmm: sealed small blobs of `key` only
+  SharingKey key;
 };
 
 namespace {
 
 constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+constexpr uint64_t kPackAlignment = 512;  // of every blob in a pack
 constexpr size_t kStagingChunk = 256 << 10;
 constexpr size_t kStagingBuffers = 4;
 
@@ -197,7 +200,8 @@ GpuBulkStore::GpuBulkStore(const GpuStoreOptions& options, uint64_t capacity,
       arena_size_(options.arena_size),
       alignment_(options.alignment),
       dedicated_threshold_(options.ipc == GpuIpcMode::kSharedArenas ? options.arena_size / 4 : 0),
-      ipc_(options.ipc) {
+      ipc_(options.ipc),
+      pack_max_(options.ipc == GpuIpcMode::kVmm ? options.alignment / 4 : 0) {
   if (ipc_ == GpuIpcMode::kVmm) {
     pool_ = std::make_unique<VmmPool>(
         ordinal_, options.pool_budget.value_or(std::min<uint64_t>(capacity / 8, 2ull << 30)));
@@ -239,6 +243,11 @@ StoreUsage GpuBulkStore::Usage() const {
 size_t GpuBulkStore::arena_count() const {
   std::lock_guard lock(mu_);
   return arena_count_;
+}
+
+size_t GpuBulkStore::pack_count() const {
+  std::lock_guard lock(mu_);
+  return pack_count_;
 }
 
 size_t GpuBulkStore::dedicated_count() const {
@@ -376,6 +385,13 @@ void GpuBulkStore::ReleasePlaceLocked(const Place& place, Dropped* dropped) {
   if (alloc.blobs > 0) return;
   if (alloc.dedicated) {
     --dedicated_count_;
+  } else if (alloc.pack) {
+    --pack_count_;
+    auto packs = packs_of_key_.find(alloc.key);
+    if (packs != packs_of_key_.end()) {
+      packs->second.erase(alloc.id);
+      if (packs->second.empty()) packs_of_key_.erase(packs);
+    }
   } else {
     --arena_count_;
     auto owned = arenas_of_owner_.find(alloc.owner);
@@ -524,7 +540,8 @@ Result<std::vector<BlobId>> GpuBulkStore::Recover(std::span<const StoredBlob> li
   return lost;
 }
 
-Status GpuBulkStore::Allocate(BlobId id, uint32_t owner_uid, uint64_t size) {
+Status GpuBulkStore::Allocate(BlobId id, const SharingKey& key, uint64_t size) {
+  const uint32_t owner_uid = key.uid;
   const uint64_t need = Units(size);
   {
     std::lock_guard lock(mu_);
@@ -546,11 +563,14 @@ Status GpuBulkStore::Allocate(BlobId id, uint32_t owner_uid, uint64_t size) {
                                              : Zero(place->data, size);
   Dropped dropped;  // freed after the lock is released
   std::lock_guard lock(mu_);
-  if (status.ok() &&
-      !blobs_
-           .emplace(id,
-                    BlobRecord{.place = *place, .size = size, .owner = owner_uid, .sealed = false})
-           .second) {
+  if (status.ok() && !blobs_
+                          .emplace(id, BlobRecord{.place = *place,
+                                                  .size = size,
+                                                  .owner = owner_uid,
+                                                  .sealed = false,
+                                                  .key = key,
+                                                  .retired = {}})
+                          .second) {
     status = Error(EEXIST, "gpu store " + device_ + ": " + Describe(id) + " already exists");
   }
   if (!status.ok()) {
@@ -718,6 +738,49 @@ Status GpuBulkStore::Seal(BlobId id, uint64_t size) {
     Allocation* found = FindAllocLocked(rec->place.alloc);
     if (found == nullptr) return Error(EIO, what + ": its allocation is gone");
     Allocation& alloc = *found;
+    if (alloc.dedicated && Packable(rec->key, size)) {
+      blob = *rec;
+    }
+  }
+  if (blob.place.alloc != 0) {
+    // kVmm, small, callers known: into a pack of its key, its own allocation
+    // freed (a producer that mapped it keeps that mapping: the driver keeps
+    // the memory while it is imported).
+    const Place old = blob.place;
+    Result<Place> place = AcquirePackPlace(blob.key, size);
+    Status moved = place.status();
+    if (moved.ok()) moved = DeviceToDevice(place->data, old.data, size);
+    if (!moved.ok() && place.ok()) ReleasePlaces({*place});
+    Dropped dropped;  // freed after the lock is released
+    std::unique_lock lock(mu_);
+    BlobRecord* rec = FindLocked(id);
+    if (rec == nullptr) {  // freed meanwhile (the core never does that)
+      Status missing = MissingLocked(id, "seal");
+      lock.unlock();
+      if (moved.ok()) ReleasePlaces({*place});
+      return missing;
+    }
+    if (!moved.ok()) {
+      GPUFS_LOG(WARN) << what << ": stays in its own allocation, the move into a pack failed: "
+                      << moved.ToString();
+      rec->size = size;
+      rec->sealed = true;
+      return Status::Ok();
+    }
+    ReleasePlaceLocked(old, &dropped);
+    used_ = used_ - old.reserved + place->reserved;
+    rec->place = *place;
+    rec->size = size;
+    rec->sealed = true;
+    return Status::Ok();
+  }
+  {
+    std::lock_guard lock(mu_);
+    BlobRecord* rec = FindLocked(id);
+    if (rec == nullptr) return MissingLocked(id, "seal");
+    Allocation* found = FindAllocLocked(rec->place.alloc);
+    if (found == nullptr) return Error(EIO, what + ": its allocation is gone");
+    Allocation& alloc = *found;
     const bool slack = rec->place.reserved > exact;
     // An exported allocation may be mapped by a writer (gpufs_create): it stays.
     if (!alloc.dedicated || !slack || rec->place.reserved - exact <= exact / 8 || alloc.exported) {
@@ -762,21 +825,162 @@ Status GpuBulkStore::Seal(BlobId id, uint64_t size) {
 }
 
 void GpuBulkStore::Free(BlobId id) {
+  std::vector<Place> places;
+  {
+    std::lock_guard lock(mu_);
+    auto it = blobs_.find(id);
+    if (it == blobs_.end()) {
+      if (lost_.erase(id) > 0) {
+        GPUFS_LOG(DEBUG) << "gpu store " << device_ << ": forgot lost " << Describe(id);
+      } else {
+        GPUFS_LOG(WARN) << "gpu store " << device_ << ": free of " << Describe(id)
+                        << ", which the store does not hold";
+      }
+      return;
+    }
+    places = std::move(it->second.retired);
+    places.push_back(it->second.place);
+    for (const Place& place : places) used_ -= place.reserved;
+    blobs_.erase(it);
+  }
+  ReleasePlaces(places);
+}
+
+void GpuBulkStore::ReleaseRetired(BlobId id) {
+  std::vector<Place> places;
+  {
+    std::lock_guard lock(mu_);
+    BlobRecord* rec = FindLocked(id);
+    if (rec == nullptr) return;
+    places.swap(rec->retired);
+    for (const Place& place : places) used_ -= place.reserved;
+  }
+  ReleasePlaces(places);
+}
+
+// ---- Packs (kVmm)
+
+bool GpuBulkStore::Packable(const SharingKey& key, uint64_t size) const {
+  return ipc_ == GpuIpcMode::kVmm && pack_max_ > 0 && key.shareable() && size <= pack_max_;
+}
+
+Result<GpuBulkStore::Place> GpuBulkStore::AcquirePackPlace(const SharingKey& key, uint64_t bytes) {
+  const uint64_t reserved =
+      std::max<uint64_t>(kPackAlignment, (bytes + kPackAlignment - 1) & ~(kPackAlignment - 1));
+  {
+    std::lock_guard lock(mu_);
+    if (auto packs = packs_of_key_.find(key); packs != packs_of_key_.end()) {
+      for (uint64_t pack_id : packs->second) {
+        Allocation* pack = FindAllocLocked(pack_id);
+        if (pack == nullptr || pack->ranges->largest_free() < reserved) continue;
+        std::optional<uint64_t> offset = pack->ranges->Allocate(reserved);
+        if (!offset) continue;
+        ++pack->blobs;
+        return Place{.alloc = pack_id,
+                     .offset = *offset,
+                     .reserved = reserved,
+                     .data = pack->base() + *offset};
+      }
+    }
+  }
+  // No pack of this key has room: a new one, zeroed and exported (pooled).
+  auto alloc = std::make_unique<Allocation>();
+  alloc->owner = key.uid;
+  alloc->key = key;
+  alloc->pack = true;
+  GPUFS_RETURN_IF_ERROR(AllocateDedicated(alloc.get(), alignment_, true));
+  alloc->ranges.emplace(alignment_, kPackAlignment);
+  std::optional<uint64_t> offset = alloc->ranges->Allocate(reserved);
+  if (!offset) {  // cannot happen: reserved <= alignment / 4
+    return Error(EIO, "gpu store " + device_ + ": a new pack cannot hold " +
+                          std::to_string(reserved) + " bytes");
+  }
+  alloc->blobs = 1;
+  std::lock_guard lock(mu_);
+  alloc->id = next_alloc_id_++;
+  Place place{
+      .alloc = alloc->id, .offset = *offset, .reserved = reserved, .data = alloc->base() + *offset};
+  packs_of_key_[key].insert(alloc->id);
+  allocs_.emplace(alloc->id, std::move(alloc));
+  ++pack_count_;
+  return place;
+}
+
+void GpuBulkStore::ReleasePlaces(const std::vector<Place>& places) {
+  std::vector<bool> cleared(places.size(), true);
+  for (size_t i = 0; i < places.size(); ++i) {
+    bool packed = false;
+    {
+      std::lock_guard lock(mu_);
+      const Allocation* alloc = FindAllocLocked(places[i].alloc);
+      packed = alloc != nullptr && alloc->pack;
+    }
+    // The range may go to the next blob of the key: its bytes must not.
+    if (packed) {
+      Status zeroed = Zero(places[i].data, places[i].reserved);
+      if (!zeroed.ok()) {
+        GPUFS_LOG(ERROR) << "gpu store " << device_ << ": a freed pack range stays taken, it "
+                         << "could not be zeroed: " << zeroed.ToString();
+        cleared[i] = false;
+      }
+    }
+  }
   Dropped dropped;  // freed after the lock is released
   std::lock_guard lock(mu_);
-  auto it = blobs_.find(id);
-  if (it == blobs_.end()) {
-    if (lost_.erase(id) > 0) {
-      GPUFS_LOG(DEBUG) << "gpu store " << device_ << ": forgot lost " << Describe(id);
-    } else {
-      GPUFS_LOG(WARN) << "gpu store " << device_ << ": free of " << Describe(id)
-                      << ", which the store does not hold";
-    }
-    return;
+  for (size_t i = 0; i < places.size(); ++i) {
+    if (cleared[i]) ReleasePlaceLocked(places[i], &dropped);
   }
-  used_ -= it->second.place.reserved;
-  ReleasePlaceLocked(it->second.place, &dropped);
-  blobs_.erase(it);
+}
+
+Status GpuBulkStore::Reshare(BlobId id, const SharingKey& key, bool keep_old) {
+  const std::string what =
+      "gpu store " + device_ + ": move " + Describe(id) + " to its new sharers";
+  BlobRecord blob;
+  {
+    std::lock_guard lock(mu_);
+    BlobRecord* rec = FindLocked(id);
+    if (rec == nullptr) return MissingLocked(id, "reshare");
+    if (rec->key == key) return Status::Ok();
+    const Allocation* alloc = FindAllocLocked(rec->place.alloc);
+    if (alloc == nullptr || !alloc->pack) {
+      rec->key = key;  // its own allocation: nobody else reaches it
+      return Status::Ok();
+    }
+    blob = *rec;
+  }
+  // In a pack of the old key (sealed, so its bytes do not change): copy.
+  const Place old = blob.place;
+  Result<Place> place = Packable(key, blob.size) ? AcquirePackPlace(key, blob.size)
+                                                 : AcquirePlace(key.uid, blob.size, true);
+  Status moved = place.status();
+  if (moved.ok()) moved = DeviceToDevice(place->data, old.data, blob.size);
+  if (!moved.ok()) {
+    if (place.ok()) ReleasePlaces({*place});
+    return moved.Prepend(what);
+  }
+  std::unique_lock lock(mu_);
+  BlobRecord* rec = FindLocked(id);
+  if (rec == nullptr) {
+    Status missing = MissingLocked(id, "reshare");
+    lock.unlock();
+    ReleasePlaces({*place});
+    return missing;
+  }
+  if (place->reserved > old.reserved) {
+    used_ += place->reserved - old.reserved;  // may pass the capacity by a granule at most
+  } else {
+    used_ -= old.reserved - place->reserved;
+  }
+  rec->place = *place;
+  rec->key = key;
+  if (keep_old) {
+    used_ += old.reserved;  // still held
+    rec->retired.push_back(old);
+    return Status::Ok();
+  }
+  lock.unlock();
+  ReleasePlaces({old});
+  return Status::Ok();
 }
 
 HostBuffer GpuBulkStore::AllocateHostBuffer(size_t bytes) {
