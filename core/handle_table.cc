@@ -11,6 +11,7 @@ std::shared_ptr<Namespace::ActiveBlob> Namespace::Activate(const Blob& blob) {
     slot->rec = blob;
     slot->size = blob.size;
   }
+  eviction_->Touch(blob.id);
   return slot;
 }
 

@@ -140,6 +140,16 @@ std::string BuildStatsJson(const StatsView& view) {
                     {"writable", m.writable}});
   }
   j["open_members"] = std::move(open);
+  json per_tier = json::object();
+  for (const auto& [device, bytes] : view.member_bytes_per_tier) per_tier[device] = bytes;
+  j["tiers"] = {{"spills", view.spills},
+                {"spilled_bytes", view.spilled_bytes},
+                {"fault_backs", view.fault_backs},
+                {"fault_back_bytes", view.fault_back_bytes},
+                {"persisted", view.persisted},
+                {"persisted_bytes", view.persisted_bytes},
+                {"checksum_failures", view.checksum_failures},
+                {"member_bytes", std::move(per_tier)}};
   return Dump(j, 2) + "\n";
 }
 

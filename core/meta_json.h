@@ -59,6 +59,11 @@ struct StatsView {
     bool writable = false;
   };
   std::vector<OpenMember> open_members;
+  // Tiers (issue 10): moves between tiers since the daemon started, and the
+  // bytes of members per tier ("cuda:0", "host", "disk").
+  uint64_t spills = 0, spilled_bytes = 0, fault_backs = 0, fault_back_bytes = 0;
+  uint64_t persisted = 0, persisted_bytes = 0, checksum_failures = 0;
+  std::vector<std::pair<std::string, uint64_t>> member_bytes_per_tier;
 };
 
 std::string BuildStatsJson(const StatsView& view);

@@ -26,7 +26,10 @@ Namespace::Namespace(NamespaceOptions options)
       state_dir_(std::move(options.state_dir)),
       log_path_(std::move(options.log_path)),
       tokens_(options.tokens),
-      socket_path_(std::move(options.socket_path)) {
+      socket_path_(std::move(options.socket_path)),
+      persist_all_(options.persist_all) {
+  eviction_ = options.eviction ? std::move(options.eviction)
+                               : std::make_unique<LruEvictionPolicy>();
   for (auto& store : options.stores) {
     std::string name = store->device();
     stores_[name] = std::move(store);
@@ -34,6 +37,12 @@ Namespace::Namespace(NamespaceOptions options)
 }
 
 Namespace::~Namespace() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  persist_cv_.notify_all();
+  if (persister_.joinable()) persister_.join();
   std::lock_guard lock(mu_);
   if (!handles_.empty()) {
     GPUFS_LOG(INFO) << "shutting down with " << handles_.size() << " open handle(s)";
@@ -62,6 +71,7 @@ Result<std::unique_ptr<Namespace>> Namespace::Open(NamespaceOptions options) {
     return Error(ENODEV, "no store for the default device " + ns->default_device_);
   }
   GPUFS_RETURN_IF_ERROR(ns->Recover());
+  if (ns->stores_.contains("disk")) ns->persister_ = std::thread([p = ns.get()] { p->PersistLoop(); });
   return ns;
 }
 

@@ -47,7 +47,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <thread>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -60,6 +63,7 @@
 #include <vector>
 
 #include "core/control_files.h"
+#include "core/eviction_policy.h"
 #include "core/types.h"
 #include "core/invalidator.h"
 #include "gpufs/uapi.h"
@@ -88,6 +92,11 @@ struct NamespaceOptions {
   // with ENODEV (legacy handles need neither).
   TokenTable* tokens = nullptr;
   std::string socket_path;
+  // Tiers (issue 10): which blobs leave a full tier first; null: LRU.
+  std::unique_ptr<EvictionPolicy> eviction;
+  // Every object persists (--persist), as if user.gpufs.persist=1 were set
+  // on the root. Needs a "disk" store; without one nothing persists.
+  bool persist_all = false;
 };
 
 class Namespace {
@@ -175,6 +184,19 @@ class Namespace {
   // The JSON of /.gpufs/stats.
   std::string StatsJson();
 
+  // Tiers (core/spiller.cc): GPUs ("cuda:N") above "host" above "disk".
+  // Moves between tiers so far; /.gpufs/stats shows them as "tiers".
+  struct TierCounters {
+    uint64_t spills = 0, spilled_bytes = 0;          // blobs moved down
+    uint64_t fault_backs = 0, fault_back_bytes = 0;  // blobs brought back up to map them
+    uint64_t persisted = 0, persisted_bytes = 0;      // disk copies written behind
+    uint64_t checksum_failures = 0;                   // disk copies that did not match
+  };
+  // Waits until every sealed blob queued for persistence so far has its
+  // disk copy written (or given up on); for tests and an orderly stop.
+  void WaitPersisted();
+  TierCounters Counters();
+
  private:
   // A blob that at least one handle holds. Lives in active_ while held.
   struct ActiveBlob {
@@ -218,6 +240,15 @@ class Namespace {
     Namespace* ns_;
   };
   void FreeQueued();  // takes mu_ briefly; frees outside it
+  // Create and Open without the retry after making room (see Create).
+  Result<OpenResult> CreateOnce(const Caller& caller, uint64_t parent, std::string_view name,
+                                uint32_t mode, int flags);
+  Result<OpenResult> OpenOnce(const Caller& caller, uint64_t ino, int flags);
+  // A write needs the blob to grow to `new_size` but its tier is full and
+  // nothing there may move (io_mu held exclusively, mu_ NOT held): moves the
+  // unsealed blob itself to the first tier below with room. ENOSPC when
+  // every tier is full; EBUSY-free: a blob someone maps stays (ENOSPC).
+  Status MoveDownWhileWriting(ActiveBlob& blob, uint64_t new_size);
   // The last writer is gone (io_mu held exclusively, mu_ NOT held): seals the
   // blob, or discards the member after a failed write or an ALLOC without
   // SEAL. Store work runs outside mu_; the catalog update under it.
@@ -263,7 +294,59 @@ class Namespace {
   // xattr). `writable` only for ALLOC.
   Result<gpufs_ipc_info> Export(const Blob& rec, HandleId handle, const Caller& caller,
                                 bool writable);
-  Status MigrateBlob(EntryId entry, const std::string& device);
+  // How a move came about: a user's (Migrate), a spill (aborted with EBUSY
+  // if anyone but the mover holds the blob when it would switch), or a fault
+  // back before a map.
+  enum class MoveKind { kUser, kSpill, kFaultBack };
+  Status MigrateBlob(EntryId entry, const std::string& device, MoveKind kind = MoveKind::kUser);
+
+  // --- tiers (core/spiller.cc) ----------------------------------------------
+  // The tiers below `device` that this daemon serves, nearest first.
+  std::vector<std::string> TiersBelow(const std::string& device) const;
+  static bool IsGpuTier(const std::string& device) { return device.starts_with("cuda:"); }
+  // Frees at least `need` bytes in `device`'s store by moving cold blobs one
+  // tier down (recursively making room there). mu_ NOT held; the caller may
+  // hold the io_mu of a blob that is not a candidate (one held by a handle).
+  // ENOSPC when nothing (or not enough) may move.
+  Status MakeRoom(const std::string& device, uint64_t need);
+  // Runs `attempt`; after ENOSPC from `device`'s store, makes room and runs it
+  // once more. mu_ NOT held.
+  // A store may round reservations up (the VMM store to 2 MiB granules), so
+  // a second round asks for one granule more.
+  template <typename F>
+  Status WithRoom(const std::string& device, uint64_t need, F attempt) {
+    Status tried = attempt();
+    for (uint64_t slack : {uint64_t{0}, uint64_t{2} << 20}) {
+      if (tried.code() != ENOSPC || TiersBelow(device).empty()) return tried;
+      if (!MakeRoom(device, need + slack).ok()) return tried;
+      tried = attempt();
+    }
+    return tried;
+  }
+  // Under mu_: the member's explicit placement (user.gpufs.device on it or an
+  // enclosing object), or "" when the user never placed it.
+  std::string PinnedDevice(EntryId entry);
+  // Under mu_: the GPU a spilled member returns to before it is mapped ("" =
+  // none: it stays where it is).
+  std::string HomeDevice(EntryId entry);
+  // Brings the handle's blob back onto its home GPU if it was spilled (mu_
+  // and io_mu NOT held).
+  Status FaultBack(EntryId entry, const std::shared_ptr<ActiveBlob>& blob);
+
+  // --- persistence (core/persister.cc) ---------------------------------------
+  // A persisted blob has a disk copy: the "disk" store holds its bytes under
+  // its id while the blob may live on another tier, and the member's catalog
+  // record kDiskCopyXattr ("<blob id>:<crc32c>") says so across restarts.
+  // Under mu_: whether user.gpufs.persist (nearest on the member or an
+  // enclosing object; else --persist) asks for one.
+  bool PersistWanted(EntryId entry);
+  // Under mu_: queues `blob` of `entry` for its disk copy if wanted.
+  void QueuePersist(EntryId entry, BlobId blob);
+  void PersistLoop();
+  // Writes the disk copy of one queued blob (no lock held).
+  Status PersistOne(EntryId entry, BlobId blob);
+  // Recover's part: the valid disk-copy records (blob id -> crc).
+  std::unordered_map<BlobId, uint32_t> LoadDiskCopies(const std::vector<Blob>& blobs);
   // Blob entries at and under `ino`.
   Result<std::vector<EntryId>> BlobsUnder(EntryId ino);
   int64_t Now() const;
@@ -283,6 +366,16 @@ class Namespace {
   std::unordered_map<BlobId, std::shared_ptr<ActiveBlob>> active_;  // GUARDED_BY(mu_)
   std::unordered_map<EntryId, int> entry_opens_;                    // GUARDED_BY(mu_)
   std::atomic<Invalidator*> invalidator_{nullptr};  // perf (issue 12)
+  std::unique_ptr<EvictionPolicy> eviction_;         // GUARDED_BY(mu_)
+  TierCounters counters_;                            // GUARDED_BY(mu_)
+  bool persist_all_ = false;
+  std::unordered_map<BlobId, uint32_t> disk_copies_;  // GUARDED_BY(mu_): blob -> crc32c
+  std::deque<std::pair<EntryId, BlobId>> persist_queue_;  // GUARDED_BY(mu_)
+  uint64_t persist_busy_ = 0;                         // GUARDED_BY(mu_): being copied
+  bool stopping_ = false;                             // GUARDED_BY(mu_)
+  std::condition_variable persist_cv_;                // work queued, or stopping
+  std::condition_variable persist_done_cv_;           // the queue ran empty
+  std::thread persister_;  // started by Open when a "disk" store is served
   void NotifyEntry(uint64_t parent, std::string_view name) {
     if (Invalidator* inv = invalidator_.load()) inv->InvalidateEntry(parent, name);
   }

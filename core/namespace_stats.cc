@@ -56,6 +56,25 @@ void Namespace::AddStatsDetail(StatsView* view) {
     }
   }
 
+  view->spills = counters_.spills;
+  view->spilled_bytes = counters_.spilled_bytes;
+  view->fault_backs = counters_.fault_backs;
+  view->fault_back_bytes = counters_.fault_back_bytes;
+  view->persisted = counters_.persisted;
+  view->persisted_bytes = counters_.persisted_bytes;
+  view->checksum_failures = counters_.checksum_failures;
+  std::map<std::string, uint64_t> per_tier;
+  for (const auto& [device, store] : stores_) per_tier[device] = 0;
+  if (auto blobs = catalog_->ListBlobs(); blobs.ok()) {
+    for (const Blob& blob : *blobs) {
+      if (blob.state == BlobState::kLost) continue;
+      auto it = active_.find(blob.id);
+      const Blob& rec = it != active_.end() ? it->second->rec : blob;
+      per_tier[rec.device] += it != active_.end() ? it->second->size.load() : blob.size;
+    }
+  }
+  view->member_bytes_per_tier.assign(per_tier.begin(), per_tier.end());
+
   // Open members, one row per (pid, member).
   std::map<std::tuple<uint32_t, EntryId>, StatsView::OpenMember> open;
   for (const auto& [id, handle] : handles_) {

@@ -187,6 +187,12 @@ int Serve(const MountConfig& config, int report) {
   store_config.devices = config.devices;
   store_config.capacity = config.capacity;
   store_config.host_dir = config.state_dir + "/host";
+  // The disk tier is opt-in (--capacity disk=SIZE, or --persist): without it
+  // a bounded host store still answers ENOSPC as it always did.
+  if (config.tier_capacity.contains("disk") || config.persist) {
+    store_config.disk_dir = config.state_dir + "/disk";
+  }
+  store_config.tier_capacity = config.tier_capacity;
   store_config.ipc = config.ipc;
   auto stores = OpenStores(store_config);
   if (!stores.ok()) return fail(stores.status());
@@ -197,6 +203,7 @@ int Serve(const MountConfig& config, int report) {
   options.catalog = std::move(*catalog);
   options.stores = std::move(stores->stores);
   options.default_device = stores->default_device;
+  options.persist_all = config.persist;
   options.state_dir = config.state_dir;
   options.log_path = report >= 0 ? config.state_dir + "/gpufs.log" : "stderr";
   // The fd socket of VMM exports (uapi.h); its path is on the root's

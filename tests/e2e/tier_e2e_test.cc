@@ -1,0 +1,112 @@
+// Tiers (issue 10) on a real mount without a GPU: a small host tier spills
+// to the disk tier; every byte reads back, nothing fails with ENOSPC while
+// the disk has room, a member held open never moves, and spilled members
+// survive a restart of the daemon.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/mount_fixture.h"
+
+namespace gpufs::e2e {
+namespace {
+
+constexpr size_t kMember = 1 << 20;
+const std::vector<std::string> kTierArgs = {"--store", "host", "--capacity", "host=4M,disk=64M"};
+
+// Writes `data` to `path` with plain syscalls; the errno of the first
+// failing call, 0 on success.
+int Put(const std::string& path, const std::string& data) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return errno;
+  int err = 0;
+  if (::write(fd, data.data(), data.size()) != static_cast<ssize_t>(data.size())) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  return err;
+}
+
+std::string Tier(const std::string& path) {
+  char buf[64];
+  ssize_t n = ::getxattr(path.c_str(), "user.gpufs.tier", buf, sizeof buf);
+  return n < 0 ? "errno " + std::to_string(errno) : std::string(buf, static_cast<size_t>(n));
+}
+
+nlohmann::json Stats(const GpufsMount& m) {
+  return nlohmann::json::parse(ReadFile(m.Path(".gpufs/stats")));
+}
+
+TEST(TierE2E, TwiceTheHostTierSpillsToDiskAndReadsBack) {
+  GpufsMount m(kTierArgs);
+  ASSERT_TRUE(m.Start());
+  int enospc = 0;
+  for (int i = 0; i < 8; ++i) {
+    int err = Put(m.Path("m" + std::to_string(i)), RandomBytes(kMember, i));
+    EXPECT_EQ(err, 0) << "m" << i << ": " << strerror(err);
+    enospc += err == ENOSPC;
+  }
+  EXPECT_EQ(enospc, 0);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(ReadFile(m.Path("m" + std::to_string(i))), RandomBytes(kMember, i)) << "m" << i;
+  }
+  EXPECT_EQ(Tier(m.Path("m0")), "disk");
+  EXPECT_EQ(Tier(m.Path("m7")), "host");
+  auto stats = Stats(m);
+  EXPECT_GE(stats["tiers"]["spills"].get<int>(), 4) << stats.dump(2);
+  EXPECT_EQ(stats["tiers"]["member_bytes"]["host"].get<uint64_t>() +
+                stats["tiers"]["member_bytes"]["disk"].get<uint64_t>(),
+            8 * kMember);
+  for (const auto& d : stats["devices"]) {
+    EXPECT_LE(d["used"].get<uint64_t>(), d["capacity"].get<uint64_t>()) << d.dump();
+  }
+  // user.gpufs.tier is read-only.
+  EXPECT_EQ(::setxattr(m.Path("m0").c_str(), "user.gpufs.tier", "host", 4, 0), -1);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_TRUE(m.Stop());
+}
+
+TEST(TierE2E, AMemberHeldOpenNeverMoves) {
+  GpufsMount m(kTierArgs);
+  ASSERT_TRUE(m.Start());
+  ASSERT_EQ(Put(m.Path("held"), RandomBytes(kMember, 100)), 0);
+  int fd = ::open(m.Path("held").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(Put(m.Path("n" + std::to_string(i)), RandomBytes(kMember, i)), 0);
+  EXPECT_EQ(Tier(m.Path("held")), "host");
+  std::string back(kMember, '\0');
+  ASSERT_EQ(::pread(fd, back.data(), back.size(), 0), static_cast<ssize_t>(kMember));
+  EXPECT_EQ(back, RandomBytes(kMember, 100));
+  ::close(fd);
+  EXPECT_EQ(ReadFile(m.Path("held")), RandomBytes(kMember, 100));
+  EXPECT_TRUE(m.Stop());
+}
+
+TEST(TierE2E, EveryTierFullIsEnospcAndNothingHalfWritten) {
+  GpufsMount m({"--store", "host", "--capacity", "host=2M,disk=2M"});
+  ASSERT_TRUE(m.Start());
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(Put(m.Path("m" + std::to_string(i)), RandomBytes(kMember, i)), 0);
+  EXPECT_EQ(Put(m.Path("over"), RandomBytes(kMember, 9)), ENOSPC);
+  EXPECT_NE(::access(m.Path("over").c_str(), F_OK), 0);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(ReadFile(m.Path("m" + std::to_string(i))), RandomBytes(kMember, i));
+  EXPECT_TRUE(m.Stop());
+}
+
+TEST(TierE2E, SpilledMembersSurviveARestart) {
+  GpufsMount m(kTierArgs);
+  ASSERT_TRUE(m.Start());
+  ASSERT_EQ(::mkdir(m.Path("obj").c_str(), 0755), 0);
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(Put(m.Path("obj/m" + std::to_string(i)), RandomBytes(kMember, i)), 0);
+  ASSERT_EQ(Tier(m.Path("obj/m0")), "disk");
+  ASSERT_TRUE(m.Stop());
+  ASSERT_TRUE(m.Start());
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(ReadFile(m.Path("obj/m" + std::to_string(i))), RandomBytes(kMember, i)) << "m" << i;
+  }
+  EXPECT_EQ(Tier(m.Path("obj/m0")), "disk");
+  EXPECT_TRUE(m.Stop());
+}
+
+}  // namespace
+}  // namespace gpufs::e2e
