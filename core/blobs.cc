@@ -124,7 +124,7 @@ Result<OpenResult> Namespace::Create(const Caller& caller, uint64_t parent, std:
     std::lock_guard lock(mu_);
     device = DeviceFor(parent);
   }
-  if (!MakeRoom(device, 0).ok()) return created;
+  if (!MakeRoom(device, kGranule).ok()) return created;
   return CreateOnce(caller, parent, name, mode, flags);
 }
 
@@ -138,7 +138,7 @@ Result<OpenResult> Namespace::Open(const Caller& caller, uint64_t ino, int flags
     if (!entry.ok()) return opened;
     device = DeviceFor(entry->parent);
   }
-  if (!MakeRoom(device, 0).ok()) return opened;
+  if (!MakeRoom(device, kGranule).ok()) return opened;
   return OpenOnce(caller, ino, flags);
 }
 

@@ -142,7 +142,15 @@ std::string BuildStatsJson(const StatsView& view) {
   j["open_members"] = std::move(open);
   json per_tier = json::object();
   for (const auto& [device, bytes] : view.member_bytes_per_tier) per_tier[device] = bytes;
+  json routes = json::object();
+  for (const auto& r : view.routes) {
+    routes[r.route] = {{"moves", r.moves},
+                       {"bytes", r.bytes},
+                       {"seconds", r.seconds},
+                       {"gb_per_s", r.seconds > 0 ? r.bytes / r.seconds / 1e9 : 0.0}};
+  }
   j["tiers"] = {{"spills", view.spills},
+                {"routes", std::move(routes)},
                 {"spilled_bytes", view.spilled_bytes},
                 {"fault_backs", view.fault_backs},
                 {"fault_back_bytes", view.fault_back_bytes},

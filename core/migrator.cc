@@ -86,10 +86,18 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device, MoveK
     pin = AddHandle(std::move(handle));
   }
   auto started = std::chrono::steady_clock::now();
+  std::string from;
+  uint64_t moved_bytes = 0;
+  bool skipped = false;
   Status moved = [&]() -> Status {
     std::unique_lock io(blob->io_mu);
     const Blob rec = blob->rec;
-    if (rec.device == device) return Status::Ok();
+    from = rec.device;
+    moved_bytes = rec.size;
+    if (rec.device == device) {
+      skipped = true;
+      return Status::Ok();
+    }
     if (kind == MoveKind::kSpill && rec.state != BlobState::kSealed) {
       return Error(EBUSY, path + " is not sealed");
     }
@@ -173,7 +181,11 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device, MoveK
   }();
   double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-  if (moved.ok()) {
+  if (moved.ok() && !skipped) {
+    {
+      std::lock_guard lock(mu_);
+      CountRoute(from + "->" + device, moved_bytes, ms / 1000);
+    }
     const char* why = kind == MoveKind::kSpill       ? " (spilled)"
                       : kind == MoveKind::kFaultBack ? " (fault back to map it)"
                                                      : "";

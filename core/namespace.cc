@@ -350,9 +350,11 @@ Result<std::vector<DirEntry>> Namespace::ReadDir(uint64_t dir, uint64_t cookie, 
 
 FsStats Namespace::StatFs() {
   FsStats stats;
-  bool gpu = default_device_ != "host";
+  // df shows the tier new blobs go to: every GPU, or the host store (never
+  // the disk tier below them).
+  bool gpu = IsGpuTier(default_device_);
   for (const auto& [device, store] : stores_) {
-    if ((device != "host") != gpu) continue;
+    if (gpu ? !IsGpuTier(device) : device != default_device_) continue;
     StoreUsage usage = store->Usage();
     stats.capacity += usage.capacity;
     stats.free += usage.capacity > usage.used ? usage.capacity - usage.used : 0;

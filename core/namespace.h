@@ -191,6 +191,14 @@ class Namespace {
     uint64_t fault_backs = 0, fault_back_bytes = 0;  // blobs brought back up to map them
     uint64_t persisted = 0, persisted_bytes = 0;      // disk copies written behind
     uint64_t checksum_failures = 0;                   // disk copies that did not match
+    // Per route ("cuda:0->host", "host->disk", "disk->cuda:0", ... and
+    // "cuda:0->disk (persist)" for write-behind copies): what moved and how
+    // long the copies took, for throughput figures.
+    struct Route {
+      uint64_t moves = 0, bytes = 0;
+      double seconds = 0;
+    };
+    std::map<std::string, Route> routes;
   };
   // Waits until every sealed blob queued for persistence so far has its
   // disk copy written (or given up on); for tests and an orderly stop.
@@ -311,12 +319,21 @@ class Namespace {
   Status MakeRoom(const std::string& device, uint64_t need);
   // Runs `attempt`; after ENOSPC from `device`'s store, makes room and runs it
   // once more. mu_ NOT held.
-  // A store may round reservations up (the VMM store to 2 MiB granules), so
-  // a second round asks for one granule more.
+  // Under mu_: one move of `bytes` from `from` to `to` took `seconds`.
+  void CountRoute(const std::string& route, uint64_t bytes, double seconds) {
+    auto& r = counters_.routes[route];
+    r.moves++;
+    r.bytes += bytes;
+    r.seconds += seconds;
+  }
+  // A store may round reservations up (the VMM store to 2 MiB granules, and
+  // a full one refuses even an empty blob), so a second round asks for one
+  // granule more, and an empty blob for one granule.
+  static constexpr uint64_t kGranule = 2ull << 20;
   template <typename F>
   Status WithRoom(const std::string& device, uint64_t need, F attempt) {
     Status tried = attempt();
-    for (uint64_t slack : {uint64_t{0}, uint64_t{2} << 20}) {
+    for (uint64_t slack : {uint64_t{0}, kGranule}) {
       if (tried.code() != ENOSPC || TiersBelow(device).empty()) return tried;
       if (!MakeRoom(device, need + slack).ok()) return tried;
       tried = attempt();

@@ -63,6 +63,9 @@ void Namespace::AddStatsDetail(StatsView* view) {
   view->persisted = counters_.persisted;
   view->persisted_bytes = counters_.persisted_bytes;
   view->checksum_failures = counters_.checksum_failures;
+  for (const auto& [route, r] : counters_.routes) {
+    view->routes.push_back({route, r.moves, r.bytes, r.seconds});
+  }
   std::map<std::string, uint64_t> per_tier;
   for (const auto& [device, store] : stores_) per_tier[device] = 0;
   if (auto blobs = catalog_->ListBlobs(); blobs.ok()) {

@@ -5,7 +5,8 @@
 // them back, checking their CRC-32C on the way (a mismatch is EIO and a log
 // line; the member stays on disk for plain reads to show what is there).
 //
-// The copy is made by one persister thread fed by a queue (a seal, or
+// The copy is made by one persister thread (an orderly stop drains its queue;
+// after a crash, Recover queues the persisted members still without a copy) fed by a queue (a seal, or
 // setting user.gpufs.persist=1 on an object, queues blobs). It holds the blob
 // by a handle while it copies (so the blob neither spills nor goes away) and
 // reads it under its io_mu shared; no namespace lock is held while bytes move.
@@ -13,6 +14,7 @@
 // The disk store holds a persisted blob's bytes under the blob's own id, so:
 // moving such a blob to "disk" only switches the catalog (the bytes are
 // there); moving it off "disk" leaves the copy; freeing the blob frees both.
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 
@@ -63,7 +65,7 @@ void Namespace::QueuePersist(EntryId entry, BlobId blob) {
 void Namespace::WaitPersisted() {
   std::unique_lock lock(mu_);
   persist_done_cv_.wait(lock, [this] {
-    return stopping_ || !persister_.joinable() || (persist_queue_.empty() && persist_busy_ == 0);
+    return !persister_.joinable() || (persist_queue_.empty() && persist_busy_ == 0);
   });
 }
 
@@ -71,7 +73,7 @@ void Namespace::PersistLoop() {
   std::unique_lock lock(mu_);
   for (;;) {
     persist_cv_.wait(lock, [this] { return stopping_ || !persist_queue_.empty(); });
-    if (stopping_) break;
+    if (persist_queue_.empty()) break;  // stopping: an orderly stop drains the queue first
     auto [entry, blob] = persist_queue_.front();
     persist_queue_.pop_front();
     persist_busy_++;
@@ -107,6 +109,7 @@ Status Namespace::PersistOne(EntryId entry_id, BlobId blob_id) {
   }
   BulkStore* disk = StoreFor("disk");
   uint64_t bytes = 0;
+  auto started = std::chrono::steady_clock::now();
   Result<uint32_t> copied = [&]() -> Result<uint32_t> {
     std::shared_lock io(blob->io_mu);
     const Blob rec = blob->rec;
@@ -139,6 +142,8 @@ Status Namespace::PersistOne(EntryId entry_id, BlobId blob_id) {
       return recorded;
     }
     disk_copies_[rec.id] = *crc;
+    CountRoute(rec.device + "->disk (persist)", rec.size,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     counters_.persisted++;
     counters_.persisted_bytes += rec.size;
     return crc;

@@ -100,6 +100,13 @@ Status Namespace::Recover() {
     blob.state = BlobState::kLost;
     GPUFS_RETURN_IF_ERROR(catalog_->UpdateBlob(blob));
   }
+  // Write-behind the previous daemon did not finish (it was killed).
+  GPUFS_ASSIGN_OR_RETURN(blobs, catalog_->ListBlobs());
+  for (const Blob& blob : blobs) {
+    if (blob.state != BlobState::kSealed || disk_copies_.contains(blob.id)) continue;
+    auto entry = catalog_->EntryOfBlob(blob.id);
+    if (entry.ok()) QueuePersist(*entry, blob.id);
+  }
   GPUFS_ASSIGN_OR_RETURN(uint64_t entries, catalog_->CountEntries());
   GPUFS_LOG(INFO) << "namespace ready: generation " << generation_ << ", " << entries
                   << " entries, " << blobs.size() << " blobs (" << lost.size() << " lost, "

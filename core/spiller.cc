@@ -19,6 +19,7 @@
 // which is held by a handle and so never a candidate; a mover of a
 // candidate takes further io_mus only of candidates of the tier below.
 #include <algorithm>
+#include <chrono>
 
 #include "core/namespace.h"
 #include "proto/xattr_names.h"
@@ -147,6 +148,7 @@ Status Namespace::MoveDownWhileWriting(ActiveBlob& blob, uint64_t new_size) {
     if (blob.mapped > 0) return Error(ENOSPC, rec.device + " is full and " + path + " is mapped");
   }
   BulkStore* source = StoreFor(rec.device);
+  auto started = std::chrono::steady_clock::now();
   for (const std::string& tier : TiersBelow(rec.device)) {
     BulkStore* target = StoreFor(tier);
     Status got = WithRoom(tier, new_size,
@@ -183,6 +185,8 @@ Status Namespace::MoveDownWhileWriting(ActiveBlob& blob, uint64_t new_size) {
         doomed_.emplace_back(rec.device, rec.id);
         counters_.spills++;
         counters_.spilled_bytes += size;
+        CountRoute(rec.device + "->" + tier, size,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
       }
       moved = recorded;
     }

@@ -1,4 +1,4 @@
-// gpufs-consumer PATH [--expect-seed SEED] [--hold-ms N] [--cycles N]
+// gpufs-consumer PATH [--expect-seed SEED] [--hold-ms N] [--hold-stdin] [--cycles N]
 //
 // Maps the sealed GPU blob PATH with libgpufs and, on the device:
 //   - computes its checksum (common.cuh; compare with
@@ -23,13 +23,17 @@
 #include <cstring>
 #include <thread>
 
+#include <unistd.h>
+
 #include "common.cuh"
 #include "gpufs/gpufs.h"
 
 namespace {
 
 int Usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s PATH [--expect-seed SEED] [--hold-ms N] [--cycles N]\n", argv0);
+  std::fprintf(stderr,
+               "usage: %s PATH [--expect-seed SEED] [--hold-ms N] [--hold-stdin] [--cycles N]\n",
+               argv0);
   return 2;
 }
 
@@ -56,10 +60,17 @@ uint64_t Verify(const gpufs_buffer& buf, uint64_t seed, uint64_t* first) {
 int main(int argc, char** argv) {
   if (argc < 2) return Usage(argv[0]);
   const char* path = argv[1];
-  bool expect = false;
+  bool expect = false, hold_stdin = false;
   uint64_t seed = 0, hold_ms = 0, cycles = 0;
   for (int i = 2; i < argc; ++i) {
     uint64_t* target = nullptr;
+    if (std::strcmp(argv[i], "--hold-stdin") == 0) {
+      // Prints "mapped" once mapped, then holds the mapping until stdin
+      // closes: a test knows exactly when the member is mapped and decides
+      // when the check runs, with no timer.
+      hold_stdin = true;
+      continue;
+    }
     if (std::strcmp(argv[i], "--expect-seed") == 0) {
       target = &seed;
       expect = true;
@@ -84,6 +95,13 @@ int main(int argc, char** argv) {
   // Hold first, check after: what is checked is the memory as it is once the
   // member may have been removed or replaced meanwhile.
   if (hold_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
+  if (hold_stdin) {
+    std::printf("mapped\n");
+    std::fflush(stdout);
+    char c;
+    while (::read(0, &c, 1) > 0) {
+    }
+  }
   uint64_t checksum = example::DeviceChecksum(buf.ptr, buf.size);
   std::printf("path=%s ptr=%p size=%" PRIu64 " device=%d blob_id=%" PRIu64 " generation=%" PRIu64
               " checksum=0x%016" PRIx64 "\n",

@@ -7,6 +7,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "tests/support/mount_fixture.h"
@@ -105,6 +106,38 @@ TEST(TierE2E, SpilledMembersSurviveARestart) {
     EXPECT_EQ(ReadFile(m.Path("obj/m" + std::to_string(i))), RandomBytes(kMember, i)) << "m" << i;
   }
   EXPECT_EQ(Tier(m.Path("obj/m0")), "disk");
+  EXPECT_TRUE(m.Stop());
+}
+
+// On a host store the host tier's files survive a restart anyway; losing
+// them (as a GPU loses its memory) shows what persistence keeps.
+TEST(TierE2E, PersistedObjectsComeBackFromDiskWhenTheirTierLostThem) {
+  GpufsMount m({"--store", "host", "--capacity", "host=64M,disk=64M"});
+  ASSERT_TRUE(m.Start());
+  ASSERT_EQ(::mkdir(m.Path("keep").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(m.Path("scratch").c_str(), 0755), 0);
+  ASSERT_EQ(::setxattr(m.Path("keep").c_str(), "user.gpufs.persist", "1", 1, 0), 0);
+  EXPECT_EQ(::setxattr(m.Path("scratch").c_str(), "user.gpufs.persist", "2", 1, 0), -1);
+  EXPECT_EQ(errno, EINVAL);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(Put(m.Path("keep/m" + std::to_string(i)), RandomBytes(kMember + i, i)), 0);
+    ASSERT_EQ(Put(m.Path("scratch/m" + std::to_string(i)), RandomBytes(kMember, i)), 0);
+  }
+  // Stopping waits for the write-behind (an orderly stop drains the queue).
+  ASSERT_TRUE(m.Stop());
+  std::filesystem::remove_all(m.state() + "/host");
+  ASSERT_TRUE(m.Start());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(ReadFile(m.Path("keep/m" + std::to_string(i))), RandomBytes(kMember + i, i));
+    EXPECT_EQ(Tier(m.Path("keep/m" + std::to_string(i))), "disk");
+    int fd = ::open(m.Path("scratch/m" + std::to_string(i)).c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    char c;
+    EXPECT_EQ(::read(fd, &c, 1), -1);  // lost: it asked for no persistence
+    EXPECT_EQ(errno, EIO);
+    ::close(fd);
+  }
+  EXPECT_EQ(Stats(m)["tiers"]["member_bytes"]["disk"].get<uint64_t>(), 3 * kMember + 3);
   EXPECT_TRUE(m.Stop());
 }
 
