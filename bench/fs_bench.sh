@@ -48,7 +48,8 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -z "$MOUNT_OPTS" && "$STORE" == host ]] && MOUNT_OPTS="--capacity $((SIZE_MIB * 3 + 64))M"
 
-GPUFS=$BUILD/cli/gpufs
+GPUFS=$BUILD/bin/gpufs  # the CLI lives in bin/ since the restructure
+[[ -x $GPUFS ]] || GPUFS=$BUILD/cli/gpufs
 MINIFS=$BUILD/bench/gpufs-minifs
 PROBE=$BUILD/bench/gpufs-fs-probe
 for bin in "$GPUFS" "$MINIFS" "$PROBE"; do

@@ -62,6 +62,10 @@ TEST(TierE2E, TwiceTheHostTierSpillsToDiskAndReadsBack) {
   for (const auto& d : stats["devices"]) {
     EXPECT_LE(d["used"].get<uint64_t>(), d["capacity"].get<uint64_t>()) << d.dump();
   }
+  auto stat = Sh(GpufsBin() + " stat " + m.Path("m0"));
+  EXPECT_NE(stat.output.find("tier:     disk"), std::string::npos) << stat.output;
+  auto ls = nlohmann::json::parse(Sh(GpufsBin() + " ls --json " + m.Path("m7")).output);
+  EXPECT_EQ(ls[0]["tier"], "host") << ls.dump();
   // user.gpufs.tier is read-only.
   EXPECT_EQ(::setxattr(m.Path("m0").c_str(), "user.gpufs.tier", "host", 4, 0), -1);
   EXPECT_EQ(errno, EPERM);
@@ -100,6 +104,9 @@ TEST(TierE2E, SpilledMembersSurviveARestart) {
   ASSERT_EQ(::mkdir(m.Path("obj").c_str(), 0755), 0);
   for (int i = 0; i < 8; ++i) ASSERT_EQ(Put(m.Path("obj/m" + std::to_string(i)), RandomBytes(kMember, i)), 0);
   ASSERT_EQ(Tier(m.Path("obj/m0")), "disk");
+  auto stat = Sh(GpufsBin() + " stat " + m.Path("obj"));
+  EXPECT_NE(stat.output.find("tiers:    disk "), std::string::npos) << stat.output;
+  EXPECT_NE(stat.output.find(", host "), std::string::npos) << stat.output;
   ASSERT_TRUE(m.Stop());
   ASSERT_TRUE(m.Start());
   for (int i = 0; i < 8; ++i) {
