@@ -7,7 +7,7 @@
 
 #include "proto/names.h"
 #include "proto/xattr_names.h"
-#include "util/crc32c.h"
+#include "core/tier_copy.h"
 #include "util/log.h"
 
 namespace gpufs {
@@ -118,19 +118,15 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device, MoveK
       }));
     }
     Status copied = to_copy ? Status::Ok() : [&]() -> Status {
-      constexpr uint64_t kChunk = 64ull << 20;
-      size_t chunk =
-          static_cast<size_t>(std::min<uint64_t>(std::max<uint64_t>(rec.size, 1), kChunk));
-      HostBuffer buffer = AllocateIoBuffer(chunk);
-      if (!buffer) return Error(ENOMEM, "no bounce buffer of " + std::to_string(chunk) + " bytes");
-      uint32_t crc = 0;
-      for (uint64_t off = 0; off < rec.size; off += chunk) {
-        size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, rec.size - off));
-        std::span<std::byte> bytes(buffer.get(), n);
-        GPUFS_RETURN_IF_ERROR(source->Read(rec.id, off, bytes));
-        if (verify) crc = Crc32c(crc, bytes);
-        GPUFS_RETURN_IF_ERROR(target->Write(rec.id, off, bytes));
-      }
+      GPUFS_ASSIGN_OR_RETURN(
+          uint32_t crc, CopyBetweenTiers({.source = source,
+                                          .target = target,
+                                          .id = rec.id,
+                                          .size = rec.size,
+                                          .source_is_gpu = IsGpuTier(rec.device),
+                                          .target_is_gpu = IsGpuTier(device),
+                                          .checksum = verify},
+                                         [this](size_t n) { return AllocateIoBuffer(n); }));
       if (verify && crc != *disk_copy) {
         std::lock_guard lock(mu_);
         counters_.checksum_failures++;

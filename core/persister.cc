@@ -20,7 +20,7 @@
 
 #include "core/namespace.h"
 #include "proto/xattr_names.h"
-#include "util/crc32c.h"
+#include "core/tier_copy.h"
 #include "util/log.h"
 
 namespace gpufs {
@@ -117,22 +117,18 @@ Status Namespace::PersistOne(EntryId entry_id, BlobId blob_id) {
     BulkStore* source = StoreFor(rec.device);
     const bool in_place = rec.device == "disk";  // spilled there already: the bytes are the copy
     if (!in_place) GPUFS_RETURN_IF_ERROR(disk->Allocate(rec.id, rec.owner_uid, rec.size));
-    Result<uint32_t> crc = [&]() -> Result<uint32_t> {
-      constexpr uint64_t kChunk = 64ull << 20;
-      size_t chunk = static_cast<size_t>(std::clamp<uint64_t>(rec.size, 1, kChunk));
-      HostBuffer buffer = AllocateIoBuffer(chunk);
-      if (!buffer) return Error(ENOMEM, "no bounce buffer of " + std::to_string(chunk) + " bytes");
-      uint32_t sum = 0;
-      for (uint64_t off = 0; off < rec.size; off += chunk) {
-        size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, rec.size - off));
-        std::span<std::byte> part(buffer.get(), n);
-        GPUFS_RETURN_IF_ERROR(source->Read(rec.id, off, part));
-        sum = Crc32c(sum, part);
-        if (!in_place) GPUFS_RETURN_IF_ERROR(disk->Write(rec.id, off, part));
-      }
-      if (!in_place) GPUFS_RETURN_IF_ERROR(disk->Seal(rec.id, rec.size));
-      return sum;
-    }();
+    Result<uint32_t> crc = CopyBetweenTiers({.source = source,
+                                             .target = in_place ? nullptr : disk,
+                                             .id = rec.id,
+                                             .size = rec.size,
+                                             .source_is_gpu = IsGpuTier(rec.device),
+                                             .target_is_gpu = false,
+                                             .checksum = true},
+                                            [this](size_t n) { return AllocateIoBuffer(n); });
+    if (crc.ok() && !in_place) {
+      Status sealed = disk->Seal(rec.id, rec.size);
+      if (!sealed.ok()) crc = sealed;
+    }
     if (!crc.ok() && !in_place) disk->Free(rec.id);
     if (!crc.ok()) return crc;
     std::lock_guard lock(mu_);

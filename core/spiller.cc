@@ -22,6 +22,7 @@
 #include <chrono>
 
 #include "core/namespace.h"
+#include "core/tier_copy.h"
 #include "proto/xattr_names.h"
 #include "util/log.h"
 #include "util/size.h"
@@ -155,19 +156,14 @@ Status Namespace::MoveDownWhileWriting(ActiveBlob& blob, uint64_t new_size) {
                           [&] { return target->Allocate(rec.id, rec.owner_uid, new_size); });
     if (got.code() == ENOSPC) continue;
     GPUFS_RETURN_IF_ERROR(got);
-    Status copied = [&]() -> Status {
-      constexpr uint64_t kChunk = 64ull << 20;
-      size_t chunk = static_cast<size_t>(std::clamp<uint64_t>(size, 1, kChunk));
-      HostBuffer buffer = AllocateIoBuffer(chunk);
-      if (!buffer) return Error(ENOMEM, "no bounce buffer of " + std::to_string(chunk) + " bytes");
-      for (uint64_t off = 0; off < size; off += chunk) {
-        size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, size - off));
-        std::span<std::byte> bytes(buffer.get(), n);
-        GPUFS_RETURN_IF_ERROR(source->Read(rec.id, off, bytes));
-        GPUFS_RETURN_IF_ERROR(target->Write(rec.id, off, bytes));
-      }
-      return Status::Ok();
-    }();
+    Status copied = CopyBetweenTiers({.source = source,
+                                      .target = target,
+                                      .id = rec.id,
+                                      .size = size,
+                                      .source_is_gpu = IsGpuTier(rec.device),
+                                      .target_is_gpu = false},
+                                     [this](size_t n) { return AllocateIoBuffer(n); })
+                         .status();
     if (!copied.ok()) {
       target->Free(rec.id);
       return copied.Prepend("move " + path + " to " + tier + " while it is written");
