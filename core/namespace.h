@@ -31,7 +31,10 @@
 // namespace.cc (tree operations), blobs.cc (create/open/read/write/release,
 // sealing), handle_table.cc, control_files.cc (/.gpufs), placement.cc (which
 // store a blob goes to), migrator.cc, recovery.cc (start-up sweep), xattrs.cc,
-// device_memory.cc (GPUFS_IOC_MAP/ALLOC/SEAL), meta_json.cc and ipc_info.cc.
+// device_memory.cc (GPUFS_IOC_MAP/ALLOC/SEAL), meta_json.cc and ipc_info.cc;
+// tiers (issue 10): eviction_policy.cc (which blobs leave a full tier),
+// spiller.cc (spill on demand, fault back before a map), persister.cc
+// (write-behind to the disk tier, CRC-32C) and tier_copy.cc (the copies).
 //
 // Threading: every public method is thread-safe. Lock order: a blob's io_mu
 // before mu_; nobody takes io_mu while holding mu_. Metadata work (the
@@ -40,7 +43,12 @@
 // only, and frees are queued under mu_ and done after it is dropped
 // (FreeQueuedOnExit), so lookups and getattr never wait behind the device.
 // Not yet moved out: the zero-byte Allocate of a new blob (Create, O_TRUNC
-// replace), which runs under mu_. Nothing waits on a timer or a condition.
+// replace), which runs under mu_ (on ENOSPC, Create and Open drop mu_, make
+// room and try again). Spilling holds the io_mu of the blob that needs room
+// and then takes the io_mu of cold blobs (never held by a handle): see
+// spiller.cc for why that cannot cycle. Nothing waits on a timer; the only
+// condition waits are the persister's queue (persist_cv_) and
+// WaitPersisted.
 #pragma once
 
 #include <sys/types.h>
