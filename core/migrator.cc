@@ -126,7 +126,8 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device, MoveK
                                           .source_is_gpu = IsGpuTier(rec.device),
                                           .target_is_gpu = IsGpuTier(device),
                                           .checksum = verify},
-                                         [this](size_t n) { return AllocateIoBuffer(n); }));
+                                         [this](size_t n) { return TakeCopyBuffer(n); },
+                         [this](HostBuffer b) { KeepCopyBuffer(std::move(b)); }));
       if (verify && crc != *disk_copy) {
         std::lock_guard lock(mu_);
         counters_.checksum_failures++;

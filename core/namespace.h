@@ -327,6 +327,11 @@ class Namespace {
   Status MakeRoom(const std::string& device, uint64_t need);
   // Runs `attempt`; after ENOSPC from `device`'s store, makes room and runs it
   // once more. mu_ NOT held.
+  // Bounce buffers of tier copies (kCopyBuffer bytes, pinned when a GPU is
+  // served): allocating pinned memory costs milliseconds, so a few are kept.
+  static constexpr size_t kCopyBuffer = 64ull << 20;
+  HostBuffer TakeCopyBuffer(size_t bytes);
+  void KeepCopyBuffer(HostBuffer buffer);
   // Under mu_: one move of `bytes` from `from` to `to` took `seconds`.
   void CountRoute(const std::string& route, uint64_t bytes, double seconds) {
     auto& r = counters_.routes[route];
@@ -401,6 +406,8 @@ class Namespace {
   std::condition_variable persist_cv_;                // work queued, or stopping
   std::condition_variable persist_done_cv_;           // the queue ran empty
   std::thread persister_;  // started by Open when a "disk" store is served
+  std::mutex copy_buffers_mu_;                   // a leaf lock
+  std::vector<HostBuffer> copy_buffers_;         // GUARDED_BY(copy_buffers_mu_)
   void NotifyEntry(uint64_t parent, std::string_view name) {
     if (Invalidator* inv = invalidator_.load()) inv->InvalidateEntry(parent, name);
   }

@@ -124,7 +124,8 @@ Status Namespace::PersistOne(EntryId entry_id, BlobId blob_id) {
                                              .source_is_gpu = IsGpuTier(rec.device),
                                              .target_is_gpu = false,
                                              .checksum = true},
-                                            [this](size_t n) { return AllocateIoBuffer(n); });
+                                            [this](size_t n) { return TakeCopyBuffer(n); },
+                         [this](HostBuffer b) { KeepCopyBuffer(std::move(b)); });
     if (crc.ok() && !in_place) {
       Status sealed = disk->Seal(rec.id, rec.size);
       if (!sealed.ok()) crc = sealed;

@@ -137,6 +137,25 @@ Status Namespace::FaultBack(EntryId entry, const std::shared_ptr<ActiveBlob>& bl
   return MigrateBlob(entry, home, MoveKind::kFaultBack);
 }
 
+HostBuffer Namespace::TakeCopyBuffer(size_t bytes) {
+  if (bytes > kCopyBuffer) return AllocateIoBuffer(bytes);
+  {
+    std::lock_guard lock(copy_buffers_mu_);
+    if (!copy_buffers_.empty()) {
+      HostBuffer buffer = std::move(copy_buffers_.back());
+      copy_buffers_.pop_back();
+      return buffer;
+    }
+  }
+  return AllocateIoBuffer(kCopyBuffer);
+}
+
+void Namespace::KeepCopyBuffer(HostBuffer buffer) {
+  std::lock_guard lock(copy_buffers_mu_);
+  if (copy_buffers_.size() < 4) copy_buffers_.push_back(std::move(buffer));
+}
+
+
 Status Namespace::MoveDownWhileWriting(ActiveBlob& blob, uint64_t new_size) {
   const Blob rec = blob.rec;
   const uint64_t size = blob.size.load();
@@ -162,7 +181,8 @@ Status Namespace::MoveDownWhileWriting(ActiveBlob& blob, uint64_t new_size) {
                                       .size = size,
                                       .source_is_gpu = IsGpuTier(rec.device),
                                       .target_is_gpu = false},
-                                     [this](size_t n) { return AllocateIoBuffer(n); })
+                                     [this](size_t n) { return TakeCopyBuffer(n); },
+                         [this](HostBuffer b) { KeepCopyBuffer(std::move(b)); })
                          .status();
     if (!copied.ok()) {
       target->Free(rec.id);

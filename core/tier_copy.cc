@@ -36,10 +36,22 @@ Status ReadChunk(const TierCopy& copy, uint64_t off, std::span<std::byte> dst) {
 }  // namespace
 
 Result<uint32_t> CopyBetweenTiers(const TierCopy& copy,
-                                  const std::function<HostBuffer(size_t)>& buffer) {
+                                  const std::function<HostBuffer(size_t)>& buffer,
+                                  const std::function<void(HostBuffer)>& give_back) {
   const size_t chunk = static_cast<size_t>(std::clamp<uint64_t>(copy.size, 1, std::max<uint64_t>(copy.chunk, 1)));
   HostBuffer a = buffer(chunk);
   HostBuffer b = buffer(chunk);
+  // Runs last (declared after the buffers): hands them back for reuse.
+  struct GiveBack {
+    const std::function<void(HostBuffer)>& to;
+    HostBuffer& a;
+    HostBuffer& b;
+    ~GiveBack() {
+      if (!to) return;
+      if (a) to(std::move(a));
+      if (b) to(std::move(b));
+    }
+  } give_back_on_exit{give_back, a, b};
   if (!a || !b) return Error(ENOMEM, "no bounce buffers of " + std::to_string(chunk) + " bytes");
   std::byte* bufs[2] = {a.get(), b.get()};
   uint32_t crc = 0;

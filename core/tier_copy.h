@@ -32,7 +32,9 @@ struct TierCopy {
 // allocated at `size`); returns the CRC-32C when asked (else 0). `buffer`
 // gives host buffers. The first error stops the copy; the target's bytes
 // are then undefined (the caller frees them).
+// `give_back`, when set, receives the buffers after the copy (for reuse).
 Result<uint32_t> CopyBetweenTiers(const TierCopy& copy,
-                                  const std::function<HostBuffer(size_t)>& buffer);
+                                  const std::function<HostBuffer(size_t)>& buffer,
+                                  const std::function<void(HostBuffer)>& give_back = {});
 
 }  // namespace gpufs
