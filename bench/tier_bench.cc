@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
   std::string mnt = argv[1];
   uint64_t size = 1ull << 30;
   for (int i = 2; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--size-mib") == 0) size = std::strtoull(argv[i + 1], nullptr, 10) << 20;
+    if (std::strcmp(argv[i], "--size-mib") == 0)
+      size = std::strtoull(argv[i + 1], nullptr, 10) << 20;
   }
   Check(cudaFree(nullptr), "cuda init");
   std::string dir = mnt + "/tier-bench";
@@ -114,7 +115,7 @@ int main(int argc, char** argv) {
   gpufs_buffer buf{};
   double map_from_host = TimedMap(g(0), &buf);  // fault back from host
   CheckGpufs(gpufs_unmap(&buf), "gpufs_unmap");
-  Put(g(3), size, 4);  // host full: host->disk, then cuda:0->host
+  Put(g(3), size, 4);                           // host full: host->disk, then cuda:0->host
   double map_from_disk = TimedMap(g(1), &buf);  // fault back from disk
   CheckGpufs(gpufs_unmap(&buf), "gpufs_unmap");
   double map_resident = TimedMap(g(1), &buf);  // already on the GPU
@@ -137,7 +138,8 @@ int main(int argc, char** argv) {
     uint64_t bytes = r["bytes"].get<uint64_t>();
     double s = r["seconds"].get<double>();
     std::printf("%-44s %10.1f %10.2f   (%llu moves, %.0f MiB)\n", ("route " + route).c_str(),
-                s * 1e3, GBps(bytes, s), static_cast<unsigned long long>(r["moves"].get<uint64_t>()),
+                s * 1e3, GBps(bytes, s),
+                static_cast<unsigned long long>(r["moves"].get<uint64_t>()),
                 static_cast<double>(bytes) / (1 << 20));
   }
   double from_host = 0;

@@ -74,7 +74,8 @@ void Namespace::FreeBlob(const Blob& blob) {
   eviction_->Forget(blob.id);
   doomed_.emplace_back(blob.device, blob.id);
   // Its disk copy goes too (unless the disk copy is where it lives).
-  if (disk_copies_.erase(blob.id) > 0 && blob.device != "disk") doomed_.emplace_back("disk", blob.id);
+  if (disk_copies_.erase(blob.id) > 0 && blob.device != "disk")
+    doomed_.emplace_back("disk", blob.id);
 }
 
 void Namespace::FreeQueued() {
@@ -288,7 +289,8 @@ Result<size_t> Namespace::Write(HandleId id, uint64_t offset, std::span<const st
   BulkStore* store = StoreFor(rec.device);
   uint64_t end = offset + src.size();
   if (end > size) {
-    Status resized = WithRoom(rec.device, end - size, [&] { return store->Resize(rec.id, size, end); });
+    Status resized =
+        WithRoom(rec.device, end - size, [&] { return store->Resize(rec.id, size, end); });
     if (resized.code() == ENOSPC) resized = MoveDownWhileWriting(*blob, end);
     if (resized.ok()) store = StoreFor(rec.device);
     if (!resized.ok()) {

@@ -1,13 +1,12 @@
 // Migration: moving a blob's bytes (or every blob of an object) between stores.
-#include "core/namespace.h"
-
 #include <algorithm>
 #include <chrono>
 #include <optional>
 
+#include "core/namespace.h"
+#include "core/tier_copy.h"
 #include "proto/names.h"
 #include "proto/xattr_names.h"
-#include "core/tier_copy.h"
 #include "util/log.h"
 
 namespace gpufs {
@@ -113,21 +112,21 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device, MoveK
     const bool to_copy = device == "disk" && disk_copy.has_value();
     const bool verify = rec.device == "disk" && disk_copy.has_value();
     if (!to_copy) {
-      GPUFS_RETURN_IF_ERROR(WithRoom(device, rec.size, [&] {
-        return target->Allocate(rec.id, rec.owner_uid, rec.size);
-      }));
+      GPUFS_RETURN_IF_ERROR(WithRoom(
+          device, rec.size, [&] { return target->Allocate(rec.id, rec.owner_uid, rec.size); }));
     }
     Status copied = to_copy ? Status::Ok() : [&]() -> Status {
-      GPUFS_ASSIGN_OR_RETURN(
-          uint32_t crc, CopyBetweenTiers({.source = source,
-                                          .target = target,
-                                          .id = rec.id,
-                                          .size = rec.size,
-                                          .source_is_gpu = IsGpuTier(rec.device),
-                                          .target_is_gpu = IsGpuTier(device),
-                                          .checksum = verify},
-                                         [this](size_t n) { return TakeCopyBuffer(n); },
-                         [this](HostBuffer b) { KeepCopyBuffer(std::move(b)); }));
+      GPUFS_ASSIGN_OR_RETURN(uint32_t crc,
+                             CopyBetweenTiers(
+                                 {.source = source,
+                                  .target = target,
+                                  .id = rec.id,
+                                  .size = rec.size,
+                                  .source_is_gpu = IsGpuTier(rec.device),
+                                  .target_is_gpu = IsGpuTier(device),
+                                  .checksum = verify},
+                                 [this](size_t n) { return TakeCopyBuffer(n); },
+                                 [this](HostBuffer b) { KeepCopyBuffer(std::move(b)); }));
       if (verify && crc != *disk_copy) {
         std::lock_guard lock(mu_);
         counters_.checksum_failures++;

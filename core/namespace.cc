@@ -28,8 +28,8 @@ Namespace::Namespace(NamespaceOptions options)
       tokens_(options.tokens),
       socket_path_(std::move(options.socket_path)),
       persist_all_(options.persist_all) {
-  eviction_ = options.eviction ? std::move(options.eviction)
-                               : std::make_unique<LruEvictionPolicy>();
+  eviction_ =
+      options.eviction ? std::move(options.eviction) : std::make_unique<LruEvictionPolicy>();
   for (auto& store : options.stores) {
     std::string name = store->device();
     stores_[name] = std::move(store);
@@ -71,7 +71,8 @@ Result<std::unique_ptr<Namespace>> Namespace::Open(NamespaceOptions options) {
     return Error(ENODEV, "no store for the default device " + ns->default_device_);
   }
   GPUFS_RETURN_IF_ERROR(ns->Recover());
-  if (ns->stores_.contains("disk")) ns->persister_ = std::thread([p = ns.get()] { p->PersistLoop(); });
+  if (ns->stores_.contains("disk"))
+    ns->persister_ = std::thread([p = ns.get()] { p->PersistLoop(); });
   return ns;
 }
 

@@ -58,7 +58,6 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <thread>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -67,15 +66,16 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "core/control_files.h"
 #include "core/eviction_policy.h"
-#include "core/types.h"
 #include "core/invalidator.h"
-#include "gpufs/uapi.h"
 #include "core/ipc_tokens.h"
+#include "core/types.h"
+#include "gpufs/uapi.h"
 #include "meta/catalog.h"
 #include "store/bulk_store.h"
 #include "util/status.h"
@@ -197,8 +197,8 @@ class Namespace {
   struct TierCounters {
     uint64_t spills = 0, spilled_bytes = 0;          // blobs moved down
     uint64_t fault_backs = 0, fault_back_bytes = 0;  // blobs brought back up to map them
-    uint64_t persisted = 0, persisted_bytes = 0;      // disk copies written behind
-    uint64_t checksum_failures = 0;                   // disk copies that did not match
+    uint64_t persisted = 0, persisted_bytes = 0;     // disk copies written behind
+    uint64_t checksum_failures = 0;                  // disk copies that did not match
     // Per route ("cuda:0->host", "host->disk", "disk->cuda:0", ... and
     // "cuda:0->disk (persist)" for write-behind copies): what moved and how
     // long the copies took, for throughput figures.
@@ -396,18 +396,18 @@ class Namespace {
   std::unordered_map<BlobId, std::shared_ptr<ActiveBlob>> active_;  // GUARDED_BY(mu_)
   std::unordered_map<EntryId, int> entry_opens_;                    // GUARDED_BY(mu_)
   std::atomic<Invalidator*> invalidator_{nullptr};  // perf (issue 12)
-  std::unique_ptr<EvictionPolicy> eviction_;         // GUARDED_BY(mu_)
-  TierCounters counters_;                            // GUARDED_BY(mu_)
+  std::unique_ptr<EvictionPolicy> eviction_;        // GUARDED_BY(mu_)
+  TierCounters counters_;                           // GUARDED_BY(mu_)
   bool persist_all_ = false;
-  std::unordered_map<BlobId, uint32_t> disk_copies_;  // GUARDED_BY(mu_): blob -> crc32c
+  std::unordered_map<BlobId, uint32_t> disk_copies_;      // GUARDED_BY(mu_): blob -> crc32c
   std::deque<std::pair<EntryId, BlobId>> persist_queue_;  // GUARDED_BY(mu_)
-  uint64_t persist_busy_ = 0;                         // GUARDED_BY(mu_): being copied
-  bool stopping_ = false;                             // GUARDED_BY(mu_)
-  std::condition_variable persist_cv_;                // work queued, or stopping
-  std::condition_variable persist_done_cv_;           // the queue ran empty
-  std::thread persister_;  // started by Open when a "disk" store is served
-  std::mutex copy_buffers_mu_;                   // a leaf lock
-  std::vector<HostBuffer> copy_buffers_;         // GUARDED_BY(copy_buffers_mu_)
+  uint64_t persist_busy_ = 0;                             // GUARDED_BY(mu_): being copied
+  bool stopping_ = false;                                 // GUARDED_BY(mu_)
+  std::condition_variable persist_cv_;                    // work queued, or stopping
+  std::condition_variable persist_done_cv_;               // the queue ran empty
+  std::thread persister_;                 // started by Open when a "disk" store is served
+  std::mutex copy_buffers_mu_;            // a leaf lock
+  std::vector<HostBuffer> copy_buffers_;  // GUARDED_BY(copy_buffers_mu_)
   void NotifyEntry(uint64_t parent, std::string_view name) {
     if (Invalidator* inv = invalidator_.load()) inv->InvalidateEntry(parent, name);
   }

@@ -7,9 +7,9 @@
 #include <sys/xattr.h>
 
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <mutex>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
 

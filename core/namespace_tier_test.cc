@@ -66,7 +66,8 @@ class TierTest : public ::testing::Test {
       if (err) *err = h.status().code();
       return 0;
     }
-    auto n = ns_->Write(h->handle, 0, {reinterpret_cast<const std::byte*>(data.data()), data.size()});
+    auto n =
+        ns_->Write(h->handle, 0, {reinterpret_cast<const std::byte*>(data.data()), data.size()});
     Status released = ns_->Release(h->handle);
     if (!n.ok() || !released.ok()) {
       if (err) *err = n.ok() ? released.code() : n.status().code();
@@ -123,7 +124,8 @@ TEST_F(TierTest, TwiceTheGpuFitsAndEveryByteReadsBack) {
 TEST_F(TierTest, LeastRecentlyUsedLeavesFirst) {
   Start();
   std::vector<uint64_t> inos;
-  for (int i = 0; i < 4; ++i) inos.push_back(Put(kRootEntryId, "m" + std::to_string(i), Pattern(i, kMember)));
+  for (int i = 0; i < 4; ++i)
+    inos.push_back(Put(kRootEntryId, "m" + std::to_string(i), Pattern(i, kMember)));
   EXPECT_EQ(Cat(inos[0]), Pattern(0, kMember));  // m0 is now the warmest
   ASSERT_NE(Put(kRootEntryId, "new", Pattern(9, kMember)), 0u);
   EXPECT_EQ(Tier(inos[0]), "cuda:0");
@@ -158,7 +160,8 @@ TEST_F(TierTest, PinnedMembersNeverSpill) {
   uint64_t a = Put(o->ino, "a", Pattern(1, kMember));
   uint64_t b = Put(kRootEntryId, "b", Pattern(2, kMember));
   ASSERT_TRUE(ns_->SetXattr(b, "user.gpufs.device", "cuda:0", 0).ok());  // pins b itself
-  for (int i = 0; i < 6; ++i) ASSERT_NE(Put(kRootEntryId, "f" + std::to_string(i), Pattern(i, kMember)), 0u);
+  for (int i = 0; i < 6; ++i)
+    ASSERT_NE(Put(kRootEntryId, "f" + std::to_string(i), Pattern(i, kMember)), 0u);
   EXPECT_EQ(Tier(a), "cuda:0");
   EXPECT_EQ(Tier(b), "cuda:0");
   EXPECT_EQ(Cat(a), Pattern(1, kMember));
@@ -167,7 +170,8 @@ TEST_F(TierTest, PinnedMembersNeverSpill) {
 TEST_F(TierTest, MapBringsASpilledMemberBackAndSpillsAnother) {
   Start();
   std::vector<uint64_t> inos;
-  for (int i = 0; i < 6; ++i) inos.push_back(Put(kRootEntryId, "m" + std::to_string(i), Pattern(i, kMember)));
+  for (int i = 0; i < 6; ++i)
+    inos.push_back(Put(kRootEntryId, "m" + std::to_string(i), Pattern(i, kMember)));
   ASSERT_EQ(Tier(inos[0]), "host");
   auto h = ns_->Open(caller_, inos[0], O_RDONLY);
   ASSERT_TRUE(h.ok());
@@ -178,7 +182,8 @@ TEST_F(TierTest, MapBringsASpilledMemberBackAndSpillsAnother) {
   EXPECT_EQ(ns_->Counters().fault_backs, 1u);
   EXPECT_EQ(ns_->Counters().fault_back_bytes, kMember);
   // The mapped member stays while others come and go.
-  for (int i = 0; i < 6; ++i) ASSERT_NE(Put(kRootEntryId, "n" + std::to_string(i), Pattern(i, kMember)), 0u);
+  for (int i = 0; i < 6; ++i)
+    ASSERT_NE(Put(kRootEntryId, "n" + std::to_string(i), Pattern(i, kMember)), 0u);
   EXPECT_EQ(Tier(inos[0]), "cuda:0");
   ASSERT_TRUE(ns_->Release(h->handle).ok());
   for (int i = 0; i < 6; ++i) EXPECT_EQ(Cat(inos[i]), Pattern(i, kMember));
@@ -207,6 +212,22 @@ TEST_F(TierTest, HostSpillsToDiskAndOnlyAllFullIsEnospc) {
   EXPECT_EQ(ns_->Lookup(kRootEntryId, "one-too-many").status().code(), ENOENT);
 }
 
+TEST_F(TierTest, AllocOnAFullGpuSpillsAColdMember) {
+  Start();
+  std::vector<uint64_t> inos;
+  for (int i = 0; i < 4; ++i)
+    inos.push_back(Put(kRootEntryId, "m" + std::to_string(i), Pattern(i, kMember)));
+  auto h = ns_->Create(caller_, kRootEntryId, "produced", 0644, O_RDWR);
+  ASSERT_TRUE(h.ok());
+  auto info = ns_->AllocDevice(h->handle, kMember);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(Tier(inos[0]), "host");
+  ASSERT_TRUE(ns_->SealHandle(h->handle).ok());
+  ASSERT_TRUE(ns_->Release(h->handle).ok());
+  EXPECT_EQ(Tier(h->attr.ino), "cuda:0");
+  EXPECT_EQ(Cat(inos[0]), Pattern(0, kMember));
+}
+
 TEST_F(TierTest, TierIsReadOnly) {
   Start();
   uint64_t m = Put(kRootEntryId, "m", "x");
@@ -232,7 +253,8 @@ TEST_F(TierTest, PersistedMembersComeBackFromDiskAfterARestartOnAnEmptyGpu) {
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(Tier(a->ino), "cuda:0");
   // Spilled to disk, a persisted blob only switches over (its copy is there).
-  for (int i = 0; i < 5; ++i) ASSERT_NE(Put(kRootEntryId, "f" + std::to_string(i), Pattern(i, kMember)), 0u);
+  for (int i = 0; i < 5; ++i)
+    ASSERT_NE(Put(kRootEntryId, "f" + std::to_string(i), Pattern(i, kMember)), 0u);
   EXPECT_EQ(Tier(a->ino), "host");
 
   // Restart on a GPU that holds nothing.

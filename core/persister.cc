@@ -6,10 +6,10 @@
 // line; the member stays on disk for plain reads to show what is there).
 //
 // The copy is made by one persister thread (an orderly stop drains its queue;
-// after a crash, Recover queues the persisted members still without a copy) fed by a queue (a seal, or
-// setting user.gpufs.persist=1 on an object, queues blobs). It holds the blob
-// by a handle while it copies (so the blob neither spills nor goes away) and
-// reads it under its io_mu shared; no namespace lock is held while bytes move.
+// after a crash, Recover queues the persisted members still without a copy) fed by a queue (a seal,
+// or setting user.gpufs.persist=1 on an object, queues blobs). It holds the blob by a handle while
+// it copies (so the blob neither spills nor goes away) and reads it under its io_mu shared; no
+// namespace lock is held while bytes move.
 //
 // The disk store holds a persisted blob's bytes under the blob's own id, so:
 // moving such a blob to "disk" only switches the catalog (the bytes are
@@ -19,8 +19,8 @@
 #include <cstdio>
 
 #include "core/namespace.h"
-#include "proto/xattr_names.h"
 #include "core/tier_copy.h"
+#include "proto/xattr_names.h"
 #include "util/log.h"
 
 namespace gpufs {
@@ -96,7 +96,8 @@ Status Namespace::PersistOne(EntryId entry_id, BlobId blob_id) {
     std::lock_guard lock(mu_);
     if (disk_copies_.contains(blob_id)) return Status::Ok();
     auto entry = catalog_->GetEntry(entry_id);
-    if (!entry.ok() || entry->blob != blob_id || entry->parent == 0) return Status::Ok();  // replaced or gone
+    if (!entry.ok() || entry->blob != blob_id || entry->parent == 0)
+      return Status::Ok();  // replaced or gone
     GPUFS_ASSIGN_OR_RETURN(Blob rec, catalog_->GetBlob(blob_id));
     if (auto it = active_.find(rec.id); it != active_.end()) rec = it->second->rec;
     if (rec.state != BlobState::kSealed) return Status::Ok();
@@ -117,15 +118,16 @@ Status Namespace::PersistOne(EntryId entry_id, BlobId blob_id) {
     BulkStore* source = StoreFor(rec.device);
     const bool in_place = rec.device == "disk";  // spilled there already: the bytes are the copy
     if (!in_place) GPUFS_RETURN_IF_ERROR(disk->Allocate(rec.id, rec.owner_uid, rec.size));
-    Result<uint32_t> crc = CopyBetweenTiers({.source = source,
-                                             .target = in_place ? nullptr : disk,
-                                             .id = rec.id,
-                                             .size = rec.size,
-                                             .source_is_gpu = IsGpuTier(rec.device),
-                                             .target_is_gpu = false,
-                                             .checksum = true},
-                                            [this](size_t n) { return TakeCopyBuffer(n); },
-                         [this](HostBuffer b) { KeepCopyBuffer(std::move(b)); });
+    Result<uint32_t> crc = CopyBetweenTiers(
+        {.source = source,
+         .target = in_place ? nullptr : disk,
+         .id = rec.id,
+         .size = rec.size,
+         .source_is_gpu = IsGpuTier(rec.device),
+         .target_is_gpu = false,
+         .checksum = true},
+        [this](size_t n) { return TakeCopyBuffer(n); },
+        [this](HostBuffer b) { KeepCopyBuffer(std::move(b)); });
     if (crc.ok() && !in_place) {
       Status sealed = disk->Seal(rec.id, rec.size);
       if (!sealed.ok()) crc = sealed;
@@ -133,7 +135,8 @@ Status Namespace::PersistOne(EntryId entry_id, BlobId blob_id) {
     if (!crc.ok() && !in_place) disk->Free(rec.id);
     if (!crc.ok()) return crc;
     std::lock_guard lock(mu_);
-    Status recorded = catalog_->SetXattr(entry_id, xattr::kDiskCopy, DiskCopyRecord(rec.id, *crc), 0);
+    Status recorded =
+        catalog_->SetXattr(entry_id, xattr::kDiskCopy, DiskCopyRecord(rec.id, *crc), 0);
     if (!recorded.ok()) {
       if (!in_place) doomed_.emplace_back("disk", rec.id);
       return recorded;

@@ -55,12 +55,13 @@ Status Namespace::Recover() {
   for (auto& [device, list] : live) {
     auto missing = stores_[device]->Recover(list);
     if (!missing.ok()) return missing.status().Prepend("recover store " + device);
-    (device == "disk" ? disk_missing : lost).insert(
-        (device == "disk" ? disk_missing : lost).end(), missing->begin(), missing->end());
+    (device == "disk" ? disk_missing : lost)
+        .insert((device == "disk" ? disk_missing : lost).end(), missing->begin(), missing->end());
   }
   for (BlobId id : disk_missing) {
     disk_copies_.erase(id);
-    auto lived = std::find_if(blobs.begin(), blobs.end(), [id](const Blob& b) { return b.id == id; });
+    auto lived =
+        std::find_if(blobs.begin(), blobs.end(), [id](const Blob& b) { return b.id == id; });
     if (lived != blobs.end() && lived->device == "disk") lost.push_back(id);
   }
   // A blob whose place is gone (a GPU after a restart) but whose disk copy

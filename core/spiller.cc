@@ -92,8 +92,9 @@ Status Namespace::MakeRoom(const std::string& device, uint64_t need) {
       }
     }
     if (victims.empty()) {
-      return Error(ENOSPC, device + " is full: every blob on it is open, mapped, pinned or "
-                                    "still being written");
+      return Error(ENOSPC, device +
+                               " is full: every blob on it is open, mapped, pinned or "
+                               "still being written");
     }
     size_t moved_any = 0;
     Status last;
@@ -155,7 +156,6 @@ void Namespace::KeepCopyBuffer(HostBuffer buffer) {
   if (copy_buffers_.size() < 4) copy_buffers_.push_back(std::move(buffer));
 }
 
-
 Status Namespace::MoveDownWhileWriting(ActiveBlob& blob, uint64_t new_size) {
   const Blob rec = blob.rec;
   const uint64_t size = blob.size.load();
@@ -171,19 +171,20 @@ Status Namespace::MoveDownWhileWriting(ActiveBlob& blob, uint64_t new_size) {
   auto started = std::chrono::steady_clock::now();
   for (const std::string& tier : TiersBelow(rec.device)) {
     BulkStore* target = StoreFor(tier);
-    Status got = WithRoom(tier, new_size,
-                          [&] { return target->Allocate(rec.id, rec.owner_uid, new_size); });
+    Status got =
+        WithRoom(tier, new_size, [&] { return target->Allocate(rec.id, rec.owner_uid, new_size); });
     if (got.code() == ENOSPC) continue;
     GPUFS_RETURN_IF_ERROR(got);
-    Status copied = CopyBetweenTiers({.source = source,
-                                      .target = target,
-                                      .id = rec.id,
-                                      .size = size,
-                                      .source_is_gpu = IsGpuTier(rec.device),
-                                      .target_is_gpu = false},
-                                     [this](size_t n) { return TakeCopyBuffer(n); },
-                         [this](HostBuffer b) { KeepCopyBuffer(std::move(b)); })
-                         .status();
+    Status copied = CopyBetweenTiers(
+                        {.source = source,
+                         .target = target,
+                         .id = rec.id,
+                         .size = size,
+                         .source_is_gpu = IsGpuTier(rec.device),
+                         .target_is_gpu = false},
+                        [this](size_t n) { return TakeCopyBuffer(n); },
+                        [this](HostBuffer b) { KeepCopyBuffer(std::move(b)); })
+                        .status();
     if (!copied.ok()) {
       target->Free(rec.id);
       return copied.Prepend("move " + path + " to " + tier + " while it is written");
@@ -201,8 +202,9 @@ Status Namespace::MoveDownWhileWriting(ActiveBlob& blob, uint64_t new_size) {
         doomed_.emplace_back(rec.device, rec.id);
         counters_.spills++;
         counters_.spilled_bytes += size;
-        CountRoute(rec.device + "->" + tier, size,
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+        CountRoute(
+            rec.device + "->" + tier, size,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
       }
       moved = recorded;
     }

@@ -14,7 +14,10 @@ constexpr size_t kReaders = 8;
 // Reads [off, off + n) into dst, split across threads when the source is
 // not a GPU (file reads may run concurrently; see BulkStore's contract).
 Status ReadChunk(const TierCopy& copy, uint64_t off, std::span<std::byte> dst) {
-  size_t pieces = copy.source_is_gpu ? 1 : std::clamp<size_t>(dst.size() / std::max<uint64_t>(copy.piece, 1), 1, kReaders);
+  size_t pieces =
+      copy.source_is_gpu
+          ? 1
+          : std::clamp<size_t>(dst.size() / std::max<uint64_t>(copy.piece, 1), 1, kReaders);
   if (pieces == 1) return copy.source->Read(copy.id, off, dst);
   size_t each = (dst.size() + pieces - 1) / pieces;
   std::vector<Status> results(pieces);
@@ -38,7 +41,8 @@ Status ReadChunk(const TierCopy& copy, uint64_t off, std::span<std::byte> dst) {
 Result<uint32_t> CopyBetweenTiers(const TierCopy& copy,
                                   const std::function<HostBuffer(size_t)>& buffer,
                                   const std::function<void(HostBuffer)>& give_back) {
-  const size_t chunk = static_cast<size_t>(std::clamp<uint64_t>(copy.size, 1, std::max<uint64_t>(copy.chunk, 1)));
+  const size_t chunk =
+      static_cast<size_t>(std::clamp<uint64_t>(copy.size, 1, std::max<uint64_t>(copy.chunk, 1)));
   HostBuffer a = buffer(chunk);
   HostBuffer b = buffer(chunk);
   // Runs last (declared after the buffers): hands them back for reuse.
@@ -56,7 +60,8 @@ Result<uint32_t> CopyBetweenTiers(const TierCopy& copy,
   std::byte* bufs[2] = {a.get(), b.get()};
   uint32_t crc = 0;
   auto span_at = [&](int which, uint64_t off) {
-    return std::span<std::byte>(bufs[which], static_cast<size_t>(std::min<uint64_t>(chunk, copy.size - off)));
+    return std::span<std::byte>(bufs[which],
+                                static_cast<size_t>(std::min<uint64_t>(chunk, copy.size - off)));
   };
   auto write = [&](int which, uint64_t off) -> Status {
     auto bytes = span_at(which, off);
@@ -81,7 +86,8 @@ Result<uint32_t> CopyBetweenTiers(const TierCopy& copy,
       Status read_next;
       std::thread reader;
       if (next < copy.size) {
-        reader = std::thread([&, next, cur] { read_next = ReadChunk(copy, next, span_at(cur ^ 1, next)); });
+        reader = std::thread(
+            [&, next, cur] { read_next = ReadChunk(copy, next, span_at(cur ^ 1, next)); });
       }
       Status written = write(cur, off);
       if (reader.joinable()) reader.join();

@@ -23,7 +23,7 @@ struct TierCopy {
   uint64_t size = 0;
   bool source_is_gpu = false;  // its calls stay on the calling thread
   bool target_is_gpu = false;
-  bool checksum = false;       // compute the CRC-32C of the bytes
+  bool checksum = false;         // compute the CRC-32C of the bytes
   uint64_t chunk = 64ull << 20;  // bytes per buffer
   uint64_t piece = 8ull << 20;   // bytes per reader thread (up to 8 per chunk)
 };

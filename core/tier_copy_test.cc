@@ -64,8 +64,12 @@ TEST_F(TierCopyTest, EveryChunkAndPieceArrivesAndTheCrcIsOfTheBytes) {
 
 TEST_F(TierCopyTest, AReadErrorStopsTheCopy) {
   ASSERT_TRUE(b_->Allocate(8, 0, 1 << 20).ok());
-  auto crc = CopyBetweenTiers({.source = a_.get(), .target = b_.get(), .id = 8, .size = 1 << 20,
-                               .chunk = 1 << 16, .piece = 1 << 14},
+  auto crc = CopyBetweenTiers({.source = a_.get(),
+                               .target = b_.get(),
+                               .id = 8,
+                               .size = 1 << 20,
+                               .chunk = 1 << 16,
+                               .piece = 1 << 14},
                               Buffer);  // the source does not hold blob 8
   EXPECT_FALSE(crc.ok());
 }

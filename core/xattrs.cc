@@ -111,8 +111,9 @@ Status Namespace::SetXattr(uint64_t ino, std::string_view name, std::string_view
       return Error(EINVAL, std::string(name) + " is 1 (write sealed blobs behind to disk) or 0");
     }
     if (!stores_.contains("disk")) {
-      return Error(EOPNOTSUPP, "this daemon serves no disk tier (mount with --persist or "
-                               "--capacity disk=SIZE)");
+      return Error(EOPNOTSUPP,
+                   "this daemon serves no disk tier (mount with --persist or "
+                   "--capacity disk=SIZE)");
     }
   } else if (name.starts_with(xattr::kGpufsPrefix)) {
     return Error(EINVAL, "unknown gpufs attribute " + std::string(name) +

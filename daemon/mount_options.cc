@@ -58,7 +58,8 @@ Status ParseCapacity(const std::string& value, MountConfig* config) {
     auto eq = item.find('=');
     std::string tier = item.substr(0, eq);
     if (eq == std::string::npos || !proto::IsDeviceName(tier)) {
-      return Error(EINVAL, "capacity '" + item + "': want TIER=SIZE, TIER one of cuda:N, host, disk");
+      return Error(EINVAL,
+                   "capacity '" + item + "': want TIER=SIZE, TIER one of cuda:N, host, disk");
     }
     auto bytes = ParseSize(item.substr(eq + 1));
     if (!bytes.ok()) return bytes.status().Prepend("capacity of " + tier);
@@ -126,7 +127,8 @@ Status ApplyMountOptions(const std::string& options, MountConfig* config) {
 std::string Usage(ArgStyle style) {
   if (style == ArgStyle::kMountHelper) {
     return "usage: mount.gpufs SOURCE DIR [-sfnv] [-o state=DIR,store=auto|gpu|host,"
-           "ipc=auto|vmm|legacy,socket=PATH,devices=0:1,capacity=SIZE,capacity.TIER=SIZE,persist,debug,noallow_other,...]\n";
+           "ipc=auto|vmm|legacy,socket=PATH,devices=0:1,capacity=SIZE,capacity.TIER=SIZE,persist,"
+           "debug,noallow_other,...]\n";
   }
   return "usage: gpufs mount MOUNTPOINT [options]\n"
          "  --state DIR        catalog, host store and log (default $XDG_STATE_HOME/gpufs,\n"

@@ -8,12 +8,11 @@
 //          [--ready-fd FD]
 //
 // -o takes comma-separated options: gpufs's own (state=, store=, ipc=, socket=, devices=
-// with ':' between ordinals, capacity=, capacity.TIER=, persist, foreground, debug), fstab-only words
-// (defaults, noauto, ...: dropped), allow_other / noallow_other, and the rest
-// for FUSE. -d/--debug (or -o debug) traces every FUSE request and implies
-// the foreground, as in sshfs. allow_other is on by default for root (a
-// root-run mount serves every user, which is what a node-wide daemon is
-// for); -o noallow_other turns it off.
+// with ':' between ordinals, capacity=, capacity.TIER=, persist, foreground, debug), fstab-only
+// words (defaults, noauto, ...: dropped), allow_other / noallow_other, and the rest for FUSE.
+// -d/--debug (or -o debug) traces every FUSE request and implies the foreground, as in sshfs.
+// allow_other is on by default for root (a root-run mount serves every user, which is what a
+// node-wide daemon is for); -o noallow_other turns it off.
 #pragma once
 
 #include <cstdint>

@@ -131,7 +131,7 @@ class HostBulkStore final : public BulkStore {
   SharedFd UncacheFd(BlobId id);
 
   std::string device_ = "host";  // fixed once served
-  bool durable_ = false;          // fsync at Seal (the disk tier)
+  bool durable_ = false;         // fsync at Seal (the disk tier)
   const std::string dir_;
   const UniqueFd dir_fd_;  // also holds the flock
   const uint64_t capacity_;

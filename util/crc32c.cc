@@ -19,7 +19,8 @@ constexpr std::array<uint32_t, 256> MakeTable() {
 constexpr std::array<uint32_t, 256> kTable = MakeTable();
 
 uint32_t Software(uint32_t crc, const std::byte* p, size_t n) {
-  for (size_t i = 0; i < n; ++i) crc = kTable[(crc ^ static_cast<uint8_t>(p[i])) & 0xff] ^ (crc >> 8);
+  for (size_t i = 0; i < n; ++i)
+    crc = kTable[(crc ^ static_cast<uint8_t>(p[i])) & 0xff] ^ (crc >> 8);
   return crc;
 }
 

@@ -6,9 +6,9 @@
 //   - with --expect-seed, checks every byte against what `gpufs-producer PATH
 //     SIZE SEED` wrote.
 // It first holds the mapping N ms (--hold-ms: to test removal or replacement
-// of a member while mapped) and checks after that; then it unmaps, and with --cycles maps and unmaps N more
-// times, printing the device's free memory before and after and the arenas
-// still open at the end (0 expected). Prints key=value lines:
+// of a member while mapped) and checks after that; then it unmaps, and with --cycles maps and
+// unmaps N more times, printing the device's free memory before and after and the arenas still open
+// at the end (0 expected). Prints key=value lines:
 //
 //   path=PATH ptr=0x... size=N device=D blob_id=B generation=G checksum=0x...
 //   verify=ok mismatches=0                      (with --expect-seed)
@@ -16,14 +16,14 @@
 //   open_arenas=0
 //
 // Exit 0 only when everything checks; 1 otherwise; 2 on bad arguments.
+#include <unistd.h>
+
 #include <chrono>
 #include <cinttypes>
 #include <climits>
 #include <cstdio>
 #include <cstring>
 #include <thread>
-
-#include <unistd.h>
 
 #include "common.cuh"
 #include "gpufs/gpufs.h"

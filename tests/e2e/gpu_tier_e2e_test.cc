@@ -20,9 +20,7 @@
 namespace gpufs::e2e {
 namespace {
 
-bool HaveGpu() {
-  return ::access("/dev/nvidiactl", F_OK) == 0 && Sh("nvidia-smi -L").status == 0;
-}
+bool HaveGpu() { return ::access("/dev/nvidiactl", F_OK) == 0 && Sh("nvidia-smi -L").status == 0; }
 
 std::string Consumer() {
   return FromEnv("GPUFS_EXAMPLES_DIR", GPUFS_EXAMPLES_DIR) + "/gpufs-consumer";
@@ -167,7 +165,8 @@ TEST(GpuTierE2E, TwiceTheGpuMapsEveryMemberInTurnWithTheRightBytes) {
   std::printf("tiers: %s\n", stats["tiers"].dump(2).c_str());
   uint64_t gpu_capacity = 0;
   for (const auto& d : stats["devices"]) {
-    if (d["device"].get<std::string>().starts_with("cuda:")) gpu_capacity += d["capacity"].get<uint64_t>();
+    if (d["device"].get<std::string>().starts_with("cuda:"))
+      gpu_capacity += d["capacity"].get<uint64_t>();
     if (d["device"] == "cuda:0") {
       EXPECT_EQ(d["capacity"], 1ull << 30);
     }
@@ -189,14 +188,15 @@ TEST(GpuTierE2E, PersistedObjectMapsWithTheSameChecksumAfterARestart) {
   auto before = Sh(Consumer() + " " + m.Path("model/w"));
   ASSERT_EQ(before.status, 0) << before.output;
   EXPECT_EQ(Field(before.output, "checksum"), Checksum(data));
-  ASSERT_TRUE(m.Stop());  // drains the write-behind
+  ASSERT_TRUE(m.Stop());   // drains the write-behind
   ASSERT_TRUE(m.Start());  // a new daemon: GPU memory holds nothing of the old one
   EXPECT_EQ(Tier(m.Path("model/w")), "disk");
   auto after = Sh(Consumer() + " " + m.Path("model/w"));
   ASSERT_EQ(after.status, 0) << after.output;
   EXPECT_EQ(Field(after.output, "checksum"), Checksum(data));
   EXPECT_EQ(Tier(m.Path("model/w")), "cuda:0");
-  EXPECT_NE(Sh("cat " + m.Path("scratch") + " >/dev/null").status, 0) << "scratch asked for no persistence";
+  EXPECT_NE(Sh("cat " + m.Path("scratch") + " >/dev/null").status, 0)
+      << "scratch asked for no persistence";
   auto stats = nlohmann::json::parse(ReadFile(m.Path(".gpufs/stats")));
   EXPECT_EQ(stats["tiers"]["fault_backs"], 1) << stats["tiers"].dump(2);
   EXPECT_EQ(stats["tiers"]["checksum_failures"], 0);

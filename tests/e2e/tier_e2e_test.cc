@@ -78,7 +78,8 @@ TEST(TierE2E, AMemberHeldOpenNeverMoves) {
   ASSERT_EQ(Put(m.Path("held"), RandomBytes(kMember, 100)), 0);
   int fd = ::open(m.Path("held").c_str(), O_RDONLY);
   ASSERT_GE(fd, 0);
-  for (int i = 0; i < 8; ++i) ASSERT_EQ(Put(m.Path("n" + std::to_string(i)), RandomBytes(kMember, i)), 0);
+  for (int i = 0; i < 8; ++i)
+    ASSERT_EQ(Put(m.Path("n" + std::to_string(i)), RandomBytes(kMember, i)), 0);
   EXPECT_EQ(Tier(m.Path("held")), "host");
   std::string back(kMember, '\0');
   ASSERT_EQ(::pread(fd, back.data(), back.size(), 0), static_cast<ssize_t>(kMember));
@@ -91,10 +92,12 @@ TEST(TierE2E, AMemberHeldOpenNeverMoves) {
 TEST(TierE2E, EveryTierFullIsEnospcAndNothingHalfWritten) {
   GpufsMount m({"--store", "host", "--capacity", "host=2M,disk=2M"});
   ASSERT_TRUE(m.Start());
-  for (int i = 0; i < 4; ++i) ASSERT_EQ(Put(m.Path("m" + std::to_string(i)), RandomBytes(kMember, i)), 0);
+  for (int i = 0; i < 4; ++i)
+    ASSERT_EQ(Put(m.Path("m" + std::to_string(i)), RandomBytes(kMember, i)), 0);
   EXPECT_EQ(Put(m.Path("over"), RandomBytes(kMember, 9)), ENOSPC);
   EXPECT_NE(::access(m.Path("over").c_str(), F_OK), 0);
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(ReadFile(m.Path("m" + std::to_string(i))), RandomBytes(kMember, i));
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(ReadFile(m.Path("m" + std::to_string(i))), RandomBytes(kMember, i));
   EXPECT_TRUE(m.Stop());
 }
 
@@ -102,7 +105,8 @@ TEST(TierE2E, SpilledMembersSurviveARestart) {
   GpufsMount m(kTierArgs);
   ASSERT_TRUE(m.Start());
   ASSERT_EQ(::mkdir(m.Path("obj").c_str(), 0755), 0);
-  for (int i = 0; i < 8; ++i) ASSERT_EQ(Put(m.Path("obj/m" + std::to_string(i)), RandomBytes(kMember, i)), 0);
+  for (int i = 0; i < 8; ++i)
+    ASSERT_EQ(Put(m.Path("obj/m" + std::to_string(i)), RandomBytes(kMember, i)), 0);
   ASSERT_EQ(Tier(m.Path("obj/m0")), "disk");
   auto stat = Sh(GpufsBin() + " stat " + m.Path("obj"));
   EXPECT_NE(stat.output.find("tiers:    disk "), std::string::npos) << stat.output;
