@@ -289,8 +289,9 @@ Result<size_t> Namespace::Write(HandleId id, uint64_t offset, std::span<const st
   BulkStore* store = StoreFor(rec.device);
   uint64_t end = offset + src.size();
   if (end > size) {
-    Status resized =
-        WithRoom(rec.device, end - size, [&] { return store->Resize(rec.id, size, end); });
+    // Worst case: the store moves the blob to a reservation twice its size.
+    Status resized = WithRoom(
+        rec.device, end - size, [&] { return store->Resize(rec.id, size, end); }, 2 * end);
     if (resized.code() == ENOSPC) resized = MoveDownWhileWriting(*blob, end);
     if (resized.ok()) store = StoreFor(rec.device);
     if (!resized.ok()) {

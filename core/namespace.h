@@ -53,6 +53,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -339,16 +340,17 @@ class Namespace {
     r.bytes += bytes;
     r.seconds += seconds;
   }
-  // A store may round reservations up (the VMM store to 2 MiB granules, and
-  // a full one refuses even an empty blob), so a second round asks for one
-  // granule more, and an empty blob for one granule.
+  // A store may reserve more than the bytes asked for (the VMM store rounds
+  // to 2 MiB granules, refuses even an empty blob when full, and grows a
+  // blob by moving it to a reservation up to twice its size), so a second
+  // round asks for `worst` bytes (at least `need`) plus a granule.
   static constexpr uint64_t kGranule = 2ull << 20;
   template <typename F>
-  Status WithRoom(const std::string& device, uint64_t need, F attempt) {
+  Status WithRoom(const std::string& device, uint64_t need, F attempt, uint64_t worst = 0) {
     Status tried = attempt();
-    for (uint64_t slack : {uint64_t{0}, kGranule}) {
+    for (uint64_t ask : {need, std::max(need, worst) + kGranule}) {
       if (tried.code() != ENOSPC || TiersBelow(device).empty()) return tried;
-      if (!MakeRoom(device, need + slack).ok()) return tried;
+      if (!MakeRoom(device, ask).ok()) return tried;
       tried = attempt();
     }
     return tried;
