@@ -75,7 +75,7 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device, MoveK
     }
     Handle handle;  // holds the blob while it moves
     handle.entry = entry_id;
-    handle.blob = Activate(rec);
+    handle.blob = Activate(rec, /*use=*/kind == MoveKind::kUser);
     blob = handle.blob;
     for (const std::string& retired_device : blob->retired) {
       if (retired_device == device) {
@@ -165,7 +165,6 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device, MoveK
     } else {
       doomed_.emplace_back(rec.device, rec.id);
     }
-    eviction_->Touch(rec.id);
     if (kind == MoveKind::kSpill) {
       counters_.spills++;
       counters_.spilled_bytes += rec.size;

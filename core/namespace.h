@@ -291,7 +291,9 @@ class Namespace {
   Status ReplaceBlob(const Entry& entry, const std::string& device, uint32_t owner,
                      BlobState state);
   HandleId AddHandle(Handle handle);
-  std::shared_ptr<ActiveBlob> Activate(const Blob& blob);
+  // `use`: counts as a use of the blob for the eviction policy (false for
+  // the daemon's own pins: a spill or a write-behind is no use).
+  std::shared_ptr<ActiveBlob> Activate(const Blob& blob, bool use = true);
   // Purges `id` if it is detached and nobody holds it; frees its blob.
   void CollectEntry(EntryId id);
   // Deletes and frees `blob` if no entry links it and nobody holds it.

@@ -133,6 +133,22 @@ TEST_F(TierTest, LeastRecentlyUsedLeavesFirst) {
   EXPECT_EQ(Tier(inos[2]), "cuda:0");
 }
 
+TEST_F(TierTest, ASpilledBlobIsStillColdOnTheTierBelow) {
+  Start(/*host=*/2 * kMember);
+  std::vector<uint64_t> inos;
+  for (int i = 0; i < 4; ++i) {
+    inos.push_back(Put(kRootEntryId, "m" + std::to_string(i), Pattern(i, kMember)));
+  }
+  ASSERT_NE(Put(kRootEntryId, "h0", Pattern(10, kMember)), 0u);  // m0 spills to host
+  EXPECT_EQ(Cat(inos[0]), Pattern(0, kMember));                   // and is read there
+  ASSERT_NE(Put(kRootEntryId, "h1", Pattern(11, kMember)), 0u);  // m1 spills to host
+  // The host is full: its coldest blob goes to disk. That is m1 (last used
+  // when written), not m0 (read since): moving m1 down was no use of it.
+  ASSERT_NE(Put(kRootEntryId, "h2", Pattern(12, kMember)), 0u);
+  EXPECT_EQ(Tier(inos[1]), "disk");
+  EXPECT_EQ(Tier(inos[0]), "host");
+}
+
 TEST_F(TierTest, OpenBlobsNeverMoveAndTheNewBlobGoesDownInstead) {
   Start();
   std::vector<uint64_t> inos;

@@ -104,7 +104,7 @@ Status Namespace::PersistOne(EntryId entry_id, BlobId blob_id) {
     path = PathOf(entry_id);
     Handle handle;
     handle.entry = entry_id;
-    handle.blob = Activate(rec);
+    handle.blob = Activate(rec, /*use=*/false);
     blob = handle.blob;
     pin = AddHandle(std::move(handle));
   }

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/ioctl.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "gpufs/uapi.h"
 #include "tests/support/mount_fixture.h"
 
 namespace gpufs::e2e {
@@ -66,6 +68,8 @@ int Put(const std::string& path, const std::string& data) {
       off += static_cast<size_t>(n);
     }
   }
+  // Sealed before close returns, so another process maps it at once.
+  if (err == 0 && ::ioctl(fd, GPUFS_IOC_SEAL) != 0) err = errno;
   if (::close(fd) != 0 && err == 0) err = errno;
   return err;
 }
