@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
   auto* migrate =
       app.add_subcommand("migrate", "Move a blob's (or an object's) bytes between devices");
   migrate->add_option("path", src, "Path on a gpufs mount")->required();
-  migrate->add_option("--to", to, "host or cuda:N")->required();
+  migrate->add_option("--to", to, "cuda:N, host or disk (pins it there)")->required();
 
   // `gpufs mount ARGS...` hands ARGS untouched to gpufsd's one parser (the
   // global flags above would otherwise be taken out of them).

@@ -68,7 +68,10 @@ Status Namespace::MakeRoom(const std::string& device, uint64_t need) {
   std::vector<std::string> below = TiersBelow(device);
   if (below.empty()) return Error(ENOSPC, device + " is full and no tier lies below it");
   // Each round moves what the policy chose; a round can fall short when a
-  // chosen blob was opened meanwhile, so a few rounds are allowed.
+  // chosen blob was opened meanwhile, so a few rounds are allowed. Choosing
+  // scans the catalog's blobs under mu_ (O(blobs) SQLite reads per round):
+  // fine for thousands of members; an in-memory index per tier would be
+  // the next step for millions.
   for (int round = 0; round < 4; ++round) {
     StoreUsage usage = store->Usage();
     uint64_t free = usage.capacity > usage.used ? usage.capacity - usage.used : 0;
@@ -104,6 +107,7 @@ Status Namespace::MakeRoom(const std::string& device, uint64_t need) {
         moved = MigrateBlob(entry, tier, MoveKind::kSpill);
         if (moved.code() != ENOSPC) break;
       }
+      last = moved;
       if (moved.ok()) {
         ++moved_any;
       } else if (moved.code() == ENOSPC) {
@@ -111,7 +115,6 @@ Status Namespace::MakeRoom(const std::string& device, uint64_t need) {
       } else if (moved.code() != EBUSY) {
         GPUFS_LOG(WARN) << "spill blob " << id << " from " << device << ": " << moved.ToString();
       }
-      last = moved;
     }
     if (moved_any == 0) {
       return last.ok() ? Error(ENOSPC, device + " is full") : last.Prepend(device + " is full");
