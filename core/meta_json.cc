@@ -127,7 +127,10 @@ std::string BuildStatsJson(const StatsView& view) {
   j["log"] = or_null(view.log_path);
   json objects = json::array();
   for (const auto& o : view.objects) {
-    objects.push_back({{"name", o.name}, {"bytes", o.bytes}, {"blobs", o.blobs}});
+    json tiers = json::object();
+    for (const auto& [tier, bytes] : o.bytes_per_tier) tiers[tier] = bytes;
+    objects.push_back(
+        {{"name", o.name}, {"bytes", o.bytes}, {"blobs", o.blobs}, {"tiers", std::move(tiers)}});
   }
   j["objects"] = std::move(objects);
   if (view.objects_truncated) j["objects_truncated"] = true;

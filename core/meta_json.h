@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +48,7 @@ struct StatsView {
     std::string name;
     uint64_t bytes = 0;
     uint64_t blobs = 0;
+    std::map<std::string, uint64_t> bytes_per_tier;  // "cuda:0", "host", "disk"
   };
   std::vector<ObjectUsage> objects;
   bool objects_truncated = false;  // more top-level objects than listed

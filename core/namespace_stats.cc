@@ -38,7 +38,7 @@ void Namespace::AddStatsDetail(StatsView* view) {
         view->objects_truncated = true;
         break;
       }
-      StatsView::ObjectUsage usage{child.name, 0, 0};
+      StatsView::ObjectUsage usage{child.name, 0, 0, {}};
       auto blobs = BlobsUnder(child.id);
       if (blobs.ok()) {
         for (EntryId id : *blobs) {
@@ -47,9 +47,14 @@ void Namespace::AddStatsDetail(StatsView* view) {
           auto blob = catalog_->GetBlob(entry->blob);
           if (!blob.ok()) continue;
           uint64_t size = blob->size;
-          if (auto it = active_.find(blob->id); it != active_.end()) size = it->second->size.load();
+          std::string tier = blob->device;
+          if (auto it = active_.find(blob->id); it != active_.end()) {
+            size = it->second->size.load();
+            tier = it->second->rec.device;
+          }
           usage.bytes += size;
           usage.blobs++;
+          if (blob->state != BlobState::kLost) usage.bytes_per_tier[tier] += size;
         }
       }
       view->objects.push_back(std::move(usage));

@@ -118,6 +118,12 @@ TEST(TierE2E, SpilledMembersSurviveARestart) {
   for (int i = 0; i < 8; ++i)
     ASSERT_EQ(Put(m.Path("obj/m" + std::to_string(i)), RandomBytes(kMember, i)), 0);
   ASSERT_EQ(Tier(m.Path("obj/m0")), "disk");
+  for (const auto& o : Stats(m)["objects"]) {
+    if (o["name"] != "obj") continue;
+    EXPECT_EQ(o["tiers"]["disk"].get<uint64_t>() + o["tiers"]["host"].get<uint64_t>(), 8 * kMember)
+        << o.dump();
+    EXPECT_GT(o["tiers"]["disk"].get<uint64_t>(), 0u) << o.dump();
+  }
   auto stat = Sh(GpufsBin() + " stat " + m.Path("obj"));
   EXPECT_NE(stat.output.find("tiers:    disk "), std::string::npos) << stat.output;
   EXPECT_NE(stat.output.find(", host "), std::string::npos) << stat.output;
