@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <new>
 #include <span>
@@ -39,7 +40,35 @@ struct StoredBlob {
   BlobId id = 0;
   uint32_t owner_uid = 0;
   uint64_t size = 0;
+  bool sealed = false;  // false: its writer may still write (a takeover start)
 };
+
+// Told about blobs whose memory lives in an fd (GPU VMM allocations exported
+// as POSIX fds), so that another process can keep that memory alive across
+// the death of this one: the takeover supervisor (docs/TAKEOVER.md). The
+// daemon installs one; stores know nothing of takeovers.
+// Calls come from any store thread, for different blobs at once; for one blob
+// they come in the order of the blob's allocations, each before the store call
+// that made it returns.
+class BlobFdSink {
+ public:
+  virtual ~BlobFdSink() = default;
+  // `blob`'s bytes now live in the memory behind `fd` (`bytes` bytes; the fd
+  // is borrowed for the call) of store `device`, which replaces any memory
+  // named before (a migration to another GPU names the new one first).
+  virtual void BlobAdded(const std::string& device, BlobId blob, int fd, uint64_t bytes) = 0;
+  // Store `device` no longer holds memory of `blob`.
+  virtual void BlobFreed(const std::string& device, BlobId blob) = 0;
+};
+
+// Memory of a blob that an earlier daemon made and another process kept
+// alive (the takeover supervisor): the fd and the bytes behind it.
+struct InheritedBlobFd {
+  UniqueFd fd;
+  uint64_t bytes = 0;  // 0: unknown (the blob cannot be re-imported)
+};
+// By blob. A store's Recover takes out those of its live blobs.
+using InheritedBlobFds = std::map<BlobId, InheritedBlobFd>;
 
 // What a process needs to map a device blob in place (the body of
 // struct gpufs_ipc_info in include/gpufs/uapi.h).

@@ -41,6 +41,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -194,6 +195,9 @@ GpuBulkStore::GpuBulkStore(const GpuStoreOptions& options, uint64_t capacity,
       device_("cuda:" + std::to_string(options.ordinal)),
       uuid_(uuid),
       capacity_(capacity),
+      default_capacity_(!options.capacity.has_value()),
+      fd_sink_(options.ipc == GpuIpcMode::kVmm ? options.fd_sink : nullptr),
+      inherited_(options.ipc == GpuIpcMode::kVmm ? options.inherited : nullptr),
       arena_size_(options.arena_size),
       alignment_(options.alignment),
       dedicated_threshold_(options.ipc == GpuIpcMode::kSharedArenas ? options.arena_size / 4 : 0),
@@ -493,11 +497,30 @@ Result<std::vector<BlobId>> GpuBulkStore::Recover(std::span<const StoredBlob> li
   std::vector<BlobId> lost;
   std::unordered_set<BlobId> seen;
   size_t restored = 0;
+  size_t adopted = 0;
+  uint64_t adopted_bytes = 0;
+  const auto import_start = std::chrono::steady_clock::now();
   for (const StoredBlob& blob : live) {
     if (!seen.insert(blob.id).second) {
       GPUFS_LOG(WARN) << "gpu store " << device_ << ": " << Describe(blob.id)
                       << " listed twice for recovery";
       continue;
+    }
+    if (inherited_ != nullptr) {  // a takeover: the blob's memory may have been kept
+      if (auto it = inherited_->find(blob.id); it != inherited_->end()) {
+        InheritedBlobFd fd = std::move(it->second);
+        inherited_->erase(it);
+        const uint64_t bytes = fd.bytes;
+        Status kept = AdoptInherited(blob, std::move(fd));
+        if (kept.ok()) {
+          ++adopted;
+          adopted_bytes += bytes;
+          continue;
+        }
+        GPUFS_LOG(WARN) << "gpu store " << device_ << ": " << Describe(blob.id)
+                        << " cannot be re-imported: " << kept.ToString();
+        ReportFreed(blob.id);  // the supervisor need not keep it
+      }
     }
     if (blob.size > 0) {
       lost.push_back(blob.id);
@@ -515,6 +538,13 @@ Result<std::vector<BlobId>> GpuBulkStore::Recover(std::span<const StoredBlob> li
   {
     std::lock_guard lock(mu_);
     lost_.insert(lost.begin(), lost.end());
+  }
+  if (adopted > 0) {
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                                import_start)
+                          .count();
+    GPUFS_LOG(INFO) << "gpu store " << device_ << ": re-imported " << adopted << " blobs ("
+                    << adopted_bytes << " bytes) the last daemon left, in " << ms << " ms";
   }
   if (!lost.empty() || restored > 0) {
     GPUFS_LOG(INFO) << "gpu store " << device_ << ": " << lost.size()
@@ -545,21 +575,24 @@ Status GpuBulkStore::Allocate(BlobId id, uint32_t owner_uid, uint64_t size) {
                   : ipc_ == GpuIpcMode::kVmm ? Status::Ok()
                                              : Zero(place->data, size);
   Dropped dropped;  // freed after the lock is released
-  std::lock_guard lock(mu_);
-  if (status.ok() &&
-      !blobs_
-           .emplace(id,
-                    BlobRecord{.place = *place, .size = size, .owner = owner_uid, .sealed = false})
-           .second) {
-    status = Error(EEXIST, "gpu store " + device_ + ": " + Describe(id) + " already exists");
+  {
+    std::lock_guard lock(mu_);
+    if (status.ok() &&
+        !blobs_
+             .emplace(id, BlobRecord{
+                              .place = *place, .size = size, .owner = owner_uid, .sealed = false})
+             .second) {
+      status = Error(EEXIST, "gpu store " + device_ + ": " + Describe(id) + " already exists");
+    }
+    if (!status.ok()) {
+      if (place.ok()) ReleasePlaceLocked(*place, &dropped);
+      used_ -= need;
+      return status.Prepend("gpu store " + device_ + ": allocate " + Describe(id) + " of " +
+                            std::to_string(size) + " bytes");
+    }
+    lost_.erase(id);
   }
-  if (!status.ok()) {
-    if (place.ok()) ReleasePlaceLocked(*place, &dropped);
-    used_ -= need;
-    return status.Prepend("gpu store " + device_ + ": allocate " + Describe(id) + " of " +
-                          std::to_string(size) + " bytes");
-  }
-  lost_.erase(id);
+  ReportAdded(id, place->alloc);
   return Status::Ok();
 }
 
@@ -644,6 +677,9 @@ Status GpuBulkStore::Resize(BlobId id, uint64_t old_size, uint64_t new_size) {
     if (status.ok() && ipc_ != GpuIpcMode::kVmm) {  // VMM places are fresh, zeroed allocations
       status = Zero(place->data + old_size, new_size - old_size);
     }
+    // The bytes so far are in the new place: the supervisor may keep it
+    // instead of the old one (before the write that grew the blob returns).
+    if (status.ok()) ReportAdded(id, place->alloc);
     Dropped dropped;  // freed after the lock is released
     std::lock_guard lock(mu_);
     if (!status.ok()) {
@@ -739,6 +775,7 @@ Status GpuBulkStore::Seal(BlobId id, uint64_t size) {
   Result<Place> place = AcquirePlace(blob.owner, exact);
   Status moved = place.status();
   if (moved.ok()) moved = DeviceToDevice(place->data, old.data, size);
+  if (moved.ok()) ReportAdded(id, place->alloc);  // the copy is complete
   Dropped dropped;  // freed after the lock is released
   std::lock_guard lock(mu_);
   BlobRecord* rec = FindLocked(id);
@@ -763,20 +800,23 @@ Status GpuBulkStore::Seal(BlobId id, uint64_t size) {
 
 void GpuBulkStore::Free(BlobId id) {
   Dropped dropped;  // freed after the lock is released
-  std::lock_guard lock(mu_);
-  auto it = blobs_.find(id);
-  if (it == blobs_.end()) {
-    if (lost_.erase(id) > 0) {
-      GPUFS_LOG(DEBUG) << "gpu store " << device_ << ": forgot lost " << Describe(id);
-    } else {
-      GPUFS_LOG(WARN) << "gpu store " << device_ << ": free of " << Describe(id)
-                      << ", which the store does not hold";
+  {
+    std::lock_guard lock(mu_);
+    auto it = blobs_.find(id);
+    if (it == blobs_.end()) {
+      if (lost_.erase(id) > 0) {
+        GPUFS_LOG(DEBUG) << "gpu store " << device_ << ": forgot lost " << Describe(id);
+      } else {
+        GPUFS_LOG(WARN) << "gpu store " << device_ << ": free of " << Describe(id)
+                        << ", which the store does not hold";
+      }
+      return;
     }
-    return;
+    used_ -= it->second.place.reserved;
+    ReleasePlaceLocked(it->second.place, &dropped);
+    blobs_.erase(it);
   }
-  used_ -= it->second.place.reserved;
-  ReleasePlaceLocked(it->second.place, &dropped);
-  blobs_.erase(it);
+  ReportFreed(id);
 }
 
 HostBuffer GpuBulkStore::AllocateHostBuffer(size_t bytes) {
@@ -837,6 +877,55 @@ Result<IpcExport> GpuBulkStore::Export(BlobId id) {
   out.handle_type = IpcExport::kLegacy;
   std::memcpy(out.handle, &handle, sizeof(out.handle));
   return out;
+}
+
+// ---- Takeover: blob fds kept by another process (docs/TAKEOVER.md)
+
+void GpuBulkStore::ReportAdded(BlobId id, uint64_t alloc) {
+  if (fd_sink_ == nullptr) return;
+  std::shared_ptr<const UniqueFd> fd;
+  uint64_t bytes = 0;
+  {
+    std::lock_guard lock(mu_);
+    const Allocation* found = FindAllocLocked(alloc);
+    if (found == nullptr || !found->vmm) return;
+    fd = found->vmm->fd();
+    bytes = found->vmm->size();
+  }
+  // The caller still holds the place, so the allocation and its fd live on.
+  fd_sink_->BlobAdded(device_, id, fd->get(), bytes);
+}
+
+void GpuBulkStore::ReportFreed(BlobId id) {
+  if (fd_sink_ != nullptr) fd_sink_->BlobFreed(device_, id);
+}
+
+Status GpuBulkStore::AdoptInherited(const StoredBlob& blob, InheritedBlobFd inherited) {
+  const uint64_t bytes = inherited.bytes;
+  if (bytes == 0 || bytes % alignment_ != 0 || Units(blob.size) > bytes) {
+    return Error(EINVAL, "its allocation (" + std::to_string(bytes) +
+                             " bytes) cannot hold its " + std::to_string(blob.size) + " bytes");
+  }
+  auto alloc = std::make_unique<Allocation>();
+  GPUFS_ASSIGN_OR_RETURN(alloc->vmm, VmmMemory::Import(ordinal_, std::move(inherited.fd), bytes));
+  alloc->owner = blob.owner_uid;
+  alloc->dedicated = true;
+  alloc->blobs = 1;
+  alloc->exported = true;  // mappers of the last daemon may hold it: Seal never moves it
+  std::lock_guard lock(mu_);
+  if (blobs_.contains(blob.id)) return Error(EEXIST, Describe(blob.id) + " is already live");
+  alloc->id = next_alloc_id_++;
+  Place place{.alloc = alloc->id, .offset = 0, .reserved = bytes, .data = alloc->base()};
+  allocs_.emplace(alloc->id, std::move(alloc));
+  ++dedicated_count_;
+  // The memory was in use at Open, so a default capacity did not count it.
+  if (default_capacity_) capacity_ += bytes;
+  used_ += bytes;
+  blobs_.emplace(blob.id, BlobRecord{.place = place,
+                                     .size = blob.size,
+                                     .owner = blob.owner_uid,
+                                     .sealed = blob.sealed});
+  return Status::Ok();
 }
 
 }  // namespace gpufs

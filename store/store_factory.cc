@@ -79,6 +79,8 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
       GpuStoreOptions options;
       options.ordinal = ordinal;
       options.capacity = config.capacity;
+      options.fd_sink = config.fd_sink;
+      options.inherited = config.inherited;
       // auto: VMM where the device and driver can export POSIX fds.
       options.ipc = config.ipc == "legacy" ? GpuIpcMode::kLegacy : GpuIpcMode::kVmm;
       auto opened = GpuBulkStore::Open(options);

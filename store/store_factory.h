@@ -18,6 +18,10 @@ struct StoreConfig {
   std::optional<uint64_t> capacity;  // per store new blobs go to; default: see OpenStores
   std::string host_dir;              // where the host store keeps its files
   std::string ipc = "auto";          // auto | vmm | legacy (see GpuIpcMode)
+  // GPU stores (kVmm): GpuStoreOptions::fd_sink and ::inherited, for a
+  // daemon run by the takeover supervisor. Null: none.
+  BlobFdSink* fd_sink = nullptr;
+  InheritedBlobFds* inherited = nullptr;
 };
 
 struct OpenedStores {

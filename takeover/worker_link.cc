@@ -45,6 +45,11 @@ WorkerLink::WorkerLink(UniqueFd channel, int fuse_fd, Handover handover)
   }
 }
 
+uint64_t WorkerLink::inherited_blob_bytes(uint64_t blob) const {
+  auto it = handover_.blob_bytes.find(blob);
+  return it == handover_.blob_bytes.end() ? 0 : it->second;
+}
+
 const HandleRecord* WorkerLink::HandleOpenedBy(uint64_t unique) const {
   auto it = by_unique_.find(unique);
   return it == by_unique_.end() ? nullptr : it->second;
@@ -69,8 +74,9 @@ void WorkerLink::BlobSizeChanged(uint64_t blob, uint64_t size) {
   BlobSize bs{blob, size};
   Post(MsgType::kBlobSize, AsBytes(bs));
 }
-void WorkerLink::BlobAdded(uint64_t blob, int fd) {
-  Post(MsgType::kBlobAdd, AsBytes(blob), std::span(&fd, 1));
+void WorkerLink::BlobAdded(uint64_t blob, int fd, uint64_t bytes) {
+  BlobFd add{blob, bytes};
+  Post(MsgType::kBlobAdd, AsBytes(add), std::span(&fd, 1));
 }
 void WorkerLink::BlobFreed(uint64_t blob) { Post(MsgType::kBlobFree, AsBytes(blob)); }
 void WorkerLink::Ready() { Post(MsgType::kReady, {}); }
