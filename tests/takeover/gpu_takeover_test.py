@@ -9,7 +9,8 @@ times at random moments. At the end: no failed syscall, every sealed GPU blob
 keeps its checksum, the consumers saw the right bytes throughout, and the GPU
 memory in use (nvidia-smi) is what it was before the kills.
 
-Env: GPUFS_BIN (gpufs), GPUFS_PROBE (vmm-probe), GPUFS_TAKEOVER_SEED."""
+Env: GPUFS_BIN (gpufs), GPUFS_PROBE (vmm-probe), GPUFS_TAKEOVER_SEED,
+GPUFS_TAKEOVER_LOG_DIR (a directory that receives the mount's log)."""
 import hashlib
 import json
 import os
@@ -46,6 +47,12 @@ def gpu_used_mib():
     return sum(int(x) for x in out.split())
 
 
+def gpu_pids():
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                         capture_output=True, text=True, check=True).stdout
+    return {int(x) for x in out.split()}
+
+
 def has_gpu():
     try:
         return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
@@ -60,13 +67,22 @@ class GpuTakeoverTest(unittest.TestCase):
         self.tmp = tempfile.mkdtemp(prefix="gpufs-gpu-takeover-")
         self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
         self.m = Mount(self.tmp, store="gpu", capacity="16G", extra=["--ipc", "vmm"])
+        keep = os.environ.get("GPUFS_TAKEOVER_LOG_DIR")  # where to keep the mount's log
+        if keep:
+            self.addCleanup(lambda: os.path.exists(self.m.log_path) and
+                            shutil.copy(self.m.log_path, keep))
         self.addCleanup(self.m.close)
         self.m.start()
 
-    def settled_memory(self, want=None):
-        """nvidia-smi's figure once the dead worker's memory is back: polled
-        until it matches `want` (within the slack) or 10 s pass."""
+    def kill_and_settle(self, want=None):
+        """Kills the worker; nvidia-smi's memory in use once the driver has
+        let the dead worker go (it leaves the compute apps), polled until it
+        matches `want` (within the slack) or 10 s pass."""
+        dead = self.m.worker()["pid"]
+        self.m.kill_worker()
         deadline = time.monotonic() + 10
+        while dead in gpu_pids() and time.monotonic() < deadline:
+            time.sleep(0.1)
         used = gpu_used_mib()
         while want is not None and abs(used - want) > MEMORY_SLACK_MIB and \
                 time.monotonic() < deadline:
@@ -108,8 +124,8 @@ class GpuTakeoverTest(unittest.TestCase):
             line = p.stdout.readline().strip()
             self.assertEqual(line, f"mapped {sum64(data):016x}", (target, p.stderr.read()
                                                                   if not line else ""))
-        m.kill_worker()  # a worker without ready pool allocations, as at the end
-        before_mib = self.settled_memory()
+        # A worker without ready pool allocations, as at the end.
+        before_mib = self.kill_and_settle()
         print(f"GPU memory before the kills: {before_mib} MiB", file=sys.stderr)
 
         lock = threading.Lock()
@@ -195,8 +211,7 @@ class GpuTakeoverTest(unittest.TestCase):
         # pool allocations; members were neither copied nor lost.
         for path in written:
             os.unlink(path)
-        m.kill_worker()
-        after_mib = self.settled_memory(want=before_mib)
+        after_mib = self.kill_and_settle(want=before_mib)
         print(f"GPU memory after the kills: {after_mib} MiB (before: {before_mib} MiB)",
               file=sys.stderr)
         self.assertLessEqual(abs(after_mib - before_mib), MEMORY_SLACK_MIB)
@@ -206,8 +221,7 @@ class GpuTakeoverTest(unittest.TestCase):
 
         # The consumers read the right bytes through every takeover.
         for p in consumers:
-            p.stdin.close()
-            out, err = p.communicate(timeout=TIMEOUT_S)
+            out, err = p.communicate(timeout=TIMEOUT_S)  # closes its stdin: stop
             print(f"consumer: {out.strip()}", file=sys.stderr)
             self.assertEqual(p.returncode, 0, err)
             self.assertRegex(out, r"rounds [1-9][0-9]* mismatches 0")
