@@ -18,15 +18,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <mutex>
-#include <string>
-#include <unordered_map>
 
 #include "core/namespace.h"
 #include "fs/fd_server.h"
 #include "fs/fuse_server.h"
 #include "meta/sqlite_catalog.h"
 #include "store/store_factory.h"
+#include "takeover/blob_sink.h"
 #include "takeover/supervisor.h"
 #include "takeover/worker_link.h"
 #include "util/log.h"
@@ -93,32 +91,6 @@ std::vector<std::string> WorkerArgv(const MountConfig& config) {
   ::_exit(kExitMountFailed);
 }
 
-// Hands the GPU stores' blob fds to the supervisor, which keeps them while
-// no worker runs (docs/TAKEOVER.md). The supervisor keeps one fd per blob:
-// while a blob moves between GPUs, the source's BlobFreed (which comes after
-// the target's BlobAdded) must not drop the target's memory.
-class SupervisorBlobSink final : public BlobFdSink {
- public:
-  explicit SupervisorBlobSink(takeover::WorkerLink& link) : link_(link) {}
-  void BlobAdded(const std::string& device, BlobId blob, int fd, uint64_t bytes) override {
-    std::lock_guard lock(mu_);  // the record and the message stay in one order
-    device_of_[blob] = device;
-    link_.BlobAdded(blob, fd, bytes);
-  }
-  void BlobFreed(const std::string& device, BlobId blob) override {
-    std::lock_guard lock(mu_);
-    auto it = device_of_.find(blob);
-    if (it != device_of_.end() && it->second != device) return;  // it lives on elsewhere
-    if (it != device_of_.end()) device_of_.erase(it);
-    link_.BlobFreed(blob);
-  }
-
- private:
-  takeover::WorkerLink& link_;
-  std::mutex mu_;
-  std::unordered_map<BlobId, std::string> device_of_;  // GUARDED_BY(mu_)
-};
-
 // A worker: everything that touches stores, SQLite and CUDA.
 int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   UniqueFd log_file;
@@ -143,7 +115,7 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   store_config.ipc = config.ipc;
   // Blob memory the last worker made and the supervisor kept: the GPU stores
   // re-import what the catalog still holds (Namespace::Open -> Recover).
-  SupervisorBlobSink blob_sink(link);
+  takeover::SupervisorBlobSink blob_sink(link);
   InheritedBlobFds inherited;
   for (auto& [blob, fd] : link.inherited_blob_fds()) {
     inherited[blob] = InheritedBlobFd{std::move(fd), link.inherited_blob_bytes(blob)};
