@@ -115,13 +115,11 @@ class BulkStore {
 
   // Copies `src` into the blob at `offset`. offset + src.size() must not pass
   // the blob's size as last set by Allocate or Resize (EINVAL otherwise).
-  virtual Status Write(BlobId id, uint64_t offset,
-                       std::span<const std::byte> src) = 0;
+  virtual Status Write(BlobId id, uint64_t offset, std::span<const std::byte> src) = 0;
 
   // Fills `dst` from the blob at `offset`; the range must lie within the
   // blob's size (the core clamps reads at end of file). EIO if bytes are gone.
-  virtual Status Read(BlobId id, uint64_t offset,
-                      std::span<std::byte> dst) = 0;
+  virtual Status Read(BlobId id, uint64_t offset, std::span<std::byte> dst) = 0;
 
   // The blob will not change again: trims the reservation to `size` and makes
   // its bytes durable as far as the store can (host: on disk, GPU: nothing).

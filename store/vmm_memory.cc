@@ -190,10 +190,10 @@ Result<std::unique_ptr<VmmMemory>> VmmMemory::Import(int ordinal, UniqueFd fd, u
   m->ordinal_ = ordinal;
   m->bytes_ = bytes;
   CUmemGenericAllocationHandle h;
-  GPUFS_RETURN_IF_ERROR(DriverError(
-      "cuMemImportFromShareableHandle",
-      d.Import(&h, reinterpret_cast<void*>(static_cast<uintptr_t>(fd.get())),
-               CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)));
+  GPUFS_RETURN_IF_ERROR(
+      DriverError("cuMemImportFromShareableHandle",
+                  d.Import(&h, reinterpret_cast<void*>(static_cast<uintptr_t>(fd.get())),
+                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)));
   m->handle_ = h;
   m->fd_ = std::make_shared<const UniqueFd>(std::move(fd));
   CUdeviceptr va = 0;

@@ -4,12 +4,11 @@
 // store re-imports the kept fds in Recover. Needs a GPU with VMM (skips
 // otherwise): the check is on real device memory.
 #include <cuda_runtime_api.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <fcntl.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

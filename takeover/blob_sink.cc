@@ -2,8 +2,7 @@
 
 namespace gpufs::takeover {
 
-void SupervisorBlobSink::BlobAdded(const std::string& device, BlobId blob, int fd,
-                                   uint64_t bytes) {
+void SupervisorBlobSink::BlobAdded(const std::string& device, BlobId blob, int fd, uint64_t bytes) {
   std::lock_guard lock(mu_);
   device_of_[blob] = device;
   link_.BlobAdded(blob, fd, bytes);

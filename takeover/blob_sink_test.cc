@@ -8,7 +8,6 @@
 #include <sys/mman.h>
 
 #include <memory>
-
 #include <string>
 
 #include "takeover/registry.h"
