@@ -254,13 +254,37 @@ namespace {
 
 constexpr int kMaxMetaDepth = 64;
 
+// user.gpufs.meta writes each byte of a name that is not UTF-8 as a lone
+// surrogate \udcXX (docs/INTERFACES.md), which nlohmann::json refuses; for
+// display each becomes the text \xXX (`--json` prints the JSON as it is).
+std::string ForDisplay(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\\' && i + 1 < text.size()) {
+      if (text[i + 1] == 'u' && i + 5 < text.size() && (text[i + 2] == 'd' || text[i + 2] == 'D') &&
+          (text[i + 3] == 'c' || text[i + 3] == 'C')) {
+        out += "\\\\x";  // an escaped backslash, then x and the two hex digits
+        out += text.substr(i + 4, 2);
+        i += 5;
+        continue;
+      }
+      out += text.substr(i, 2);
+      ++i;
+      continue;
+    }
+    out.push_back(text[i]);
+  }
+  return out;
+}
+
 // The meta of `path` as user.gpufs.meta has it. An object too large for an
 // extended attribute (E2BIG) is put together here from its own attributes
 // and its members' meta, in the same shape.
 Result<json> LoadMeta(const std::string& path, int depth) {
   auto text = GetAttrValue(path, std::string(xattr::kMeta).c_str());
   if (text.ok()) {
-    json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    json j = json::parse(ForDisplay(*text), nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) {
       return Error(EIO, path + ": user.gpufs.meta is not a JSON object");
     }

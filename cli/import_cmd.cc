@@ -38,9 +38,6 @@ namespace {
 
 constexpr size_t kReadChunk = 64 << 20;
 constexpr const char* kTypename = "SafeTensors";
-// How long members written through the mount may take to be sealed after
-// their close (the daemon seals at release, which follows close).
-constexpr auto kSealWait = std::chrono::seconds(60);
 
 // --- reading ------------------------------------------------------------------
 
@@ -271,44 +268,33 @@ class TempTree {
   bool committed_ = false;
 };
 
-// Waits until each member written through the mount is sealed with the size
-// written. A member that failed at release is gone: that is an error too.
-Status WaitSealed(const std::vector<std::pair<std::string, uint64_t>>& members) {
-  auto deadline = std::chrono::steady_clock::now() + kSealWait;
+// Checks that each member written through the mount is sealed with the size
+// written. FileWriter sealed each one (GPUFS_IOC_SEAL) before its close, so
+// nothing is waited for: a member in any other state is an error.
+Status VerifySealed(const std::vector<std::pair<std::string, uint64_t>>& members) {
   for (const auto& [path, size] : members) {
-    auto pause = std::chrono::microseconds(200);
-    while (true) {
-      GPUFS_RETURN_IF_ERROR(InterruptGuard::Check());
-      auto text = GetAttrValue(path, std::string(xattr::kMeta).c_str());
-      if (!text.ok()) {
-        if (text.status().code() == ENOENT) {
-          return Error(EIO, path + " was discarded by the daemon after its close (see its log)");
-        }
-        return text.status();
+    GPUFS_RETURN_IF_ERROR(InterruptGuard::Check());
+    auto text = GetAttrValue(path, std::string(xattr::kMeta).c_str());
+    if (!text.ok()) {
+      if (text.status().code() == ENOENT) {
+        return Error(EIO, path + " was discarded by the daemon after its close (see its log)");
       }
-      auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-      if (j.is_discarded() || !j.is_object()) return Error(EIO, path + ": meta is not JSON");
-      auto state = j.find("state");
-      auto bytes = j.find("size");
-      if (state == j.end() || !state->is_string() || bytes == j.end() ||
-          !bytes->is_number_unsigned()) {
-        return Error(EIO, path + ": meta lacks state or size");
-      }
-      if (*state == "sealed") {
-        if (bytes->get<uint64_t>() != size) {
-          return Error(EIO, path + " was sealed with " + std::to_string(bytes->get<uint64_t>()) +
-                                " bytes, not the " + std::to_string(size) + " written");
-        }
-        break;
-      }
-      if (*state != "unsealed") {
-        return Error(EIO, path + " is " + state->get<std::string>() + ", not sealed");
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        return Error(ETIMEDOUT, path + " was not sealed within 60 s of its close");
-      }
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(20000));
+      return text.status();
+    }
+    auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) return Error(EIO, path + ": meta is not JSON");
+    auto state = j.find("state");
+    auto bytes = j.find("size");
+    if (state == j.end() || !state->is_string() || bytes == j.end() ||
+        !bytes->is_number_unsigned()) {
+      return Error(EIO, path + ": meta lacks state or size");
+    }
+    if (*state != "sealed") {
+      return Error(EIO, path + " is " + state->get<std::string>() + " after its seal and close");
+    }
+    if (bytes->get<uint64_t>() != size) {
+      return Error(EIO, path + " was sealed with " + std::to_string(bytes->get<uint64_t>()) +
+                            " bytes, not the " + std::to_string(size) + " written");
     }
   }
   return Status::Ok();
@@ -367,7 +353,7 @@ class Uploader {
           SetAttrValue(path, std::string(xattr::kShape).c_str(), proto::FormatShape(t.shape)));
     }
     progress.Finish();
-    return WaitSealed(through_mount_);
+    return VerifySealed(through_mount_);
   }
 
  private:

@@ -80,9 +80,9 @@ void Progress::Force(std::optional<bool> enabled) { g_forced = enabled; }
 Progress::Progress(std::string label, uint64_t total)
     : Progress(std::move(label), total, 2, g_forced.value_or(::isatty(2) == 1)) {}
 
-Progress::Progress(std::string label, uint64_t total, int fd, bool enabled)
-    : label_(std::move(label)), total_(total), fd_(fd), enabled_(enabled) {
-  start_ = last_ = std::chrono::steady_clock::now();
+Progress::Progress(std::string label, uint64_t total, int fd, bool enabled, Clock clock)
+    : label_(std::move(label)), total_(total), fd_(fd), enabled_(enabled), clock_(std::move(clock)) {
+  start_ = last_ = clock_();
 }
 
 Progress::~Progress() { Finish(); }
@@ -90,7 +90,7 @@ Progress::~Progress() { Finish(); }
 void Progress::Add(uint64_t bytes) {
   done_ += bytes;
   if (!enabled_ || finished_) return;
-  auto now = std::chrono::steady_clock::now();
+  auto now = clock_();
   if (now - last_ < kRedrawInterval) return;
   last_ = now;
   Draw();
@@ -105,7 +105,7 @@ void Progress::Finish() {
 }
 
 void Progress::Draw() {
-  std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start_;
+  std::chrono::duration<double> elapsed = clock_() - start_;
   std::string line = FormatProgressLine(label_, done_, total_, elapsed.count());
   size_t width = line.size();
   if (width < width_) line.append(width_ - width, ' ');

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,8 +25,11 @@ class Progress {
   // Draws on stderr if isatty(2), unless Force() said otherwise. `total` 0:
   // unknown (a pipe, say).
   Progress(std::string label, uint64_t total);
-  // Draws on `fd` if `enabled` (for tests).
-  Progress(std::string label, uint64_t total, int fd, bool enabled);
+  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+  // Draws on `fd` if `enabled`, reading the time from `clock` (for tests,
+  // which move time on instead of sleeping).
+  Progress(std::string label, uint64_t total, int fd, bool enabled,
+           Clock clock = std::chrono::steady_clock::now);
   ~Progress();
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
@@ -49,6 +53,7 @@ class Progress {
   bool enabled_;
   bool drawn_ = false;
   bool finished_ = false;
+  Clock clock_;
   size_t width_ = 0;  // of the last line drawn, to blank what a shorter one leaves
   std::chrono::steady_clock::time_point start_, last_;
 };

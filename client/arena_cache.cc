@@ -117,6 +117,52 @@ Result<std::string> SocketPath(int member_fd) {
   return (*known)[st.st_dev] = std::string(path, static_cast<size_t>(n));
 }
 
+// The process's connections to fd sockets, kept open: a connection costs a
+// connect and a daemon thread, more than the redemption itself. The daemon
+// binds a connection to the credentials (pid, uid, gid) of the connect, so a
+// connection is reused only by the process that made it with the same
+// effective ids (not by a forked child, nor after setuid). Called under the
+// cache's mutex, which guards the table.
+class FdSockets {
+ public:
+  Result<UniqueFd> Fetch(const std::string& path, const uint8_t* token, gpufs_fd_reply* reply) {
+    const Owner now{::getpid(), ::geteuid(), ::getegid()};
+    auto it = conns_.find(path);
+    if (it != conns_.end() && !(it->second.owner == now)) {
+      // Another process (a fork) owns it in the end: close only our copy.
+      conns_.erase(it);
+      it = conns_.end();
+    }
+    if (it != conns_.end()) {
+      Result<UniqueFd> fd = FetchBlobFdOn(it->second.sock.get(), token, reply);
+      if (fd.ok() || (fd.status().code() != EPIPE && fd.status().code() != ECONNRESET)) return fd;
+      conns_.erase(it);  // the daemon went away (restarted?): connect again, once
+    }
+    GPUFS_ASSIGN_OR_RETURN(UniqueFd sock, ConnectFdSocket(path));
+    Result<UniqueFd> fd = FetchBlobFdOn(sock.get(), token, reply);
+    if (fd.ok()) conns_.emplace(path, Conn{now, std::move(sock)});
+    return fd;
+  }
+
+ private:
+  struct Owner {
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    bool operator==(const Owner&) const = default;
+  };
+  struct Conn {
+    Owner owner;
+    UniqueFd sock;
+  };
+  std::map<std::string, Conn> conns_;
+};
+
+FdSockets& KeptSockets() {
+  static FdSockets* sockets = new FdSockets;  // never destroyed, like the cache
+  return *sockets;
+}
+
 CUmemAccessDesc Access(const Arena& arena, bool writable) {
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -131,7 +177,7 @@ Status OpenVmm(const DriverApi& api, Arena* arena, const struct gpufs_ipc_info& 
                int member_fd) {
   GPUFS_ASSIGN_OR_RETURN(std::string socket, SocketPath(member_fd));
   gpufs_fd_reply reply{};
-  GPUFS_ASSIGN_OR_RETURN(UniqueFd fd, FetchBlobFd(socket, info.token, &reply));
+  GPUFS_ASSIGN_OR_RETURN(UniqueFd fd, KeptSockets().Fetch(socket, info.token, &reply));
   if (reply.blob_id != info.blob_id || reply.alloc_size != info.alloc_size ||
       info.alloc_size == 0) {
     return Error(EPROTO, "the fd socket answered for another blob");
@@ -252,6 +298,7 @@ Result<Arena*> ArenaCache::Acquire(const struct gpufs_ipc_info& info, int member
   arena->refs = 1;
   if (arena->vmm != 0 && !arena->key.writable && ::fstat(member_fd, &arena->member) == 0) {
     arena->member_fd = ::fcntl(member_fd, F_DUPFD_CLOEXEC, 0);
+    arena->blob_offset = info.offset;
     arena->blob_size = info.size;
     if (arena->member_fd >= 0) {
       by_member_[{arena->member.st_dev, arena->member.st_ino}] = arena;
@@ -298,6 +345,17 @@ Status ArenaCache::Release(Arena* arena, bool* released) {
   }
   arenas_.erase(it);
   return status;
+}
+
+Status ArenaCache::AddRef(Arena* arena) {
+  std::lock_guard<std::mutex> lock(mu_);
+  bool live = false;
+  for (const auto& [key, entry] : arenas_) live = live || entry.get() == arena;
+  if (!live || arena->refs <= 0 || arena->writable) {
+    return Error(EINVAL, "not a live read-only libgpufs mapping");
+  }
+  ++arena->refs;
+  return Status::Ok();
 }
 
 Status ArenaCache::DropWrite(Arena* arena) {

@@ -61,6 +61,7 @@ struct Arena {
   // fstat saw it then, and an fd of it (owned) that a warm map duplicates.
   struct stat member {};
   int member_fd = -1;
+  uint64_t blob_offset = 0;  // a packed blob lies inside a shared allocation
   uint64_t blob_size = 0;
 };
 
@@ -93,6 +94,10 @@ class ArenaCache {
   // No request reaches the daemon: the caller's stat(2) is answered from the
   // kernel's attribute cache (1 s) when it can be.
   Arena* AcquireByStat(const struct stat& st, int* fd);
+
+  // One more reference to `arena`, a live arena of this cache that is not
+  // mapped writable. EINVAL otherwise (touching nothing).
+  Status AddRef(Arena* arena);
 
   // A producer's blob was sealed: its writable mapping becomes read-only.
   Status DropWrite(Arena* arena);

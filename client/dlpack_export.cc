@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "client/mapper.h"
 #include "gpufs/gpufs.h"
 
 namespace {
@@ -57,7 +58,14 @@ extern "C" void* gpufs_dlpack_export(const struct gpufs_buffer* buf, uint8_t cod
     errno = ENOMEM;
     return nullptr;
   }
-  if (gpufs_map_fd(buf->fd, &self->buffer) != 0) {
+  // A sealed blob's mapping is shared (no daemon request); a producer's
+  // writable one is mapped anew from its fd.
+  bool shared = false;
+  try {
+    shared = gpufs::client::ShareBuffer(*buf, &self->buffer).ok();
+  } catch (...) {
+  }
+  if (!shared && gpufs_map_fd(buf->fd, &self->buffer) != 0) {
     int err = errno;
     delete self;
     errno = err;

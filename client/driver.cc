@@ -29,7 +29,11 @@ bool Resolve(void* lib, const char* name, Fn* fn, std::string* missing,
 Result<const DriverApi*> Load() {
   // RTLD_LOCAL: the CUDA runtime, PyTorch... load the same libcuda.so.1 and
   // get the same (reference-counted) handle; we never dlclose it.
-  void* lib = dlopen(kDriverLibrary, RTLD_NOW | RTLD_LOCAL);
+  // Already loaded (by the CUDA runtime, PyTorch...): take that handle as it
+  // is: RTLD_NOW on a lazily bound copy would bind all of its symbols in the
+  // first gpufs_map of the process. The entry points are looked up with dlsym.
+  void* lib = dlopen(kDriverLibrary, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+  if (lib == nullptr) lib = dlopen(kDriverLibrary, RTLD_LAZY | RTLD_LOCAL);
   if (lib == nullptr) {
     const char* why = dlerror();
     return Error(ENODEV, std::string("no CUDA driver: cannot load ") + kDriverLibrary + " (" +

@@ -16,15 +16,18 @@
 
 #include <atomic>
 #include <cerrno>
-#include <mutex>
-#include <unordered_map>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <functional>
+#include <mutex>
 #include <new>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <thread>
+#include <unordered_map>
 
 #include "client/arena_cache.h"
 #include "client/copy.h"
@@ -130,7 +133,7 @@ bool MapWarm(const char* path, gpufs_buffer* buf) {
   Arena* arena = ArenaCache::Instance().AcquireByStat(st, &fd);
   if (arena == nullptr) return false;
   gpufs_buffer out{};
-  out.ptr = reinterpret_cast<void*>(static_cast<uintptr_t>(arena->base));
+  out.ptr = reinterpret_cast<void*>(static_cast<uintptr_t>(arena->base + arena->blob_offset));
   out.size = arena->blob_size;
   out.device = arena->ordinal;
   out.fd = fd;
@@ -176,10 +179,13 @@ Status MapHandle(const char* path, const struct gpufs_ipc_info* given, gpufs_buf
   return MapInfo(std::move(fd), live, 0, buf);
 }
 
-// A blob made by gpufs_create is written under a hidden temporary name in
-// the same object and renamed onto its path by gpufs_seal: readers of the
-// path see the old member until the new one is complete, and a failed or
-// abandoned create leaves the old member as it was.
+// A new member is made at its path at once (O_CREAT | O_EXCL): until
+// gpufs_seal, maps of it answer EBUSY, and a producer that gives up (unmaps or
+// exits unsealed) leaves no member behind (the daemon discards an ALLOC'd
+// blob released unsealed). A member that exists already is replaced through a
+// hidden temporary name in the same object, renamed onto the path by
+// gpufs_seal: readers of the path see the old member until the new one is
+// complete, and a failed or abandoned create leaves the old member as it was.
 struct PendingCreate {
   std::string temp;
   std::string target;
@@ -199,19 +205,22 @@ std::string TempNameFor(const std::string& target) {
   return dir + "/" + name;
 }
 
-Status Create(const char* path, uint64_t size, gpufs_buffer* buf) {
-  if (path == nullptr || *path == '\0') return Error(EINVAL, "path is empty");
-  struct stat st {};
-  if (::stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return Error(EISDIR, "is an object");
-  std::string temp = TempNameFor(path);
-  GPUFS_ASSIGN_OR_RETURN(UniqueFd fd,
-                         OpenMember(temp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  Status made = [&]() -> Status {
+// Removes the member `path` if it is still the file open as `fd` (a create
+// that failed after the member was made).
+void RemoveMade(const std::string& path, int fd) {
+  struct stat mine, now;
+  if (::fstat(fd, &mine) == 0 && ::stat(path.c_str(), &now) == 0 && mine.st_dev == now.st_dev &&
+      mine.st_ino == now.st_ino) {
+    ::unlink(path.c_str());
+  }
+}
+
+Status AllocInto(int fd, uint64_t size, struct gpufs_ipc_info* info) {
   gpufs_alloc alloc;
   std::memset(&alloc, 0, sizeof(alloc));
   alloc.size = size;
   // Not retried on EINTR: the daemon may have allocated before the interrupt.
-  if (::ioctl(fd.get(), GPUFS_IOC_ALLOC, &alloc) < 0) {
+  if (::ioctl(fd, GPUFS_IOC_ALLOC, &alloc) < 0) {
     int err = errno;
     switch (err) {
       case ENOTTY:
@@ -235,15 +244,68 @@ Status Create(const char* path, uint64_t size, gpufs_buffer* buf) {
                              std::to_string(alloc.info.size) + " bytes, not the " +
                              std::to_string(size) + " asked for");
   }
-  int raw = fd.get();
-  GPUFS_RETURN_IF_ERROR(MapInfo(std::move(fd), alloc.info, GPUFS_BUFFER_WRITABLE, buf));
-  std::lock_guard lock(g_pending_mu);
-  g_pending[raw] = PendingCreate{temp, path};
+  *info = alloc.info;
   return Status::Ok();
-  }();
-  if (!made.ok()) ::unlink(temp.c_str());  // the daemon drops an unsealed device blob anyway
-  return made;
 }
+
+Status Create(const char* path, uint64_t size, gpufs_buffer* buf) {
+  if (path == nullptr || *path == '\0') return Error(EINVAL, "path is empty");
+  const std::string target = path;
+  std::string temp;  // empty: made at the path itself
+  Result<UniqueFd> opened = OpenMember(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (!opened.ok() && opened.status().code() == EEXIST) {
+    struct stat st {};
+    if (::stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return Error(EISDIR, "is an object");
+    temp = TempNameFor(target);
+    opened = OpenMember(temp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  }
+  if (!opened.ok()) return opened.status();
+  UniqueFd fd = std::move(*opened);
+  const int raw = fd.get();
+  const std::string& made = temp.empty() ? target : temp;
+  struct gpufs_ipc_info info;
+  Status status = AllocInto(raw, size, &info);
+  if (!status.ok()) {
+    RemoveMade(made, raw);
+    return status;
+  }
+  // On failure MapInfo closes `fd`: released unsealed after an ALLOC, the
+  // blob is discarded and its member taken away by the daemon.
+  GPUFS_RETURN_IF_ERROR(MapInfo(std::move(fd), info, GPUFS_BUFFER_WRITABLE, buf));
+  if (!temp.empty()) {
+    std::lock_guard lock(g_pending_mu);
+    g_pending[raw] = PendingCreate{temp, target};
+  }
+  return Status::Ok();
+}
+
+// Runs `work` on a thread of its own while the caller goes on; Join returns
+// its result. Used to drop a producer's write access while the seal's
+// requests to the daemon are in flight.
+class Concurrent {
+ public:
+  explicit Concurrent(std::function<Status()> work) : work_(std::move(work)) {
+    try {
+      thread_ = std::thread([this] { result_ = work_(); });
+    } catch (const std::system_error&) {
+      result_ = work_();  // no thread to be had: do it here
+    }
+  }
+  ~Concurrent() {
+    if (thread_.joinable()) thread_.join();
+  }
+  Concurrent(const Concurrent&) = delete;
+  Concurrent& operator=(const Concurrent&) = delete;
+  Status Join() {
+    if (thread_.joinable()) thread_.join();
+    return result_;
+  }
+
+ private:
+  std::function<Status()> work_;
+  Status result_;
+  std::thread thread_;
+};
 
 Status Seal(gpufs_buffer* buf) {
   if (buf == nullptr) return Error(EINVAL, "buf is NULL");
@@ -252,7 +314,7 @@ Status Seal(gpufs_buffer* buf) {
     return Error(EPERM, "not a writable buffer (sealed already, or not made by gpufs_create)");
   }
   GPUFS_ASSIGN_OR_RETURN(const DriverApi* api, LoadDriver());
-  const Arena* arena = static_cast<const Arena*>(buf->internal);
+  Arena* arena = static_cast<Arena*>(buf->internal);
   {
     // The producer's kernels run in this context (the runtime's, PyTorch's...):
     // the blob is complete once they are.
@@ -264,27 +326,38 @@ Status Seal(gpufs_buffer* buf) {
       return Error(s.code(), s.message() + "; not sealed: the producer's GPU work failed");
     }
   }
-  if (::ioctl(buf->fd, GPUFS_IOC_SEAL) < 0) return PosixError("ioctl GPUFS_IOC_SEAL", errno);
+  // Sealed: never written again, also not by its producer. The write access
+  // goes (cuMemSetAccess to read-only: 0.1-0.2 ms for 1 GiB on the H200)
+  // while GPUFS_IOC_SEAL and the rename travel; gpufs_seal returns after
+  // both, so no write through this buffer can follow a successful seal.
+  Concurrent drop([arena] {
+    return ArenaCache::Instance().DropWrite(arena).Prepend(
+        "sealed, but the mapping stays writable");
+  });
+  if (::ioctl(buf->fd, GPUFS_IOC_SEAL) < 0) {
+    int err = errno;
+    (void)drop.Join();  // the buffer stays writable in name, read-only in fact
+    return PosixError("ioctl GPUFS_IOC_SEAL", err);
+  }
   buf->flags &= ~GPUFS_BUFFER_WRITABLE;
-  // Sealed: never written again, also not by its producer (after the rename
-  // below, so that a failure here leaves a published member).
-  Status dropped = ArenaCache::Instance()
-                       .DropWrite(static_cast<Arena*>(buf->internal))
-                       .Prepend("sealed, but the mapping stays writable");
   PendingCreate pending;
+  bool renamed = true;
   {
     std::lock_guard lock(g_pending_mu);
     auto it = g_pending.find(buf->fd);
-    if (it == g_pending.end()) return dropped;
-    pending = std::move(it->second);
-    g_pending.erase(it);
+    if (it != g_pending.end()) {
+      pending = std::move(it->second);
+      g_pending.erase(it);
+      renamed = false;
+    }
   }
-  if (::rename(pending.temp.c_str(), pending.target.c_str()) != 0) {
+  if (!renamed && ::rename(pending.temp.c_str(), pending.target.c_str()) != 0) {
     int err = errno;
     ::unlink(pending.temp.c_str());
+    (void)drop.Join();
     return PosixError("sealed, but rename onto " + pending.target, err);
   }
-  return dropped;
+  return drop.Join();
 }
 
 // OK when [offset, offset + n) lies inside the buffer's blob.
@@ -369,6 +442,17 @@ Status CheckInfo(const struct gpufs_ipc_info& info, int code) {
     return Error(code, "offset + size overflows (offset " + std::to_string(info.offset) +
                            ", size " + std::to_string(info.size) + ")");
   }
+  return Status::Ok();
+}
+
+Status ShareBuffer(const gpufs_buffer& from, gpufs_buffer* out) {
+  if (from.internal == nullptr) return Error(EINVAL, "nothing is mapped");
+  if ((from.flags & GPUFS_BUFFER_WRITABLE) != 0) return Error(EINVAL, "a writable buffer");
+  UniqueFd fd(::fcntl(from.fd, F_DUPFD_CLOEXEC, 0));
+  if (!fd.valid()) return PosixError("fcntl F_DUPFD_CLOEXEC", errno);
+  GPUFS_RETURN_IF_ERROR(ArenaCache::Instance().AddRef(static_cast<Arena*>(from.internal)));
+  *out = from;
+  out->fd = fd.release();
   return Status::Ok();
 }
 

@@ -22,4 +22,10 @@ Status CheckInfo(const struct gpufs_ipc_info& info, int code);
 // failure `fd` is closed and `*buf` is left as it was.
 Status MapInfo(UniqueFd fd, const struct gpufs_ipc_info& info, uint32_t flags, gpufs_buffer* buf);
 
+// A second buffer over the mapping `from` holds (a duplicate of its fd and
+// one more reference to its arena), with no request to the daemon: what a
+// DLPack export hands its consumer. EINVAL when `from` maps nothing or is
+// still writable (a producer's buffer: map its fd anew instead).
+Status ShareBuffer(const gpufs_buffer& from, gpufs_buffer* out);
+
 }  // namespace gpufs::client

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/sharing.h"
 #include "proto/xattr_names.h"
 #include "util/log.h"
 
@@ -14,7 +15,7 @@ namespace gpufs {
 
 // A new unlinked blob in `device`'s store, allocated and recorded. Swept at
 // start-up if the daemon stops before it is linked.
-Result<Blob> Namespace::NewBlob(const std::string& device, uint32_t owner) {
+Result<Blob> Namespace::NewBlob(const std::string& device, uint32_t owner, const SharingKey& key) {
   BulkStore* store = StoreFor(device);
   if (store == nullptr) return Error(ENODEV, "no store for device " + device);
   Blob blob;
@@ -22,7 +23,7 @@ Result<Blob> Namespace::NewBlob(const std::string& device, uint32_t owner) {
   blob.state = BlobState::kUnsealed;
   blob.owner_uid = owner;
   GPUFS_ASSIGN_OR_RETURN(blob, catalog_->CreateBlob(blob));
-  Status allocated = store->Allocate(blob.id, owner, 0);
+  Status allocated = store->Allocate(blob.id, key, 0);
   if (!allocated.ok()) {
     Status ignored = catalog_->DeleteBlob(blob.id);
     (void)ignored;
@@ -35,7 +36,7 @@ Result<Blob> Namespace::NewBlob(const std::string& device, uint32_t owner) {
 // on for whoever holds it.
 Status Namespace::ReplaceBlob(const Entry& entry, const std::string& device, uint32_t owner,
                               BlobState state) {
-  GPUFS_ASSIGN_OR_RETURN(Blob blob, NewBlob(device, owner));
+  GPUFS_ASSIGN_OR_RETURN(Blob blob, NewBlob(device, owner, SharingKeyOf(entry)));
   if (state == BlobState::kSealed) {
     Status updated = StoreFor(device)->Seal(blob.id, 0);
     if (updated.ok()) {
@@ -73,10 +74,14 @@ Status Namespace::ReplaceBlob(const Entry& entry, const std::string& device, uin
 void Namespace::FreeBlob(const Blob& blob) { doomed_.emplace_back(blob.device, blob.id); }
 
 void Namespace::FreeQueued() {
-  std::vector<std::pair<std::string, BlobId>> doomed;
+  std::vector<std::pair<std::string, BlobId>> doomed, unretire;
   {
     std::lock_guard lock(mu_);
     doomed.swap(doomed_);
+    unretire.swap(unretire_);
+  }
+  for (const auto& [device, id] : unretire) {
+    if (BulkStore* store = StoreFor(device)) store->ReleaseRetired(id);
   }
   for (const auto& [device, id] : doomed) {
     if (BulkStore* store = StoreFor(device)) store->Free(id);
@@ -114,13 +119,13 @@ Result<OpenResult> Namespace::Create(const Caller& caller, uint64_t parent, std:
   GPUFS_RETURN_IF_ERROR(CheckNewName(parent, name));
   FreeQueuedOnExit free_queued(this);
   std::lock_guard lock(mu_);
-  GPUFS_RETURN_IF_ERROR(ObjectEntry(parent).status());
+  GPUFS_ASSIGN_OR_RETURN(Entry parent_entry, ObjectEntry(parent));
   std::string path = PathOf(parent) + "/" + std::string(name);
   std::string device = DeviceFor(parent);
   BulkStore* store = StoreFor(device);
   if (store == nullptr) return Error(ENODEV, "create " + path + ": no store for " + device);
   int64_t now = Now();
-  Entry entry = NewEntry(caller, parent, name, EntryKind::kBlob, mode, now);
+  Entry entry = NewEntry(caller, parent_entry, name, EntryKind::kBlob, mode, now);
   Blob blob;
   blob.device = device;
   blob.state = BlobState::kUnsealed;
@@ -129,7 +134,8 @@ Result<OpenResult> Namespace::Create(const Caller& caller, uint64_t parent, std:
   if (!created.ok()) return created.status().Prepend("create " + path);
   entry = *created;
   auto stored = catalog_->GetBlob(entry.blob);
-  Status recorded = stored.ok() ? store->Allocate(entry.blob, caller.uid, 0) : stored.status();
+  Status recorded =
+      stored.ok() ? store->Allocate(entry.blob, SharingKeyOf(entry), 0) : stored.status();
   if (!recorded.ok()) {
     Status detached = catalog_->Detach(entry.id, now);
     if (detached.ok()) CollectEntry(entry.id);
@@ -244,9 +250,9 @@ Result<size_t> Namespace::Write(HandleId id, uint64_t offset, std::span<const st
   if (rec.state != BlobState::kUnsealed) {
     return Error(EPERM, "blob " + std::to_string(rec.id) + " is sealed: blobs are immutable");
   }
-  if (blob->broken) {
-    return Error(EIO, "blob " + std::to_string(rec.id) +
-                          " had a failed write; it will be discarded at close");
+  if (int failed = blob->broken.load()) {
+    return Error(failed, "blob " + std::to_string(rec.id) +
+                             " had a failed write; it will be discarded at close");
   }
   GPUFS_RETURN_IF_ERROR(ReopenForWriting(*blob));
   uint64_t size = blob->size.load();
@@ -259,14 +265,14 @@ Result<size_t> Namespace::Write(HandleId id, uint64_t offset, std::span<const st
   if (end > size) {
     Status resized = store->Resize(rec.id, size, end);
     if (!resized.ok()) {
-      blob->broken = true;
+      blob->broken = resized.code();
       return resized;
     }
     blob->size = end;
   }
   Status written = store->Write(rec.id, offset, src);
   if (!written.ok()) {
-    blob->broken = true;
+    blob->broken = written.code();
     return written;
   }
   if (end > size && on_unsealed_size_) on_unsealed_size_(rec.id, end);
@@ -276,8 +282,8 @@ Result<size_t> Namespace::Write(HandleId id, uint64_t offset, std::span<const st
 Status Namespace::FinishWriting(ActiveBlob& blob, EntryId entry_id) {
   Blob& rec = blob.rec;
   Status sealed;
-  if (blob.broken) {
-    sealed = Error(EIO, "a write failed");
+  if (int failed = blob.broken.load()) {
+    sealed = Error(failed, "a write failed");
   } else if (blob.needs_explicit_seal) {
     sealed = Error(EIO,
                    "it got device memory with GPUFS_IOC_ALLOC and was released without "
@@ -289,7 +295,7 @@ Status Namespace::FinishWriting(ActiveBlob& blob, EntryId entry_id) {
   if (sealed.ok()) sealed = RecordSealLocked(blob, entry_id);
   if (!sealed.ok()) {
     // Never serve a half-written blob as sealed: take the member away.
-    blob.broken = true;
+    if (blob.broken.load() == 0) blob.broken = sealed.code() != 0 ? sealed.code() : EIO;
     GPUFS_LOG(WARN) << "discarding " << PathOf(entry_id) << ": it was not sealed ("
                     << sealed.ToString() << ")";
     auto entry = catalog_->GetEntry(entry_id);
@@ -304,18 +310,32 @@ Status Namespace::FinishWriting(ActiveBlob& blob, EntryId entry_id) {
 
 Status Namespace::Flush(HandleId id) {
   std::shared_ptr<ActiveBlob> blob;
+  EntryId entry_id = 0;
   {
     std::lock_guard lock(mu_);
     auto it = handles_.find(id);
     if (it == handles_.end()) return Error(EBADF, "flush: no handle " + std::to_string(id));
     if (!it->second.blob || !it->second.writable) return Status::Ok();
     blob = it->second.blob;
+    entry_id = it->second.entry;
   }
   std::unique_lock io(blob->io_mu);
   if (blob->rec.state != BlobState::kUnsealed || blob->needs_explicit_seal) return Status::Ok();
-  if (blob->broken) {
-    return Error(EIO, "blob " + std::to_string(blob->rec.id) +
-                          " had a failed write; it is discarded, not sealed");
+  if (int failed = blob->broken.load()) {
+    // A broken blob is never sealed, so its member goes now, inside the
+    // close() that reports the error: once close returned, the half-written
+    // member is gone (its bytes stay for open handles until they close).
+    std::lock_guard lock(mu_);
+    auto entry = catalog_->GetEntry(entry_id);
+    if (entry.ok() && entry->blob == blob->rec.id && entry->parent != 0) {
+      GPUFS_LOG(WARN) << "removing " << PathOf(entry_id)
+                      << ": a write failed, so it will never be sealed";
+      NotifyEntry(entry->parent, entry->name);
+      Status detached = catalog_->Detach(entry->id, Now());
+      if (!detached.ok()) GPUFS_LOG(ERROR) << "detach: " << detached.ToString();
+    }
+    return Error(failed, "blob " + std::to_string(blob->rec.id) +
+                             " had a failed write; it is discarded, not sealed");
   }
   if (blob->closed_in_catalog) return Status::Ok();
   Blob closed = blob->rec;
@@ -367,6 +387,7 @@ Status Namespace::Release(HandleId id) {
   if (blob.handles == 0) {
     for (const std::string& device : blob.retired) doomed_.emplace_back(device, rec.id);
     blob.retired.clear();
+    if (blob.reshared_while_mapped) unretire_.emplace_back(rec.device, rec.id);  // sharing.cc
     active_.erase(rec.id);
     if (rec.state == BlobState::kUnsealed) {
       // Discarded: it must not survive as an unsealed row.
@@ -386,6 +407,8 @@ Status Namespace::RecordSealLocked(ActiveBlob& blob, EntryId entry_id) {
   done.state = BlobState::kSealed;
   GPUFS_RETURN_IF_ERROR(catalog_->UpdateBlob(done));
   rec = done;
+  Status fits = CheckTensorAtSeal(entry_id, done.size);  // logs what it drops
+  (void)fits;
   blob.needs_explicit_seal = false;
   auto entry = catalog_->GetEntry(entry_id);
   if (entry.ok() && entry->blob == rec.id) {

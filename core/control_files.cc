@@ -12,6 +12,7 @@ Attr ControlAttr(uint64_t ino, int64_t start_ns, uint64_t size) {
   Attr attr;
   attr.ino = ino;
   attr.mode = ino == kControlDirIno ? (S_IFDIR | 0555) : (S_IFREG | 0444);
+  attr.nlink = ino == kControlDirIno ? 2 : 1;
   attr.size = size;
   attr.atime_ns = attr.mtime_ns = attr.ctime_ns = start_ns;
   return attr;

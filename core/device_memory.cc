@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/ipc_info.h"
+#include "core/sharing.h"
 #include "util/log.h"
 
 namespace gpufs {
@@ -90,12 +91,14 @@ Result<gpufs_ipc_info> Namespace::AllocDevice(HandleId id, uint64_t size, const 
   std::unique_lock io(blob->io_mu);
   Blob& rec = blob->rec;
   std::string path;
+  SharingKey key(rec.owner_uid);
   {
     std::lock_guard lock(mu_);
     path = PathOf(entry);
+    if (auto e = catalog_->GetEntry(entry); e.ok()) key = SharingKeyOf(*e);
   }
   if (rec.state != BlobState::kUnsealed) return Error(EPERM, path + " is sealed");
-  if (blob->broken) return Error(EIO, path + " had a failed write");
+  if (int failed = blob->broken.load()) return Error(failed, path + " had a failed write");
   if (blob->size.load() > 0 || blob->needs_explicit_seal) {
     return Error(EEXIST, path + " already has bytes; GPUFS_IOC_ALLOC wants a new empty member");
   }
@@ -110,7 +113,7 @@ Result<gpufs_ipc_info> Namespace::AllocDevice(HandleId id, uint64_t size, const 
     }
     if (device.empty())
       return Error(ENODEV, "this daemon serves no GPU (started with --store host?)");
-    GPUFS_RETURN_IF_ERROR(StoreFor(device)->Allocate(rec.id, rec.owner_uid, size));
+    GPUFS_RETURN_IF_ERROR(StoreFor(device)->Allocate(rec.id, key, size));
     next.device = device;
   } else {
     GPUFS_RETURN_IF_ERROR(StoreFor(rec.device)->Resize(rec.id, 0, size));
@@ -168,8 +171,8 @@ Status Namespace::SealHandle(HandleId id) {
     if (blob->rec.state != BlobState::kUnsealed) {
       return Error(EPERM, PathOf(entry) + " lost its bytes");
     }
-    if (blob->broken) {
-      return Error(EIO, PathOf(entry) + " had a failed write and will be discarded");
+    if (int failed = blob->broken.load()) {
+      return Error(failed, PathOf(entry) + " had a failed write and will be discarded");
     }
   }
   GPUFS_RETURN_IF_ERROR(StoreFor(blob->rec.device)->Seal(blob->rec.id, blob->size.load()));

@@ -2,6 +2,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <string_view>
+
+#include "core/access.h"
+
 #include "proto/shape.h"
 #include "proto/xattr_names.h"
 
@@ -34,7 +39,13 @@ Status Build(const MetaSource& source, const Entry& entry, int depth, size_t* bu
   json& j = *out;
   j["id"] = entry.id;
   j["name"] = entry.name;
-  GPUFS_ASSIGN_OR_RETURN(auto attrs, source.xattrs(entry.id));
+  // user.* values (fields, dtype, shape) are shown to those who may read
+  // the entry, as getxattr would.
+  bool readable = !source.may || source.may(entry, kMayRead);
+  std::vector<std::pair<std::string, std::string>> attrs;
+  if (readable) {
+    GPUFS_ASSIGN_OR_RETURN(attrs, source.xattrs(entry.id));
+  }
   json fields = json::object();
   std::string type, dtype, shape;
   bool has_shape = false;
@@ -70,8 +81,10 @@ Status Build(const MetaSource& source, const Entry& entry, int depth, size_t* bu
   j["device"] = source.device_of_object(entry.id);
   j["fields"] = std::move(fields);
   json members = json::object();
+  // Members are shown to those who may list the object and look them up.
+  bool listable = !source.may || source.may(entry, kMayRead | kMayExec);
   EntryId after = 0;
-  while (true) {
+  while (listable) {
     GPUFS_ASSIGN_OR_RETURN(auto children, source.children(entry.id, after, 256));
     if (children.empty()) break;
     for (const Entry& child : children) {
@@ -89,13 +102,103 @@ std::string Dump(const json& j, int indent) {
   return j.dump(indent, ' ', false, json::error_handler_t::replace);
 }
 
+// The length of the valid UTF-8 sequence at s[i] (no overlongs, surrogates
+// or code points past U+10FFFF), or 0 if the byte there starts none.
+size_t Utf8Length(std::string_view s, size_t i) {
+  auto at = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  unsigned char c = at(i);
+  if (c < 0x80) return 1;
+  size_t n;
+  uint32_t cp;
+  if ((c & 0xE0) == 0xC0) {
+    n = 2, cp = c & 0x1F;
+  } else if ((c & 0xF0) == 0xE0) {
+    n = 3, cp = c & 0x0F;
+  } else if ((c & 0xF8) == 0xF0) {
+    n = 4, cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((at(i + k) & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (at(i + k) & 0x3F);
+  }
+  static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return n;
+}
+
+// A JSON string literal of the bytes `s`, lossless: valid UTF-8 as it is,
+// each byte of invalid UTF-8 as the lone surrogate \udcXX (XX the byte), as
+// Python's surrogateescape does; so distinct byte strings stay distinct and
+// os.fsencode(json.loads(...)) gives the bytes back.
+void AppendString(std::string_view s, std::string* out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out->push_back('"');
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = Utf8Length(s, i);
+    if (n == 0) {
+      *out += "\\udc";
+      out->push_back(kHex[c >> 4]);
+      out->push_back(kHex[c & 15]);
+      ++i;
+    } else if (n > 1) {
+      out->append(s.substr(i, n));
+      i += n;
+    } else if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(static_cast<char>(c));
+      ++i;
+    } else if (c < 0x20) {
+      *out += "\\u00";
+      out->push_back(kHex[c >> 4]);
+      out->push_back(kHex[c & 15]);
+      ++i;
+    } else {
+      out->push_back(static_cast<char>(c));
+      ++i;
+    }
+  }
+  out->push_back('"');
+}
+
+// Compact JSON of `j` with every string (keys too) through AppendString.
+void AppendJson(const json& j, std::string* out) {
+  if (j.is_object()) {
+    out->push_back('{');
+    bool first = true;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (!first) out->push_back(',');
+      first = false;
+      AppendString(it.key(), out);
+      out->push_back(':');
+      AppendJson(it.value(), out);
+    }
+    out->push_back('}');
+  } else if (j.is_array()) {
+    out->push_back('[');
+    for (size_t k = 0; k < j.size(); ++k) {
+      if (k > 0) out->push_back(',');
+      AppendJson(j[k], out);
+    }
+    out->push_back(']');
+  } else if (j.is_string()) {
+    AppendString(j.get_ref<const std::string&>(), out);
+  } else {
+    *out += j.dump();
+  }
+}
+
 }  // namespace
 
 Result<std::string> BuildMetaJson(const MetaSource& source, const Entry& root) {
   json j;
   size_t budget = 4096;
   GPUFS_RETURN_IF_ERROR(Build(source, root, 0, &budget, &j));
-  std::string text = Dump(j, -1);
+  std::string text;
+  AppendJson(j, &text);
   if (text.size() > kMaxJson) {
     return Error(E2BIG, "meta of '" + root.name + "' is " + std::to_string(text.size()) +
                             " bytes, more than an extended attribute holds; use gpufs stat --json");

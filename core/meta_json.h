@@ -21,11 +21,16 @@ struct MetaSource {
   std::function<Result<std::vector<std::pair<std::string, std::string>>>(EntryId)> xattrs;
   std::function<Result<Blob>(BlobId)> blob;
   std::function<std::string(EntryId)> device_of_object;
+  // Whether the caller may `want` (core/access.h kMay* bits) the entry.
+  std::function<bool(const Entry&, int want)> may;
 };
 
 // {"id", "name", "typename", "device", "fields": {...}, "members": {...}} for
 // an object; blobs add "size", "dtype", "shape", "state". Fields are the
 // entry's user.* attributes outside user.gpufs.*, without the "user." prefix.
+// Only what the caller could see by listing and reading (`may`): an entry
+// it may not read shows no fields, dtype or shape (they are user.*
+// attributes), an object it may not read and search shows no members.
 // E2BIG when the tree is deeper than 64 levels or the JSON passes 64 KiB (the
 // largest extended attribute Linux returns).
 Result<std::string> BuildMetaJson(const MetaSource& source, const Entry& root);

@@ -46,16 +46,19 @@ Namespace::~Namespace() {
   }
 }
 
-// A new entry owned by the caller; `mode` holds the permission bits.
-Entry Namespace::NewEntry(const Caller& caller, uint64_t parent, std::string_view name, EntryKind kind,
-                          uint32_t mode, int64_t now) {
+Entry Namespace::NewEntry(const Caller& caller, const Entry& parent, std::string_view name,
+                          EntryKind kind, uint32_t mode, int64_t now) {
   Entry entry;
-  entry.parent = parent;
+  entry.parent = parent.id;
   entry.name = std::string(name);
   entry.kind = kind;
   entry.mode = (kind == EntryKind::kObject ? S_IFDIR : S_IFREG) | (mode & 07777);
   entry.uid = caller.uid;
   entry.gid = caller.gid;
+  if (parent.mode & S_ISGID) {  // as ext4: the group of the setgid object,
+    entry.gid = parent.gid;     // which subobjects pass on
+    if (kind == EntryKind::kObject) entry.mode |= S_ISGID;
+  }
   entry.atime_ns = entry.mtime_ns = entry.ctime_ns = now;
   return entry;
 }
@@ -103,9 +106,15 @@ Result<Attr> Namespace::AttrOf(const Entry& entry) {
   attr.atime_ns = entry.atime_ns;
   attr.mtime_ns = entry.mtime_ns;
   attr.ctime_ns = entry.ctime_ns;
-  // Directories report one link, as btrfs does: tools then make no
-  // assumption about the number of subdirectories.
-  attr.nlink = entry.parent == 0 && entry.id != kRootEntryId ? 0 : 1;
+  // As POSIX file systems count links: a blob 1, an object 2 (its name and
+  // ".") plus one per subdirectory (their ".."); 0 once removed.
+  bool attached = entry.parent != 0 || entry.id == kRootEntryId;
+  attr.nlink = attached ? 1 : 0;
+  if (entry.kind == EntryKind::kObject && attached) {
+    GPUFS_ASSIGN_OR_RETURN(uint64_t subdirs, catalog_->CountChildObjects(entry.id));
+    // The root also holds /.gpufs, which is listed as a directory.
+    attr.nlink = static_cast<uint32_t>(2 + subdirs + (entry.id == kRootEntryId ? 1 : 0));
+  }
   attr.stable = entry.kind == EntryKind::kObject && (entry.parent != 0 || entry.id == kRootEntryId);
   if (entry.kind == EntryKind::kBlob) {
     auto active = active_.find(entry.blob);
@@ -203,26 +212,38 @@ Result<Attr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& request, Han
       }
     }
   }
-  std::lock_guard lock(mu_);
-  GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
-  int64_t now = Now();
-  if (request.mode) entry.mode = (entry.mode & S_IFMT) | (*request.mode & 07777);
-  if (request.uid) entry.uid = *request.uid;
-  if (request.gid) entry.gid = *request.gid;
-  if (request.atime_ns) entry.atime_ns = *request.atime_ns;
-  if (request.mtime_ns) entry.mtime_ns = *request.mtime_ns;
-  if (request.size && !request.mtime_ns) entry.mtime_ns = now;
-  entry.ctime_ns = now;
-  GPUFS_RETURN_IF_ERROR(catalog_->UpdateEntryAttrs(entry));
-  return AttrOf(entry);
+  // Other callers for a blob member: its device memory moves first (sharing.h).
+  auto change_owners = [&request](Entry& entry) {
+    if (request.mode) entry.mode = (entry.mode & S_IFMT) | (*request.mode & 07777);
+    if (request.uid) entry.uid = *request.uid;
+    if (request.gid) entry.gid = *request.gid;
+  };
+  std::optional<SharingKey> moved_from;
+  const bool owners = request.mode || request.uid || request.gid;
+  if (owners) GPUFS_RETURN_IF_ERROR(PrepareSharers(ino, change_owners, &moved_from));
+  Result<Attr> done = [&]() -> Result<Attr> {
+    std::lock_guard lock(mu_);
+    GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
+    int64_t now = Now();
+    change_owners(entry);
+    if (request.atime_ns) entry.atime_ns = *request.atime_ns;
+    if (request.mtime_ns) entry.mtime_ns = *request.mtime_ns;
+    if (request.size && !request.mtime_ns) entry.mtime_ns = now;
+    entry.ctime_ns = now;
+    GPUFS_RETURN_IF_ERROR(catalog_->UpdateEntryAttrs(entry));
+    return AttrOf(entry);
+  }();
+  if (!done.ok()) MoveBackSharers(ino, moved_from);
+  if (done.ok() && owners) SettleSharers(ino);
+  return done;
 }
 
 Result<Attr> Namespace::Mkdir(const Caller& caller, uint64_t parent, std::string_view name,
                               uint32_t mode) {
   GPUFS_RETURN_IF_ERROR(CheckNewName(parent, name));
   std::lock_guard lock(mu_);
-  GPUFS_RETURN_IF_ERROR(ObjectEntry(parent).status());
-  Entry entry = NewEntry(caller, parent, name, EntryKind::kObject, mode, Now());
+  GPUFS_ASSIGN_OR_RETURN(Entry parent_entry, ObjectEntry(parent));
+  Entry entry = NewEntry(caller, parent_entry, name, EntryKind::kObject, mode, Now());
   auto created = catalog_->CreateEntry(entry, std::nullopt);
   if (!created.ok()) return created.status().Prepend("mkdir " + PathOf(parent) + "/" + entry.name);
   return AttrOf(*created);
@@ -273,6 +294,29 @@ Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
   if (flags & ~static_cast<unsigned>(RENAME_NOREPLACE)) {
     return Error(EINVAL, "rename: unsupported flags " + std::to_string(flags));
   }
+  // Into another object, a blob member gets other callers: its device
+  // memory moves first (sharing.h).
+  std::optional<SharingKey> moved_from;
+  EntryId moving = 0;
+  if (parent != new_parent) {
+    {
+      std::lock_guard lock(mu_);
+      auto source = ChildEntry(parent, name);
+      if (source.ok()) moving = source->id;
+    }
+    if (moving != 0) {
+      GPUFS_RETURN_IF_ERROR(PrepareSharers(
+          moving, [new_parent](Entry& entry) { entry.parent = new_parent; }, &moved_from));
+    }
+  }
+  Status renamed = RenameInCatalog(parent, name, new_parent, new_name, flags);
+  if (!renamed.ok()) MoveBackSharers(moving, moved_from);
+  if (renamed.ok() && moving != 0) SettleSharers(moving);
+  return renamed;
+}
+
+Status Namespace::RenameInCatalog(uint64_t parent, std::string_view name, uint64_t new_parent,
+                                  std::string_view new_name, unsigned flags) {
   std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry source, ChildEntry(parent, name));
   GPUFS_ASSIGN_OR_RETURN(Entry target_dir, ObjectEntry(new_parent));

@@ -21,7 +21,8 @@
 //   the member's dtype and shape, which described the old bytes).
 // - A blob's bytes are freed when no member links it and no handle holds it:
 //   unlink, rename over and O_TRUNC all leave earlier holders their bytes.
-// - A write that fails (ENOSPC, EIO) marks its blob broken; at the last
+// - A write that fails (ENOSPC, EIO) marks its blob broken: later writes,
+//   flushes and seals fail with the same errno; at the last
 //   writer's release the member is removed rather than sealed, so a
 //   half-written blob is never served as sealed.
 // - After a cold start nobody holds anything: detached members, unsealed
@@ -63,10 +64,10 @@
 #include <vector>
 
 #include "core/control_files.h"
-#include "core/types.h"
 #include "core/invalidator.h"
-#include "gpufs/uapi.h"
 #include "core/ipc_tokens.h"
+#include "core/types.h"
+#include "gpufs/uapi.h"
 #include "meta/catalog.h"
 #include "store/bulk_store.h"
 #include "util/status.h"
@@ -155,7 +156,7 @@ class Namespace {
   Result<size_t> Write(HandleId handle, uint64_t offset, std::span<const std::byte> src);
   // close(2) of a descriptor of the handle: for a writer, records the
   // unsealed blob's bytes as complete (durable; see the file comment).
-  // EIO when a write of the blob failed (it will be discarded).
+  // The errno of a failed write of the blob (ENOSPC...): it will be discarded.
   Status Flush(HandleId handle);
   // Drops the handle; may seal, discard or free (see the file comment).
   Status Release(HandleId handle);
@@ -201,7 +202,11 @@ class Namespace {
     // Guarded by io_mu (readable under mu_ for sealed blobs, which never change):
     Blob rec;
     std::atomic<uint64_t> size{0};  // the live size, for GetAttr under mu_
-    std::atomic<bool> broken{false};
+    // 0, or the errno of the write that failed (ENOSPC, EIO): the blob is
+    // broken, and every later write, flush and seal of it says that errno,
+    // as a local file system would (the kernel splits sendfile, splice and
+    // copy_file_range into several writes; the caller must see why).
+    std::atomic<int> broken{0};
     // Set by AllocDevice: released unsealed, the blob is discarded.
     std::atomic<bool> needs_explicit_seal{false};
     // Guarded by io_mu: the catalog's row is marked closed (a Flush did it).
@@ -212,6 +217,9 @@ class Namespace {
     int mapped = 0;  // handles that took an IPC handle (GPUFS_IOC_MAP/ALLOC)
     // Places the blob left by migration while mapped: freed at the last close.
     std::vector<std::string> retired;
+    // Its store kept an old place for mappers at a Reshare (sharing.cc):
+    // released at the last close.
+    bool reshared_while_mapped = false;
   };
   struct Handle {
     EntryId entry = 0;
@@ -248,8 +256,10 @@ class Namespace {
   Status Recover();
   // Takeover start: rebuilds the handles of `adopted` (recovery.cc).
   Status Adopt(const std::vector<AdoptedHandle>& adopted);
-  // A new entry owned by the caller; `mode` holds the permission bits.
-  static Entry NewEntry(const Caller& caller, uint64_t parent, std::string_view name,
+  // A new entry under `parent` owned by the caller; `mode` holds the
+  // permission bits. In a setgid object it takes the object's group, and a
+  // new object the setgid bit, as on ext4.
+  static Entry NewEntry(const Caller& caller, const Entry& parent, std::string_view name,
                         EntryKind kind, uint32_t mode, int64_t now);
 
   // All below: EXCLUSIVE_LOCKS_REQUIRED(mu_).
@@ -259,18 +269,36 @@ class Namespace {
   std::string PathOf(EntryId id);
   std::string DeviceFor(EntryId parent);
   BulkStore* StoreFor(const std::string& device);
-  Result<Blob> NewBlob(const std::string& device, uint32_t owner);
+  Result<Blob> NewBlob(const std::string& device, uint32_t owner, const SharingKey& key);
   Status ReplaceBlob(const Entry& entry, const std::string& device, uint32_t owner,
                      BlobState state);
   // Issues the next handle id, or `id` (an adopted handle's).
   HandleId AddHandle(Handle handle, HandleId id = 0);
   std::shared_ptr<ActiveBlob> Activate(const Blob& blob);
+
+  // Sharing keys (core/sharing.cc); mu_ NOT held. Before `change` (a
+  // chmod, chown or rename applied to a copy of the entry) gives blob member
+  // `ino` other callers, its device memory moves where only blobs of those
+  // callers live; *moved_from gets the old key if it moved, for
+  // MoveBackSharers when the change then fails. Errors (ENOSPC...) leave
+  // the member as it was: the change must not be made.
+  Status PrepareSharers(EntryId ino, const std::function<void(Entry&)>& change,
+                        std::optional<SharingKey>* moved_from);
+  void MoveBackSharers(EntryId ino, const std::optional<SharingKey>& moved_from);
+  // After a change was made: the member's place matches its key (a no-op
+  // unless a concurrent change came between PrepareSharers and the commit).
+  void SettleSharers(EntryId ino);
+  Status ReshareTo(EntryId ino, const SharingKey& key);
+  // Rename's checks and catalog change (takes mu_).
+  Status RenameInCatalog(uint64_t parent, std::string_view name, uint64_t new_parent,
+                         std::string_view new_name, unsigned flags);
   // Purges `id` if it is detached and nobody holds it; frees its blob.
   void CollectEntry(EntryId id);
   // Deletes and frees `blob` if no entry links it and nobody holds it.
   void CollectBlob(BlobId blob);
   void FreeBlob(const Blob& blob);
-  Result<std::string> MetaJson(const Entry& entry);
+  // user.gpufs.meta of `entry` as `caller` may see it (core/meta_json.h).
+  Result<std::string> MetaJson(const Entry& entry, const Caller& caller);
   // The daemon's identity, per-object usage and open members, for
   // /.gpufs/stats (namespace_stats.cc).
   void AddStatsDetail(StatsView* view);
@@ -279,6 +307,10 @@ class Namespace {
   // Records the seal of `blob`, whose store Seal succeeded (io_mu held
   // exclusively, mu_ held): catalog, entry mtime.
   Status RecordSealLocked(ActiveBlob& blob, EntryId entry);
+  // At seal (mu_ held): a dtype/shape that does not describe `size` bytes is
+  // removed, with a log line (the seal goes on: the bytes are good). The
+  // status says whether it fitted.
+  Status CheckTensorAtSeal(EntryId entry, uint64_t size);
   // The info of `rec` for `caller` (its blob's io_mu held; mu_ need not be);
   // VMM exports get a token bound to open handle `handle` (0: none, the
   // xattr). `writable` only for ALLOC.
@@ -291,6 +323,8 @@ class Namespace {
 
   std::mutex mu_;
   std::vector<std::pair<std::string, BlobId>> doomed_;  // GUARDED_BY(mu_): FreeQueued frees them
+  // GUARDED_BY(mu_): FreeQueued releases their places kept by Reshare.
+  std::vector<std::pair<std::string, BlobId>> unretire_;
   std::unique_ptr<Catalog> catalog_;                          // GUARDED_BY(mu_)
   std::map<std::string, std::unique_ptr<BulkStore>> stores_;  // fixed after Open
   std::string default_device_;

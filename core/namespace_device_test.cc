@@ -30,7 +30,7 @@ class DeviceLikeStore final : public BulkStore {
   Result<std::vector<BlobId>> Recover(std::span<const StoredBlob> live) override {
     return inner_->Recover(live);
   }
-  Status Allocate(BlobId id, uint32_t owner, uint64_t size) override {
+  Status Allocate(BlobId id, const SharingKey& owner, uint64_t size) override {
     GPUFS_RETURN_IF_ERROR(inner_->Allocate(id, owner, size));
     SetSize(id, size);
     return Status::Ok();
@@ -135,7 +135,7 @@ class DeviceTest : public ::testing::Test {
   }
 
   std::string dir_;
-  Caller caller_{0, 0, 1};
+  Caller caller_{0, 0, 1, {}};
   TokenTable tokens_{std::chrono::seconds(30), [](uint32_t a, uint32_t b) { return a == b; }};
   std::unique_ptr<Namespace> ns_;
   HostBulkStore* host_ = nullptr;
@@ -280,7 +280,7 @@ TEST_F(DeviceTest, VmmMapsCarryATokenForTheCallerBoundToTheOpenFile) {
   dev_->vmm = true;
   uint64_t m = Put(kRootEntryId, "m", "0123456789");
   ASSERT_TRUE(ns_->Migrate(m, "cuda:0").ok());
-  const Caller reader{1000, 1000, 4242};
+  const Caller reader{1000, 1000, 4242, {}};
   auto h = ns_->Open(reader, m, O_RDONLY);
   ASSERT_TRUE(h.ok());
   auto info = ns_->MapHandle(h->handle, reader);
@@ -319,7 +319,7 @@ TEST_F(DeviceTest, VmmAllocIsWritableAndTheXattrsNameTheSocket) {
   EXPECT_EQ(*ns_->GetXattr(kRootEntryId, GPUFS_XATTR_SOCKET), "/run/gpufs-test/fd.sock");
   EXPECT_EQ(*ns_->GetXattr(made->attr.ino, GPUFS_XATTR_SOCKET), "/run/gpufs-test/fd.sock");
   // The xattr's token is bound to no file, only to its caller.
-  auto bytes = ns_->GetXattr(made->attr.ino, GPUFS_XATTR_IPC_HANDLE, Caller{7, 7, 77});
+  auto bytes = ns_->GetXattr(made->attr.ino, GPUFS_XATTR_IPC_HANDLE, Caller{7, 7, 77, {}});
   ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
   gpufs_ipc_info x;
   ASSERT_EQ(bytes->size(), sizeof x);

@@ -7,14 +7,18 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace gpufs {
 
-// Who asks: the FUSE request's credentials.
+// Who asks: the FUSE request's credentials. `groups` (supplementary groups)
+// is filled only where the core checks permissions itself (getxattr of
+// user.gpufs.meta); elsewhere the kernel has checked them.
 struct Caller {
   uint32_t uid = 0;
   uint32_t gid = 0;
   uint32_t pid = 0;
+  std::vector<uint32_t> groups;
 };
 
 // What stat(2) shows of an entry.

@@ -5,6 +5,7 @@
 #include <sys/xattr.h>
 
 
+#include "core/access.h"
 #include "core/ipc_info.h"
 #include "core/meta_json.h"
 #include "proto/dtypes.h"
@@ -13,6 +14,50 @@
 #include "util/log.h"
 
 namespace gpufs {
+namespace {
+
+// The dtype and shape `entry` would have with `name` set to `value`; checked
+// against `size` once the dtype is known (the daemon is the one place that
+// checks: the CLI, libgpufs and Python only report its EINVAL).
+Status CheckTensorXattrs(Catalog& catalog, const Entry& entry, std::string_view name,
+                         std::optional<std::string_view> value, uint64_t size) {
+  auto current = [&](std::string_view which) -> Result<std::optional<std::string>> {
+    if (which == name) {
+      if (!value) return std::optional<std::string>();
+      return std::optional<std::string>(std::string(*value));
+    }
+    auto stored = catalog.GetXattr(entry.id, which);
+    if (!stored.ok()) {
+      if (stored.status().code() == ENODATA) return std::optional<std::string>();
+      return stored.status();
+    }
+    return std::optional<std::string>(std::move(*stored));
+  };
+  GPUFS_ASSIGN_OR_RETURN(auto dtype, current(xattr::kDtype));
+  GPUFS_ASSIGN_OR_RETURN(auto shape_text, current(xattr::kShape));
+  if (!dtype) return Status::Ok();  // a shape alone says nothing about bytes
+  std::optional<std::vector<uint64_t>> shape;
+  if (shape_text) {
+    GPUFS_ASSIGN_OR_RETURN(shape, proto::ParseShape(*shape_text));
+  }
+  return proto::CheckTensorSize(*dtype, shape, size);
+}
+
+}  // namespace
+
+Status Namespace::CheckTensorAtSeal(EntryId entry_id, uint64_t size) {
+  auto entry = catalog_->GetEntry(entry_id);
+  if (!entry.ok()) return entry.status();
+  Status fits = CheckTensorXattrs(*catalog_, *entry, "", std::nullopt, size);
+  if (fits.ok()) return fits;
+  GPUFS_LOG(WARN) << PathOf(entry_id) << ": dropping user.gpufs.dtype and shape at seal: "
+                  << fits.message();
+  for (std::string_view name : {xattr::kDtype, xattr::kShape}) {
+    Status removed = catalog_->RemoveXattr(entry_id, name);
+    if (!removed.ok() && removed.code() != ENODATA) return removed;
+  }
+  return fits;
+}
 
 Result<std::string> Namespace::GetXattr(uint64_t ino, std::string_view name, const Caller& caller) {
   if (IsControl(ino)) return Error(ENODATA, "/.gpufs has no attribute " + std::string(name));
@@ -24,7 +69,7 @@ Result<std::string> Namespace::GetXattr(uint64_t ino, std::string_view name, con
   }
   std::unique_lock lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
-  if (name == xattr::kMeta) return MetaJson(entry);
+  if (name == xattr::kMeta) return MetaJson(entry, caller);
   if (name == xattr::kDevice) {
     if (entry.kind == EntryKind::kObject) return DeviceFor(entry.id);
     GPUFS_ASSIGN_OR_RETURN(Blob blob, catalog_->GetBlob(entry.blob));
@@ -96,6 +141,14 @@ Status Namespace::SetXattr(uint64_t ino, std::string_view name, std::string_view
     } else {
       GPUFS_RETURN_IF_ERROR(proto::ParseShape(value).status());
     }
+    // A sealed blob's size is final: the pair must describe it. An unsealed
+    // one is checked when it is sealed (RecordSealLocked drops a pair that
+    // does not fit, with a log line).
+    GPUFS_ASSIGN_OR_RETURN(Blob rec, catalog_->GetBlob(entry.blob));
+    if (rec.state == BlobState::kSealed) {
+      Status fits = CheckTensorXattrs(*catalog_, entry, name, value, rec.size);
+      if (!fits.ok()) return fits.Prepend("setxattr " + std::string(name) + " on " + path);
+    }
   } else if (name.starts_with(xattr::kGpufsPrefix)) {
     return Error(EINVAL, "unknown gpufs attribute " + std::string(name) +
                              " (user.gpufs.* is reserved; any other user.* name is a field)");
@@ -141,8 +194,11 @@ Status Namespace::RemoveXattr(uint64_t ino, std::string_view name) {
   return catalog_->UpdateEntryAttrs(entry);
 }
 
-Result<std::string> Namespace::MetaJson(const Entry& entry) {
+Result<std::string> Namespace::MetaJson(const Entry& entry, const Caller& caller) {
   MetaSource source;
+  source.may = [&caller](const Entry& e, int want) {
+    return MayAccess(caller, e.mode, e.uid, e.gid, want);
+  };
   source.entry = [this](EntryId id) { return catalog_->GetEntry(id); };
   source.children = [this](EntryId id, EntryId after, size_t limit) {
     return catalog_->ListChildren(id, after, limit);

@@ -96,7 +96,7 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   UniqueFd log_file;
   if (!config.foreground) {
     std::string log_path = config.state_dir + "/gpufs.log";
-    log_file.reset(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    log_file.reset(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
     if (log_file.valid()) log::SetFd(log_file.get());
   }
   auto fail = [&](const Status& status) {

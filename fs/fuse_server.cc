@@ -10,10 +10,16 @@
 // KernelInvalidator (fs/kernel_invalidator.h), which drops the kernel's copy
 // at once; so the kernel keeps their entries and attributes for an hour
 // (kStableTimeout, Attr::stable). Members being written, the control files
-// and misses (negative entries) are cached for a second. File data is never cached (direct_io): a member's bytes
-// change when it is replaced while earlier readers keep the old blob, and each
-// read must reach the handle it was made through. Read-only opens ask for no
-// FLUSH at close (noflush): there is nothing to flush; writers keep it.
+// and misses (negative entries) are cached for a second. File data is not
+// cached for read(2) (direct_io): a member's bytes change when it is replaced
+// in place (O_TRUNC) while earlier readers keep the old blob, and each read
+// must reach the handle it was made through (a cached reader's reads would
+// also be cut to the new size). Shared mmap of such files is allowed
+// (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6+; fs/mmap_init_hook.h): the
+// kernel maps page-cache pages it fills through the mapping file's handle
+// and drops the inode's pages at each mmap and at a replace (the
+// KernelInvalidator). Read-only opens ask for no FLUSH at close (noflush):
+// there is nothing to flush; writers keep it.
 #include "fs/fuse_server.h"
 
 #define FUSE_USE_VERSION 312
@@ -22,8 +28,8 @@
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
 
-#include <csignal>
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -32,6 +38,8 @@
 
 #include "fs/fuse_takeover.h"
 #include "fs/kernel_invalidator.h"
+#include "fs/mmap_init_hook.h"
+#include "proto/xattr_names.h"
 #include "gpufs/uapi.h"
 #include "util/log.h"
 
@@ -66,7 +74,28 @@ void RecordOpen(fuse_req_t req, const OpenResult& opened, int flags) {
 
 Caller CallerOf(fuse_req_t req) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  return Caller{ctx->uid, ctx->gid, static_cast<uint32_t>(ctx->pid)};
+  return Caller{ctx->uid, ctx->gid, static_cast<uint32_t>(ctx->pid), {}};
+}
+
+// The caller with its supplementary groups, for requests where the core
+// checks permissions itself (libfuse reads them from /proc/PID/status).
+Caller CallerWithGroups(fuse_req_t req) {
+  Caller caller = CallerOf(req);
+  std::vector<gid_t> groups(64);
+  int n = fuse_req_getgroups(req, static_cast<int>(groups.size()), groups.data());
+  if (n > static_cast<int>(groups.size())) {
+    groups.resize(static_cast<size_t>(n));
+    n = fuse_req_getgroups(req, static_cast<int>(groups.size()), groups.data());
+  }
+  if (n < 0) {
+    // Unknown (the process is gone): its groups give it nothing.
+    GPUFS_LOG(DEBUG) << "no supplementary groups of pid " << caller.pid << ": "
+                     << std::strerror(-n);
+    return caller;
+  }
+  groups.resize(std::min(static_cast<size_t>(n), groups.size()));
+  caller.groups.assign(groups.begin(), groups.end());
+  return caller;
 }
 
 // Logs a failed request; misses that tools probe for all the time only at debug.
@@ -382,7 +411,10 @@ void OnStatfs(fuse_req_t req, fuse_ino_t) {
 }
 
 void OnGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
-  auto value = Ns(req).GetXattr(ino, name, CallerOf(req));
+  // user.gpufs.meta shows only what the caller could list and read: the core
+  // checks each member against the caller, supplementary groups included.
+  bool meta = xattr::kMeta == name;
+  auto value = Ns(req).GetXattr(ino, name, meta ? CallerWithGroups(req) : CallerOf(req));
   if (!value.ok())
     return ReplyError(req, "getxattr", value.status(), value.status().code() == ENODATA);
   if (size == 0) return static_cast<void>(fuse_reply_xattr(req, value->size()));
@@ -532,6 +564,7 @@ int ServeFuse(Namespace& ns, takeover::WorkerLink& link, const FuseOptions& opti
     GPUFS_LOG(ERROR) << "cannot use the FUSE connection " << dev;
     return 1;
   }
+  AllowSharedMmapOfDirectIo(se);
   // Lives until _exit when the worker is replaced: loop threads may use it.
   auto* invalidator = new KernelInvalidator(se);
   ns.SetInvalidator(invalidator);

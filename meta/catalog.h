@@ -72,6 +72,8 @@ class Catalog {
   virtual Result<std::vector<Entry>> ListChildren(EntryId parent, EntryId after,
                                                   size_t limit) = 0;
   virtual Result<bool> HasChildren(EntryId parent) = 0;
+  // Objects (subdirectories) directly under `parent`: its st_nlink is 2 + this.
+  virtual Result<uint64_t> CountChildObjects(EntryId parent) = 0;
   // Attached entries, the root included.
   virtual Result<uint64_t> CountEntries() = 0;
 

@@ -93,6 +93,11 @@ CREATE TABLE settings (
 ALTER TABLE blobs RENAME COLUMN reserved TO closed;
 UPDATE blobs SET closed = 0;
 )sql",
+    // 3: objects by parent, so a directory's st_nlink (2 + subdirectories)
+    // is a count over its subdirectories only.
+    R"sql(
+CREATE INDEX entries_objects_by_parent ON entries(parent) WHERE kind = 1;
+)sql",
 };
 
 constexpr int kLatestSchemaVersion = static_cast<int>(std::size(kMigrations));
@@ -112,6 +117,8 @@ constexpr char kLookupChildSql[] =
 constexpr char kListChildrenSql[] =
     "SELECT " GPUFS_ENTRY_COLUMNS " FROM entries WHERE parent = ? AND id > ? ORDER BY id LIMIT ?";
 constexpr char kHasChildrenSql[] = "SELECT 1 FROM entries WHERE parent = ? LIMIT 1";
+constexpr char kCountChildObjectsSql[] =
+    "SELECT COUNT(*) FROM entries WHERE parent = ? AND kind = 1";
 constexpr char kCountAttachedSql[] = "SELECT COUNT(*) FROM entries WHERE parent != 0 OR id = ?";
 constexpr char kListDetachedSql[] =
     "SELECT id FROM entries WHERE parent = 0 AND id != ? ORDER BY id";
@@ -731,6 +738,17 @@ Result<bool> SqliteCatalog::HasChildren(EntryId parent) {
     return StepOnce(stmt);
   };
   return Annotated(check(), [&] { return "has children " + std::to_string(parent); });
+}
+
+Result<uint64_t> SqliteCatalog::CountChildObjects(EntryId parent) {
+  auto count = [&]() -> Result<uint64_t> {
+    if (parent == 0) return uint64_t{0};
+    GPUFS_ASSIGN_OR_RETURN(Statement stmt, db_->GetCachedStatement(kCountChildObjectsSql));
+    stmt.BindInt64(0, I64(parent));
+    GPUFS_ASSIGN_OR_RETURN(bool found, StepOnce(stmt));
+    return found ? static_cast<uint64_t>(stmt.ColumnInt64(0)) : 0;
+  };
+  return Annotated(count(), [&] { return "count objects in " + std::to_string(parent); });
 }
 
 Result<uint64_t> SqliteCatalog::CountEntries() {

@@ -53,6 +53,7 @@ class SqliteCatalog final : public Catalog {
   Result<Entry> Lookup(EntryId parent, std::string_view name) override;
   Result<std::vector<Entry>> ListChildren(EntryId parent, EntryId after, size_t limit) override;
   Result<bool> HasChildren(EntryId parent) override;
+  Result<uint64_t> CountChildObjects(EntryId parent) override;
   Result<uint64_t> CountEntries() override;
   Result<Entry> CreateEntry(const Entry& entry, const std::optional<Blob>& blob) override;
   Status UpdateEntryAttrs(const Entry& entry) override;

@@ -51,6 +51,25 @@ tok=$("$probe" token "$mnt/sec/secret")
 check  "nobody presenting root's token for the 0600 member is refused" nobody "$probe" redeem $tok
 check  "the refused token is spent: its owner cannot use it afterwards either" bash -c "'$probe' redeem $tok 2>&1 | grep -q 'unknown, used'"
 
+# Small blobs (<= 512 KiB) share a VMM allocation ("pack") only with blobs
+# exactly the same callers can open; chmod moves a blob out of its pack.
+fill "$mnt/sec/spub" 65536 a && chmod 644 "$mnt/sec/spub"     # 0x61
+fill "$mnt/sec/spub2" 65536 b && chmod 644 "$mnt/sec/spub2"   # 0x62
+fill "$mnt/sec/ssecret" 65536 s && chmod 600 "$mnt/sec/ssecret"  # 0x73
+check  "small 0644 members of one object share a pack (spub's map reaches spub2)" "$probe" shares "$mnt/sec/spub" 0x62
+check  "nobody's map of small spub reaches no byte of its small 0600 neighbour" nobody "$probe" scan "$mnt/sec/spub" 0x73
+check  "nobody maps small spub and sees its bytes" nobody "$probe" check "$mnt/sec/spub" 0x61
+chmod 600 "$mnt/sec/spub2"
+check  "after chmod 600, spub's map reaches no byte of spub2 (moved, old range zeroed)" nobody "$probe" scan "$mnt/sec/spub" 0x62
+refuse "nobody cannot open spub2 after the chmod" nobody cat "$mnt/sec/spub2"
+check  "spub2 keeps its bytes after the move (root)" "$probe" check "$mnt/sec/spub2" 0x62
+check  "spub2 now shares a pack with the other small 0600 member" "$probe" shares "$mnt/sec/spub2" 0x73
+fill "$mnt/sec/spub3" 65536 c && chmod 644 "$mnt/sec/spub3"   # 0x63
+check  "spub shares a pack with spub3 (same object, owner, mode)" "$probe" shares "$mnt/sec/spub" 0x63
+mkdir "$mnt/sec2" && chmod 755 "$mnt/sec2" && mv "$mnt/sec/spub" "$mnt/sec2/spub"
+check  "after a rename into another object, spub's map reaches no byte of spub3" nobody "$probe" scan "$mnt/sec2/spub" 0x63
+check  "the renamed spub keeps its bytes" nobody "$probe" check "$mnt/sec2/spub" 0x61
+
 # Freed memory: root's 0600 blob is removed; nobody's new blobs never show it.
 fill "$mnt/sec/gone" 8388608 Z && chmod 600 "$mnt/sec/gone"
 "$probe" check "$mnt/sec/gone" 0x5a >/dev/null && rm "$mnt/sec/gone"
@@ -99,6 +118,10 @@ if python3 -c "import torch" 2>/dev/null; then
 fi
 "$probe" put "$mnt/tmp" 64
 "$probe" put "$mnt/tmp" 1024
+[ -x "$build/bench/gpufs-put-steps" ] && "$build/bench/gpufs-put-steps" "$mnt/tmp" 1024 9
+if python3 -c "import torch" 2>/dev/null; then
+  PYTHONPATH=$(dirname "$0")/../python python3 "$(dirname "$0")/../bench/py_open_steps.py" "$mnt/b1g" 5
+fi
 
 echo "vmm-check: $fails failed"
 [ "$fails" = 0 ]

@@ -43,6 +43,14 @@ struct StoredBlob {
   bool sealed = false;  // false: its writer may still write (a takeover start)
 };
 
+// Where a blob's bytes are in the memory behind an fd.
+struct BlobMemory {
+  uint64_t bytes = 0;   // of the whole allocation (0: unknown)
+  uint64_t offset = 0;  // of the blob's range in it
+  uint64_t range = 0;   // bytes set aside for the blob there
+  uint64_t id = 0;      // names the allocation: the same for blobs that share one
+};
+
 // Told about blobs whose memory lives in an fd (GPU VMM allocations exported
 // as POSIX fds), so that another process can keep that memory alive across
 // the death of this one: the takeover supervisor (docs/TAKEOVER.md). The
@@ -53,22 +61,41 @@ struct StoredBlob {
 class BlobFdSink {
  public:
   virtual ~BlobFdSink() = default;
-  // `blob`'s bytes now live in the memory behind `fd` (`bytes` bytes; the fd
-  // is borrowed for the call) of store `device`, which replaces any memory
-  // named before (a migration to another GPU names the new one first).
-  virtual void BlobAdded(const std::string& device, BlobId blob, int fd, uint64_t bytes) = 0;
+  // `blob`'s bytes now live in the memory behind `fd` (the fd is borrowed for
+  // the call) of store `device`, where `memory` says; this replaces any
+  // memory named before (a migration to another GPU names the new one first).
+  virtual void BlobAdded(const std::string& device, BlobId blob, int fd,
+                         const BlobMemory& memory) = 0;
   // Store `device` no longer holds memory of `blob`.
   virtual void BlobFreed(const std::string& device, BlobId blob) = 0;
 };
 
 // Memory of a blob that an earlier daemon made and another process kept
-// alive (the takeover supervisor): the fd and the bytes behind it.
+// alive (the takeover supervisor): the fd and where the blob is behind it.
 struct InheritedBlobFd {
   UniqueFd fd;
-  uint64_t bytes = 0;  // 0: unknown (the blob cannot be re-imported)
+  BlobMemory memory;  // bytes 0: unknown (the blob cannot be re-imported)
 };
 // By blob. A store's Recover takes out those of its live blobs.
 using InheritedBlobFds = std::map<BlobId, InheritedBlobFd>;
+
+// Who can open a blob: the blobs of one key are opened by exactly the same
+// callers (same parent object, owner, group and permission bits), so a store
+// may give them one exported allocation. A key with parent 0 (unknown, or an
+// owner alone) shares with no other blob.
+struct SharingKey {
+  uint64_t parent = 0;  // entry id of the object holding the member
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t mode = 0;  // permission bits (07777)
+  SharingKey() = default;
+  // An owner alone (callers that know no more): shares with nothing.
+  SharingKey(uint32_t owner_uid) : uid(owner_uid) {}  // NOLINT(google-explicit-constructor)
+  SharingKey(uint64_t parent_id, uint32_t owner_uid, uint32_t group, uint32_t permission_bits)
+      : parent(parent_id), uid(owner_uid), gid(group), mode(permission_bits & 07777) {}
+  bool shareable() const { return parent != 0; }
+  auto operator<=>(const SharingKey&) const = default;
+};
 
 // What a process needs to map a device blob in place (the body of
 // struct gpufs_ipc_info in include/gpufs/uapi.h).
@@ -103,9 +130,27 @@ class BulkStore {
   virtual Result<std::vector<BlobId>> Recover(std::span<const StoredBlob> live) = 0;
 
   // Reserves a new writable blob able to hold `size` bytes, which read as zero.
-  // `owner_uid` lets a store keep owners apart (a legacy CUDA IPC handle maps
-  // a whole arena). ENOSPC when the capacity would be exceeded.
-  virtual Status Allocate(BlobId id, uint32_t owner_uid, uint64_t size) = 0;
+  // `key` says who can open it: a store that exports device memory places
+  // blobs of different keys in different allocations (a mapper reaches a
+  // whole allocation). ENOSPC when the capacity would be exceeded.
+  virtual Status Allocate(BlobId id, const SharingKey& key, uint64_t size) = 0;
+
+  // The blob's callers changed (chmod, chown, rename) to those of `key`. A
+  // store that placed it with blobs of its old key moves it (its bytes do not
+  // change); with `keep_old` (a process may still map it) the old place
+  // stays until ReleaseRetired or Free, else it is cleared at once.
+  // ENOENT if the blob is not live; ENOSPC (nothing changed) if there is no
+  // room for the move. Stores that never share an allocation only record it.
+  virtual Status Reshare(BlobId id, const SharingKey& key, bool keep_old) {
+    (void)id;
+    (void)key;
+    (void)keep_old;
+    return Status::Ok();
+  }
+
+  // Nobody maps the places Reshare kept for the blob any more: clear and
+  // release them. Unknown ids are ignored.
+  virtual void ReleaseRetired(BlobId id) { (void)id; }
 
   // Changes the size of an unsealed blob from `old_size` to `new_size`; bytes
   // past old_size read as zero. The store may reserve more than asked (to grow

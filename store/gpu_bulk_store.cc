@@ -42,6 +42,7 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <random>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -65,11 +66,15 @@ struct GpuBulkStore::Allocation {
   size_t blobs = 0;                      // live blobs placed here
   bool exported = false;                 // `ipc` holds the allocation's handle
   cudaIpcMemHandle_t ipc{};
+  bool pack = false;  // kVmm: sealed small blobs of `key` only
+  SharingKey key;
+  uint64_t memory_id = 0;  // kVmm: BlobMemory::id when re-imported (else derived)
 };
 
 namespace {
 
 constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+constexpr uint64_t kPackAlignment = 512;  // of every blob in a pack
 constexpr size_t kStagingChunk = 256 << 10;
 constexpr size_t kStagingBuffers = 4;
 
@@ -198,10 +203,13 @@ GpuBulkStore::GpuBulkStore(const GpuStoreOptions& options, uint64_t capacity,
       default_capacity_(!options.capacity.has_value()),
       fd_sink_(options.ipc == GpuIpcMode::kVmm ? options.fd_sink : nullptr),
       inherited_(options.ipc == GpuIpcMode::kVmm ? options.inherited : nullptr),
+      memory_ids_((static_cast<uint64_t>(std::random_device{}()) << 32 |
+                   std::random_device{}()) << 16),
       arena_size_(options.arena_size),
       alignment_(options.alignment),
       dedicated_threshold_(options.ipc == GpuIpcMode::kSharedArenas ? options.arena_size / 4 : 0),
-      ipc_(options.ipc) {
+      ipc_(options.ipc),
+      pack_max_(options.ipc == GpuIpcMode::kVmm ? options.alignment / 4 : 0) {
   if (ipc_ == GpuIpcMode::kVmm) {
     pool_ = std::make_unique<VmmPool>(
         ordinal_, options.pool_budget.value_or(std::min<uint64_t>(capacity / 8, 2ull << 30)));
@@ -243,6 +251,11 @@ StoreUsage GpuBulkStore::Usage() const {
 size_t GpuBulkStore::arena_count() const {
   std::lock_guard lock(mu_);
   return arena_count_;
+}
+
+size_t GpuBulkStore::pack_count() const {
+  std::lock_guard lock(mu_);
+  return pack_count_;
 }
 
 size_t GpuBulkStore::dedicated_count() const {
@@ -380,6 +393,13 @@ void GpuBulkStore::ReleasePlaceLocked(const Place& place, Dropped* dropped) {
   if (alloc.blobs > 0) return;
   if (alloc.dedicated) {
     --dedicated_count_;
+  } else if (alloc.pack) {
+    --pack_count_;
+    auto packs = packs_of_key_.find(alloc.key);
+    if (packs != packs_of_key_.end()) {
+      packs->second.erase(alloc.id);
+      if (packs->second.empty()) packs_of_key_.erase(packs);
+    }
   } else {
     --arena_count_;
     auto owned = arenas_of_owner_.find(alloc.owner);
@@ -489,7 +509,8 @@ Result<std::vector<BlobId>> GpuBulkStore::Recover(std::span<const StoredBlob> li
     blobs_.clear();
     lost_.clear();
     arenas_of_owner_.clear();
-    arena_count_ = dedicated_count_ = 0;
+    packs_of_key_.clear();
+    arena_count_ = dedicated_count_ = pack_count_ = 0;
     used_ = 0;
   }
   old.clear();  // device memory of the previous call's blobs, if any
@@ -498,7 +519,7 @@ Result<std::vector<BlobId>> GpuBulkStore::Recover(std::span<const StoredBlob> li
   std::unordered_set<BlobId> seen;
   size_t restored = 0;
   size_t adopted = 0;
-  uint64_t adopted_bytes = 0;
+  std::map<uint64_t, uint64_t> imported;  // BlobMemory::id -> allocation
   const auto import_start = std::chrono::steady_clock::now();
   for (const StoredBlob& blob : live) {
     if (!seen.insert(blob.id).second) {
@@ -510,11 +531,9 @@ Result<std::vector<BlobId>> GpuBulkStore::Recover(std::span<const StoredBlob> li
       if (auto it = inherited_->find(blob.id); it != inherited_->end()) {
         InheritedBlobFd fd = std::move(it->second);
         inherited_->erase(it);
-        const uint64_t bytes = fd.bytes;
-        Status kept = AdoptInherited(blob, std::move(fd));
+        Status kept = AdoptInherited(blob, std::move(fd), &imported);
         if (kept.ok()) {
           ++adopted;
-          adopted_bytes += bytes;
           continue;
         }
         GPUFS_LOG(WARN) << "gpu store " << device_ << ": " << Describe(blob.id)
@@ -543,8 +562,14 @@ Result<std::vector<BlobId>> GpuBulkStore::Recover(std::span<const StoredBlob> li
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                                 import_start)
                           .count();
-    GPUFS_LOG(INFO) << "gpu store " << device_ << ": re-imported " << adopted << " blobs ("
-                    << adopted_bytes << " bytes) the last daemon left, in " << ms << " ms";
+    uint64_t bytes = 0;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [alloc_id, alloc] : allocs_) bytes += alloc->vmm ? alloc->vmm->size() : 0;
+    }
+    GPUFS_LOG(INFO) << "gpu store " << device_ << ": re-imported " << adopted << " blobs in "
+                    << imported.size() << " allocations (" << bytes
+                    << " bytes) the last daemon left, in " << ms << " ms";
   }
   if (!lost.empty() || restored > 0) {
     GPUFS_LOG(INFO) << "gpu store " << device_ << ": " << lost.size()
@@ -554,7 +579,8 @@ Result<std::vector<BlobId>> GpuBulkStore::Recover(std::span<const StoredBlob> li
   return lost;
 }
 
-Status GpuBulkStore::Allocate(BlobId id, uint32_t owner_uid, uint64_t size) {
+Status GpuBulkStore::Allocate(BlobId id, const SharingKey& key, uint64_t size) {
+  const uint32_t owner_uid = key.uid;
   const uint64_t need = Units(size);
   {
     std::lock_guard lock(mu_);
@@ -577,11 +603,14 @@ Status GpuBulkStore::Allocate(BlobId id, uint32_t owner_uid, uint64_t size) {
   Dropped dropped;  // freed after the lock is released
   {
     std::lock_guard lock(mu_);
-    if (status.ok() &&
-        !blobs_
-             .emplace(id, BlobRecord{
-                              .place = *place, .size = size, .owner = owner_uid, .sealed = false})
-             .second) {
+    if (status.ok() && !blobs_
+                            .emplace(id, BlobRecord{.place = *place,
+                                                    .size = size,
+                                                    .owner = owner_uid,
+                                                    .sealed = false,
+                                                    .key = key,
+                                                    .retired = {}})
+                            .second) {
       status = Error(EEXIST, "gpu store " + device_ + ": " + Describe(id) + " already exists");
     }
     if (!status.ok()) {
@@ -592,7 +621,7 @@ Status GpuBulkStore::Allocate(BlobId id, uint32_t owner_uid, uint64_t size) {
     }
     lost_.erase(id);
   }
-  ReportAdded(id, place->alloc);
+  ReportAdded(id, *place);
   return Status::Ok();
 }
 
@@ -679,7 +708,7 @@ Status GpuBulkStore::Resize(BlobId id, uint64_t old_size, uint64_t new_size) {
     }
     // The bytes so far are in the new place: the supervisor may keep it
     // instead of the old one (before the write that grew the blob returns).
-    if (status.ok()) ReportAdded(id, place->alloc);
+    if (status.ok()) ReportAdded(id, *place);
     Dropped dropped;  // freed after the lock is released
     std::lock_guard lock(mu_);
     if (!status.ok()) {
@@ -754,6 +783,50 @@ Status GpuBulkStore::Seal(BlobId id, uint64_t size) {
     Allocation* found = FindAllocLocked(rec->place.alloc);
     if (found == nullptr) return Error(EIO, what + ": its allocation is gone");
     Allocation& alloc = *found;
+    if (alloc.dedicated && Packable(rec->key, size)) {
+      blob = *rec;
+    }
+  }
+  if (blob.place.alloc != 0) {
+    // kVmm, small, callers known: into a pack of its key, its own allocation
+    // freed (a producer that mapped it keeps that mapping: the driver keeps
+    // the memory while it is imported).
+    const Place old = blob.place;
+    Result<Place> place = AcquirePackPlace(blob.key, size);
+    Status moved = place.status();
+    if (moved.ok()) moved = DeviceToDevice(place->data, old.data, size);
+    if (moved.ok()) ReportAdded(id, *place);  // the copy is complete
+    if (!moved.ok() && place.ok()) ReleasePlaces({*place});
+    Dropped dropped;  // freed after the lock is released
+    std::unique_lock lock(mu_);
+    BlobRecord* rec = FindLocked(id);
+    if (rec == nullptr) {  // freed meanwhile (the core never does that)
+      Status missing = MissingLocked(id, "seal");
+      lock.unlock();
+      if (moved.ok()) ReleasePlaces({*place});
+      return missing;
+    }
+    if (!moved.ok()) {
+      GPUFS_LOG(WARN) << what << ": stays in its own allocation, the move into a pack failed: "
+                      << moved.ToString();
+      rec->size = size;
+      rec->sealed = true;
+      return Status::Ok();
+    }
+    ReleasePlaceLocked(old, &dropped);
+    used_ = used_ - old.reserved + place->reserved;
+    rec->place = *place;
+    rec->size = size;
+    rec->sealed = true;
+    return Status::Ok();
+  }
+  {
+    std::lock_guard lock(mu_);
+    BlobRecord* rec = FindLocked(id);
+    if (rec == nullptr) return MissingLocked(id, "seal");
+    Allocation* found = FindAllocLocked(rec->place.alloc);
+    if (found == nullptr) return Error(EIO, what + ": its allocation is gone");
+    Allocation& alloc = *found;
     const bool slack = rec->place.reserved > exact;
     // An exported allocation may be mapped by a writer (gpufs_create): it stays.
     if (!alloc.dedicated || !slack || rec->place.reserved - exact <= exact / 8 || alloc.exported) {
@@ -775,7 +848,7 @@ Status GpuBulkStore::Seal(BlobId id, uint64_t size) {
   Result<Place> place = AcquirePlace(blob.owner, exact);
   Status moved = place.status();
   if (moved.ok()) moved = DeviceToDevice(place->data, old.data, size);
-  if (moved.ok()) ReportAdded(id, place->alloc);  // the copy is complete
+  if (moved.ok()) ReportAdded(id, *place);  // the copy is complete
   Dropped dropped;  // freed after the lock is released
   std::lock_guard lock(mu_);
   BlobRecord* rec = FindLocked(id);
@@ -799,7 +872,7 @@ Status GpuBulkStore::Seal(BlobId id, uint64_t size) {
 }
 
 void GpuBulkStore::Free(BlobId id) {
-  Dropped dropped;  // freed after the lock is released
+  std::vector<Place> places;
   {
     std::lock_guard lock(mu_);
     auto it = blobs_.find(id);
@@ -812,11 +885,151 @@ void GpuBulkStore::Free(BlobId id) {
       }
       return;
     }
-    used_ -= it->second.place.reserved;
-    ReleasePlaceLocked(it->second.place, &dropped);
+    places = std::move(it->second.retired);
+    places.push_back(it->second.place);
+    for (const Place& place : places) used_ -= place.reserved;
     blobs_.erase(it);
   }
+  ReleasePlaces(places);
   ReportFreed(id);
+}
+
+void GpuBulkStore::ReleaseRetired(BlobId id) {
+  std::vector<Place> places;
+  {
+    std::lock_guard lock(mu_);
+    BlobRecord* rec = FindLocked(id);
+    if (rec == nullptr) return;
+    places.swap(rec->retired);
+    for (const Place& place : places) used_ -= place.reserved;
+  }
+  ReleasePlaces(places);
+}
+
+// ---- Packs (kVmm)
+
+bool GpuBulkStore::Packable(const SharingKey& key, uint64_t size) const {
+  return ipc_ == GpuIpcMode::kVmm && pack_max_ > 0 && key.shareable() && size <= pack_max_;
+}
+
+Result<GpuBulkStore::Place> GpuBulkStore::AcquirePackPlace(const SharingKey& key, uint64_t bytes) {
+  const uint64_t reserved =
+      std::max<uint64_t>(kPackAlignment, (bytes + kPackAlignment - 1) & ~(kPackAlignment - 1));
+  {
+    std::lock_guard lock(mu_);
+    if (auto packs = packs_of_key_.find(key); packs != packs_of_key_.end()) {
+      for (uint64_t pack_id : packs->second) {
+        Allocation* pack = FindAllocLocked(pack_id);
+        if (pack == nullptr || pack->ranges->largest_free() < reserved) continue;
+        std::optional<uint64_t> offset = pack->ranges->Allocate(reserved);
+        if (!offset) continue;
+        ++pack->blobs;
+        return Place{.alloc = pack_id,
+                     .offset = *offset,
+                     .reserved = reserved,
+                     .data = pack->base() + *offset};
+      }
+    }
+  }
+  // No pack of this key has room: a new one, zeroed and exported (pooled).
+  auto alloc = std::make_unique<Allocation>();
+  alloc->owner = key.uid;
+  alloc->key = key;
+  alloc->pack = true;
+  GPUFS_RETURN_IF_ERROR(AllocateDedicated(alloc.get(), alignment_, true));
+  alloc->ranges.emplace(alignment_, kPackAlignment);
+  std::optional<uint64_t> offset = alloc->ranges->Allocate(reserved);
+  if (!offset) {  // cannot happen: reserved <= alignment / 4
+    return Error(EIO, "gpu store " + device_ + ": a new pack cannot hold " +
+                          std::to_string(reserved) + " bytes");
+  }
+  alloc->blobs = 1;
+  std::lock_guard lock(mu_);
+  alloc->id = next_alloc_id_++;
+  Place place{
+      .alloc = alloc->id, .offset = *offset, .reserved = reserved, .data = alloc->base() + *offset};
+  packs_of_key_[key].insert(alloc->id);
+  allocs_.emplace(alloc->id, std::move(alloc));
+  ++pack_count_;
+  return place;
+}
+
+void GpuBulkStore::ReleasePlaces(const std::vector<Place>& places) {
+  std::vector<bool> cleared(places.size(), true);
+  for (size_t i = 0; i < places.size(); ++i) {
+    bool packed = false;
+    {
+      std::lock_guard lock(mu_);
+      const Allocation* alloc = FindAllocLocked(places[i].alloc);
+      packed = alloc != nullptr && alloc->pack;
+    }
+    // The range may go to the next blob of the key: its bytes must not.
+    if (packed) {
+      Status zeroed = Zero(places[i].data, places[i].reserved);
+      if (!zeroed.ok()) {
+        GPUFS_LOG(ERROR) << "gpu store " << device_ << ": a freed pack range stays taken, it "
+                         << "could not be zeroed: " << zeroed.ToString();
+        cleared[i] = false;
+      }
+    }
+  }
+  Dropped dropped;  // freed after the lock is released
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < places.size(); ++i) {
+    if (cleared[i]) ReleasePlaceLocked(places[i], &dropped);
+  }
+}
+
+Status GpuBulkStore::Reshare(BlobId id, const SharingKey& key, bool keep_old) {
+  const std::string what =
+      "gpu store " + device_ + ": move " + Describe(id) + " to its new sharers";
+  BlobRecord blob;
+  {
+    std::lock_guard lock(mu_);
+    BlobRecord* rec = FindLocked(id);
+    if (rec == nullptr) return MissingLocked(id, "reshare");
+    if (rec->key == key) return Status::Ok();
+    const Allocation* alloc = FindAllocLocked(rec->place.alloc);
+    if (alloc == nullptr || !alloc->pack) {
+      rec->key = key;  // its own allocation: nobody else reaches it
+      return Status::Ok();
+    }
+    blob = *rec;
+  }
+  // In a pack of the old key (sealed, so its bytes do not change): copy.
+  const Place old = blob.place;
+  Result<Place> place = Packable(key, blob.size) ? AcquirePackPlace(key, blob.size)
+                                                 : AcquirePlace(key.uid, blob.size, true);
+  Status moved = place.status();
+  if (moved.ok()) moved = DeviceToDevice(place->data, old.data, blob.size);
+  if (!moved.ok()) {
+    if (place.ok()) ReleasePlaces({*place});
+    return moved.Prepend(what);
+  }
+  ReportAdded(id, *place);  // the copy is complete
+  std::unique_lock lock(mu_);
+  BlobRecord* rec = FindLocked(id);
+  if (rec == nullptr) {
+    Status missing = MissingLocked(id, "reshare");
+    lock.unlock();
+    ReleasePlaces({*place});
+    return missing;
+  }
+  if (place->reserved > old.reserved) {
+    used_ += place->reserved - old.reserved;  // may pass the capacity by a granule at most
+  } else {
+    used_ -= old.reserved - place->reserved;
+  }
+  rec->place = *place;
+  rec->key = key;
+  if (keep_old) {
+    used_ += old.reserved;  // still held
+    rec->retired.push_back(old);
+    return Status::Ok();
+  }
+  lock.unlock();
+  ReleasePlaces({old});
+  return Status::Ok();
 }
 
 HostBuffer GpuBulkStore::AllocateHostBuffer(size_t bytes) {
@@ -881,50 +1094,85 @@ Result<IpcExport> GpuBulkStore::Export(BlobId id) {
 
 // ---- Takeover: blob fds kept by another process (docs/TAKEOVER.md)
 
-void GpuBulkStore::ReportAdded(BlobId id, uint64_t alloc) {
+void GpuBulkStore::ReportAdded(BlobId id, const Place& place) {
   if (fd_sink_ == nullptr) return;
   std::shared_ptr<const UniqueFd> fd;
-  uint64_t bytes = 0;
+  BlobMemory memory{.bytes = 0, .offset = place.offset, .range = place.reserved, .id = 0};
   {
     std::lock_guard lock(mu_);
-    const Allocation* found = FindAllocLocked(alloc);
+    const Allocation* found = FindAllocLocked(place.alloc);
     if (found == nullptr || !found->vmm) return;
     fd = found->vmm->fd();
-    bytes = found->vmm->size();
+    memory.bytes = found->vmm->size();
+    memory.id = found->memory_id != 0 ? found->memory_id : memory_ids_ + found->id;
   }
   // The caller still holds the place, so the allocation and its fd live on.
-  fd_sink_->BlobAdded(device_, id, fd->get(), bytes);
+  fd_sink_->BlobAdded(device_, id, fd->get(), memory);
 }
 
 void GpuBulkStore::ReportFreed(BlobId id) {
   if (fd_sink_ != nullptr) fd_sink_->BlobFreed(device_, id);
 }
 
-Status GpuBulkStore::AdoptInherited(const StoredBlob& blob, InheritedBlobFd inherited) {
-  const uint64_t bytes = inherited.bytes;
-  if (bytes == 0 || bytes % alignment_ != 0 || Units(blob.size) > bytes) {
-    return Error(EINVAL, "its allocation (" + std::to_string(bytes) +
-                             " bytes) cannot hold its " + std::to_string(blob.size) + " bytes");
+Status GpuBulkStore::AdoptInherited(const StoredBlob& blob, InheritedBlobFd inherited,
+                                    std::map<uint64_t, uint64_t>* imported) {
+  const BlobMemory m = inherited.memory;
+  if (m.bytes == 0 || m.bytes % alignment_ != 0 || m.range == 0 || m.offset > m.bytes ||
+      m.range > m.bytes - m.offset || blob.size > m.range) {
+    return Error(EINVAL, "its memory (" + std::to_string(m.range) + " bytes at " +
+                             std::to_string(m.offset) + " of " + std::to_string(m.bytes) +
+                             ") cannot hold its " + std::to_string(blob.size) + " bytes");
+  }
+  // A blob alone in its allocation, or one of a pack's.
+  const bool pack = m.offset != 0 || m.range != m.bytes;
+  const std::string conflict = Describe(blob.id) + ": its range overlaps another blob's";
+  auto enter = [&](Allocation& alloc) -> Status {  // mu_ held
+    if (blobs_.contains(blob.id)) return Error(EEXIST, Describe(blob.id) + " is already live");
+    if (pack && !alloc.ranges->Reserve(m.offset, m.range)) return Error(EINVAL, conflict);
+    ++alloc.blobs;
+    used_ += m.range;
+    Place place{
+        .alloc = alloc.id, .offset = m.offset, .reserved = m.range, .data = alloc.base() + m.offset};
+    blobs_.emplace(blob.id, BlobRecord{.place = place,
+                                       .size = blob.size,
+                                       .owner = blob.owner_uid,
+                                       .sealed = blob.sealed,
+                                       .key = SharingKey(blob.owner_uid),
+                                       .retired = {}});
+    return Status::Ok();
+  };
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = imported->find(m.id); m.id != 0 && it != imported->end()) {
+      Allocation* alloc = FindAllocLocked(it->second);
+      if (alloc == nullptr || !alloc->pack || !pack || alloc->vmm->size() != m.bytes) {
+        return Error(EINVAL, conflict);
+      }
+      return enter(*alloc);  // the fd is a duplicate of the one imported
+    }
   }
   auto alloc = std::make_unique<Allocation>();
-  GPUFS_ASSIGN_OR_RETURN(alloc->vmm, VmmMemory::Import(ordinal_, std::move(inherited.fd), bytes));
+  GPUFS_ASSIGN_OR_RETURN(alloc->vmm, VmmMemory::Import(ordinal_, std::move(inherited.fd), m.bytes));
   alloc->owner = blob.owner_uid;
-  alloc->dedicated = true;
-  alloc->blobs = 1;
+  alloc->memory_id = m.id;
   alloc->exported = true;  // mappers of the last daemon may hold it: Seal never moves it
+  if (pack) {
+    // Not offered to new blobs (its key is not known here); freed with its
+    // last blob.
+    alloc->pack = true;
+    alloc->ranges.emplace(m.bytes, kPackAlignment);
+  } else {
+    alloc->dedicated = true;
+  }
   std::lock_guard lock(mu_);
-  if (blobs_.contains(blob.id)) return Error(EEXIST, Describe(blob.id) + " is already live");
   alloc->id = next_alloc_id_++;
-  Place place{.alloc = alloc->id, .offset = 0, .reserved = bytes, .data = alloc->base()};
-  allocs_.emplace(alloc->id, std::move(alloc));
-  ++dedicated_count_;
+  Allocation& entered = *alloc;
+  GPUFS_RETURN_IF_ERROR(enter(entered));  // `alloc` (and its import) goes on failure
+  allocs_.emplace(entered.id, std::move(alloc));
+  ++(pack ? pack_count_ : dedicated_count_);
+  if (m.id != 0) (*imported)[m.id] = entered.id;
   // The memory was in use at Open, so a default capacity did not count it.
-  if (default_capacity_) capacity_ += bytes;
-  used_ += bytes;
-  blobs_.emplace(blob.id, BlobRecord{.place = place,
-                                     .size = blob.size,
-                                     .owner = blob.owner_uid,
-                                     .sealed = blob.sealed});
+  if (default_capacity_) capacity_ += m.bytes;
   return Status::Ok();
 }
 

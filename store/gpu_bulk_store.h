@@ -7,6 +7,14 @@
 //   allocation is never given to another blob (importers may still hold it).
 //   Allocations of recently used exact sizes come ready from a pool
 //   (vmm_pool.h); teardown runs on a background thread.
+//   Packs: a sealed blob of at most granularity / 4 bytes whose SharingKey
+//   is shareable moves at Seal (one D2D copy) into a "pack", a VMM
+//   allocation of one granule shared only by sealed blobs of that same key
+//   (ranges of 512 bytes). A freed range is zeroed before it is reused.
+//   Reshare moves a packed blob to a pack of its new key (or its own
+//   allocation); the old range stays, while it may be mapped, until
+//   ReleaseRetired (the namespace calls it at the member's last close) or
+//   Free.
 // - kLegacy: one cudaMalloc per blob, zeroed whole, legacy cudaIpc handles
 //   (which cannot be mapped read-only).
 // - kSharedArenas: the layout below, for the store's own arena tests only:
@@ -120,11 +128,15 @@ class GpuBulkStore final : public BulkStore {
   // not free at Open). Reads of a lost blob give EIO; Free forgets it.
   Result<std::vector<BlobId>> Recover(std::span<const StoredBlob> live) override;
 
-  // Places `size` zero bytes in an arena of `owner_uid` (a new arena if none
+  // Places `size` zero bytes in an arena of key.uid (a new arena if none
   // has room) or, from arena_size / 4 bytes on, in a dedicated allocation.
   // EEXIST if `id` is live; ENOSPC past the capacity or when the device is out
   // of memory, with nothing changed.
-  Status Allocate(BlobId id, uint32_t owner_uid, uint64_t size) override;
+  Status Allocate(BlobId id, const SharingKey& key, uint64_t size) override;
+
+  // See BulkStore::Reshare; only packed blobs (kVmm) move.
+  Status Reshare(BlobId id, const SharingKey& key, bool keep_old) override;
+  void ReleaseRetired(BlobId id) override;
 
   // Grows within the reservation when it can; otherwise reserves
   // geometrically (2x, else 1.25x, else exactly, as the capacity allows),
@@ -157,7 +169,8 @@ class GpuBulkStore final : public BulkStore {
   // allowed. ENOENT if the blob is not live (EIO if it was lost).
   Status Seal(BlobId id, uint64_t size) override;
 
-  // Releases the blob's place; an allocation whose last blob goes is freed
+  // Releases the blob's place (and places it left while mapped); a pack
+  // range is zeroed first; an allocation whose last blob goes is freed
   // (cudaFree). Unknown ids are logged.
   void Free(BlobId id) override;
 
@@ -179,6 +192,8 @@ class GpuBulkStore final : public BulkStore {
   // Live allocations of each kind (for tests and stats).
   size_t arena_count() const;
   size_t dedicated_count() const;
+  // kVmm packs live now (for tests).
+  size_t pack_count() const;
   // Tests only: where blob `id` lives (all zero if it does not).
   struct PlaceForTesting {
     uint64_t arena = 0;
@@ -208,6 +223,8 @@ class GpuBulkStore final : public BulkStore {
     uint64_t size = 0;
     uint32_t owner = 0;
     bool sealed = false;
+    SharingKey key;
+    std::vector<Place> retired;  // earlier pack ranges, kept for their mappers
   };
 
   using Dropped = std::vector<std::unique_ptr<Allocation>>;
@@ -242,6 +259,14 @@ class GpuBulkStore final : public BulkStore {
   // Returns `place` to its allocation; an allocation left without blobs moves
   // into `dropped`, to be freed once mu_ is released.
   void ReleasePlaceLocked(const Place& place, Dropped* dropped);
+  // kVmm: a range of `bytes` (rounded to kPackAlignment) in a pack of `key`,
+  // a new pack (one pooled granule) if none has room. Locks mu_ itself.
+  Result<Place> AcquirePackPlace(const SharingKey& key, uint64_t bytes);
+  // Whether a sealed blob of `size` bytes and `key` belongs in a pack.
+  bool Packable(const SharingKey& key, uint64_t size) const;
+  // Zeroes the pack ranges among `places` (outside mu_), then releases them
+  // all. Must not hold mu_.
+  void ReleasePlaces(const std::vector<Place>& places);
   // Allocation `alloc`, or nullptr.
   Allocation* FindAllocLocked(uint64_t alloc) const;
   // The live blob `id`, or nullptr.
@@ -268,6 +293,7 @@ class GpuBulkStore final : public BulkStore {
   const uint64_t alignment_;
   const uint64_t dedicated_threshold_;  // arena_size / 4; 0 (all dedicated) unless kSharedArenas
   const GpuIpcMode ipc_;
+  const uint64_t pack_max_;        // kVmm: alignment / 4 (bytes of the largest packed blob); else 0
   std::unique_ptr<VmmPool> pool_;  // kVmm only
 
   mutable std::mutex mu_;
@@ -275,6 +301,8 @@ class GpuBulkStore final : public BulkStore {
   std::unordered_set<BlobId> lost_;                                   // GUARDED_BY(mu_)
   std::map<uint64_t, std::unique_ptr<Allocation>> allocs_;            // GUARDED_BY(mu_)
   std::unordered_map<uint32_t, std::set<uint64_t>> arenas_of_owner_;  // GUARDED_BY(mu_)
+  std::map<SharingKey, std::set<uint64_t>> packs_of_key_;             // GUARDED_BY(mu_)
+  size_t pack_count_ = 0;                                             // GUARDED_BY(mu_)
   size_t arena_count_ = 0;                                            // GUARDED_BY(mu_)
   size_t dedicated_count_ = 0;                                        // GUARDED_BY(mu_)
   uint64_t used_ = 0;                                                 // GUARDED_BY(mu_)

@@ -237,8 +237,8 @@ Result<std::vector<BlobId>> HostBulkStore::Recover(std::span<const StoredBlob> l
   return lost;
 }
 
-Status HostBulkStore::Allocate(BlobId id, uint32_t owner_uid, uint64_t size) {
-  (void)owner_uid;  // every blob has its own file; owners never share one
+Status HostBulkStore::Allocate(BlobId id, const SharingKey& key, uint64_t size) {
+  (void)key;  // every blob has its own file; blobs never share one
   if (size > kMaxFileSize) {
     return Error(EFBIG, "host store: blob " + std::to_string(id) + " of " + std::to_string(size) +
                             " bytes is too large for a file");

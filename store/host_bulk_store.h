@@ -67,7 +67,7 @@ class HostBulkStore final : public BulkStore {
   // Creates (or truncates) the blob's file to `size` zero bytes (no file yet
   // for size 0). EEXIST if the
   // store already holds `id`; ENOSPC, with no file left behind, past capacity.
-  Status Allocate(BlobId id, uint32_t owner_uid, uint64_t size) override;
+  Status Allocate(BlobId id, const SharingKey& key, uint64_t size) override;
 
   // Truncates the file to `new_size`. EINVAL if `old_size` is not the size the
   // store has for the blob; ENOENT if the store does not hold it.

@@ -78,6 +78,87 @@ TEST_P(VmmStoreTest, GrowingByWritesKeepsTheBytes) {
   store_->Free(3);
 }
 
+// The bytes of allocation `arena` (PlaceForTesting::arena), `bytes` long.
+std::vector<std::byte> AllocationBytes(GpuBulkStore& store, uint64_t arena, size_t bytes) {
+  std::vector<std::byte> all(bytes);
+  EXPECT_EQ(
+      cudaMemcpy(all.data(), store.AllocationBaseForTesting(arena), bytes, cudaMemcpyDeviceToHost),
+      cudaSuccess);
+  return all;
+}
+
+size_t Count(const std::vector<std::byte>& bytes, std::byte b) {
+  size_t n = 0;
+  for (std::byte x : bytes) n += x == b;
+  return n;
+}
+
+// Packs: small sealed blobs of one SharingKey share an allocation; blobs of
+// other keys never do; a freed or moved-out range is zeroed.
+TEST_P(VmmStoreTest, SmallBlobsShareOnlyWithTheirSharingKey) {
+  if (GetParam() != GpuIpcMode::kVmm) GTEST_SKIP() << "packs are a VMM store feature";
+  const SharingKey pub(7, 1000, 100, 0644), secret(7, 1000, 100, 0600);
+  auto put = [&](BlobId id, const SharingKey& key, uint8_t byte, size_t n) {
+    std::vector<std::byte> data(n, std::byte{byte});
+    ASSERT_TRUE(store_->Allocate(id, key, n).ok());
+    ASSERT_TRUE(store_->Write(id, 0, data).ok());
+    ASSERT_TRUE(store_->Seal(id, n).ok());
+  };
+  put(1, pub, 0x41, 5000);
+  put(2, pub, 0x42, 70000);
+  put(3, secret, 0x53, 5000);
+  put(4, SharingKey(1000), 0x44, 5000);  // parent unknown: its own allocation
+  auto p1 = store_->PlaceOfForTesting(1), p2 = store_->PlaceOfForTesting(2),
+       p3 = store_->PlaceOfForTesting(3), p4 = store_->PlaceOfForTesting(4);
+  EXPECT_EQ(p1.arena, p2.arena);  // same callers: one pack
+  EXPECT_NE(p1.offset, p2.offset);
+  EXPECT_NE(p1.arena, p3.arena);
+  EXPECT_NE(p1.arena, p4.arena);
+  EXPECT_NE(p3.arena, p4.arena);
+  EXPECT_EQ(store_->pack_count(), 2u);
+  auto e1 = store_->Export(1), e3 = store_->Export(3);
+  ASSERT_TRUE(e1.ok() && e3.ok());
+  EXPECT_EQ(e1->offset, p1.offset);
+  EXPECT_EQ(e1->alloc_size, 2u << 20);
+  // What a mapper of blob 1 reaches (the whole pack) holds blob 2, never 3.
+  auto pack = AllocationBytes(*store_, p1.arena, e1->alloc_size);
+  EXPECT_EQ(Count(pack, std::byte{0x41}), 5000u);
+  EXPECT_EQ(Count(pack, std::byte{0x42}), 70000u);
+  EXPECT_EQ(Count(pack, std::byte{0x53}), 0u);
+  EXPECT_EQ(Count(pack, std::byte{0x44}), 0u);
+  EXPECT_EQ(Count(AllocationBytes(*store_, p3.arena, e3->alloc_size), std::byte{0x41}), 0u);
+  // Reads see each blob's own bytes.
+  std::vector<std::byte> back(5000);
+  ASSERT_TRUE(store_->Read(1, 0, back).ok());
+  EXPECT_EQ(Count(back, std::byte{0x41}), 5000u);
+
+  // chmod 600 of blob 2: it moves to the 0600 pack; nobody maps it, so its
+  // old range is zeroed at once.
+  ASSERT_TRUE(store_->Reshare(2, secret, false).ok());
+  EXPECT_EQ(store_->PlaceOfForTesting(2).arena, p3.arena);
+  EXPECT_EQ(Count(AllocationBytes(*store_, p1.arena, 2u << 20), std::byte{0x42}), 0u);
+  EXPECT_EQ(Count(AllocationBytes(*store_, p3.arena, 2u << 20), std::byte{0x42}), 70000u);
+  std::vector<std::byte> moved(70000);
+  ASSERT_TRUE(store_->Read(2, 0, moved).ok());
+  EXPECT_EQ(Count(moved, std::byte{0x42}), 70000u);
+
+  // Mapped while it moves: the old range stays until the blob is freed.
+  ASSERT_TRUE(store_->Reshare(1, secret, true).ok());
+  EXPECT_EQ(Count(AllocationBytes(*store_, p1.arena, 2u << 20), std::byte{0x41}), 5000u);
+  // Its mappers are gone: the kept range goes, and with it the emptied pack.
+  EXPECT_EQ(store_->pack_count(), 2u);
+  store_->ReleaseRetired(1);
+  EXPECT_EQ(store_->pack_count(), 1u);
+  EXPECT_EQ(store_->AllocationBaseForTesting(p1.arena), nullptr);
+
+  // A freed range is zeroed before the next blob of the key can have it.
+  store_->Free(3);
+  EXPECT_EQ(Count(AllocationBytes(*store_, p3.arena, 2u << 20), std::byte{0x53}), 0u);
+  for (BlobId id : {1, 2, 4}) store_->Free(id);
+  EXPECT_EQ(store_->Usage().used, 0u);
+  EXPECT_EQ(store_->pack_count(), 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, VmmStoreTest,
                          ::testing::Values(GpuIpcMode::kVmm, GpuIpcMode::kLegacy));
 

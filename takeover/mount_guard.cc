@@ -22,9 +22,32 @@
 namespace gpufs {
 
 Status MakeStateDir(const std::string& dir) {
+  ::umask(077);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Error(ec.value(), "create state directory " + dir + ": " + ec.message());
+  return Status::Ok();
+}
+
+Status ProtectStateDir(const std::string& dir) {
+  auto tighten = [](const std::string& path, mode_t want) -> Status {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      if (errno == ENOENT) return Status::Ok();
+      return PosixError("stat " + path, errno);
+    }
+    if ((st.st_mode & 07777) == want) return Status::Ok();
+    if (::chmod(path.c_str(), want) != 0) return PosixError("chmod " + path, errno);
+    char modes[32];
+    std::snprintf(modes, sizeof modes, "(was %04o, now %04o)", st.st_mode & 07777, want);
+    GPUFS_LOG(WARN) << "tightened permissions: " << path << " " << modes
+                    << ": the state is the daemon user's alone";
+    return Status::Ok();
+  };
+  GPUFS_RETURN_IF_ERROR(tighten(dir, 0700));
+  for (const char* name : {"catalog.db", "catalog.db-wal", "catalog.db-shm", "gpufs.log", "lock"}) {
+    GPUFS_RETURN_IF_ERROR(tighten(dir + "/" + name, 0600));
+  }
   return Status::Ok();
 }
 
@@ -108,7 +131,9 @@ Result<UniqueFd> LockState(const std::string& dir) {
     }
     if (!locked) {
       return Error(EBUSY, "state directory " + dir + " is in use by another gpufs daemon (pid " +
-                              std::to_string(holder) + ")");
+                              std::to_string(holder) +
+                              "); a second mount point needs its own state directory: "
+                              "gpufs mount MNT --state DIR (or -o state=DIR)");
     }
   }
   // The last supervisor's worker dies with it (PR_SET_PDEATHSIG) but may not

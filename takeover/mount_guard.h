@@ -11,7 +11,14 @@
 
 namespace gpufs {
 
+// Creates the state directory (0700) and makes the process's new files
+// private (umask 077: the catalog and its -wal/-shm, the log, host blobs):
+// the state holds every name, attribute and host-store byte of the mount.
 Status MakeStateDir(const std::string& dir);
+// Tightens a state directory an older gpufs left open: the directory to
+// 0700, catalog.db, -wal, -shm, gpufs.log and lock to 0600, each change
+// logged (call it once the log is set up).
+Status ProtectStateDir(const std::string& dir);
 // One daemon per state directory: two would share a catalog and host files.
 // The lock lives as long as the returned fd; the file holds the holder's pid.
 // A holder that is exiting (killed with -9 just now) is waited for, for a

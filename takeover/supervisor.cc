@@ -74,6 +74,7 @@ class Supervisor {
  private:
   Status Setup() {
     GPUFS_RETURN_IF_ERROR(MakeStateDir(config_.state_dir));
+    GPUFS_RETURN_IF_ERROR(ProtectStateDir(config_.state_dir));
     GPUFS_ASSIGN_OR_RETURN(lock_, LockState(config_.state_dir));
     GPUFS_RETURN_IF_ERROR(ClearStaleMount(config_.mountpoint));
     // Tens of thousands of blob fds: take what the hard limit allows.

@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
     gpufs::Status made = gpufs::MakeStateDir(config.state_dir);  // where the log goes
     if (!made.ok()) std::fprintf(stderr, "gpufs-supervisor: %s\n", made.ToString().c_str());
     std::string log_path = config.state_dir + "/gpufs.log";
-    int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (log_fd >= 0) gpufs::log::SetFd(log_fd);
   }
   return gpufs::RunSupervisor(config);

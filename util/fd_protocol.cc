@@ -116,8 +116,7 @@ Result<size_t> ReceiveMessage(int sock, std::span<std::byte> buf, UniqueFd* fd) 
   return static_cast<size_t>(n);
 }
 
-Result<UniqueFd> FetchBlobFd(const std::string& socket_path, const uint8_t token[GPUFS_TOKEN_BYTES],
-                             gpufs_fd_reply* reply) {
+Result<UniqueFd> ConnectFdSocket(const std::string& socket_path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socket_path.empty() || socket_path.size() >= sizeof addr.sun_path) {
@@ -131,11 +130,16 @@ Result<UniqueFd> FetchBlobFd(const std::string& socket_path, const uint8_t token
     r = ::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
   } while (r < 0 && errno == EINTR);
   if (r < 0) return PosixError("connect " + socket_path, errno);
+  return sock;
+}
+
+Result<UniqueFd> FetchBlobFdOn(int sock, const uint8_t token[GPUFS_TOKEN_BYTES],
+                               gpufs_fd_reply* reply) {
   gpufs_fd_request req = EncodeRequest(token);
-  GPUFS_RETURN_IF_ERROR(SendMessage(sock.get(), std::as_bytes(std::span(&req, 1)), -1));
+  GPUFS_RETURN_IF_ERROR(SendMessage(sock, std::as_bytes(std::span(&req, 1)), -1));
   std::array<std::byte, sizeof(gpufs_fd_reply) + 1> buf;
   UniqueFd fd;
-  GPUFS_ASSIGN_OR_RETURN(size_t n, ReceiveMessage(sock.get(), buf, &fd));
+  GPUFS_ASSIGN_OR_RETURN(size_t n, ReceiveMessage(sock, buf, &fd));
   if (n == 0) return Error(ECONNRESET, "the daemon closed the fd socket without a reply");
   GPUFS_ASSIGN_OR_RETURN(*reply, DecodeReply(std::span(buf.data(), n)));
   if (reply->error != 0) {
@@ -144,6 +148,12 @@ Result<UniqueFd> FetchBlobFd(const std::string& socket_path, const uint8_t token
   }
   if (!fd.valid()) return Error(EPROTO, "the daemon's reply carried no fd");
   return fd;
+}
+
+Result<UniqueFd> FetchBlobFd(const std::string& socket_path, const uint8_t token[GPUFS_TOKEN_BYTES],
+                             gpufs_fd_reply* reply) {
+  GPUFS_ASSIGN_OR_RETURN(UniqueFd sock, ConnectFdSocket(socket_path));
+  return FetchBlobFdOn(sock.get(), token, reply);
 }
 
 }  // namespace gpufs

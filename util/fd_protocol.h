@@ -39,4 +39,13 @@ Result<size_t> ReceiveMessage(int sock, std::span<std::byte> buf, UniqueFd* fd);
 Result<UniqueFd> FetchBlobFd(const std::string& socket_path, const uint8_t token[GPUFS_TOKEN_BYTES],
                              gpufs_fd_reply* reply);
 
+// Client side, in two steps: a connection to `socket_path` (the daemon takes
+// the caller's credentials, SO_PEERCRED, at connect time), then any number
+// of redemptions on it, one at a time. FetchBlobFdOn fails with EPIPE or
+// ECONNRESET when the daemon closed the connection before the request was
+// answered (it restarted, say): connect again and retry.
+Result<UniqueFd> ConnectFdSocket(const std::string& socket_path);
+Result<UniqueFd> FetchBlobFdOn(int sock, const uint8_t token[GPUFS_TOKEN_BYTES],
+                               gpufs_fd_reply* reply);
+
 }  // namespace gpufs

@@ -1,12 +1,14 @@
-// gpufs-consumer PATH [--expect-seed SEED] [--hold-ms N] [--cycles N]
+// gpufs-consumer PATH [--expect-seed SEED] [--hold READY GO] [--cycles N]
 //
 // Maps the sealed GPU blob PATH with libgpufs and, on the device:
 //   - computes its checksum (common.cuh; compare with
 //     `python3 gpufs_checksum.py PATH`, which reads the file through the mount);
 //   - with --expect-seed, checks every byte against what `gpufs-producer PATH
 //     SIZE SEED` wrote.
-// It first holds the mapping N ms (--hold-ms: to test removal or replacement
-// of a member while mapped) and checks after that; then it unmaps, and with --cycles maps and unmaps N more
+// With --hold READY GO (two FIFOs) it first holds the mapping: it writes
+// "mapped" to READY once mapped, then waits until GO's writer closes (to test
+// removal or replacement of a member while mapped), and checks after that.
+// Then it unmaps, and with --cycles maps and unmaps N more
 // times, printing the device's free memory before and after and the arenas
 // still open at the end (0 expected). Prints key=value lines:
 //
@@ -16,12 +18,13 @@
 //   open_arenas=0
 //
 // Exit 0 only when everything checks; 1 otherwise; 2 on bad arguments.
-#include <chrono>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cinttypes>
 #include <climits>
 #include <cstdio>
 #include <cstring>
-#include <thread>
 
 #include "common.cuh"
 #include "gpufs/gpufs.h"
@@ -29,7 +32,8 @@
 namespace {
 
 int Usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s PATH [--expect-seed SEED] [--hold-ms N] [--cycles N]\n", argv0);
+  std::fprintf(stderr, "usage: %s PATH [--expect-seed SEED] [--hold READY GO] [--cycles N]\n",
+               argv0);
   return 2;
 }
 
@@ -51,20 +55,39 @@ uint64_t Verify(const gpufs_buffer& buf, uint64_t seed, uint64_t* first) {
   return out[0];
 }
 
+// Tells READY that the mapping is up, then blocks until GO's writer closes.
+bool Hold(const char* ready, const char* go) {
+  int out = ::open(ready, O_WRONLY | O_CLOEXEC);  // blocks until the test opens it
+  if (out < 0 || ::write(out, "mapped\n", 7) != 7) return false;
+  ::close(out);
+  int in = ::open(go, O_RDONLY | O_CLOEXEC);
+  if (in < 0) return false;
+  char byte;
+  while (::read(in, &byte, 1) > 0) {
+  }
+  ::close(in);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) return Usage(argv[0]);
   const char* path = argv[1];
   bool expect = false;
-  uint64_t seed = 0, hold_ms = 0, cycles = 0;
+  uint64_t seed = 0, cycles = 0;
+  const char *ready = nullptr, *go = nullptr;
   for (int i = 2; i < argc; ++i) {
     uint64_t* target = nullptr;
+    if (std::strcmp(argv[i], "--hold") == 0) {
+      if (i + 2 >= argc) return Usage(argv[0]);
+      ready = argv[++i];
+      go = argv[++i];
+      continue;
+    }
     if (std::strcmp(argv[i], "--expect-seed") == 0) {
       target = &seed;
       expect = true;
-    } else if (std::strcmp(argv[i], "--hold-ms") == 0) {
-      target = &hold_ms;
     } else if (std::strcmp(argv[i], "--cycles") == 0) {
       target = &cycles;
     } else {
@@ -83,7 +106,10 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaSetDevice(buf.device));
   // Hold first, check after: what is checked is the memory as it is once the
   // member may have been removed or replaced meanwhile.
-  if (hold_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
+  if (ready != nullptr && !Hold(ready, go)) {
+    std::perror("gpufs-consumer: --hold");
+    return 1;
+  }
   uint64_t checksum = example::DeviceChecksum(buf.ptr, buf.size);
   std::printf("path=%s ptr=%p size=%" PRIu64 " device=%d blob_id=%" PRIu64 " generation=%" PRIu64
               " checksum=0x%016" PRIx64 "\n",

@@ -1,13 +1,14 @@
 """An inference worker: maps every tensor of the gpufs model object (no copy
 into this process), runs the MLP on a fixed input, reports, and holds the
-mapping until WORKDIR/stop exists.
+mapping until its stdin ends (examples/model/run.sh: a line on the FIFO
+WORKDIR/ready says it is ready; the end of the FIFO WORKDIR/stop, its stdin,
+lets it go).
 
     python3 infer.py /gpu/model WORKDIR INDEX
 """
 import json
 import os
 import sys
-import time
 
 import torch
 
@@ -33,6 +34,6 @@ print(json.dumps({"worker": int(index), "pid": os.getpid(), "tensors": len(weigh
                   "allocated_by_torch": torch.cuda.memory_allocated(),
                   "device_used": total - free, "output": round(float(x.float().sum()), 3)}),
       flush=True)
-open(os.path.join(work, f"ready.{index}"), "w").close()
-while not os.path.exists(os.path.join(work, "stop")):
-    time.sleep(0.05)
+with open(os.path.join(work, "ready"), "w") as ready:
+    ready.write(f"ready {index}\n")
+sys.stdin.read()  # until run.sh closes the stop FIFO

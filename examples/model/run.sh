@@ -12,11 +12,20 @@ used_before=$(gpu_used)
 "$GPUFS_BIN" import "$work/model.safetensors" "$mnt/model"
 used_loaded=$(gpu_used)
 "$GPUFS_BIN" ls -l "$mnt/model" | head -4
-for i in 1 2 3 4; do python3 "$dir/infer.py" "$mnt/model" "$work" $i > "$work/worker.$i" & done
-for _ in $(seq 600); do [ "$(ls "$work"/ready.* 2>/dev/null | wc -l)" = 4 ] && break; sleep 0.1; done
+# Two FIFOs instead of polling: each worker writes a line to `ready` once it
+# has mapped the model, and holds it until its stdin (`stop`) ends. Opened
+# read-write here, neither open blocks; the workers do not inherit them.
+rm -f "$work/ready" "$work/stop"
+mkfifo "$work/ready" "$work/stop"
+exec 3<>"$work/ready" 4<>"$work/stop"
+for i in 1 2 3 4; do
+  python3 "$dir/infer.py" "$mnt/model" "$work" $i < "$work/stop" > "$work/worker.$i" 3>&- 4>&- &
+done
+for i in 1 2 3 4; do read -r -t 600 _ <&3 || { echo "a worker did not get ready" >&2; exit 1; }; done
 used_running=$(gpu_used)
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits > "$work/apps" || true
-touch "$work/stop"; wait
+exec 4>&- 3<&-  # the workers' stdin ends: they unmap and exit
+wait
 cat "$work"/worker.*
 python3 - "$work" "$used_before" "$used_loaded" "$used_running" "$(cut -d' ' -f2 "$mnt/../state/lock")" <<'PY'
 import glob, json, sys

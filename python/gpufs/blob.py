@@ -68,13 +68,90 @@ def tensor_attrs(target, size, path=None):
 
     ValueError if dtype/shape do not describe exactly `size` bytes.
     """
-    where = path if path is not None else target
-    dtype_name = _getxattr(target, DTYPE_XATTR)
+    raw = (_getxattr(target, DTYPE_XATTR), _getxattr(target, SHAPE_XATTR))
+    return _describe(raw, size, path if path is not None else target)
+
+
+# Tensor descriptions of the members this process maps now, by
+# _stat_key: setting an attribute or replacing the member changes its ctime,
+# so an equal key means the same description. Entries live while a Blob of
+# that member is open.
+_described = {}  # key -> [DType, shape, open Blobs]; guarded by _described_lock
+_described_lock = threading.Lock()
+
+
+def _stat_key(st):
+    return (st.st_dev, st.st_ino, st.st_ctime_ns, st.st_mtime_ns, st.st_size)
+
+
+def _known_description(key):
+    """(DType, shape) of an open Blob of the member `key`, or None."""
+    if key is None:
+        return None
+    with _described_lock:
+        entry = _described.get(key)
+        return (entry[0], entry[1]) if entry is not None else None
+
+
+def _remember_description(key, dt, shape):
+    with _described_lock:
+        entry = _described.setdefault(key, [dt, tuple(shape), 0])
+        entry[2] += 1
+
+
+def _forget_description(key):
+    if key is None:
+        return
+    with _described_lock:
+        entry = _described.get(key)
+        if entry is not None:
+            entry[2] -= 1
+            if entry[2] <= 0:
+                del _described[key]
+
+
+class _AttrReader:
+    """Reads ((st_dev, st_ino), (dtype, shape) attributes) of `path` on a thread
+    of its own.
+
+    join() gives None where that failed or the member changed meanwhile (the
+    caller then reads them itself).
+    """
+
+    def __init__(self, path):
+        self._path = path
+        self._result = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        try:
+            self._thread.start()
+        except RuntimeError:  # no thread to be had
+            self._thread = None
+
+    def _run(self):
+        try:
+            before = os.stat(self._path)
+            raw = (_getxattr(self._path, DTYPE_XATTR), _getxattr(self._path, SHAPE_XATTR))
+            after = os.stat(self._path)
+            same = (before.st_dev, before.st_ino, before.st_ctime_ns) == \
+                (after.st_dev, after.st_ino, after.st_ctime_ns)
+            self._result = ((after.st_dev, after.st_ino), raw) if same else None
+        except Exception:  # noqa: BLE001 - the caller reads them again
+            self._result = None
+
+    def join(self):
+        if self._thread is None:
+            return None
+        self._thread.join()
+        return self._result
+
+
+def _describe(raw, size, where):
+    """(DType, shape) from the raw (dtype, shape) attribute values of a blob of `size` bytes."""
+    dtype_name, shape_text = raw
     try:
         dt = dtypes.by_name(dtype_name or "uint8")
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
-    shape_text = _getxattr(target, SHAPE_XATTR)
     if shape_text is None:
         if size % dt.itemsize:
             raise ValueError(f"{where}: {size} bytes is not a whole number of {dt.name} "
@@ -101,14 +178,38 @@ class Blob:
     def __init__(self, path):
         path = os.fspath(path)
         buf = _lib.GpufsBuffer()
-        _lib.call("gpufs_map", os.fsencode(path), ctypes.byref(buf), path=path)
+        # The tensor description (each attribute a round trip to the daemon):
+        # that of a member this process maps now and that did not change
+        # since (libgpufs then reuses the mapping too); otherwise read while
+        # the map is made, and used only if it is the very member mapped
+        # (same inode), else read again through the mapped fd.
         try:
-            # Through the mapped fd: the attributes of the very member mapped.
-            dt, shape = tensor_attrs(buf.fd, buf.size, path)
+            key = _stat_key(os.stat(path))
+        except OSError:
+            key = None  # gpufs_map reports it
+        known = _known_description(key)
+        attrs = None if known is not None else _AttrReader(path)
+        try:
+            _lib.call("gpufs_map", os.fsencode(path), ctypes.byref(buf), path=path)
+        finally:
+            found = attrs.join() if attrs is not None else None
+        try:
+            st = os.fstat(buf.fd)
+            mapped = _stat_key(st)
+            if known is not None and mapped == key:
+                dt, shape = known
+            else:
+                if found is not None and found[0] == (st.st_dev, st.st_ino):
+                    raw = found[1]
+                else:
+                    raw = (_getxattr(buf.fd, DTYPE_XATTR), _getxattr(buf.fd, SHAPE_XATTR))
+                dt, shape = _describe(raw, buf.size, path)
         except BaseException:
             _lib.lib().gpufs_unmap(ctypes.byref(buf))
             raise
         self._adopt(path, buf, dt, shape)
+        self._key = mapped
+        _remember_description(mapped, dt, shape)
 
     @classmethod
     def _wrap(cls, path, buf, dt, shape):
@@ -118,6 +219,7 @@ class Blob:
         return self
 
     def _adopt(self, path, buf, dt, shape):
+        self._key = None  # (see _remember_description) once registered
         self.path = path
         self._buf = buf
         self._dtype = dt
@@ -223,6 +325,8 @@ class Blob:
             self._unmap()
 
     def _unmap(self):
+        key, self._key = self._key, None
+        _forget_description(key)
         if self._buf.internal:
             _lib.call("gpufs_unmap", ctypes.byref(self._buf), path=self.path)
 

@@ -44,6 +44,75 @@ def fake_blob(dtype="float32", shape=(3, 4), device=1):
     return RecordingBlob._wrap("/gpu/o/x", buf, dt, shape)
 
 
+class DescriptionReuseTest(unittest.TestCase):
+    """gpufs.open reads dtype/shape once per open member: a second open of an
+    unchanged member while the first is open reads no attribute; a change
+    (ctime) or closing every Blob of it makes the next open read them again.
+    gpufs_map is faked over a plain file (no GPU here)."""
+
+    def setUp(self):
+        import gpufs.blob as blob_module
+        self.blob_module = blob_module
+        self.dir = tempfile.mkdtemp()
+        self.path = os.path.join(self.dir, "m")
+        with open(self.path, "wb") as f:
+            f.write(b"\0" * 64)
+        self.fds = []
+        self.reads = 0
+        real_call, real_getxattr = _lib.call, blob_module._getxattr
+
+        def fake_call(name, *args, path=None):
+            if name != "gpufs_map":
+                return real_call(name, *args, path=path)
+            buf = args[1]._obj
+            fd = os.open(path, os.O_RDONLY)
+            self.fds.append(fd)
+            buf.fd, buf.size, buf.ptr, buf.internal = fd, 64, FAKE_PTR, None
+            return 0
+
+        def counting_getxattr(target, name):
+            self.reads += 1
+            return real_getxattr(target, name)
+
+        _lib.call = fake_call
+        blob_module._getxattr = counting_getxattr
+        self.addCleanup(setattr, _lib, "call", real_call)
+        self.addCleanup(setattr, blob_module, "_getxattr", real_getxattr)
+
+    def tearDown(self):
+        for fd in self.fds:
+            os.close(fd)
+        os.unlink(self.path)
+        os.rmdir(self.dir)
+
+    def test_second_open_reads_no_attribute(self):
+        first = gpufs.open(self.path)
+        self.assertEqual((first.dtype, first.shape), ("uint8", (64,)))
+        self.assertGreater(self.reads, 0)
+        self.reads = 0
+        second = gpufs.open(self.path)
+        self.assertEqual((second.dtype, second.shape), ("uint8", (64,)))
+        self.assertEqual(self.reads, 0)
+        first.close()
+        third = gpufs.open(self.path)  # `second` is still open
+        self.assertEqual(self.reads, 0)
+        second.close()
+        third.close()
+        gpufs.open(self.path).close()  # none open: read again
+        self.assertGreater(self.reads, 0)
+
+    def test_a_changed_member_is_read_again(self):
+        first = gpufs.open(self.path)
+        self.reads = 0
+        st = os.stat(self.path)
+        os.utime(self.path, ns=(st.st_atime_ns, st.st_mtime_ns + 1000))  # new ctime and mtime
+        second = gpufs.open(self.path)
+        self.assertGreater(self.reads, 0)
+        first.close()
+        second.close()
+        self.assertEqual(self.blob_module._described, {})
+
+
 class FakeBlobTest(unittest.TestCase):
     def tearDown(self):
         gc.collect()

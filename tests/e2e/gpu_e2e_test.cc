@@ -3,6 +3,7 @@
 // and ordinary tools reading the same bytes. Skips where there is no GPU;
 // scripts/gpu-check.sh runs it on the GPU machine.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "tests/support/mount_fixture.h"
+#include "tests/support/wait.h"
 
 namespace gpufs::e2e {
 namespace {
@@ -128,20 +130,31 @@ TEST_F(GpuE2E, RemoveWhileMappedKeepsTheMemoryUntilUnmap) {
   ASSERT_EQ(Sh(Example("gpufs-producer") + " " + P("r") + " " + std::to_string(size) + " 3").status, 0);
   uint64_t used_with_blob = GpuMemoryUsedMiB();
   std::string out = mount_->state() + "-consumer.out";
-  // The consumer maps, holds for 3 s, then verifies every byte and unmaps.
+  std::string ready = mount_->state() + "-ready", go = mount_->state() + "-go";
+  ASSERT_EQ(::mkfifo(ready.c_str(), 0600), 0);
+  ASSERT_EQ(::mkfifo(go.c_str(), 0600), 0);
+  // The consumer maps, says so on `ready`, holds until `go` closes, then
+  // verifies every byte and unmaps.
   std::thread consumer([&] {
-    Sh(Example("gpufs-consumer") + " " + P("r") + " --hold-ms 3000 --expect-seed 3 > " + out +
-       " 2>&1; echo exit=$? >> " + out);
+    Sh(Example("gpufs-consumer") + " " + P("r") + " --hold " + ready + " " + go +
+       " --expect-seed 3 > " + out + " 2>&1; echo exit=$? >> " + out);
   });
-  bool mapped = false;
-  for (int i = 0; i < 300 && !mapped; ++i) {
-    mapped = Stats()["open_maps"] == 1;
-    if (!mapped) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  {
+    // Readable once the consumer has mapped (a FIFO opened without a writer
+    // yet: nonblocking, then a wait for the event).
+    int fd = ::open(ready.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(test_support::WaitReadable(fd, std::chrono::seconds(60))) << "consumer never mapped";
+    char line[16] = {};
+    EXPECT_GT(::read(fd, line, sizeof line - 1), 0);
+    ::close(fd);
+    EXPECT_STREQ(line, "mapped\n");
   }
-  EXPECT_TRUE(mapped);
+  EXPECT_EQ(Stats()["open_maps"], 1);
   ASSERT_EQ(Sh("rm " + P("r")).status, 0);
   EXPECT_NE(::access(P("r").c_str(), F_OK), 0);
   EXPECT_EQ(Device("cuda:0")["blobs"], 1) << "freed while still mapped";
+  WriteFile(go, "");  // opens and closes `go`: the consumer goes on
   consumer.join();
   std::string result = ReadFile(out);
   EXPECT_NE(result.find("verify=ok"), std::string::npos) << result;

@@ -4,9 +4,12 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <string>
 
 #include "tests/support/mount_fixture.h"
+#include "tests/support/wait.h"
 
 namespace gpufs::e2e {
 namespace {
@@ -22,9 +25,17 @@ class TempDirs : public ::testing::Test {
     std::filesystem::create_directories(mnt_);
   }
   void TearDown() override {
-    Sh("umount " + mnt_ + " 2>/dev/null; sleep 0.2");
+    // Unmount and wait for the daemon (it wrote its pid to the state's lock).
+    pid_t daemon = DaemonPid();
+    Sh("umount " + mnt_ + " 2>/dev/null");
+    if (daemon > 0) test_support::WaitForExit(daemon, std::chrono::seconds(10));
     std::error_code ec;
     std::filesystem::remove_all(root_, ec);
+  }
+  // The pid of the daemon serving state_, or -1.
+  pid_t DaemonPid() {
+    std::string pid = ReadFile(state_ + "/lock");
+    return pid.empty() ? -1 : static_cast<pid_t>(std::stol(pid));
   }
   bool Mounted() {
     struct statfs st {};
@@ -60,9 +71,11 @@ TEST_F(TempDirs, HelperRunDirectlyAsMountWould) {
   ASSERT_TRUE(Mounted());
   WriteFile(mnt_ + "/m", "helper");
   EXPECT_EQ(ReadFile(mnt_ + "/m"), "helper");
+  pid_t daemon = DaemonPid();
+  ASSERT_GT(daemon, 0);
   ASSERT_EQ(Sh("umount " + mnt_).status, 0);
   // The background daemon logged to its state directory and exits after umount.
-  for (int i = 0; i < 100 && Sh("pgrep -f 'state=" + state_ + "'").status == 0; ++i) usleep(20000);
+  EXPECT_TRUE(test_support::WaitForExit(daemon, std::chrono::seconds(10)));
   EXPECT_NE(ReadFile(state_ + "/gpufs.log").find("mounted at " + mnt_), std::string::npos);
 }
 

@@ -8,7 +8,12 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include <nlohmann/json.hpp>
+
+#include "gpufs/uapi.h"
 
 #include "tests/support/mount_fixture.h"
 
@@ -48,16 +53,15 @@ TEST_F(NamespaceE2E, NestedObjects) {
 }
 
 TEST_F(NamespaceE2E, AppendToSealedBlobIsEpermAndChangesNothing) {
-  WriteFile(P("m"), "sealed content");
-  // The daemon seals at release, which the kernel sends after close returns.
-  int fd = -1;
-  for (int i = 0; i < 200; ++i) {
-    fd = ::open(P("m").c_str(), O_WRONLY | O_APPEND);
-    if (fd < 0) break;
-    ::close(fd);
-    usleep(5000);
-  }
-  ASSERT_LT(fd, 0);
+  // Sealed by its writer before close (as the CLI, libgpufs and Python do);
+  // a plain close seals only at release, which the kernel sends later.
+  int fd = ::open(P("m").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "sealed content", 14), 14);
+  ASSERT_EQ(::ioctl(fd, GPUFS_IOC_SEAL), 0) << std::strerror(errno);
+  ASSERT_EQ(::close(fd), 0);
+  errno = 0;
+  EXPECT_LT(::open(P("m").c_str(), O_WRONLY | O_APPEND), 0);
   EXPECT_EQ(errno, EPERM);
   auto sh = Sh("echo more >> " + P("m"));
   EXPECT_NE(sh.status, 0);

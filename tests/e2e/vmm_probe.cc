@@ -5,6 +5,8 @@
 //   vmm-probe check PATH BYTE    maps PATH; every byte of the blob is BYTE
 //   vmm-probe scan PATH BYTE     maps PATH; BYTE appears nowhere in all that
 //                                the mapping reaches (its whole allocation)
+//   vmm-probe shares PATH BYTE   maps PATH; BYTE appears in the mapping
+//                                outside PATH's own bytes (a packed neighbour)
 //   vmm-probe write PATH         maps PATH read-only; a device write is refused
 //                                and the bytes stay as they were
 //   vmm-probe token PATH         prints the socket and a fresh token (hex)
@@ -132,7 +134,7 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   const char* path = argv[2];
   if (cmd == "watch") return Watch(path);
-  if (cmd == "check" || cmd == "scan") {
+  if (cmd == "check" || cmd == "scan" || cmd == "shares") {
     if (argc < 4) return Fail("want BYTE");
     const uint8_t byte = static_cast<uint8_t>(std::strtoul(argv[3], nullptr, 0));
     gpufs_buffer buf;
@@ -153,7 +155,7 @@ int main(int argc, char** argv) {
       for (uint8_t b : bytes) found += b == byte;
       std::printf("scanned %zu bytes (the whole mapping), 0x%02x found %zu times\n", bytes.size(),
                   byte, found);
-      if (found != 0) return 3;
+      if ((found != 0) != (cmd == "shares")) return 3;
     }
     return gpufs_unmap(&buf) == 0 ? 0 : Fail(gpufs_last_error());
   }

@@ -61,11 +61,14 @@ int gpufs_map_handle(const char* path, const struct gpufs_ipc_info* info,
 /* Creates (or replaces) the member at `path` as a new GPU blob of `size`
  * bytes, mapped writable: write it with kernels, then gpufs_seal. A blob
  * released unsealed (gpufs_unmap before gpufs_seal, or the process dying) is
- * discarded, never served half-written. */
+ * discarded, never served half-written. A new member appears at `path` at
+ * once (maps of it answer EBUSY until the seal); an existing one is replaced
+ * only at gpufs_seal (readers see the old member until then). */
 int gpufs_create(const char* path, uint64_t size, struct gpufs_buffer* buf);
 
 /* Waits for the device's pending work, then seals the blob. The buffer stays
- * mapped (now read-only by contract). */
+ * mapped, read-only: the driver refuses writes through it once this returns
+ * (also when it fails after the wait). */
 int gpufs_seal(struct gpufs_buffer* buf);
 
 /* Copies n bytes into a writable buffer (made by gpufs_create, not yet
