@@ -118,7 +118,9 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   takeover::SupervisorBlobSink blob_sink(link);
   InheritedBlobFds inherited;
   for (auto& [blob, fd] : link.inherited_blob_fds()) {
-    inherited[blob] = InheritedBlobFd{std::move(fd), link.inherited_blob_bytes(blob)};
+    const takeover::BlobFd rec = link.inherited_blob(blob);
+    inherited[blob] =
+        InheritedBlobFd{std::move(fd), BlobMemory{rec.bytes, rec.offset, rec.range, rec.memory}};
   }
   link.inherited_blob_fds().clear();
   store_config.fd_sink = &blob_sink;

@@ -119,7 +119,9 @@ class GpuBulkStore final : public BulkStore {
   // Releases all device memory the store holds. A live blob with an allocation
   // in GpuStoreOptions::inherited (kVmm) is re-imported and mapped as it is:
   // intact, sealed or not as `live` says, never moved by Seal (mappers may
-  // hold it); its reservation is the allocation's size. Returns the id of
+  // hold it); its reservation is the range its record names (BlobMemory). The
+  // blobs of one pack share one import; such a pack takes no new blobs and
+  // goes with its last blob. Returns the id of
   // every other blob in `live` with size > 0 (their bytes went with the
   // previous daemon), and of blobs whose import failed or whose allocation is
   // shorter than their size (the sink is told BlobFreed). Blobs of size 0 get
@@ -232,12 +234,14 @@ class GpuBulkStore final : public BulkStore {
   GpuBulkStore(const GpuStoreOptions& options, uint64_t capacity, std::array<uint8_t, 16> uuid);
 
   // ---- Takeover (gpu_store_takeover.cc): blob fds for the BlobFdSink.
-  // Tells the sink that `id` now lives in allocation `alloc` (kVmm only).
-  // Must not hold mu_.
-  void ReportAdded(BlobId id, uint64_t alloc);
+  // Tells the sink that `id` now lives at `place` (kVmm only). Must not hold mu_.
+  void ReportAdded(BlobId id, const Place& place);
   void ReportFreed(BlobId id);
-  // Re-imports `blob` from `inherited` and enters it live (Recover).
-  Status AdoptInherited(const StoredBlob& blob, InheritedBlobFd inherited);
+  // Re-imports `blob` from `inherited` and enters it live (Recover): a pack
+  // (several blobs, BlobMemory::id alike) is imported once; `imported` maps
+  // BlobMemory::id to the allocation made for it.
+  Status AdoptInherited(const StoredBlob& blob, InheritedBlobFd inherited,
+                        std::map<uint64_t, uint64_t>* imported);
   // A dedicated allocation of `bytes` (VMM or cudaMalloc by ipc_), zeroed.
   Status AllocateDedicated(Allocation* alloc, uint64_t bytes, bool pooled);
 
@@ -289,6 +293,7 @@ class GpuBulkStore final : public BulkStore {
   const bool default_capacity_;
   BlobFdSink* const fd_sink_;
   InheritedBlobFds* const inherited_;
+  const uint64_t memory_ids_;  // random: BlobMemory::id is this + the allocation id
   const uint64_t arena_size_;
   const uint64_t alignment_;
   const uint64_t dedicated_threshold_;  // arena_size / 4; 0 (all dedicated) unless kSharedArenas

@@ -28,9 +28,9 @@ namespace {
 // supervisor's Registry does; counts the calls.
 class KeepingSink final : public BlobFdSink {
  public:
-  void BlobAdded(const std::string&, BlobId blob, int fd, uint64_t bytes) override {
+  void BlobAdded(const std::string&, BlobId blob, int fd, const BlobMemory& memory) override {
     std::lock_guard lock(mu_);
-    kept_[blob] = InheritedBlobFd{UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)), bytes};
+    kept_[blob] = InheritedBlobFd{UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)), memory};
     ++added_;
   }
   void BlobFreed(const std::string&, BlobId blob) override {
@@ -43,7 +43,8 @@ class KeepingSink final : public BlobFdSink {
     std::lock_guard lock(mu_);
     InheritedBlobFds out;
     for (const auto& [blob, kept] : kept_) {
-      out[blob] = InheritedBlobFd{UniqueFd(::fcntl(kept.fd.get(), F_DUPFD_CLOEXEC, 0)), kept.bytes};
+      out[blob] =
+          InheritedBlobFd{UniqueFd(::fcntl(kept.fd.get(), F_DUPFD_CLOEXEC, 0)), kept.memory};
     }
     return out;
   }
@@ -51,10 +52,11 @@ class KeepingSink final : public BlobFdSink {
     std::lock_guard lock(mu_);
     return kept_.size();
   }
-  uint64_t bytes_of(BlobId blob) {
+  uint64_t bytes_of(BlobId blob) { return memory_of(blob).bytes; }
+  BlobMemory memory_of(BlobId blob) {
     std::lock_guard lock(mu_);
     auto it = kept_.find(blob);
-    return it == kept_.end() ? 0 : it->second.bytes;
+    return it == kept_.end() ? BlobMemory{} : it->second.memory;
   }
   int fd_of(BlobId blob) {
     std::lock_guard lock(mu_);
@@ -223,7 +225,7 @@ TEST_F(VmmTakeoverTest, AnFdThatCannotHoldTheBlobIsLostAndReleased) {
     ASSERT_TRUE(a->Allocate(2, 0, kMiB).ok());
   }
   InheritedBlobFds inherited = sink.Handover();
-  inherited[2].bytes = 0;  // an older supervisor: size unknown
+  inherited[2].memory.bytes = 0;  // an older supervisor: size unknown
   KeepingSink sink_b;
   auto b = Open(&sink_b, &inherited);
   ASSERT_TRUE(b);
@@ -237,6 +239,59 @@ TEST_F(VmmTakeoverTest, AnFdThatCannotHoldTheBlobIsLostAndReleased) {
   EXPECT_EQ(b->Usage().used, 0u);
   std::vector<std::byte> one(1);
   EXPECT_EQ(b->Read(1, 0, one).code(), EIO);
+}
+
+// Small sealed blobs of one key share a pack: each blob's record names the
+// pack (same id) and its range; the new store imports the pack once.
+TEST_F(VmmTakeoverTest, PackedBlobsComeBackInOneImportedPack) {
+  KeepingSink sink;
+  const SharingKey key(/*parent_id=*/5, /*owner_uid=*/1000, /*group=*/1000, 0644);
+  const auto one = Pattern(1000, 1), two = Pattern(3000, 2);
+  {
+    auto a = Open(&sink, nullptr);
+    ASSERT_TRUE(a);
+    ASSERT_TRUE(a->Recover({}).ok());
+    ASSERT_TRUE(a->Allocate(1, key, one.size()).ok());
+    ASSERT_TRUE(a->Write(1, 0, one).ok());
+    ASSERT_TRUE(a->Seal(1, one.size()).ok());
+    ASSERT_TRUE(a->Allocate(2, key, two.size()).ok());
+    ASSERT_TRUE(a->Write(2, 0, two).ok());
+    ASSERT_TRUE(a->Seal(2, two.size()).ok());
+    ASSERT_EQ(a->pack_count(), 1u);
+  }
+  const BlobMemory m1 = sink.memory_of(1), m2 = sink.memory_of(2);
+  ASSERT_NE(m1.id, 0u);
+  EXPECT_EQ(m1.id, m2.id);  // one pack
+  EXPECT_NE(m1.offset, m2.offset);
+  EXPECT_LT(m1.range, m1.bytes);
+  InheritedBlobFds inherited = sink.Handover();
+  KeepingSink sink_b;
+  auto b = Open(&sink_b, &inherited);
+  ASSERT_TRUE(b);
+  std::vector<StoredBlob> live = {{.id = 1, .owner_uid = 1000, .size = one.size(), .sealed = true},
+                                  {.id = 2, .owner_uid = 1000, .size = two.size(), .sealed = true}};
+  auto lost = b->Recover(live);
+  ASSERT_TRUE(lost.ok());
+  EXPECT_TRUE(lost->empty());
+  EXPECT_EQ(b->pack_count(), 1u);
+  EXPECT_EQ(b->dedicated_count(), 0u);
+  EXPECT_EQ(b->Usage().used, m1.range + m2.range);
+  std::vector<std::byte> got(one.size());
+  ASSERT_TRUE(b->Read(1, 0, got).ok());
+  EXPECT_TRUE(got == one);
+  got.resize(two.size());
+  ASSERT_TRUE(b->Read(2, 0, got).ok());
+  EXPECT_TRUE(got == two);
+  auto exported = b->Export(2);
+  ASSERT_TRUE(exported.ok());
+  EXPECT_EQ(exported->offset, m2.offset);
+  b->Free(1);  // the pack stays for blob 2
+  ASSERT_TRUE(b->Read(2, 0, got).ok());
+  EXPECT_TRUE(got == two);
+  b->Free(2);
+  EXPECT_EQ(b->pack_count(), 0u);
+  EXPECT_EQ(b->Usage().used, 0u);
+  EXPECT_EQ(sink_b.freed(), 2);
 }
 
 // The cost of a takeover start on the store side: importing and mapping N

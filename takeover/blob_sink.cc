@@ -2,10 +2,11 @@
 
 namespace gpufs::takeover {
 
-void SupervisorBlobSink::BlobAdded(const std::string& device, BlobId blob, int fd, uint64_t bytes) {
+void SupervisorBlobSink::BlobAdded(const std::string& device, BlobId blob, int fd,
+                                   const BlobMemory& memory) {
   std::lock_guard lock(mu_);
   device_of_[blob] = device;
-  link_.BlobAdded(blob, fd, bytes);
+  link_.BlobAdded({blob, memory.bytes, memory.offset, memory.range, memory.id}, fd);
 }
 
 void SupervisorBlobSink::BlobFreed(const std::string& device, BlobId blob) {

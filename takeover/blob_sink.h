@@ -21,7 +21,8 @@ namespace gpufs::takeover {
 class SupervisorBlobSink final : public BlobFdSink {
  public:
   explicit SupervisorBlobSink(WorkerLink& link) : link_(link) {}
-  void BlobAdded(const std::string& device, BlobId blob, int fd, uint64_t bytes) override;
+  void BlobAdded(const std::string& device, BlobId blob, int fd,
+                 const BlobMemory& memory) override;
   void BlobFreed(const std::string& device, BlobId blob) override;
 
  private:

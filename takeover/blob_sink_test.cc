@@ -57,14 +57,15 @@ class BlobSinkTest : public ::testing::Test {
 
 TEST_F(BlobSinkTest, TheSupervisorKeepsEachBlobsCurrentMemoryWithItsSize) {
   UniqueFd first = MemfdWith("first"), grown = MemfdWith("grown");
-  sink_->BlobAdded("cuda:0", 7, first.get(), 2 << 20);
-  sink_->BlobAdded("cuda:0", 7, grown.get(), 4 << 20);  // a Resize moved it
+  sink_->BlobAdded("cuda:0", 7, first.get(), {2 << 20, 0, 2 << 20, 1});
+  sink_->BlobAdded("cuda:0", 7, grown.get(), {4 << 20, 0, 4 << 20, 2});  // a Resize moved it
   first.reset();
   grown.reset();  // the worker's own copies go with the worker
   Drain();
   ASSERT_EQ(registry_.blobs(), 1u);
   EXPECT_EQ(ReadAll(registry_.blob_fd(7)), "grown");
   EXPECT_EQ(registry_.blob_bytes(7), 4u << 20);
+  EXPECT_EQ(registry_.blob_record(7).memory, 2u);
   sink_->BlobFreed("cuda:0", 7);
   Drain();
   EXPECT_EQ(registry_.blobs(), 0u);
@@ -72,8 +73,8 @@ TEST_F(BlobSinkTest, TheSupervisorKeepsEachBlobsCurrentMemoryWithItsSize) {
 
 TEST_F(BlobSinkTest, AMoveToAnotherGpuKeepsTheTargetsMemory) {
   UniqueFd on0 = MemfdWith("on gpu 0"), on1 = MemfdWith("on gpu 1");
-  sink_->BlobAdded("cuda:0", 9, on0.get(), 2 << 20);
-  sink_->BlobAdded("cuda:1", 9, on1.get(), 2 << 20);  // migration: the target first
+  sink_->BlobAdded("cuda:0", 9, on0.get(), {2 << 20, 0, 2 << 20, 3});
+  sink_->BlobAdded("cuda:1", 9, on1.get(), {2 << 20, 0, 2 << 20, 4});  // the target first
   sink_->BlobFreed("cuda:0", 9);                      // then the source lets go
   Drain();
   ASSERT_EQ(registry_.blobs(), 1u);
@@ -86,7 +87,7 @@ TEST_F(BlobSinkTest, AMoveToAnotherGpuKeepsTheTargetsMemory) {
 TEST_F(BlobSinkTest, AFreeOfABlobThisWorkerNeverAddedIsForwarded) {
   // A blob the last worker added and this one re-imported at its start.
   UniqueFd kept = MemfdWith("kept");
-  BlobFd add{11, 2 << 20};
+  BlobFd add{11, 2 << 20, 0, 2 << 20, 5};
   Message m{MsgType::kBlobAdd, std::string(reinterpret_cast<char*>(&add), sizeof add), {}};
   m.fds.push_back(std::move(kept));
   ASSERT_TRUE(registry_.Apply(std::move(m)).ok());

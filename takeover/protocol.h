@@ -85,12 +85,16 @@ struct BlobSize {
   uint64_t size = 0;
 };
 
-// A blob whose memory lives in an fd: the blob and the size of the memory
-// behind the fd (kBlobAdd, and the records of a kBlobs batch). A kBlobAdd of
-// only the blob id (an older worker) means bytes 0: unknown.
+// A blob whose memory lives in an fd: the blob, the size of the memory
+// behind the fd, the blob's range in it and an id that is the same for blobs
+// sharing one allocation (kBlobAdd, and the records of a kBlobs batch). A
+// kBlobAdd of only the blob id (an older worker) means bytes 0: unknown.
 struct BlobFd {
   uint64_t blob = 0;
   uint64_t bytes = 0;
+  uint64_t offset = 0;
+  uint64_t range = 0;
+  uint64_t memory = 0;
 };
 
 struct Message {

@@ -54,13 +54,13 @@ Status Registry::Apply(Message m) {
       }
       if (m.fds.size() != 1) return Error(EPROTO, "blob add without exactly one fd");
       blobs_[add.blob] = std::move(m.fds[0]);  // replaces (and closes) an older fd of that id
-      blob_bytes_[add.blob] = add.bytes;
+      records_[add.blob] = add;
       return Status::Ok();
     }
     case MsgType::kBlobFree: {
       GPUFS_ASSIGN_OR_RETURN(uint64_t blob, As<uint64_t>(m));
       blobs_.erase(blob);  // closes the fd: the memory goes when the worker's copy does
-      blob_bytes_.erase(blob);
+      records_.erase(blob);
       return Status::Ok();
     }
     case MsgType::kReady:
@@ -84,9 +84,14 @@ uint64_t Registry::blob_size(uint64_t blob) const {
   return it == sizes_.end() ? 0 : it->second;
 }
 
-uint64_t Registry::blob_bytes(uint64_t blob) const {
-  auto it = blob_bytes_.find(blob);
-  return it == blob_bytes_.end() ? 0 : it->second;
+uint64_t Registry::blob_bytes(uint64_t blob) const { return blob_record(blob).bytes; }
+
+BlobFd Registry::blob_record(uint64_t blob) const {
+  auto it = records_.find(blob);
+  if (it != records_.end()) return it->second;
+  BlobFd none;
+  none.blob = blob;
+  return none;
 }
 
 int Registry::blob_fd(uint64_t blob) const {
@@ -135,7 +140,7 @@ Status Registry::SendHandover(int fd, uint32_t generation, int32_t supervisor_pi
     return s;
   };
   for (const auto& [blob, blob_fd] : blobs_) {
-    ids.push_back({blob, blob_bytes(blob)});
+    ids.push_back(blob_record(blob));
     fds.push_back(blob_fd.get());
     if (ids.size() == kMaxFds) GPUFS_RETURN_IF_ERROR(flush_blobs());
   }
@@ -180,7 +185,7 @@ Result<Handover> ReceiveHandover(int fd) {
           BlobFd rec;
           std::memcpy(&rec, m.payload.data() + i * sizeof rec, sizeof rec);
           h.blob_fds[rec.blob] = std::move(m.fds[i]);
-          h.blob_bytes[rec.blob] = rec.bytes;
+          h.blob_records[rec.blob] = rec;
         }
         break;
       }

@@ -45,9 +45,12 @@ WorkerLink::WorkerLink(UniqueFd channel, int fuse_fd, Handover handover)
   }
 }
 
-uint64_t WorkerLink::inherited_blob_bytes(uint64_t blob) const {
-  auto it = handover_.blob_bytes.find(blob);
-  return it == handover_.blob_bytes.end() ? 0 : it->second;
+BlobFd WorkerLink::inherited_blob(uint64_t blob) const {
+  auto it = handover_.blob_records.find(blob);
+  if (it != handover_.blob_records.end()) return it->second;
+  BlobFd none;
+  none.blob = blob;
+  return none;
 }
 
 const HandleRecord* WorkerLink::HandleOpenedBy(uint64_t unique) const {
@@ -74,9 +77,8 @@ void WorkerLink::BlobSizeChanged(uint64_t blob, uint64_t size) {
   BlobSize bs{blob, size};
   Post(MsgType::kBlobSize, AsBytes(bs));
 }
-void WorkerLink::BlobAdded(uint64_t blob, int fd, uint64_t bytes) {
-  BlobFd add{blob, bytes};
-  Post(MsgType::kBlobAdd, AsBytes(add), std::span(&fd, 1));
+void WorkerLink::BlobAdded(const BlobFd& rec, int fd) {
+  Post(MsgType::kBlobAdd, AsBytes(rec), std::span(&fd, 1));
 }
 void WorkerLink::BlobFreed(uint64_t blob) { Post(MsgType::kBlobFree, AsBytes(blob)); }
 void WorkerLink::Ready() { Post(MsgType::kReady, {}); }
