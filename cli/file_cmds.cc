@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -185,6 +186,7 @@ json DescribeJson(const std::string& path, const std::string& shown, const struc
   j["type"] = object ? "object" : "blob";
   j["size"] = object ? json(nullptr) : json(static_cast<uint64_t>(st.st_size));
   j["device"] = AttrOrNull(path, "user.gpufs.device");
+  j["tier"] = object ? json(nullptr) : AttrOrNull(path, "user.gpufs.tier");
   j["mode"] = mode;
   if (object) {
     j["typename"] = AttrOrNull(path, "user.gpufs.type");
@@ -326,6 +328,22 @@ Result<json> LoadMeta(const std::string& path, int depth) {
   return j;
 }
 
+// Bytes of the blobs under a meta tree, per tier (the blobs' "device").
+void BytesPerTier(const json& j, std::map<std::string, uint64_t>* out) {
+  auto type = j.find("typename");
+  if (type != j.end() && type->is_string() && *type == "Blob") {
+    auto device = j.find("device");
+    auto size = j.find("size");
+    if (device != j.end() && device->is_string() && size != j.end() && size->is_number_unsigned()) {
+      (*out)[device->get<std::string>()] += size->get<uint64_t>();
+    }
+    return;
+  }
+  auto members = j.find("members");
+  if (members == j.end() || !members->is_object()) return;
+  for (const auto& [name, member] : members->items()) BytesPerTier(member, out);
+}
+
 std::string Text(const json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return "-";
@@ -361,12 +379,23 @@ Status Stat(const std::string& path, bool as_json) {
                             : "";
     std::printf("size:     %s%s\n", Text(j, "size").c_str(), human.c_str());
     std::printf("state:    %s\n", Text(j, "state").c_str());
+    // Where the bytes are now (a spilled member is on host or disk and comes
+    // back onto its GPU when mapped).
+    auto tier = GetAttrValue(path, std::string(xattr::kTier).c_str());
+    std::printf("tier:     %s\n", tier.ok() ? tier->c_str() : "-");
     std::printf("dtype:    %s\n", Text(j, "dtype").c_str());
     std::printf("shape:    %s\n", Text(j, "shape").c_str());
   } else {
     auto members = j.find("members");
     std::printf("members:  %zu\n",
                 members != j.end() && members->is_object() ? members->size() : size_t{0});
+    std::map<std::string, uint64_t> tiers;
+    BytesPerTier(j, &tiers);
+    std::string line;
+    for (const auto& [tier, bytes] : tiers) {
+      line += (line.empty() ? "" : ", ") + tier + " " + FormatSize(bytes);
+    }
+    std::printf("tiers:    %s\n", line.empty() ? "-" : line.c_str());
   }
   auto fields = j.find("fields");
   if (fields != j.end() && fields->is_object()) {

@@ -92,9 +92,11 @@ int main(int argc, char** argv) {
   bool long_format = false, json = false, recursive = false;
   auto* ls = app.add_subcommand("ls", "List an object's members");
   ls->add_option("path", src, "Path on a gpufs mount")->required();
-  ls->add_flag("-l", long_format, "Show size, device, dtype and shape");
-  ls->add_flag("--json", json,
-               "Print a JSON array of {name, type, size, device, dtype, shape, mode, typename}");
+  ls->add_flag("-l", long_format,
+               "Show size, device (for a member: the tier it is on now), dtype and shape");
+  ls->add_flag(
+      "--json", json,
+      "Print a JSON array of {name, type, size, device, tier, dtype, shape, mode, typename}");
 
   auto* stat = app.add_subcommand("stat", "Show an object's or blob's meta");
   stat->add_option("path", src, "Path on a gpufs mount")->required();
@@ -108,7 +110,7 @@ int main(int argc, char** argv) {
   auto* migrate =
       app.add_subcommand("migrate", "Move a blob's (or an object's) bytes between devices");
   migrate->add_option("path", src, "Path on a gpufs mount")->required();
-  migrate->add_option("--to", to, "host or cuda:N")->required();
+  migrate->add_option("--to", to, "cuda:N, host or disk (pins it there)")->required();
 
   std::string restart_mount;
   auto* restart = app.add_subcommand(

@@ -71,7 +71,13 @@ Status Namespace::ReplaceBlob(const Entry& entry, const std::string& device, uin
   return Status::Ok();
 }
 
-void Namespace::FreeBlob(const Blob& blob) { doomed_.emplace_back(blob.device, blob.id); }
+void Namespace::FreeBlob(const Blob& blob) {
+  eviction_->Forget(blob.id);
+  doomed_.emplace_back(blob.device, blob.id);
+  // Its disk copy goes too (unless the disk copy is where it lives).
+  if (disk_copies_.erase(blob.id) > 0 && blob.device != "disk")
+    doomed_.emplace_back("disk", blob.id);
+}
 
 void Namespace::FreeQueued() {
   std::vector<std::pair<std::string, BlobId>> doomed, unretire;
@@ -114,8 +120,36 @@ void Namespace::CollectEntry(EntryId id) {
   if (*blob && !active_.contains((*blob)->id)) FreeBlob(**blob);
 }
 
+// A full tier: make room below it and try once more (outside mu_).
 Result<OpenResult> Namespace::Create(const Caller& caller, uint64_t parent, std::string_view name,
                                      uint32_t mode, int flags) {
+  auto created = CreateOnce(caller, parent, name, mode, flags);
+  if (created.ok() || created.status().code() != ENOSPC) return created;
+  std::string device;
+  {
+    std::lock_guard lock(mu_);
+    device = DeviceFor(parent);
+  }
+  if (!MakeRoom(device, kGranule).ok()) return created;
+  return CreateOnce(caller, parent, name, mode, flags);
+}
+
+Result<OpenResult> Namespace::Open(const Caller& caller, uint64_t ino, int flags) {
+  auto opened = OpenOnce(caller, ino, flags);
+  if (opened.ok() || opened.status().code() != ENOSPC || !(flags & O_TRUNC)) return opened;
+  std::string device;
+  {
+    std::lock_guard lock(mu_);
+    auto entry = catalog_->GetEntry(ino);
+    if (!entry.ok()) return opened;
+    device = DeviceFor(entry->parent);
+  }
+  if (!MakeRoom(device, kGranule).ok()) return opened;
+  return OpenOnce(caller, ino, flags);
+}
+
+Result<OpenResult> Namespace::CreateOnce(const Caller& caller, uint64_t parent,
+                                         std::string_view name, uint32_t mode, int flags) {
   GPUFS_RETURN_IF_ERROR(CheckNewName(parent, name));
   FreeQueuedOnExit free_queued(this);
   std::lock_guard lock(mu_);
@@ -154,7 +188,7 @@ Result<OpenResult> Namespace::Create(const Caller& caller, uint64_t parent, std:
   return result;
 }
 
-Result<OpenResult> Namespace::Open(const Caller& caller, uint64_t ino, int flags) {
+Result<OpenResult> Namespace::OpenOnce(const Caller& caller, uint64_t ino, int flags) {
   bool write = (flags & O_ACCMODE) != O_RDONLY;
   if (ino == kControlDirIno) return Error(EISDIR, "/.gpufs is a directory");
   if (ino == kStatsIno) {
@@ -263,7 +297,11 @@ Result<size_t> Namespace::Write(HandleId id, uint64_t offset, std::span<const st
   BulkStore* store = StoreFor(rec.device);
   uint64_t end = offset + src.size();
   if (end > size) {
-    Status resized = store->Resize(rec.id, size, end);
+    // Worst case: the store moves the blob to a reservation twice its size.
+    Status resized = WithRoom(
+        rec.device, end - size, [&] { return store->Resize(rec.id, size, end); }, 2 * end);
+    if (resized.code() == ENOSPC) resized = MoveDownWhileWriting(*blob, end);
+    if (resized.ok()) store = StoreFor(rec.device);
     if (!resized.ok()) {
       blob->broken = resized.code();
       return resized;
@@ -410,6 +448,7 @@ Status Namespace::RecordSealLocked(ActiveBlob& blob, EntryId entry_id) {
   Status fits = CheckTensorAtSeal(entry_id, done.size);  // logs what it drops
   (void)fits;
   blob.needs_explicit_seal = false;
+  QueuePersist(entry_id, rec.id);
   auto entry = catalog_->GetEntry(entry_id);
   if (entry.ok() && entry->blob == rec.id) {
     entry->mtime_ns = entry->ctime_ns = Now();

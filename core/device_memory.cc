@@ -48,6 +48,12 @@ Result<gpufs_ipc_info> Namespace::MapHandle(HandleId id, const Caller& caller) {
     blob = handle->blob;
     entry = handle->entry;
   }
+  // A spilled member comes back onto its GPU first (spilling others).
+  Status back = FaultBack(entry, blob);
+  if (!back.ok()) {
+    std::lock_guard lock(mu_);
+    return back.Prepend("map " + PathOf(entry) + ": bring it back onto its GPU");
+  }
   Result<gpufs_ipc_info> info = Error(EIO, "not exported");
   {
     // Shared: the blob cannot change or move while its handle is exported;
@@ -105,7 +111,7 @@ Result<gpufs_ipc_info> Namespace::AllocDevice(HandleId id, uint64_t size, const 
   if (size > (1ull << 62))
     return Error(EFBIG, "GPUFS_IOC_ALLOC of " + std::to_string(size) + " bytes");
   Blob next = rec;
-  if (rec.device == "host") {
+  if (!IsGpuTier(rec.device)) {
     // The producer wants device memory: use the default GPU, or the first one.
     std::string device = default_device_ != "host" ? default_device_ : "";
     for (const auto& [name, store] : stores_) {
@@ -113,10 +119,13 @@ Result<gpufs_ipc_info> Namespace::AllocDevice(HandleId id, uint64_t size, const 
     }
     if (device.empty())
       return Error(ENODEV, "this daemon serves no GPU (started with --store host?)");
-    GPUFS_RETURN_IF_ERROR(StoreFor(device)->Allocate(rec.id, key, size));
+    BulkStore* gpu = StoreFor(device);
+    GPUFS_RETURN_IF_ERROR(
+        WithRoom(device, size, [&] { return gpu->Allocate(rec.id, key, size); }));
     next.device = device;
   } else {
-    GPUFS_RETURN_IF_ERROR(StoreFor(rec.device)->Resize(rec.id, 0, size));
+    BulkStore* gpu = StoreFor(rec.device);
+    GPUFS_RETURN_IF_ERROR(WithRoom(rec.device, size, [&] { return gpu->Resize(rec.id, 0, size); }));
   }
   Status recorded;
   {

@@ -4,13 +4,14 @@
 
 namespace gpufs {
 
-std::shared_ptr<Namespace::ActiveBlob> Namespace::Activate(const Blob& blob) {
+std::shared_ptr<Namespace::ActiveBlob> Namespace::Activate(const Blob& blob, bool use) {
   auto& slot = active_[blob.id];
   if (!slot) {
     slot = std::make_shared<ActiveBlob>();
     slot->rec = blob;
     slot->size = blob.size;
   }
+  if (use) eviction_->Touch(blob.id);
   return slot;
 }
 

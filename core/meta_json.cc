@@ -235,7 +235,10 @@ std::string BuildStatsJson(const StatsView& view) {
   j["log"] = or_null(view.log_path);
   json objects = json::array();
   for (const auto& o : view.objects) {
-    objects.push_back({{"name", o.name}, {"bytes", o.bytes}, {"blobs", o.blobs}});
+    json tiers = json::object();
+    for (const auto& [tier, bytes] : o.bytes_per_tier) tiers[tier] = bytes;
+    objects.push_back(
+        {{"name", o.name}, {"bytes", o.bytes}, {"blobs", o.blobs}, {"tiers", std::move(tiers)}});
   }
   j["objects"] = std::move(objects);
   if (view.objects_truncated) j["objects_truncated"] = true;
@@ -248,6 +251,24 @@ std::string BuildStatsJson(const StatsView& view) {
                     {"writable", m.writable}});
   }
   j["open_members"] = std::move(open);
+  json per_tier = json::object();
+  for (const auto& [device, bytes] : view.member_bytes_per_tier) per_tier[device] = bytes;
+  json routes = json::object();
+  for (const auto& r : view.routes) {
+    routes[r.route] = {{"moves", r.moves},
+                       {"bytes", r.bytes},
+                       {"seconds", r.seconds},
+                       {"gb_per_s", r.seconds > 0 ? r.bytes / r.seconds / 1e9 : 0.0}};
+  }
+  j["tiers"] = {{"spills", view.spills},
+                {"routes", std::move(routes)},
+                {"spilled_bytes", view.spilled_bytes},
+                {"fault_backs", view.fault_backs},
+                {"fault_back_bytes", view.fault_back_bytes},
+                {"persisted", view.persisted},
+                {"persisted_bytes", view.persisted_bytes},
+                {"checksum_failures", view.checksum_failures},
+                {"member_bytes", std::move(per_tier)}};
   return Dump(j, 2) + "\n";
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,6 +54,7 @@ struct StatsView {
     std::string name;
     uint64_t bytes = 0;
     uint64_t blobs = 0;
+    std::map<std::string, uint64_t> bytes_per_tier;  // "cuda:0", "host", "disk"
   };
   std::vector<ObjectUsage> objects;
   bool objects_truncated = false;  // more top-level objects than listed
@@ -66,6 +68,17 @@ struct StatsView {
   };
   std::vector<OpenMember> open_members;
   WorkerInfo worker;
+  // Tiers (issue 10): moves between tiers since the daemon started, and the
+  // bytes of members per tier ("cuda:0", "host", "disk").
+  uint64_t spills = 0, spilled_bytes = 0, fault_backs = 0, fault_back_bytes = 0;
+  uint64_t persisted = 0, persisted_bytes = 0, checksum_failures = 0;
+  struct Route {
+    std::string route;  // "cuda:0->host"
+    uint64_t moves = 0, bytes = 0;
+    double seconds = 0;
+  };
+  std::vector<Route> routes;
+  std::vector<std::pair<std::string, uint64_t>> member_bytes_per_tier;
 };
 
 std::string BuildStatsJson(const StatsView& view);

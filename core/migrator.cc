@@ -1,9 +1,10 @@
 // Migration: moving a blob's bytes (or every blob of an object) between stores.
-#include "core/namespace.h"
-
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
+#include "core/namespace.h"
+#include "core/tier_copy.h"
 #include "proto/names.h"
 #include "proto/xattr_names.h"
 #include "util/log.h"
@@ -31,7 +32,9 @@ Result<std::vector<EntryId>> Namespace::BlobsUnder(EntryId ino) {
 
 Status Namespace::Migrate(uint64_t ino, const std::string& device) {
   if (IsControl(ino)) return Error(EPERM, "/.gpufs is read-only");
-  if (!proto::IsDeviceName(device)) return Error(EINVAL, "device '" + device + "': want host or cuda:N");
+  if (!proto::IsDeviceName(device)) {
+    return Error(EINVAL, "device '" + device + "': want host, disk or cuda:N");
+  }
   if (!stores_.contains(device)) {
     return Error(ENODEV, "device " + device + " is not served by this daemon");
   }
@@ -39,9 +42,9 @@ Status Namespace::Migrate(uint64_t ino, const std::string& device) {
   {
     std::lock_guard lock(mu_);
     GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
-    if (entry.kind == EntryKind::kObject) {
-      GPUFS_RETURN_IF_ERROR(catalog_->SetXattr(ino, xattr::kDevice, device, 0));
-    }
+    // The user's placement pins: these members never spill (core/spiller.cc).
+    GPUFS_RETURN_IF_ERROR(catalog_->SetXattr(ino, xattr::kDevice, device, 0));
+    (void)entry;
     GPUFS_ASSIGN_OR_RETURN(blobs, BlobsUnder(ino));
   }
   for (EntryId blob : blobs) GPUFS_RETURN_IF_ERROR(MigrateBlob(blob, device));
@@ -50,7 +53,7 @@ Status Namespace::Migrate(uint64_t ino, const std::string& device) {
 
 // Copies the blob to `device` under its exclusive io lock (readers wait, the
 // namespace does not), then switches the catalog over.
-Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device) {
+Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device, MoveKind kind) {
   FreeQueuedOnExit free_queued(this);
   BulkStore* target = StoreFor(device);
   HandleId pin = 0;
@@ -67,9 +70,12 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device) {
       return Error(EBUSY, path + " is being written; move it once it is sealed");
     }
     if (rec.state == BlobState::kLost) return Error(EIO, path + " lost its bytes");
+    if (kind == MoveKind::kSpill && active_.contains(rec.id)) {
+      return Error(EBUSY, path + " is open; it stays where it is");
+    }
     Handle handle;  // holds the blob while it moves
     handle.entry = entry_id;
-    handle.blob = Activate(rec);
+    handle.blob = Activate(rec, /*use=*/kind == MoveKind::kUser);
     blob = handle.blob;
     for (const std::string& retired_device : blob->retired) {
       if (retired_device == device) {
@@ -79,23 +85,55 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device) {
     pin = AddHandle(std::move(handle));
   }
   auto started = std::chrono::steady_clock::now();
+  std::string from;
+  uint64_t moved_bytes = 0;
+  bool skipped = false;
   Status moved = [&]() -> Status {
     std::unique_lock io(blob->io_mu);
     const Blob rec = blob->rec;
-    if (rec.device == device) return Status::Ok();
+    from = rec.device;
+    moved_bytes = rec.size;
+    if (rec.device == device) {
+      skipped = true;
+      return Status::Ok();
+    }
+    if (kind == MoveKind::kSpill && rec.state != BlobState::kSealed) {
+      return Error(EBUSY, path + " is not sealed");
+    }
     BulkStore* source = StoreFor(rec.device);
-    GPUFS_RETURN_IF_ERROR(target->Allocate(rec.id, rec.owner_uid, rec.size));
-    Status copied = [&]() -> Status {
-      constexpr uint64_t kChunk = 64ull << 20;
-      size_t chunk =
-          static_cast<size_t>(std::min<uint64_t>(std::max<uint64_t>(rec.size, 1), kChunk));
-      HostBuffer buffer = AllocateIoBuffer(chunk);
-      if (!buffer) return Error(ENOMEM, "no bounce buffer of " + std::to_string(chunk) + " bytes");
-      for (uint64_t off = 0; off < rec.size; off += chunk) {
-        size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, rec.size - off));
-        std::span<std::byte> bytes(buffer.get(), n);
-        GPUFS_RETURN_IF_ERROR(source->Read(rec.id, off, bytes));
-        GPUFS_RETURN_IF_ERROR(target->Write(rec.id, off, bytes));
+    // A persisted blob's disk copy (core/persister.cc): moving to "disk"
+    // only switches the catalog; moving off "disk" checks the copy's CRC
+    // and leaves it there.
+    std::optional<uint32_t> disk_copy;
+    {
+      std::lock_guard lock(mu_);
+      if (auto it = disk_copies_.find(rec.id); it != disk_copies_.end()) disk_copy = it->second;
+    }
+    const bool to_copy = device == "disk" && disk_copy.has_value();
+    const bool verify = rec.device == "disk" && disk_copy.has_value();
+    if (!to_copy) {
+      GPUFS_RETURN_IF_ERROR(WithRoom(
+          device, rec.size, [&] { return target->Allocate(rec.id, rec.owner_uid, rec.size); }));
+    }
+    Status copied = to_copy ? Status::Ok() : [&]() -> Status {
+      GPUFS_ASSIGN_OR_RETURN(uint32_t crc,
+                             CopyBetweenTiers(
+                                 {.source = source,
+                                  .target = target,
+                                  .id = rec.id,
+                                  .size = rec.size,
+                                  .source_is_gpu = IsGpuTier(rec.device),
+                                  .target_is_gpu = IsGpuTier(device),
+                                  .checksum = verify},
+                                 [this](size_t n) { return TakeCopyBuffer(n); },
+                                 [this](HostBuffer b) { KeepCopyBuffer(std::move(b)); }));
+      if (verify && crc != *disk_copy) {
+        std::lock_guard lock(mu_);
+        counters_.checksum_failures++;
+        GPUFS_LOG(ERROR) << path << ": its disk copy does not match its checksum (crc32c "
+                         << std::hex << crc << ", recorded " << *disk_copy << std::dec
+                         << "); it stays on disk";
+        return Error(EIO, "the disk copy of " + path + " is damaged (checksum mismatch)");
       }
       GPUFS_RETURN_IF_ERROR(target->Seal(rec.id, rec.size));
       return Status::Ok();
@@ -105,27 +143,48 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device) {
       return copied;
     }
     std::lock_guard lock(mu_);
+    if (kind == MoveKind::kSpill && blob->handles > 1) {
+      // Opened while it was copied: an open blob never moves.
+      if (!to_copy) doomed_.emplace_back(device, rec.id);
+      return Error(EBUSY, path + " was opened while it spilled; it stays where it is");
+    }
     Blob next = rec;
     next.device = device;
     Status recorded = catalog_->UpdateBlob(next);
     if (!recorded.ok()) {
-      doomed_.emplace_back(device, rec.id);  // freed once mu_ is dropped
+      if (!to_copy) doomed_.emplace_back(device, rec.id);  // freed once mu_ is dropped
       return recorded;
     }
     blob->rec = next;
     NotifyInode(entry_id);
     // Processes that mapped the old place keep it until they close.
-    if (blob->mapped > 0 && rec.device != "host") {
+    if (verify) {
+      // The disk copy stays.
+    } else if (blob->mapped > 0 && IsGpuTier(rec.device)) {
       blob->retired.push_back(rec.device);
     } else {
       doomed_.emplace_back(rec.device, rec.id);
+    }
+    if (kind == MoveKind::kSpill) {
+      counters_.spills++;
+      counters_.spilled_bytes += rec.size;
+    } else if (kind == MoveKind::kFaultBack) {
+      counters_.fault_backs++;
+      counters_.fault_back_bytes += rec.size;
     }
     return Status::Ok();
   }();
   double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-  if (moved.ok()) {
-    GPUFS_LOG(INFO) << "moved " << path << " to " << device << " in " << ms << " ms";
+  if (moved.ok() && !skipped) {
+    {
+      std::lock_guard lock(mu_);
+      CountRoute(from + "->" + device, moved_bytes, ms / 1000);
+    }
+    const char* why = kind == MoveKind::kSpill       ? " (spilled)"
+                      : kind == MoveKind::kFaultBack ? " (fault back to map it)"
+                                                     : "";
+    GPUFS_LOG(INFO) << "moved " << path << " to " << device << why << " in " << ms << " ms";
   }
   Status released = Release(pin);
   if (!released.ok()) GPUFS_LOG(WARN) << "migrate " << path << ": " << released.ToString();

@@ -32,7 +32,10 @@ Namespace::Namespace(NamespaceOptions options)
       unsealed_sizes_(std::move(options.unsealed_sizes)),
       on_unsealed_size_(std::move(options.on_unsealed_size)),
       worker_(options.worker),
-      next_handle_(options.first_handle) {
+      next_handle_(options.first_handle),
+      persist_all_(options.persist_all) {
+  eviction_ =
+      options.eviction ? std::move(options.eviction) : std::make_unique<LruEvictionPolicy>();
   for (auto& store : options.stores) {
     std::string name = store->device();
     stores_[name] = std::move(store);
@@ -40,6 +43,12 @@ Namespace::Namespace(NamespaceOptions options)
 }
 
 Namespace::~Namespace() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  persist_cv_.notify_all();
+  if (persister_.joinable()) persister_.join();
   std::lock_guard lock(mu_);
   if (!handles_.empty()) {
     GPUFS_LOG(INFO) << "shutting down with " << handles_.size() << " open handle(s)";
@@ -76,6 +85,8 @@ Result<std::unique_ptr<Namespace>> Namespace::Open(NamespaceOptions options) {
     ns->adopted_.clear();
     ns->unsealed_sizes_.clear();
   }
+  if (ns->stores_.contains("disk"))
+    ns->persister_ = std::thread([p = ns.get()] { p->PersistLoop(); });
   return ns;
 }
 
@@ -396,9 +407,11 @@ Result<std::vector<DirEntry>> Namespace::ReadDir(uint64_t dir, uint64_t cookie, 
 
 FsStats Namespace::StatFs() {
   FsStats stats;
-  bool gpu = default_device_ != "host";
+  // df shows the tier new blobs go to: every GPU, or the host store (never
+  // the disk tier below them).
+  bool gpu = IsGpuTier(default_device_);
   for (const auto& [device, store] : stores_) {
-    if ((device != "host") != gpu) continue;
+    if (gpu ? !IsGpuTier(device) : device != default_device_) continue;
     StoreUsage usage = store->Usage();
     stats.capacity += usage.capacity;
     stats.free += usage.capacity > usage.used ? usage.capacity - usage.used : 0;

@@ -34,7 +34,10 @@
 // namespace.cc (tree operations), blobs.cc (create/open/read/write/release,
 // sealing), handle_table.cc, control_files.cc (/.gpufs), placement.cc (which
 // store a blob goes to), migrator.cc, recovery.cc (start-up sweep), xattrs.cc,
-// device_memory.cc (GPUFS_IOC_MAP/ALLOC/SEAL), meta_json.cc and ipc_info.cc.
+// device_memory.cc (GPUFS_IOC_MAP/ALLOC/SEAL), meta_json.cc and ipc_info.cc;
+// tiers (issue 10): eviction_policy.cc (which blobs leave a full tier),
+// spiller.cc (spill on demand, fault back before a map), persister.cc
+// (write-behind to the disk tier, CRC-32C) and tier_copy.cc (the copies).
 //
 // Threading: every public method is thread-safe. Lock order: a blob's io_mu
 // before mu_; nobody takes io_mu while holding mu_. Metadata work (the
@@ -43,15 +46,23 @@
 // only, and frees are queued under mu_ and done after it is dropped
 // (FreeQueuedOnExit), so lookups and getattr never wait behind the device.
 // Not yet moved out: the zero-byte Allocate of a new blob (Create, O_TRUNC
-// replace), which runs under mu_. Nothing waits on a timer or a condition.
+// replace), which runs under mu_ (on ENOSPC, Create and Open drop mu_, make
+// room and try again). Spilling holds the io_mu of the blob that needs room
+// and then takes the io_mu of cold blobs (never held by a handle): see
+// spiller.cc for why that cannot cycle. Nothing waits on a timer; the only
+// condition waits are the persister's queue (persist_cv_) and
+// WaitPersisted.
 #pragma once
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -60,10 +71,12 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "core/control_files.h"
+#include "core/eviction_policy.h"
 #include "core/invalidator.h"
 #include "core/ipc_tokens.h"
 #include "core/types.h"
@@ -107,6 +120,12 @@ struct NamespaceOptions {
   // the request returns (under the blob's io lock: must not call back).
   std::function<void(uint64_t blob, uint64_t size)> on_unsealed_size;
   WorkerInfo worker;
+
+  // Tiers (issue 10): which blobs leave a full tier first; null: LRU.
+  std::unique_ptr<EvictionPolicy> eviction;
+  // Every object persists (--persist), as if user.gpufs.persist=1 were set
+  // on the root. Needs a "disk" store; without one nothing persists.
+  bool persist_all = false;
 };
 
 class Namespace {
@@ -194,6 +213,27 @@ class Namespace {
   // The JSON of /.gpufs/stats.
   std::string StatsJson();
 
+  // Tiers (core/spiller.cc): GPUs ("cuda:N") above "host" above "disk".
+  // Moves between tiers so far; /.gpufs/stats shows them as "tiers".
+  struct TierCounters {
+    uint64_t spills = 0, spilled_bytes = 0;          // blobs moved down
+    uint64_t fault_backs = 0, fault_back_bytes = 0;  // blobs brought back up to map them
+    uint64_t persisted = 0, persisted_bytes = 0;     // disk copies written behind
+    uint64_t checksum_failures = 0;                  // disk copies that did not match
+    // Per route ("cuda:0->host", "host->disk", "disk->cuda:0", ... and
+    // "cuda:0->disk (persist)" for write-behind copies): what moved and how
+    // long the copies took, for throughput figures.
+    struct Route {
+      uint64_t moves = 0, bytes = 0;
+      double seconds = 0;
+    };
+    std::map<std::string, Route> routes;
+  };
+  // Waits until every sealed blob queued for persistence so far has its
+  // disk copy written (or given up on); for tests and an orderly stop.
+  void WaitPersisted();
+  TierCounters Counters();
+
  private:
   // A blob that at least one handle holds. Lives in active_ while held.
   struct ActiveBlob {
@@ -244,6 +284,15 @@ class Namespace {
     Namespace* ns_;
   };
   void FreeQueued();  // takes mu_ briefly; frees outside it
+  // Create and Open without the retry after making room (see Create).
+  Result<OpenResult> CreateOnce(const Caller& caller, uint64_t parent, std::string_view name,
+                                uint32_t mode, int flags);
+  Result<OpenResult> OpenOnce(const Caller& caller, uint64_t ino, int flags);
+  // A write needs the blob to grow to `new_size` but its tier is full and
+  // nothing there may move (io_mu held exclusively, mu_ NOT held): moves the
+  // unsealed blob itself to the first tier below with room. ENOSPC when
+  // every tier is full; EBUSY-free: a blob someone maps stays (ENOSPC).
+  Status MoveDownWhileWriting(ActiveBlob& blob, uint64_t new_size);
   // The last writer is gone (io_mu held exclusively, mu_ NOT held): seals the
   // blob, or discards the member after a failed write or an ALLOC without
   // SEAL. Store work runs outside mu_; the catalog update under it.
@@ -274,7 +323,9 @@ class Namespace {
                      BlobState state);
   // Issues the next handle id, or `id` (an adopted handle's).
   HandleId AddHandle(Handle handle, HandleId id = 0);
-  std::shared_ptr<ActiveBlob> Activate(const Blob& blob);
+  // `use`: counts as a use of the blob for the eviction policy (false for
+  // the daemon's own pins: a spill or a write-behind is no use).
+  std::shared_ptr<ActiveBlob> Activate(const Blob& blob, bool use = true);
 
   // Sharing keys (core/sharing.cc); mu_ NOT held. Before `change` (a
   // chmod, chown or rename applied to a copy of the entry) gives blob member
@@ -316,7 +367,74 @@ class Namespace {
   // xattr). `writable` only for ALLOC.
   Result<gpufs_ipc_info> Export(const Blob& rec, HandleId handle, const Caller& caller,
                                 bool writable);
-  Status MigrateBlob(EntryId entry, const std::string& device);
+  // How a move came about: a user's (Migrate), a spill (aborted with EBUSY
+  // if anyone but the mover holds the blob when it would switch), or a fault
+  // back before a map.
+  enum class MoveKind { kUser, kSpill, kFaultBack };
+  Status MigrateBlob(EntryId entry, const std::string& device, MoveKind kind = MoveKind::kUser);
+
+  // --- tiers (core/spiller.cc) ----------------------------------------------
+  // The tiers below `device` that this daemon serves, nearest first.
+  std::vector<std::string> TiersBelow(const std::string& device) const;
+  static bool IsGpuTier(const std::string& device) { return device.starts_with("cuda:"); }
+  // Frees at least `need` bytes in `device`'s store by moving cold blobs one
+  // tier down (recursively making room there). mu_ NOT held; the caller may
+  // hold the io_mu of a blob that is not a candidate (one held by a handle).
+  // ENOSPC when nothing (or not enough) may move.
+  Status MakeRoom(const std::string& device, uint64_t need);
+  // Runs `attempt`; after ENOSPC from `device`'s store, makes room and runs it
+  // once more. mu_ NOT held.
+  // Bounce buffers of tier copies (kCopyBuffer bytes, pinned when a GPU is
+  // served): allocating pinned memory costs milliseconds, so a few are kept.
+  static constexpr size_t kCopyBuffer = 64ull << 20;
+  HostBuffer TakeCopyBuffer(size_t bytes);
+  void KeepCopyBuffer(HostBuffer buffer);
+  // Under mu_: one move of `bytes` from `from` to `to` took `seconds`.
+  void CountRoute(const std::string& route, uint64_t bytes, double seconds) {
+    auto& r = counters_.routes[route];
+    r.moves++;
+    r.bytes += bytes;
+    r.seconds += seconds;
+  }
+  // A store may reserve more than the bytes asked for (the VMM store rounds
+  // to 2 MiB granules, refuses even an empty blob when full, and grows a
+  // blob by moving it to a reservation up to twice its size), so a second
+  // round asks for `worst` bytes (at least `need`) plus a granule.
+  static constexpr uint64_t kGranule = 2ull << 20;
+  template <typename F>
+  Status WithRoom(const std::string& device, uint64_t need, F attempt, uint64_t worst = 0) {
+    Status tried = attempt();
+    for (uint64_t ask : {need, std::max(need, worst) + kGranule}) {
+      if (tried.code() != ENOSPC || TiersBelow(device).empty()) return tried;
+      if (!MakeRoom(device, ask).ok()) return tried;
+      tried = attempt();
+    }
+    return tried;
+  }
+  // Under mu_: the member's explicit placement (user.gpufs.device on it or an
+  // enclosing object), or "" when the user never placed it.
+  std::string PinnedDevice(EntryId entry);
+  // Under mu_: the GPU a spilled member returns to before it is mapped ("" =
+  // none: it stays where it is).
+  std::string HomeDevice(EntryId entry);
+  // Brings the handle's blob back onto its home GPU if it was spilled (mu_
+  // and io_mu NOT held).
+  Status FaultBack(EntryId entry, const std::shared_ptr<ActiveBlob>& blob);
+
+  // --- persistence (core/persister.cc) ---------------------------------------
+  // A persisted blob has a disk copy: the "disk" store holds its bytes under
+  // its id while the blob may live on another tier, and the member's catalog
+  // record kDiskCopyXattr ("<blob id>:<crc32c>") says so across restarts.
+  // Under mu_: whether user.gpufs.persist (nearest on the member or an
+  // enclosing object; else --persist) asks for one.
+  bool PersistWanted(EntryId entry);
+  // Under mu_: queues `blob` of `entry` for its disk copy if wanted.
+  void QueuePersist(EntryId entry, BlobId blob);
+  void PersistLoop();
+  // Writes the disk copy of one queued blob (no lock held).
+  Status PersistOne(EntryId entry, BlobId blob);
+  // Recover's part: the valid disk-copy records (blob id -> crc).
+  std::unordered_map<BlobId, uint32_t> LoadDiskCopies(const std::vector<Blob>& blobs);
   // Blob entries at and under `ino`.
   Result<std::vector<EntryId>> BlobsUnder(EntryId ino);
   int64_t Now() const;
@@ -344,6 +462,18 @@ class Namespace {
   std::unordered_map<BlobId, std::shared_ptr<ActiveBlob>> active_;  // GUARDED_BY(mu_)
   std::unordered_map<EntryId, int> entry_opens_;                    // GUARDED_BY(mu_)
   std::atomic<Invalidator*> invalidator_{nullptr};  // perf (issue 12)
+  std::unique_ptr<EvictionPolicy> eviction_;        // GUARDED_BY(mu_)
+  TierCounters counters_;                           // GUARDED_BY(mu_)
+  bool persist_all_ = false;
+  std::unordered_map<BlobId, uint32_t> disk_copies_;      // GUARDED_BY(mu_): blob -> crc32c
+  std::deque<std::pair<EntryId, BlobId>> persist_queue_;  // GUARDED_BY(mu_)
+  uint64_t persist_busy_ = 0;                             // GUARDED_BY(mu_): being copied
+  bool stopping_ = false;                                 // GUARDED_BY(mu_)
+  std::condition_variable persist_cv_;                    // work queued, or stopping
+  std::condition_variable persist_done_cv_;               // the queue ran empty
+  std::thread persister_;                 // started by Open when a "disk" store is served
+  std::mutex copy_buffers_mu_;            // a leaf lock
+  std::vector<HostBuffer> copy_buffers_;  // GUARDED_BY(copy_buffers_mu_)
   void NotifyEntry(uint64_t parent, std::string_view name) {
     if (Invalidator* inv = invalidator_.load()) inv->InvalidateEntry(parent, name);
   }

@@ -7,81 +7,19 @@
 #include <sys/xattr.h>
 
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <mutex>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "core/device_like_store.h"
 #include "core/namespace.h"
 #include "meta/sqlite_catalog.h"
 #include "store/host_bulk_store.h"
 
 namespace gpufs {
 namespace {
-
-// Host memory under another device name, with an export that records which
-// blob and place it names.
-class DeviceLikeStore final : public BulkStore {
- public:
-  explicit DeviceLikeStore(std::unique_ptr<HostBulkStore> inner) : inner_(std::move(inner)) {}
-  const std::string& device() const override { return name_; }
-  StoreUsage Usage() const override { return inner_->Usage(); }
-  Result<std::vector<BlobId>> Recover(std::span<const StoredBlob> live) override {
-    return inner_->Recover(live);
-  }
-  Status Allocate(BlobId id, const SharingKey& owner, uint64_t size) override {
-    GPUFS_RETURN_IF_ERROR(inner_->Allocate(id, owner, size));
-    SetSize(id, size);
-    return Status::Ok();
-  }
-  Status Resize(BlobId id, uint64_t o, uint64_t n) override {
-    GPUFS_RETURN_IF_ERROR(inner_->Resize(id, o, n));
-    SetSize(id, n);
-    return Status::Ok();
-  }
-  Status Write(BlobId id, uint64_t off, std::span<const std::byte> src) override {
-    return inner_->Write(id, off, src);
-  }
-  Status Read(BlobId id, uint64_t off, std::span<std::byte> dst) override {
-    return inner_->Read(id, off, dst);
-  }
-  Status Seal(BlobId id, uint64_t size) override {
-    GPUFS_RETURN_IF_ERROR(inner_->Seal(id, size));
-    SetSize(id, size);
-    return Status::Ok();
-  }
-  void Free(BlobId id) override {
-    inner_->Free(id);
-    std::lock_guard lock(mu_);
-    sizes_.erase(id);
-  }
-  Result<IpcExport> Export(BlobId id) override {
-    IpcExport out;
-    std::memcpy(out.handle, &id, sizeof id);
-    std::lock_guard lock(mu_);
-    out.size = sizes_[id];
-    out.device_uuid[0] = 0xd7;
-    if (vmm) {  // as GpuBulkStore in kVmm mode: an fd per allocation
-      out.handle_type = IpcExport::kVmmFd;
-      out.alloc_size = (out.size + (2u << 20) - 1) / (2u << 20) * (2u << 20);
-      out.fd = std::make_shared<const UniqueFd>(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-    }
-    return out;
-  }
-  bool vmm = false;
-
- private:
-  void SetSize(BlobId id, uint64_t size) {
-    std::lock_guard lock(mu_);
-    sizes_[id] = size;
-  }
-
-  std::string name_ = "cuda:0";
-  std::mutex mu_;
-  std::map<BlobId, uint64_t> sizes_;
-  std::unique_ptr<HostBulkStore> inner_;
-};
 
 std::span<const std::byte> Bytes(const std::string& s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};

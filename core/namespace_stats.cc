@@ -38,7 +38,7 @@ void Namespace::AddStatsDetail(StatsView* view) {
         view->objects_truncated = true;
         break;
       }
-      StatsView::ObjectUsage usage{child.name, 0, 0};
+      StatsView::ObjectUsage usage{child.name, 0, 0, {}};
       auto blobs = BlobsUnder(child.id);
       if (blobs.ok()) {
         for (EntryId id : *blobs) {
@@ -47,14 +47,41 @@ void Namespace::AddStatsDetail(StatsView* view) {
           auto blob = catalog_->GetBlob(entry->blob);
           if (!blob.ok()) continue;
           uint64_t size = blob->size;
-          if (auto it = active_.find(blob->id); it != active_.end()) size = it->second->size.load();
+          std::string tier = blob->device;
+          if (auto it = active_.find(blob->id); it != active_.end()) {
+            size = it->second->size.load();
+            tier = it->second->rec.device;
+          }
           usage.bytes += size;
           usage.blobs++;
+          if (blob->state != BlobState::kLost) usage.bytes_per_tier[tier] += size;
         }
       }
       view->objects.push_back(std::move(usage));
     }
   }
+
+  view->spills = counters_.spills;
+  view->spilled_bytes = counters_.spilled_bytes;
+  view->fault_backs = counters_.fault_backs;
+  view->fault_back_bytes = counters_.fault_back_bytes;
+  view->persisted = counters_.persisted;
+  view->persisted_bytes = counters_.persisted_bytes;
+  view->checksum_failures = counters_.checksum_failures;
+  for (const auto& [route, r] : counters_.routes) {
+    view->routes.push_back({route, r.moves, r.bytes, r.seconds});
+  }
+  std::map<std::string, uint64_t> per_tier;
+  for (const auto& [device, store] : stores_) per_tier[device] = 0;
+  if (auto blobs = catalog_->ListBlobs(); blobs.ok()) {
+    for (const Blob& blob : *blobs) {
+      if (blob.state == BlobState::kLost) continue;
+      auto it = active_.find(blob.id);
+      const Blob& rec = it != active_.end() ? it->second->rec : blob;
+      per_tier[rec.device] += it != active_.end() ? it->second->size.load() : blob.size;
+    }
+  }
+  view->member_bytes_per_tier.assign(per_tier.begin(), per_tier.end());
 
   // Open members, one row per (pid, member).
   std::map<std::tuple<uint32_t, EntryId>, StatsView::OpenMember> open;

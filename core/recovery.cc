@@ -50,8 +50,14 @@ Status Namespace::Recover() {
   std::map<std::string, std::vector<StoredBlob>> live;
   for (const auto& [device, store] : stores_) live[device];
   std::vector<BlobId> lost;
+  // Persisted blobs (core/persister.cc) keep their disk copies, wherever
+  // they live.
+  disk_copies_ = LoadDiskCopies(blobs);
   for (const Blob& blob : blobs) {
     if (blob.state == BlobState::kLost) continue;
+    if (disk_copies_.contains(blob.id) && blob.device != "disk") {
+      live["disk"].push_back({blob.id, blob.owner_uid, blob.size});
+    }
     if (!stores_.contains(blob.device)) {
       lost.push_back(blob.id);
       continue;
@@ -64,11 +70,32 @@ Status Namespace::Recover() {
     live[blob.device].push_back(
         {blob.id, blob.owner_uid, size, blob.state != BlobState::kUnsealed});
   }
+  std::vector<BlobId> disk_missing;
   for (auto& [device, list] : live) {
     auto missing = stores_[device]->Recover(list);
     if (!missing.ok()) return missing.status().Prepend("recover store " + device);
-    lost.insert(lost.end(), missing->begin(), missing->end());
+    (device == "disk" ? disk_missing : lost)
+        .insert((device == "disk" ? disk_missing : lost).end(), missing->begin(), missing->end());
   }
+  for (BlobId id : disk_missing) {
+    disk_copies_.erase(id);
+    auto lived =
+        std::find_if(blobs.begin(), blobs.end(), [id](const Blob& b) { return b.id == id; });
+    if (lived != blobs.end() && lived->device == "disk") lost.push_back(id);
+  }
+  // A blob whose place is gone (a GPU after a restart) but whose disk copy
+  // is there lives on disk now; its member faults back on map.
+  size_t from_disk = 0;
+  std::erase_if(lost, [&](BlobId id) {
+    if (!disk_copies_.contains(id)) return false;
+    auto blob = catalog_->GetBlob(id);
+    if (!blob.ok()) return false;
+    Blob moved = *blob;
+    moved.device = "disk";
+    if (!catalog_->UpdateBlob(moved).ok()) return false;
+    ++from_disk;
+    return true;
+  });
   size_t closed = 0;
   for (const Blob& blob : blobs) {
     if (blob.state != BlobState::kUnsealed || !blob.closed || held_blobs.contains(blob.id))
@@ -94,10 +121,18 @@ Status Namespace::Recover() {
     blob.state = BlobState::kLost;
     GPUFS_RETURN_IF_ERROR(catalog_->UpdateBlob(blob));
   }
+  // Write-behind the previous daemon did not finish (it was killed).
+  GPUFS_ASSIGN_OR_RETURN(blobs, catalog_->ListBlobs());
+  for (const Blob& blob : blobs) {
+    if (blob.state != BlobState::kSealed || disk_copies_.contains(blob.id)) continue;
+    auto entry = catalog_->EntryOfBlob(blob.id);
+    if (entry.ok()) QueuePersist(*entry, blob.id);
+  }
   GPUFS_ASSIGN_OR_RETURN(uint64_t entries, catalog_->CountEntries());
   GPUFS_LOG(INFO) << "namespace ready: generation " << generation_ << ", " << entries
                   << " entries, " << blobs.size() << " blobs (" << lost.size() << " lost, "
-                  << closed << " sealed after their writer's close)";
+                  << closed << " sealed after their writer's close, " << from_disk
+                  << " back from their disk copies)";
   return Status::Ok();
 }
 

@@ -75,6 +75,12 @@ Result<std::string> Namespace::GetXattr(uint64_t ino, std::string_view name, con
     GPUFS_ASSIGN_OR_RETURN(Blob blob, catalog_->GetBlob(entry.blob));
     return blob.device;
   }
+  if (name == xattr::kTier) {
+    if (entry.kind != EntryKind::kBlob) return Error(ENODATA, PathOf(ino) + " is an object");
+    GPUFS_ASSIGN_OR_RETURN(Blob blob, catalog_->GetBlob(entry.blob));
+    if (auto it = active_.find(blob.id); it != active_.end()) blob = it->second->rec;
+    return blob.device;
+  }
   if (name == xattr::kIpcHandle) {
     if (entry.kind != EntryKind::kBlob) return Error(ENODATA, PathOf(ino) + " is an object");
     // Pin the blob with a handle of our own, so it cannot move or go while
@@ -89,12 +95,16 @@ Result<std::string> Namespace::GetXattr(uint64_t ino, std::string_view name, con
     std::string path = PathOf(ino);
     lock.unlock();
     Result<gpufs_ipc_info> info = Error(ENODATA, "");
-    {
+    // A spilled member comes back onto its GPU first, as for GPUFS_IOC_MAP.
+    Status back = FaultBack(entry.id, blob);
+    if (!back.ok()) info = back.Prepend(path + ": bring it back onto its GPU");
+    if (back.ok()) {
       std::shared_lock io(blob->io_mu);
       rec = blob->rec;
-      if (rec.state != BlobState::kSealed || rec.device == "host") {
+      if (rec.state != BlobState::kSealed || !IsGpuTier(rec.device)) {
         info = Error(ENODATA, path + " has no IPC handle: it is " +
-                                  (rec.device == "host" ? "in host memory" : "not sealed"));
+                                  (rec.state == BlobState::kSealed ? "in " + rec.device
+                                                                   : std::string("not sealed")));
       } else {
         info = Export(rec, 0, caller, false);
       }
@@ -124,7 +134,7 @@ Status Namespace::SetXattr(uint64_t ino, std::string_view name, std::string_view
   GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
   std::string path = PathOf(ino);
   bool object = entry.kind == EntryKind::kObject;
-  if (name == xattr::kMeta || name == xattr::kIpcHandle) {
+  if (name == xattr::kMeta || name == xattr::kIpcHandle || name == xattr::kTier) {
     return Error(EPERM, std::string(name) + " is read-only");
   }
   if (name == xattr::kType) {
@@ -149,6 +159,15 @@ Status Namespace::SetXattr(uint64_t ino, std::string_view name, std::string_view
       Status fits = CheckTensorXattrs(*catalog_, entry, name, value, rec.size);
       if (!fits.ok()) return fits.Prepend("setxattr " + std::string(name) + " on " + path);
     }
+  } else if (name == xattr::kPersist) {
+    if (value != "0" && value != "1") {
+      return Error(EINVAL, std::string(name) + " is 1 (write sealed blobs behind to disk) or 0");
+    }
+    if (!stores_.contains("disk")) {
+      return Error(EOPNOTSUPP,
+                   "this daemon serves no disk tier (mount with --persist or "
+                   "--capacity disk=SIZE)");
+    }
   } else if (name.starts_with(xattr::kGpufsPrefix)) {
     return Error(EINVAL, "unknown gpufs attribute " + std::string(name) +
                              " (user.gpufs.* is reserved; any other user.* name is a field)");
@@ -156,7 +175,18 @@ Status Namespace::SetXattr(uint64_t ino, std::string_view name, std::string_view
   Status set = catalog_->SetXattr(ino, name, value, flags);
   if (!set.ok()) return set.Prepend(path);
   entry.ctime_ns = Now();
-  return catalog_->UpdateEntryAttrs(entry);
+  GPUFS_RETURN_IF_ERROR(catalog_->UpdateEntryAttrs(entry));
+  if (name == xattr::kPersist && value == "1") {
+    // The members sealed so far are written behind too.
+    GPUFS_ASSIGN_OR_RETURN(auto blobs, BlobsUnder(ino));
+    for (EntryId member : blobs) {
+      auto e = catalog_->GetEntry(member);
+      if (!e.ok()) continue;
+      auto rec = catalog_->GetBlob(e->blob);
+      if (rec.ok() && rec->state == BlobState::kSealed) QueuePersist(member, rec->id);
+    }
+  }
+  return Status::Ok();
 }
 
 Result<std::vector<std::string>> Namespace::ListXattr(uint64_t ino) {
@@ -166,13 +196,16 @@ Result<std::vector<std::string>> Namespace::ListXattr(uint64_t ino) {
   std::vector<std::string> names = {std::string(xattr::kDevice), std::string(xattr::kMeta)};
   if (entry.kind == EntryKind::kBlob) {
     GPUFS_ASSIGN_OR_RETURN(Blob rec, catalog_->GetBlob(entry.blob));
-    if (rec.state == BlobState::kSealed && rec.device != "host") {
+    if (rec.state == BlobState::kSealed && IsGpuTier(rec.device)) {
       names.emplace_back(xattr::kIpcHandle);
     }
+    names.emplace_back(xattr::kTier);
   }
   GPUFS_ASSIGN_OR_RETURN(auto stored, catalog_->ListXattrs(ino));
   for (auto& name : stored) {
-    if (name != xattr::kDevice) names.push_back(std::move(name));
+    if (name != xattr::kDevice && name.starts_with(xattr::kUserPrefix)) {
+      names.push_back(std::move(name));
+    }
   }
   return names;
 }
@@ -184,7 +217,7 @@ Status Namespace::RemoveXattr(uint64_t ino, std::string_view name) {
   }
   std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
-  if (name == xattr::kMeta || name == xattr::kIpcHandle ||
+  if (name == xattr::kMeta || name == xattr::kIpcHandle || name == xattr::kTier ||
       (name == xattr::kDevice && entry.kind == EntryKind::kBlob)) {
     return Error(EPERM, std::string(name) + " cannot be removed");
   }

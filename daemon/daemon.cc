@@ -60,6 +60,14 @@ std::vector<std::string> WorkerArgv(const MountConfig& config) {
     argv.insert(argv.end(), {"--devices", list});
   }
   if (config.capacity) argv.insert(argv.end(), {"--capacity", std::to_string(*config.capacity)});
+  if (!config.tier_capacity.empty()) {
+    std::string tiers;
+    for (const auto& [tier, bytes] : config.tier_capacity) {
+      tiers += (tiers.empty() ? "" : ",") + tier + "=" + std::to_string(bytes);
+    }
+    argv.insert(argv.end(), {"--capacity", tiers});
+  }
+  if (config.persist) argv.push_back("--persist");
   if (config.foreground) argv.push_back("--foreground");
   if (config.debug) argv.push_back("--debug");
   return argv;
@@ -112,6 +120,12 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   store_config.devices = config.devices;
   store_config.capacity = config.capacity;
   store_config.host_dir = config.state_dir + "/host";
+  // The disk tier is opt-in (--capacity disk=SIZE, or --persist): without it
+  // a bounded host store still answers ENOSPC as it always did.
+  if (config.tier_capacity.contains("disk") || config.persist) {
+    store_config.disk_dir = config.state_dir + "/disk";
+  }
+  store_config.tier_capacity = config.tier_capacity;
   store_config.ipc = config.ipc;
   // Blob memory the last worker made and the supervisor kept: the GPU stores
   // re-import what the catalog still holds (Namespace::Open -> Recover).
@@ -134,6 +148,7 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   options.catalog = std::move(*catalog);
   options.stores = std::move(stores->stores);
   options.default_device = stores->default_device;
+  options.persist_all = config.persist;
   options.state_dir = config.state_dir;
   options.log_path = config.foreground ? "stderr" : config.state_dir + "/gpufs.log";
   options.takeover = link.taking_over();

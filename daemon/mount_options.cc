@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "proto/names.h"
 #include "util/size.h"
 
 namespace gpufs {
@@ -45,6 +46,28 @@ Status ParseIpc(const std::string& value, MountConfig* config) {
 
 }  // namespace
 
+Status ParseCapacity(const std::string& value, MountConfig* config) {
+  if (value.find('=') == std::string::npos) {
+    GPUFS_ASSIGN_OR_RETURN(uint64_t bytes, ParseSize(value));
+    config->capacity = bytes;
+    return Status::Ok();
+  }
+  std::stringstream in(value);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    auto eq = item.find('=');
+    std::string tier = item.substr(0, eq);
+    if (eq == std::string::npos || !proto::IsDeviceName(tier)) {
+      return Error(EINVAL,
+                   "capacity '" + item + "': want TIER=SIZE, TIER one of cuda:N, host, disk");
+    }
+    auto bytes = ParseSize(item.substr(eq + 1));
+    if (!bytes.ok()) return bytes.status().Prepend("capacity of " + tier);
+    config->tier_capacity[tier] = *bytes;
+  }
+  return Status::Ok();
+}
+
 std::string DefaultStateDir() {
   if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && *xdg != '\0') {
     return std::string(xdg) + "/gpufs";
@@ -73,8 +96,14 @@ Status ApplyMountOptions(const std::string& options, MountConfig* config) {
       if (value.empty()) return Error(EINVAL, "socket= needs a path");
       config->socket = value;
     } else if (key == "capacity") {
-      GPUFS_ASSIGN_OR_RETURN(uint64_t bytes, ParseSize(value));
-      config->capacity = bytes;
+      if (value.find('=') != std::string::npos) {
+        return Error(EINVAL, "-o capacity=" + value + ": write capacity.TIER=SIZE per tier");
+      }
+      GPUFS_RETURN_IF_ERROR(ParseCapacity(value, config));
+    } else if (key.starts_with("capacity.")) {
+      GPUFS_RETURN_IF_ERROR(ParseCapacity(key.substr(9) + "=" + value, config));
+    } else if (key == "persist") {
+      config->persist = true;
     } else if (key == "devices") {
       GPUFS_RETURN_IF_ERROR(ParseDevices(value, ':', config));
     } else if (key == "foreground") {
@@ -98,7 +127,8 @@ Status ApplyMountOptions(const std::string& options, MountConfig* config) {
 std::string Usage(ArgStyle style) {
   if (style == ArgStyle::kMountHelper) {
     return "usage: mount.gpufs SOURCE DIR [-sfnv] [-o state=DIR,store=auto|gpu|host,"
-           "ipc=auto|vmm|legacy,socket=PATH,devices=0:1,capacity=SIZE,debug,noallow_other,...]\n";
+           "ipc=auto|vmm|legacy,socket=PATH,devices=0:1,capacity=SIZE,capacity.TIER=SIZE,persist,"
+           "debug,noallow_other,...]\n";
   }
   return "usage: gpufs mount MOUNTPOINT [options]\n"
          "  --state DIR        catalog, host store and log (default $XDG_STATE_HOME/gpufs,\n"
@@ -111,7 +141,10 @@ std::string Usage(ArgStyle style) {
          "  --socket PATH      the fd socket (default: a fresh directory under $TMPDIR);\n"
          "                     the mount root's user.gpufs.socket names it\n"
          "  --devices 0,1      CUDA ordinals to serve\n"
-         "  --capacity SIZE    bytes the store may hold, e.g. 64G\n"
+         "  --capacity SIZE    bytes the store new blobs go to may hold, e.g. 64G; or per\n"
+         "                     tier: cuda:0=100G,host=64G,disk=1T (a full GPU spills\n"
+         "                     cold blobs to host memory, host to disk)\n"
+         "  --persist          write every sealed blob behind to the disk tier\n"
          "  -f, --foreground   stay in the foreground, log to stderr\n"
          "  -d, --debug        trace every FUSE request (implies --foreground)\n"
          "  -o OPTIONS         mount options, comma-separated, as for mount -o\n"
@@ -171,9 +204,9 @@ Result<ParsedArgs> ParseMountArgs(int argc, const char* const* argv, ArgStyle st
       GPUFS_RETURN_IF_ERROR(ParseDevices(**devices, ',', &config).Prepend("--devices"));
     } else if (auto capacity = helper ? std::nullopt : value_of("--capacity")) {
       GPUFS_RETURN_IF_ERROR(capacity->status());
-      auto bytes = ParseSize(**capacity);
-      if (!bytes.ok()) return bytes.status().Prepend("--capacity");
-      config.capacity = *bytes;
+      GPUFS_RETURN_IF_ERROR(ParseCapacity(**capacity, &config).Prepend("--capacity"));
+    } else if (!helper && arg == "--persist") {
+      config.persist = true;
     } else if (auto ready = helper ? std::nullopt : value_of("--ready-fd")) {
       GPUFS_RETURN_IF_ERROR(ready->status());
       char* end = nullptr;

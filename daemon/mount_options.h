@@ -3,19 +3,20 @@
 // mount(8) runs as `mount.gpufs SOURCE DIR [-sfnv] [-o OPTIONS]`).
 //
 //   gpufsd MOUNTPOINT [--state DIR] [--store auto|gpu|host] [--devices 0,1]
-//          [--ipc auto|vmm|legacy] [--socket PATH] [--capacity SIZE] [-f|--foreground] [-d|--debug] [-o OPTIONS]
+//          [--ipc auto|vmm|legacy] [--socket PATH] [--capacity SIZE|TIER=SIZE,...] [--persist]
+//          [-f|--foreground] [-d|--debug] [-o OPTIONS]
 //          [--ready-fd FD]
 //
 // -o takes comma-separated options: gpufs's own (state=, store=, ipc=, socket=, devices=
-// with ':' between ordinals, capacity=, foreground, debug), fstab-only words
-// (defaults, noauto, ...: dropped), allow_other / noallow_other, and the rest
-// for FUSE. -d/--debug (or -o debug) traces every FUSE request and implies
-// the foreground, as in sshfs. allow_other is on by default for root (a
-// root-run mount serves every user, which is what a node-wide daemon is
-// for); -o noallow_other turns it off.
+// with ':' between ordinals, capacity=, capacity.TIER=, persist, foreground, debug), fstab-only
+// words (defaults, noauto, ...: dropped), allow_other / noallow_other, and the rest for FUSE.
+// -d/--debug (or -o debug) traces every FUSE request and implies the foreground, as in sshfs.
+// allow_other is on by default for root (a root-run mount serves every user, which is what a
+// node-wide daemon is for); -o noallow_other turns it off.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,7 +32,12 @@ struct MountConfig {
   std::string ipc = "auto";  // auto | vmm | legacy: how GPU blobs are exported
   std::string socket;        // the fd socket's path; empty: a fresh temp dir
   std::vector<int> devices;
-  std::optional<uint64_t> capacity;
+  std::optional<uint64_t> capacity;  // the single-number form: the default store
+  // Per tier (issue 10): "cuda:N", "host", "disk" -> bytes.
+  std::map<std::string, uint64_t> tier_capacity;
+  // Mount-wide persistence: every object's sealed blobs are written behind
+  // to the disk tier (as user.gpufs.persist=1 on each).
+  bool persist = false;
   bool foreground = false;
   bool debug = false;                // implies foreground
   std::optional<bool> allow_other;   // unset: on for root, off otherwise
@@ -41,6 +47,11 @@ struct MountConfig {
 
 // $XDG_STATE_HOME/gpufs, /var/lib/gpufs for root, else ~/.local/state/gpufs.
 std::string DefaultStateDir();
+
+// --capacity: "SIZE" (bounds the store new blobs go to) or
+// "TIER=SIZE[,TIER=SIZE...]" with TIER one of cuda:N, host, disk. In -o
+// form: capacity=SIZE and capacity.TIER=SIZE. EINVAL for anything else.
+Status ParseCapacity(const std::string& value, MountConfig* config);
 
 // Parses "-o" style options into `config` (see the file comment). EINVAL
 // for a malformed value.

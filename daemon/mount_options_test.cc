@@ -27,6 +27,26 @@ TEST(MountOptions, DaemonArguments) {
   EXPECT_FALSE(p->config.foreground);
 }
 
+TEST(MountOptions, CapacityPerTierAndPersist) {
+  auto p = Parse({"/gpu", "--capacity", "cuda:0=100G,host=64G,disk=1T", "--persist"});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_FALSE(p->config.capacity.has_value());
+  EXPECT_EQ(p->config.tier_capacity.at("cuda:0"), 100ull << 30);
+  EXPECT_EQ(p->config.tier_capacity.at("host"), 64ull << 30);
+  EXPECT_EQ(p->config.tier_capacity.at("disk"), 1ull << 40);
+  EXPECT_TRUE(p->config.persist);
+  p = Parse({"/gpu", "-o", "capacity=2G,capacity.disk=8G,capacity.cuda:1=1G,persist"});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(*p->config.capacity, 2ull << 30);
+  EXPECT_EQ(p->config.tier_capacity.at("disk"), 8ull << 30);
+  EXPECT_EQ(p->config.tier_capacity.at("cuda:1"), 1ull << 30);
+  EXPECT_TRUE(p->config.persist);
+  EXPECT_EQ(Parse({"/gpu", "--capacity", "gpu=1G"}).status().code(), EINVAL);
+  EXPECT_EQ(Parse({"/gpu", "--capacity", "host=lots"}).status().code(), EINVAL);
+  EXPECT_EQ(Parse({"/gpu", "--capacity", "host"}).status().code(), EINVAL);
+  EXPECT_EQ(Parse({"/gpu", "-o", "capacity.tape=1G"}).status().code(), EINVAL);
+}
+
 TEST(MountOptions, DebugImpliesForeground) {
   for (auto args : {std::vector<const char*>{"/gpu", "-d"}, {"/gpu", "--debug"},
                     {"/gpu", "-o", "debug"}}) {

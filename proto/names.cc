@@ -19,7 +19,7 @@ Status CheckName(std::string_view name) {
 }
 
 bool IsDeviceName(std::string_view d) {
-  if (d == "host") return true;
+  if (d == "host" || d == "disk") return true;
   if (!d.starts_with("cuda:") || d.size() == 5) return false;
   for (char c : d.substr(5)) {
     if (c < '0' || c > '9') return false;

@@ -20,7 +20,7 @@ inline constexpr std::string_view kControlDirName = ".gpufs";
 // '/' or NUL. (The root's ".gpufs" is the daemon's concern: it is a valid
 // name elsewhere.)
 Status CheckName(std::string_view name);
-// "host" or "cuda:N".
+// "host", "disk" or "cuda:N".
 bool IsDeviceName(std::string_view device);
 
 }  // namespace gpufs::proto

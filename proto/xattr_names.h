@@ -14,6 +14,10 @@ inline constexpr std::string_view kDevice = "user.gpufs.device";  // blob, objec
 inline constexpr std::string_view kType = "user.gpufs.type";      // object
 inline constexpr std::string_view kDtype = "user.gpufs.dtype";    // blob
 inline constexpr std::string_view kShape = "user.gpufs.shape";    // blob
+inline constexpr std::string_view kTier = "user.gpufs.tier";  // blob; read-only: where it is now
+inline constexpr std::string_view kPersist = "user.gpufs.persist";  // object, blob: "1" or "0"
+// Internal (not a user.* name, never listed): a member's disk copy.
+inline constexpr std::string_view kDiskCopy = "trusted.gpufs.disk_copy";
 inline constexpr std::string_view kMeta = "user.gpufs.meta";      // object, blob; read-only
 
 // Linux's limits on one extended attribute.

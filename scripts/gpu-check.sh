@@ -70,7 +70,7 @@ run gpu_takeover env GPUFS_PROBE="$build/tests/vmm-probe" \
 run client_test "$build/client/client_test"
 [ -x "$build/client/client_gpu_test" ] && run client_gpu_test "$build/client/client_gpu_test"
 run e2e_test "$build/tests/e2e_test"
-run gpu_e2e_test "$build/tests/gpu_e2e_test"
+run gpu_e2e_test "$build/tests/gpu_e2e_test"   # includes GpuTierE2E (issue 10)
 [ -x "$build/cli/cli_e2e_test" ] && run cli_e2e_test "$build/cli/cli_e2e_test"
 
 # The three cross-engine examples (each mounts its own gpufs).
@@ -99,6 +99,15 @@ if [ $bench = 1 ]; then
   "$GPUFS_BIN" mount $mnt --state /tmp/gpufs-bench-state --store gpu && {
     echo "=== bench"
     "$build/bench/gpufs-bench" $mnt | tee "$out/bench.txt"
+    umount $mnt
+  }
+  # Tiers (issue 10): spill to host and disk, fault back from host and disk,
+  # beside pinned and pageable cudaMemcpy of the same size.
+  rm -rf /tmp/gpufs-bench-tier
+  "$GPUFS_BIN" mount $mnt --state /tmp/gpufs-bench-tier --store gpu \
+      --capacity cuda:0=2G,host=1G,disk=16G && {
+    echo "=== tier bench"
+    "$build/bench/gpufs-tier-bench" $mnt | tee -a "$out/bench.txt"
     umount $mnt
   }
   # The same dd through a host-store mount: what FUSE itself costs here.

@@ -380,8 +380,12 @@ Status HostBulkStore::Seal(BlobId id, uint64_t size) {
     sizes_[id] = size;
     used_ -= current - size;
   }
-  // No fsync: the page cache outlives a crash of the daemon, which is all this
-  // store promises.
+  // The host tier does not fsync: the page cache outlives a crash of the
+  // daemon, which is all it promises. The disk tier does.
+  if (durable_ && size > 0) {
+    if (::fsync(fd->get()) != 0) return PosixError("fsync " + PathOf(id), errno);
+    if (::fsync(dir_fd_.get()) != 0) return PosixError("fsync " + dir_, errno);
+  }
   return Status::Ok();
 }
 

@@ -48,6 +48,15 @@ class HostBulkStore final : public BulkStore {
   static Result<std::unique_ptr<HostBulkStore>> Open(const std::string& dir, uint64_t capacity,
                                                      size_t max_open_files = kDefaultMaxOpenFiles);
 
+  // Tiers (issue 10): serve this store as the disk tier, device "disk":
+  // the same file per blob, but Seal also fsyncs the file (and the
+  // directory), so a sealed blob survives a crash of the machine. Call
+  // before any other call.
+  void ServeAsDiskTier() {
+    device_ = "disk";
+    durable_ = true;
+  }
+
   ~HostBulkStore() override;
   HostBulkStore(const HostBulkStore&) = delete;
   HostBulkStore& operator=(const HostBulkStore&) = delete;
@@ -121,7 +130,8 @@ class HostBulkStore final : public BulkStore {
   // Drops `id` from the cache; the fd closes once no reader holds it.
   SharedFd UncacheFd(BlobId id);
 
-  const std::string device_ = "host";
+  std::string device_ = "host";  // fixed once served
+  bool durable_ = false;         // fsync at Seal (the disk tier)
   const std::string dir_;
   const UniqueFd dir_fd_;  // also holds the flock
   const uint64_t capacity_;

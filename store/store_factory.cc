@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "store/host_bulk_store.h"
 #include "util/log.h"
@@ -38,6 +39,21 @@ uint64_t DefaultHostCapacity(const std::string& dir) {
   return capacity;
 }
 
+// 90% of the free space under `dir`, plus what the store's files take.
+uint64_t DefaultDiskCapacity(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  struct statvfs st {};
+  if (statvfs(dir.c_str(), &st) != 0) return 0;
+  uint64_t held = 0;
+  for (const auto& file : std::filesystem::directory_iterator(dir, ec)) {
+    std::error_code size_ec;
+    uint64_t size = file.file_size(size_ec);
+    if (!size_ec) held += size;
+  }
+  return static_cast<uint64_t>(st.f_bavail) * st.f_frsize / 10 * 9 + held;
+}
+
 }  // namespace
 
 #ifndef GPUFS_HAVE_CUDA
@@ -59,12 +75,24 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
     return Error(ENODEV, "--store gpu: this gpufs was built without CUDA");
 #endif
   }
-  uint64_t host_capacity =
-      !use_gpu && config.capacity ? *config.capacity : DefaultHostCapacity(config.host_dir);
+  auto tier_capacity = [&](const std::string& tier) -> std::optional<uint64_t> {
+    auto it = config.tier_capacity.find(tier);
+    if (it != config.tier_capacity.end()) return it->second;
+    return std::nullopt;
+  };
+  uint64_t host_capacity = tier_capacity("host").value_or(
+      !use_gpu && config.capacity ? *config.capacity : DefaultHostCapacity(config.host_dir));
   GPUFS_ASSIGN_OR_RETURN(auto host, HostBulkStore::Open(config.host_dir, host_capacity));
   GPUFS_LOG(INFO) << "store host: " << FormatSize(host_capacity) << " under " << config.host_dir;
   out.stores.push_back(std::move(host));
   out.default_device = "host";
+  if (!config.disk_dir.empty()) {
+    uint64_t disk_capacity = tier_capacity("disk").value_or(DefaultDiskCapacity(config.disk_dir));
+    GPUFS_ASSIGN_OR_RETURN(auto disk, HostBulkStore::Open(config.disk_dir, disk_capacity));
+    disk->ServeAsDiskTier();
+    GPUFS_LOG(INFO) << "store disk: " << FormatSize(disk_capacity) << " under " << config.disk_dir;
+    out.stores.push_back(std::move(disk));
+  }
 #ifdef GPUFS_HAVE_CUDA
   if (use_gpu) {
     std::vector<int> devices = config.devices;
@@ -78,7 +106,8 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
       }
       GpuStoreOptions options;
       options.ordinal = ordinal;
-      options.capacity = config.capacity;
+      options.capacity = tier_capacity("cuda:" + std::to_string(ordinal));
+      if (!options.capacity) options.capacity = config.capacity;
       options.fd_sink = config.fd_sink;
       options.inherited = config.inherited;
       // auto: VMM where the device and driver can export POSIX fds.
@@ -99,6 +128,11 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
 #else
   (void)gpus;
 #endif
+  for (const auto& [tier, bytes] : config.tier_capacity) {
+    bool served = false;
+    for (const auto& store : out.stores) served = served || store->device() == tier;
+    if (!served) return Error(ENODEV, "--capacity " + tier + ": this daemon serves no such tier");
+  }
   return out;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +18,11 @@ struct StoreConfig {
   std::vector<int> devices;          // CUDA ordinals; empty: every visible GPU
   std::optional<uint64_t> capacity;  // per store new blobs go to; default: see OpenStores
   std::string host_dir;              // where the host store keeps its files
+  // Tiers (issue 10): per-tier capacities ("cuda:N", "host", "disk"), which
+  // win over `capacity`; and where the disk tier keeps its files (empty: no
+  // disk tier).
+  std::map<std::string, uint64_t> tier_capacity;
+  std::string disk_dir;
   std::string ipc = "auto";          // auto | vmm | legacy (see GpuIpcMode)
   // GPU stores (kVmm): GpuStoreOptions::fd_sink and ::inherited, for a
   // daemon run by the takeover supervisor. Null: none.
@@ -29,6 +35,13 @@ struct OpenedStores {
   std::string default_device;                      // where new blobs go
 };
 
+// Tiers: GPUs above "host" above "disk". The host tier is the host store
+// (a file per blob under host_dir, living in the page cache: host memory in
+// practice, surviving a restart of the daemon but not promised across a
+// crash of the machine); the disk tier is the same store under disk_dir
+// with device name "disk", whose Seal fsyncs (HostBulkStore::ServeAsDiskTier).
+// The disk tier's default capacity: 90% of the free space under disk_dir.
+//
 // The host store is always opened (migration target, and the default without
 // a GPU). kind "gpu" fails with ENODEV when no GPU is usable (or gpufs was
 // built without CUDA); "auto" falls back to the host store then. Default

@@ -1,4 +1,4 @@
-// gpufs-consumer PATH [--expect-seed SEED] [--hold READY GO] [--cycles N]
+// gpufs-consumer PATH [--expect-seed SEED] [--hold READY GO] [--hold-stdin] [--cycles N]
 //
 // Maps the sealed GPU blob PATH with libgpufs and, on the device:
 //   - computes its checksum (common.cuh; compare with
@@ -8,7 +8,8 @@
 // With --hold READY GO (two FIFOs) it first holds the mapping: it writes
 // "mapped" to READY once mapped, then waits until GO's writer closes (to test
 // removal or replacement of a member while mapped), and checks after that.
-// Then it unmaps, and with --cycles maps and unmaps N more
+// With --hold-stdin it prints "mapped" once mapped and holds the mapping
+// until stdin closes. Then it unmaps, and with --cycles maps and unmaps N more
 // times, printing the device's free memory before and after and the arenas
 // still open at the end (0 expected). Prints key=value lines:
 //
@@ -32,7 +33,8 @@
 namespace {
 
 int Usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s PATH [--expect-seed SEED] [--hold READY GO] [--cycles N]\n",
+  std::fprintf(stderr,
+               "usage: %s PATH [--expect-seed SEED] [--hold READY GO] [--hold-stdin] [--cycles N]\n",
                argv0);
   return 2;
 }
@@ -74,7 +76,7 @@ bool Hold(const char* ready, const char* go) {
 int main(int argc, char** argv) {
   if (argc < 2) return Usage(argv[0]);
   const char* path = argv[1];
-  bool expect = false;
+  bool expect = false, hold_stdin = false;
   uint64_t seed = 0, cycles = 0;
   const char *ready = nullptr, *go = nullptr;
   for (int i = 2; i < argc; ++i) {
@@ -83,6 +85,13 @@ int main(int argc, char** argv) {
       if (i + 2 >= argc) return Usage(argv[0]);
       ready = argv[++i];
       go = argv[++i];
+      continue;
+    }
+    if (std::strcmp(argv[i], "--hold-stdin") == 0) {
+      // Prints "mapped" once mapped, then holds the mapping until stdin
+      // closes: a test knows exactly when the member is mapped and decides
+      // when the check runs, with no timer.
+      hold_stdin = true;
       continue;
     }
     if (std::strcmp(argv[i], "--expect-seed") == 0) {
@@ -109,6 +118,13 @@ int main(int argc, char** argv) {
   if (ready != nullptr && !Hold(ready, go)) {
     std::perror("gpufs-consumer: --hold");
     return 1;
+  }
+  if (hold_stdin) {
+    std::printf("mapped\n");
+    std::fflush(stdout);
+    char c;
+    while (::read(0, &c, 1) > 0) {
+    }
   }
   uint64_t checksum = example::DeviceChecksum(buf.ptr, buf.size);
   std::printf("path=%s ptr=%p size=%" PRIu64 " device=%d blob_id=%" PRIu64 " generation=%" PRIu64

@@ -1,0 +1,176 @@
+// Persistence (issue 10): sealed blobs of objects marked user.gpufs.persist=1
+// (or every object under --persist) are written behind to the disk tier, a
+// copy beside their place (the GPU copy stays). After a restart on an empty
+// GPU such members live on "disk" instead of being lost, and a map brings
+// them back, checking their CRC-32C on the way (a mismatch is EIO and a log
+// line; the member stays on disk for plain reads to show what is there).
+//
+// The copy is made by one persister thread (an orderly stop drains its queue;
+// after a crash, Recover queues the persisted members still without a copy) fed by a queue (a seal,
+// or setting user.gpufs.persist=1 on an object, queues blobs). It holds the blob by a handle while
+// it copies (so the blob neither spills nor goes away) and reads it under its io_mu shared; no
+// namespace lock is held while bytes move.
+//
+// The disk store holds a persisted blob's bytes under the blob's own id, so:
+// moving such a blob to "disk" only switches the catalog (the bytes are
+// there); moving it off "disk" leaves the copy; freeing the blob frees both.
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+
+#include "core/namespace.h"
+#include "core/tier_copy.h"
+#include "proto/xattr_names.h"
+#include "util/log.h"
+
+namespace gpufs {
+namespace {
+
+std::string DiskCopyRecord(BlobId id, uint32_t crc) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%" PRIu64 ":%08x", id, crc);
+  return buf;
+}
+
+bool ParseDiskCopyRecord(const std::string& text, BlobId* id, uint32_t* crc) {
+  unsigned long long blob = 0;
+  unsigned int sum = 0;
+  if (std::sscanf(text.c_str(), "%llu:%x", &blob, &sum) != 2) return false;
+  *id = blob;
+  *crc = sum;
+  return true;
+}
+
+}  // namespace
+
+bool Namespace::PersistWanted(EntryId id) {
+  if (!stores_.contains("disk")) return false;
+  for (int depth = 0; id != 0 && depth < 256; ++depth) {
+    auto value = catalog_->GetXattr(id, xattr::kPersist);
+    if (value.ok()) return *value == "1";
+    if (id == kRootEntryId) break;
+    auto entry = catalog_->GetEntry(id);
+    if (!entry.ok()) break;
+    id = entry->parent;
+  }
+  return persist_all_;
+}
+
+void Namespace::QueuePersist(EntryId entry, BlobId blob) {
+  if (disk_copies_.contains(blob) || !PersistWanted(entry)) return;
+  persist_queue_.emplace_back(entry, blob);
+  persist_cv_.notify_one();
+}
+
+void Namespace::WaitPersisted() {
+  std::unique_lock lock(mu_);
+  persist_done_cv_.wait(lock, [this] {
+    return !persister_.joinable() || (persist_queue_.empty() && persist_busy_ == 0);
+  });
+}
+
+void Namespace::PersistLoop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    persist_cv_.wait(lock, [this] { return stopping_ || !persist_queue_.empty(); });
+    if (persist_queue_.empty()) break;  // stopping: an orderly stop drains the queue first
+    auto [entry, blob] = persist_queue_.front();
+    persist_queue_.pop_front();
+    persist_busy_++;
+    lock.unlock();
+    Status done = PersistOne(entry, blob);
+    if (!done.ok()) GPUFS_LOG(WARN) << "persist blob " << blob << ": " << done.ToString();
+    lock.lock();
+    persist_busy_--;
+    if (persist_queue_.empty() && persist_busy_ == 0) persist_done_cv_.notify_all();
+  }
+  persist_done_cv_.notify_all();
+}
+
+Status Namespace::PersistOne(EntryId entry_id, BlobId blob_id) {
+  FreeQueuedOnExit free_queued(this);
+  std::shared_ptr<ActiveBlob> blob;
+  HandleId pin = 0;
+  std::string path;
+  {
+    std::lock_guard lock(mu_);
+    if (disk_copies_.contains(blob_id)) return Status::Ok();
+    auto entry = catalog_->GetEntry(entry_id);
+    if (!entry.ok() || entry->blob != blob_id || entry->parent == 0)
+      return Status::Ok();  // replaced or gone
+    GPUFS_ASSIGN_OR_RETURN(Blob rec, catalog_->GetBlob(blob_id));
+    if (auto it = active_.find(rec.id); it != active_.end()) rec = it->second->rec;
+    if (rec.state != BlobState::kSealed) return Status::Ok();
+    path = PathOf(entry_id);
+    Handle handle;
+    handle.entry = entry_id;
+    handle.blob = Activate(rec, /*use=*/false);
+    blob = handle.blob;
+    pin = AddHandle(std::move(handle));
+  }
+  BulkStore* disk = StoreFor("disk");
+  uint64_t bytes = 0;
+  auto started = std::chrono::steady_clock::now();
+  Result<uint32_t> copied = [&]() -> Result<uint32_t> {
+    std::shared_lock io(blob->io_mu);
+    const Blob rec = blob->rec;
+    bytes = rec.size;
+    BulkStore* source = StoreFor(rec.device);
+    const bool in_place = rec.device == "disk";  // spilled there already: the bytes are the copy
+    if (!in_place) GPUFS_RETURN_IF_ERROR(disk->Allocate(rec.id, rec.owner_uid, rec.size));
+    Result<uint32_t> crc = CopyBetweenTiers(
+        {.source = source,
+         .target = in_place ? nullptr : disk,
+         .id = rec.id,
+         .size = rec.size,
+         .source_is_gpu = IsGpuTier(rec.device),
+         .target_is_gpu = false,
+         .checksum = true},
+        [this](size_t n) { return TakeCopyBuffer(n); },
+        [this](HostBuffer b) { KeepCopyBuffer(std::move(b)); });
+    if (crc.ok() && !in_place) {
+      Status sealed = disk->Seal(rec.id, rec.size);
+      if (!sealed.ok()) crc = sealed;
+    }
+    if (!crc.ok() && !in_place) disk->Free(rec.id);
+    if (!crc.ok()) return crc;
+    std::lock_guard lock(mu_);
+    Status recorded =
+        catalog_->SetXattr(entry_id, xattr::kDiskCopy, DiskCopyRecord(rec.id, *crc), 0);
+    if (!recorded.ok()) {
+      if (!in_place) doomed_.emplace_back("disk", rec.id);
+      return recorded;
+    }
+    disk_copies_[rec.id] = *crc;
+    CountRoute(rec.device + "->disk (persist)", rec.size,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    counters_.persisted++;
+    counters_.persisted_bytes += rec.size;
+    return crc;
+  }();
+  if (copied.ok()) {
+    GPUFS_LOG(INFO) << "persisted " << path << " (" << bytes << " bytes, crc32c "
+                    << DiskCopyRecord(blob_id, *copied).substr(std::to_string(blob_id).size() + 1)
+                    << ")";
+  }
+  Status released = Release(pin);
+  if (!released.ok()) GPUFS_LOG(WARN) << "persist " << path << ": " << released.ToString();
+  return copied.ok() ? Status::Ok() : copied.status().Prepend("persist " + path);
+}
+
+std::unordered_map<BlobId, uint32_t> Namespace::LoadDiskCopies(const std::vector<Blob>& blobs) {
+  std::unordered_map<BlobId, uint32_t> copies;
+  if (!stores_.contains("disk")) return copies;
+  for (const Blob& blob : blobs) {
+    if (blob.state != BlobState::kSealed) continue;
+    auto entry = catalog_->EntryOfBlob(blob.id);
+    if (!entry.ok()) continue;
+    auto record = catalog_->GetXattr(*entry, xattr::kDiskCopy);
+    BlobId id = 0;
+    uint32_t crc = 0;
+    if (record.ok() && ParseDiskCopyRecord(*record, &id, &crc) && id == blob.id) copies[id] = crc;
+  }
+  return copies;
+}
+
+}  // namespace gpufs

@@ -1,0 +1,223 @@
+// Tiers (issue 10): GPUs ("cuda:N") above host memory ("host") above the
+// disk under the state directory ("disk"). A store that cannot take a new
+// blob or a blob's growth (ENOSPC) gets room by moving its cold blobs one
+// tier down; a member that was moved down comes back onto its GPU before it
+// is mapped (GPUFS_IOC_MAP, the ipc_handle xattr). Plain reads read it where
+// it is.
+//
+// What may move down: sealed blobs that no handle holds (nobody has them
+// open or mapped; a mapping keeps its member open), whose member the user
+// did not place (user.gpufs.device on the member or an enclosing object
+// pins it). The EvictionPolicy orders them (LRU by default). A spill that
+// finds its blob opened meanwhile is abandoned (MoveKind::kSpill), so an
+// open or mapped blob never moves under its holder.
+//
+// Spilling runs on demand in the thread that hit ENOSPC, outside the
+// namespace lock: each move holds only the moving blob's io_mu (readers of
+// that blob wait; the namespace does not), as `gpufs migrate` does. Lock
+// order stays acyclic: the caller may hold the io_mu of a blob it writes,
+// which is held by a handle and so never a candidate; a mover of a
+// candidate takes further io_mus only of candidates of the tier below.
+#include <algorithm>
+#include <chrono>
+
+#include "core/namespace.h"
+#include "core/tier_copy.h"
+#include "proto/xattr_names.h"
+#include "util/log.h"
+#include "util/size.h"
+
+namespace gpufs {
+std::vector<std::string> Namespace::TiersBelow(const std::string& device) const {
+  std::vector<std::string> below;
+  if (IsGpuTier(device) && stores_.contains("host")) below.push_back("host");
+  if (device != "disk" && stores_.contains("disk")) below.push_back("disk");
+  return below;
+}
+
+std::string Namespace::PinnedDevice(EntryId id) {
+  for (int depth = 0; id != 0 && depth < 256; ++depth) {
+    auto device = catalog_->GetXattr(id, xattr::kDevice);
+    if (device.ok() && stores_.contains(*device)) return *device;
+    if (id == kRootEntryId) break;
+    auto entry = catalog_->GetEntry(id);
+    if (!entry.ok()) break;
+    id = entry->parent;
+  }
+  return "";
+}
+
+std::string Namespace::HomeDevice(EntryId id) {
+  std::string home = PinnedDevice(id);
+  if (home.empty()) {
+    auto entry = catalog_->GetEntry(id);
+    if (!entry.ok()) return "";
+    home = DeviceFor(entry->parent);
+  }
+  return IsGpuTier(home) ? home : "";
+}
+
+Namespace::TierCounters Namespace::Counters() {
+  std::lock_guard lock(mu_);
+  return counters_;
+}
+
+Status Namespace::MakeRoom(const std::string& device, uint64_t need) {
+  BulkStore* store = StoreFor(device);
+  if (store == nullptr) return Error(ENODEV, "no store for " + device);
+  std::vector<std::string> below = TiersBelow(device);
+  if (below.empty()) return Error(ENOSPC, device + " is full and no tier lies below it");
+  // Each round moves what the policy chose; a round can fall short when a
+  // chosen blob was opened meanwhile, so a few rounds are allowed. Choosing
+  // scans the catalog's blobs under mu_ (O(blobs) SQLite reads per round):
+  // fine for thousands of members; an in-memory index per tier would be
+  // the next step for millions.
+  for (int round = 0; round < 4; ++round) {
+    StoreUsage usage = store->Usage();
+    uint64_t free = usage.capacity > usage.used ? usage.capacity - usage.used : 0;
+    if (free >= need) return Status::Ok();
+    std::vector<std::pair<EntryId, BlobId>> victims;
+    {
+      std::lock_guard lock(mu_);
+      GPUFS_ASSIGN_OR_RETURN(auto blobs, catalog_->ListBlobs());
+      std::vector<SpillCandidate> candidates;
+      std::unordered_map<BlobId, EntryId> entries;
+      for (const Blob& blob : blobs) {
+        if (blob.device != device || blob.state != BlobState::kSealed) continue;
+        if (active_.contains(blob.id)) continue;  // open or mapped
+        auto entry = catalog_->EntryOfBlob(blob.id);
+        if (!entry.ok() || !PinnedDevice(*entry).empty()) continue;
+        candidates.push_back({blob.id, blob.size});
+        entries[blob.id] = *entry;
+      }
+      for (BlobId id : eviction_->Choose(candidates, need - free)) {
+        victims.emplace_back(entries[id], id);
+      }
+    }
+    if (victims.empty()) {
+      return Error(ENOSPC, device +
+                               " is full: every blob on it is open, mapped, pinned or "
+                               "still being written");
+    }
+    size_t moved_any = 0;
+    Status last;
+    for (const auto& [entry, id] : victims) {
+      Status moved = Error(ENOSPC, "no tier below " + device + " has room");
+      for (const std::string& tier : below) {
+        moved = MigrateBlob(entry, tier, MoveKind::kSpill);
+        if (moved.code() != ENOSPC) break;
+      }
+      last = moved;
+      if (moved.ok()) {
+        ++moved_any;
+      } else if (moved.code() == ENOSPC) {
+        break;  // every tier below is full: the next victim would not fit either
+      } else if (moved.code() != EBUSY) {
+        GPUFS_LOG(WARN) << "spill blob " << id << " from " << device << ": " << moved.ToString();
+      }
+    }
+    if (moved_any == 0) {
+      return last.ok() ? Error(ENOSPC, device + " is full") : last.Prepend(device + " is full");
+    }
+  }
+  StoreUsage usage = store->Usage();
+  if (usage.capacity >= usage.used && usage.capacity - usage.used >= need) return Status::Ok();
+  return Error(ENOSPC, "could not free " + FormatSize(need) + " on " + device);
+}
+
+Status Namespace::FaultBack(EntryId entry, const std::shared_ptr<ActiveBlob>& blob) {
+  std::string home;
+  {
+    std::lock_guard lock(mu_);
+    home = HomeDevice(entry);
+  }
+  if (home.empty()) return Status::Ok();
+  {
+    std::shared_lock io(blob->io_mu);
+    if (blob->rec.state != BlobState::kSealed || IsGpuTier(blob->rec.device)) {
+      return Status::Ok();
+    }
+  }
+  return MigrateBlob(entry, home, MoveKind::kFaultBack);
+}
+
+HostBuffer Namespace::TakeCopyBuffer(size_t bytes) {
+  if (bytes > kCopyBuffer) return AllocateIoBuffer(bytes);
+  {
+    std::lock_guard lock(copy_buffers_mu_);
+    if (!copy_buffers_.empty()) {
+      HostBuffer buffer = std::move(copy_buffers_.back());
+      copy_buffers_.pop_back();
+      return buffer;
+    }
+  }
+  return AllocateIoBuffer(kCopyBuffer);
+}
+
+void Namespace::KeepCopyBuffer(HostBuffer buffer) {
+  std::lock_guard lock(copy_buffers_mu_);
+  if (copy_buffers_.size() < 4) copy_buffers_.push_back(std::move(buffer));
+}
+
+Status Namespace::MoveDownWhileWriting(ActiveBlob& blob, uint64_t new_size) {
+  const Blob rec = blob.rec;
+  const uint64_t size = blob.size.load();
+  std::string path;
+  {
+    std::lock_guard lock(mu_);
+    auto entry = catalog_->EntryOfBlob(rec.id);
+    path = entry.ok() ? PathOf(*entry) : "blob " + std::to_string(rec.id);
+    // A producer maps its ALLOC'd place: that place must not go.
+    if (blob.mapped > 0) return Error(ENOSPC, rec.device + " is full and " + path + " is mapped");
+  }
+  BulkStore* source = StoreFor(rec.device);
+  auto started = std::chrono::steady_clock::now();
+  for (const std::string& tier : TiersBelow(rec.device)) {
+    BulkStore* target = StoreFor(tier);
+    Status got =
+        WithRoom(tier, new_size, [&] { return target->Allocate(rec.id, rec.owner_uid, new_size); });
+    if (got.code() == ENOSPC) continue;
+    GPUFS_RETURN_IF_ERROR(got);
+    Status copied = CopyBetweenTiers(
+                        {.source = source,
+                         .target = target,
+                         .id = rec.id,
+                         .size = size,
+                         .source_is_gpu = IsGpuTier(rec.device),
+                         .target_is_gpu = false},
+                        [this](size_t n) { return TakeCopyBuffer(n); },
+                        [this](HostBuffer b) { KeepCopyBuffer(std::move(b)); })
+                        .status();
+    if (!copied.ok()) {
+      target->Free(rec.id);
+      return copied.Prepend("move " + path + " to " + tier + " while it is written");
+    }
+    Blob next = rec;
+    next.device = tier;
+    Status moved;
+    {
+      std::lock_guard lock(mu_);
+      Status recorded = catalog_->UpdateBlob(next);
+      if (!recorded.ok()) {
+        doomed_.emplace_back(tier, rec.id);
+      } else {
+        blob.rec = next;
+        doomed_.emplace_back(rec.device, rec.id);
+        counters_.spills++;
+        counters_.spilled_bytes += size;
+        CountRoute(
+            rec.device + "->" + tier, size,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+      }
+      moved = recorded;
+    }
+    FreeQueued();
+    GPUFS_RETURN_IF_ERROR(moved);
+    GPUFS_LOG(INFO) << rec.device << " is full: " << path << " is written on " << tier
+                    << " instead";
+    return Status::Ok();
+  }
+  return Error(ENOSPC, "every tier from " + rec.device + " down is full");
+}
+
+}  // namespace gpufs
