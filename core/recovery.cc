@@ -67,7 +67,8 @@ Status Namespace::Recover() {
         it != unsealed_sizes_.end() && blob.state == BlobState::kUnsealed) {
       size = it->second;  // its writer wrote on; the catalog learns the size at seal
     }
-    live[blob.device].push_back({blob.id, blob.owner_uid, size});
+    live[blob.device].push_back(
+        {blob.id, blob.owner_uid, size, blob.state != BlobState::kUnsealed});
   }
   std::vector<BlobId> disk_missing;
   for (auto& [device, list] : live) {

@@ -24,6 +24,7 @@
 #include "fs/fuse_server.h"
 #include "meta/sqlite_catalog.h"
 #include "store/store_factory.h"
+#include "takeover/blob_sink.h"
 #include "takeover/supervisor.h"
 #include "takeover/worker_link.h"
 #include "util/log.h"
@@ -126,6 +127,18 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   }
   store_config.tier_capacity = config.tier_capacity;
   store_config.ipc = config.ipc;
+  // Blob memory the last worker made and the supervisor kept: the GPU stores
+  // re-import what the catalog still holds (Namespace::Open -> Recover).
+  takeover::SupervisorBlobSink blob_sink(link);
+  InheritedBlobFds inherited;
+  for (auto& [blob, fd] : link.inherited_blob_fds()) {
+    const takeover::BlobFd rec = link.inherited_blob(blob);
+    inherited[blob] =
+        InheritedBlobFd{std::move(fd), BlobMemory{rec.bytes, rec.offset, rec.range, rec.memory}};
+  }
+  link.inherited_blob_fds().clear();
+  store_config.fd_sink = &blob_sink;
+  store_config.inherited = &inherited;
   auto stores = OpenStores(store_config);
   if (!stores.ok()) return fail(stores.status());
   auto catalog = SqliteCatalog::Open(config.state_dir + "/catalog.db", geteuid(), getegid(), 0755);
@@ -160,6 +173,14 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   options.socket_path = (*fd_server)->path();
   auto ns = Namespace::Open(std::move(options));
   if (!ns.ok()) return fail(ns.status());
+  // Memory of blobs that no store took (deleted by the start-up sweep, or no
+  // longer served here): the supervisor lets it go.
+  if (!inherited.empty()) {
+    GPUFS_LOG(INFO) << "releasing " << inherited.size()
+                    << " blob allocation(s) of the last worker that no store took";
+  }
+  for (const auto& [blob, fd] : inherited) link.BlobFreed(blob);
+  inherited.clear();
 
   FuseOptions fuse;
   fuse.debug = config.debug;

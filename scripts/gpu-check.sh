@@ -64,6 +64,9 @@ echo "=== vmm_check"
 scripts/vmm-check.sh "$build" 2>&1 | tee "$out/vmm-check.txt"
 [ "${PIPESTATUS[0]}" = 0 ] || failed+=(vmm_check)
 run gpu_store_test "$build/store/gpu_store_test"
+# Issue 9: GPU blobs across kill -9 of the worker, consumers mapping them.
+run gpu_takeover env GPUFS_PROBE="$build/tests/vmm-probe" \
+  python3 tests/takeover/gpu_takeover_test.py -v
 run client_test "$build/client/client_test"
 [ -x "$build/client/client_gpu_test" ] && run client_gpu_test "$build/client/client_gpu_test"
 run e2e_test "$build/tests/e2e_test"

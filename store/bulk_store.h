@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <new>
 #include <span>
@@ -39,7 +40,44 @@ struct StoredBlob {
   BlobId id = 0;
   uint32_t owner_uid = 0;
   uint64_t size = 0;
+  bool sealed = false;  // false: its writer may still write (a takeover start)
 };
+
+// Where a blob's bytes are in the memory behind an fd.
+struct BlobMemory {
+  uint64_t bytes = 0;   // of the whole allocation (0: unknown)
+  uint64_t offset = 0;  // of the blob's range in it
+  uint64_t range = 0;   // bytes set aside for the blob there
+  uint64_t id = 0;      // names the allocation: the same for blobs that share one
+};
+
+// Told about blobs whose memory lives in an fd (GPU VMM allocations exported
+// as POSIX fds), so that another process can keep that memory alive across
+// the death of this one: the takeover supervisor (docs/TAKEOVER.md). The
+// daemon installs one; stores know nothing of takeovers.
+// Calls come from any store thread, for different blobs at once; for one blob
+// they come in the order of the blob's allocations, each before the store call
+// that made it returns.
+class BlobFdSink {
+ public:
+  virtual ~BlobFdSink() = default;
+  // `blob`'s bytes now live in the memory behind `fd` (the fd is borrowed for
+  // the call) of store `device`, where `memory` says; this replaces any
+  // memory named before (a migration to another GPU names the new one first).
+  virtual void BlobAdded(const std::string& device, BlobId blob, int fd,
+                         const BlobMemory& memory) = 0;
+  // Store `device` no longer holds memory of `blob`.
+  virtual void BlobFreed(const std::string& device, BlobId blob) = 0;
+};
+
+// Memory of a blob that an earlier daemon made and another process kept
+// alive (the takeover supervisor): the fd and where the blob is behind it.
+struct InheritedBlobFd {
+  UniqueFd fd;
+  BlobMemory memory;  // bytes 0: unknown (the blob cannot be re-imported)
+};
+// By blob. A store's Recover takes out those of its live blobs.
+using InheritedBlobFds = std::map<BlobId, InheritedBlobFd>;
 
 // Who can open a blob: the blobs of one key are opened by exactly the same
 // callers (same parent object, owner, group and permission bits), so a store
@@ -122,13 +160,11 @@ class BulkStore {
 
   // Copies `src` into the blob at `offset`. offset + src.size() must not pass
   // the blob's size as last set by Allocate or Resize (EINVAL otherwise).
-  virtual Status Write(BlobId id, uint64_t offset,
-                       std::span<const std::byte> src) = 0;
+  virtual Status Write(BlobId id, uint64_t offset, std::span<const std::byte> src) = 0;
 
   // Fills `dst` from the blob at `offset`; the range must lie within the
   // blob's size (the core clamps reads at end of file). EIO if bytes are gone.
-  virtual Status Read(BlobId id, uint64_t offset,
-                      std::span<std::byte> dst) = 0;
+  virtual Status Read(BlobId id, uint64_t offset, std::span<std::byte> dst) = 0;
 
   // The blob will not change again: trims the reservation to `size` and makes
   // its bytes durable as far as the store can (host: on disk, GPU: nothing).

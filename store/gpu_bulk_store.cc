@@ -41,6 +41,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
+#include <random>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -66,6 +68,7 @@ struct GpuBulkStore::Allocation {
   cudaIpcMemHandle_t ipc{};
   bool pack = false;  // kVmm: sealed small blobs of `key` only
   SharingKey key;
+  uint64_t memory_id = 0;  // kVmm: BlobMemory::id when re-imported (else derived)
 };
 
 namespace {
@@ -197,6 +200,11 @@ GpuBulkStore::GpuBulkStore(const GpuStoreOptions& options, uint64_t capacity,
       device_("cuda:" + std::to_string(options.ordinal)),
       uuid_(uuid),
       capacity_(capacity),
+      default_capacity_(!options.capacity.has_value()),
+      fd_sink_(options.ipc == GpuIpcMode::kVmm ? options.fd_sink : nullptr),
+      inherited_(options.ipc == GpuIpcMode::kVmm ? options.inherited : nullptr),
+      memory_ids_((static_cast<uint64_t>(std::random_device{}()) << 32 |
+                   std::random_device{}()) << 16),
       arena_size_(options.arena_size),
       alignment_(options.alignment),
       dedicated_threshold_(options.ipc == GpuIpcMode::kSharedArenas ? options.arena_size / 4 : 0),
@@ -501,7 +509,8 @@ Result<std::vector<BlobId>> GpuBulkStore::Recover(std::span<const StoredBlob> li
     blobs_.clear();
     lost_.clear();
     arenas_of_owner_.clear();
-    arena_count_ = dedicated_count_ = 0;
+    packs_of_key_.clear();
+    arena_count_ = dedicated_count_ = pack_count_ = 0;
     used_ = 0;
   }
   old.clear();  // device memory of the previous call's blobs, if any
@@ -509,11 +518,28 @@ Result<std::vector<BlobId>> GpuBulkStore::Recover(std::span<const StoredBlob> li
   std::vector<BlobId> lost;
   std::unordered_set<BlobId> seen;
   size_t restored = 0;
+  size_t adopted = 0;
+  std::map<uint64_t, uint64_t> imported;  // BlobMemory::id -> allocation
+  const auto import_start = std::chrono::steady_clock::now();
   for (const StoredBlob& blob : live) {
     if (!seen.insert(blob.id).second) {
       GPUFS_LOG(WARN) << "gpu store " << device_ << ": " << Describe(blob.id)
                       << " listed twice for recovery";
       continue;
+    }
+    if (inherited_ != nullptr) {  // a takeover: the blob's memory may have been kept
+      if (auto it = inherited_->find(blob.id); it != inherited_->end()) {
+        InheritedBlobFd fd = std::move(it->second);
+        inherited_->erase(it);
+        Status kept = AdoptInherited(blob, std::move(fd), &imported);
+        if (kept.ok()) {
+          ++adopted;
+          continue;
+        }
+        GPUFS_LOG(WARN) << "gpu store " << device_ << ": " << Describe(blob.id)
+                        << " cannot be re-imported: " << kept.ToString();
+        ReportFreed(blob.id);  // the supervisor need not keep it
+      }
     }
     if (blob.size > 0) {
       lost.push_back(blob.id);
@@ -531,6 +557,19 @@ Result<std::vector<BlobId>> GpuBulkStore::Recover(std::span<const StoredBlob> li
   {
     std::lock_guard lock(mu_);
     lost_.insert(lost.begin(), lost.end());
+  }
+  if (adopted > 0) {
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                                import_start)
+                          .count();
+    uint64_t bytes = 0;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [alloc_id, alloc] : allocs_) bytes += alloc->vmm ? alloc->vmm->size() : 0;
+    }
+    GPUFS_LOG(INFO) << "gpu store " << device_ << ": re-imported " << adopted << " blobs in "
+                    << imported.size() << " allocations (" << bytes
+                    << " bytes) the last daemon left, in " << ms << " ms";
   }
   if (!lost.empty() || restored > 0) {
     GPUFS_LOG(INFO) << "gpu store " << device_ << ": " << lost.size()
@@ -562,24 +601,27 @@ Status GpuBulkStore::Allocate(BlobId id, const SharingKey& key, uint64_t size) {
                   : ipc_ == GpuIpcMode::kVmm ? Status::Ok()
                                              : Zero(place->data, size);
   Dropped dropped;  // freed after the lock is released
-  std::lock_guard lock(mu_);
-  if (status.ok() && !blobs_
-                          .emplace(id, BlobRecord{.place = *place,
-                                                  .size = size,
-                                                  .owner = owner_uid,
-                                                  .sealed = false,
-                                                  .key = key,
-                                                  .retired = {}})
-                          .second) {
-    status = Error(EEXIST, "gpu store " + device_ + ": " + Describe(id) + " already exists");
+  {
+    std::lock_guard lock(mu_);
+    if (status.ok() && !blobs_
+                            .emplace(id, BlobRecord{.place = *place,
+                                                    .size = size,
+                                                    .owner = owner_uid,
+                                                    .sealed = false,
+                                                    .key = key,
+                                                    .retired = {}})
+                            .second) {
+      status = Error(EEXIST, "gpu store " + device_ + ": " + Describe(id) + " already exists");
+    }
+    if (!status.ok()) {
+      if (place.ok()) ReleasePlaceLocked(*place, &dropped);
+      used_ -= need;
+      return status.Prepend("gpu store " + device_ + ": allocate " + Describe(id) + " of " +
+                            std::to_string(size) + " bytes");
+    }
+    lost_.erase(id);
   }
-  if (!status.ok()) {
-    if (place.ok()) ReleasePlaceLocked(*place, &dropped);
-    used_ -= need;
-    return status.Prepend("gpu store " + device_ + ": allocate " + Describe(id) + " of " +
-                          std::to_string(size) + " bytes");
-  }
-  lost_.erase(id);
+  ReportAdded(id, *place);
   return Status::Ok();
 }
 
@@ -664,6 +706,9 @@ Status GpuBulkStore::Resize(BlobId id, uint64_t old_size, uint64_t new_size) {
     if (status.ok() && ipc_ != GpuIpcMode::kVmm) {  // VMM places are fresh, zeroed allocations
       status = Zero(place->data + old_size, new_size - old_size);
     }
+    // The bytes so far are in the new place: the supervisor may keep it
+    // instead of the old one (before the write that grew the blob returns).
+    if (status.ok()) ReportAdded(id, *place);
     Dropped dropped;  // freed after the lock is released
     std::lock_guard lock(mu_);
     if (!status.ok()) {
@@ -750,6 +795,7 @@ Status GpuBulkStore::Seal(BlobId id, uint64_t size) {
     Result<Place> place = AcquirePackPlace(blob.key, size);
     Status moved = place.status();
     if (moved.ok()) moved = DeviceToDevice(place->data, old.data, size);
+    if (moved.ok()) ReportAdded(id, *place);  // the copy is complete
     if (!moved.ok() && place.ok()) ReleasePlaces({*place});
     Dropped dropped;  // freed after the lock is released
     std::unique_lock lock(mu_);
@@ -802,6 +848,7 @@ Status GpuBulkStore::Seal(BlobId id, uint64_t size) {
   Result<Place> place = AcquirePlace(blob.owner, exact);
   Status moved = place.status();
   if (moved.ok()) moved = DeviceToDevice(place->data, old.data, size);
+  if (moved.ok()) ReportAdded(id, *place);  // the copy is complete
   Dropped dropped;  // freed after the lock is released
   std::lock_guard lock(mu_);
   BlobRecord* rec = FindLocked(id);
@@ -844,6 +891,7 @@ void GpuBulkStore::Free(BlobId id) {
     blobs_.erase(it);
   }
   ReleasePlaces(places);
+  ReportFreed(id);
 }
 
 void GpuBulkStore::ReleaseRetired(BlobId id) {
@@ -958,6 +1006,7 @@ Status GpuBulkStore::Reshare(BlobId id, const SharingKey& key, bool keep_old) {
     if (place.ok()) ReleasePlaces({*place});
     return moved.Prepend(what);
   }
+  ReportAdded(id, *place);  // the copy is complete
   std::unique_lock lock(mu_);
   BlobRecord* rec = FindLocked(id);
   if (rec == nullptr) {
@@ -1041,6 +1090,90 @@ Result<IpcExport> GpuBulkStore::Export(BlobId id) {
   out.handle_type = IpcExport::kLegacy;
   std::memcpy(out.handle, &handle, sizeof(out.handle));
   return out;
+}
+
+// ---- Takeover: blob fds kept by another process (docs/TAKEOVER.md)
+
+void GpuBulkStore::ReportAdded(BlobId id, const Place& place) {
+  if (fd_sink_ == nullptr) return;
+  std::shared_ptr<const UniqueFd> fd;
+  BlobMemory memory{.bytes = 0, .offset = place.offset, .range = place.reserved, .id = 0};
+  {
+    std::lock_guard lock(mu_);
+    const Allocation* found = FindAllocLocked(place.alloc);
+    if (found == nullptr || !found->vmm) return;
+    fd = found->vmm->fd();
+    memory.bytes = found->vmm->size();
+    memory.id = found->memory_id != 0 ? found->memory_id : memory_ids_ + found->id;
+  }
+  // The caller still holds the place, so the allocation and its fd live on.
+  fd_sink_->BlobAdded(device_, id, fd->get(), memory);
+}
+
+void GpuBulkStore::ReportFreed(BlobId id) {
+  if (fd_sink_ != nullptr) fd_sink_->BlobFreed(device_, id);
+}
+
+Status GpuBulkStore::AdoptInherited(const StoredBlob& blob, InheritedBlobFd inherited,
+                                    std::map<uint64_t, uint64_t>* imported) {
+  const BlobMemory m = inherited.memory;
+  if (m.bytes == 0 || m.bytes % alignment_ != 0 || m.range == 0 || m.offset > m.bytes ||
+      m.range > m.bytes - m.offset || blob.size > m.range) {
+    return Error(EINVAL, "its memory (" + std::to_string(m.range) + " bytes at " +
+                             std::to_string(m.offset) + " of " + std::to_string(m.bytes) +
+                             ") cannot hold its " + std::to_string(blob.size) + " bytes");
+  }
+  // A blob alone in its allocation, or one of a pack's.
+  const bool pack = m.offset != 0 || m.range != m.bytes;
+  const std::string conflict = Describe(blob.id) + ": its range overlaps another blob's";
+  auto enter = [&](Allocation& alloc) -> Status {  // mu_ held
+    if (blobs_.contains(blob.id)) return Error(EEXIST, Describe(blob.id) + " is already live");
+    if (pack && !alloc.ranges->Reserve(m.offset, m.range)) return Error(EINVAL, conflict);
+    ++alloc.blobs;
+    used_ += m.range;
+    Place place{
+        .alloc = alloc.id, .offset = m.offset, .reserved = m.range, .data = alloc.base() + m.offset};
+    blobs_.emplace(blob.id, BlobRecord{.place = place,
+                                       .size = blob.size,
+                                       .owner = blob.owner_uid,
+                                       .sealed = blob.sealed,
+                                       .key = SharingKey(blob.owner_uid),
+                                       .retired = {}});
+    return Status::Ok();
+  };
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = imported->find(m.id); m.id != 0 && it != imported->end()) {
+      Allocation* alloc = FindAllocLocked(it->second);
+      if (alloc == nullptr || !alloc->pack || !pack || alloc->vmm->size() != m.bytes) {
+        return Error(EINVAL, conflict);
+      }
+      return enter(*alloc);  // the fd is a duplicate of the one imported
+    }
+  }
+  auto alloc = std::make_unique<Allocation>();
+  GPUFS_ASSIGN_OR_RETURN(alloc->vmm, VmmMemory::Import(ordinal_, std::move(inherited.fd), m.bytes));
+  alloc->owner = blob.owner_uid;
+  alloc->memory_id = m.id;
+  alloc->exported = true;  // mappers of the last daemon may hold it: Seal never moves it
+  if (pack) {
+    // Not offered to new blobs (its key is not known here); freed with its
+    // last blob.
+    alloc->pack = true;
+    alloc->ranges.emplace(m.bytes, kPackAlignment);
+  } else {
+    alloc->dedicated = true;
+  }
+  std::lock_guard lock(mu_);
+  alloc->id = next_alloc_id_++;
+  Allocation& entered = *alloc;
+  GPUFS_RETURN_IF_ERROR(enter(entered));  // `alloc` (and its import) goes on failure
+  allocs_.emplace(entered.id, std::move(alloc));
+  ++(pack ? pack_count_ : dedicated_count_);
+  if (m.id != 0) (*imported)[m.id] = entered.id;
+  // The memory was in use at Open, so a default capacity did not count it.
+  if (default_capacity_) capacity_ += m.bytes;
+  return Status::Ok();
 }
 
 }  // namespace gpufs

@@ -35,8 +35,10 @@
 //
 // The store keeps its own table of blobs by id; callers name blobs by id only.
 //
-// Device memory does not survive the daemon: Recover reports every non-empty
-// blob as lost.
+// Device memory does not survive the daemon, unless another process kept it
+// (kVmm with a BlobFdSink, the takeover supervisor: docs/TAKEOVER.md): Recover
+// re-imports the blobs whose allocation fds it is given and reports every
+// other non-empty blob as lost.
 #pragma once
 
 #include <array>
@@ -81,6 +83,12 @@ struct GpuStoreOptions {
   std::optional<uint64_t> capacity;    // default: 90% of the free device memory at Open
   uint64_t arena_size = 256ull << 20;  // bytes per shared arena; a multiple of alignment
   uint64_t alignment = 512;            // of every blob's offset; a power of two
+  // kVmm: told of each blob's allocation fd as blobs get, change and free
+  // their allocation (bulk_store.h). Null: nobody is told. Outlives the store.
+  BlobFdSink* fd_sink = nullptr;
+  // kVmm: allocations of an earlier daemon, by blob; Recover re-imports those
+  // of its live blobs and takes them out. Null: none. Used only by Recover.
+  InheritedBlobFds* inherited = nullptr;
 };
 
 // Threads: every method may be called from any thread, as bulk_store.h says.
@@ -108,10 +116,18 @@ class GpuBulkStore final : public BulkStore {
   const std::string& device() const override { return device_; }
   StoreUsage Usage() const override;
 
-  // Releases all device memory the store holds, then returns the id of every
-  // blob in `live` with size > 0 (their bytes went with the previous daemon).
-  // Blobs of size 0 get a fresh place and stay live (reported lost only if no
-  // place can be had). Reads of a lost blob give EIO; Free forgets it.
+  // Releases all device memory the store holds. A live blob with an allocation
+  // in GpuStoreOptions::inherited (kVmm) is re-imported and mapped as it is:
+  // intact, sealed or not as `live` says, never moved by Seal (mappers may
+  // hold it); its reservation is the range its record names (BlobMemory). The
+  // blobs of one pack share one import; such a pack takes no new blobs and
+  // goes with its last blob. Returns the id of
+  // every other blob in `live` with size > 0 (their bytes went with the
+  // previous daemon), and of blobs whose import failed or whose allocation is
+  // shorter than their size (the sink is told BlobFreed). Blobs of size 0 get
+  // a fresh place and stay live (reported lost only if no place can be had).
+  // With the default capacity, re-imported bytes are added to it (they were
+  // not free at Open). Reads of a lost blob give EIO; Free forgets it.
   Result<std::vector<BlobId>> Recover(std::span<const StoredBlob> live) override;
 
   // Places `size` zero bytes in an arena of key.uid (a new arena if none
@@ -216,6 +232,16 @@ class GpuBulkStore final : public BulkStore {
   using Dropped = std::vector<std::unique_ptr<Allocation>>;
 
   GpuBulkStore(const GpuStoreOptions& options, uint64_t capacity, std::array<uint8_t, 16> uuid);
+
+  // ---- Takeover (gpu_store_takeover.cc): blob fds for the BlobFdSink.
+  // Tells the sink that `id` now lives at `place` (kVmm only). Must not hold mu_.
+  void ReportAdded(BlobId id, const Place& place);
+  void ReportFreed(BlobId id);
+  // Re-imports `blob` from `inherited` and enters it live (Recover): a pack
+  // (several blobs, BlobMemory::id alike) is imported once; `imported` maps
+  // BlobMemory::id to the allocation made for it.
+  Status AdoptInherited(const StoredBlob& blob, InheritedBlobFd inherited,
+                        std::map<uint64_t, uint64_t>* imported);
   // A dedicated allocation of `bytes` (VMM or cudaMalloc by ipc_), zeroed.
   Status AllocateDedicated(Allocation* alloc, uint64_t bytes, bool pooled);
 
@@ -263,7 +289,11 @@ class GpuBulkStore final : public BulkStore {
   const int ordinal_;
   const std::string device_;
   const std::array<uint8_t, 16> uuid_;
-  const uint64_t capacity_;
+  uint64_t capacity_;  // GUARDED_BY(mu_) (grows once, in Recover, by re-imported bytes)
+  const bool default_capacity_;
+  BlobFdSink* const fd_sink_;
+  InheritedBlobFds* const inherited_;
+  const uint64_t memory_ids_;  // random: BlobMemory::id is this + the allocation id
   const uint64_t arena_size_;
   const uint64_t alignment_;
   const uint64_t dedicated_threshold_;  // arena_size / 4; 0 (all dedicated) unless kSharedArenas

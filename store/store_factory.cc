@@ -108,6 +108,8 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
       options.ordinal = ordinal;
       options.capacity = tier_capacity("cuda:" + std::to_string(ordinal));
       if (!options.capacity) options.capacity = config.capacity;
+      options.fd_sink = config.fd_sink;
+      options.inherited = config.inherited;
       // auto: VMM where the device and driver can export POSIX fds.
       options.ipc = config.ipc == "legacy" ? GpuIpcMode::kLegacy : GpuIpcMode::kVmm;
       auto opened = GpuBulkStore::Open(options);

@@ -24,6 +24,10 @@ struct StoreConfig {
   std::map<std::string, uint64_t> tier_capacity;
   std::string disk_dir;
   std::string ipc = "auto";          // auto | vmm | legacy (see GpuIpcMode)
+  // GPU stores (kVmm): GpuStoreOptions::fd_sink and ::inherited, for a
+  // daemon run by the takeover supervisor. Null: none.
+  BlobFdSink* fd_sink = nullptr;
+  InheritedBlobFds* inherited = nullptr;
 };
 
 struct OpenedStores {

@@ -27,6 +27,7 @@ struct Driver {
   decltype(&::cuMemUnmap) Unmap = nullptr;
   decltype(&::cuMemSetAccess) SetAccess = nullptr;
   decltype(&::cuMemExportToShareableHandle) Export = nullptr;
+  decltype(&::cuMemImportFromShareableHandle) Import = nullptr;
   decltype(&::cuMemsetD8) MemsetD8 = nullptr;
   decltype(&::cuCtxSynchronize) CtxSynchronize = nullptr;
   bool ok = false;
@@ -54,7 +55,8 @@ const Driver& Api() {
         Load("cuMemRelease", &d.Release) && Load("cuMemAddressReserve", &d.Reserve) &&
         Load("cuMemAddressFree", &d.AddressFree) && Load("cuMemMap", &d.Map) &&
         Load("cuMemUnmap", &d.Unmap) && Load("cuMemSetAccess", &d.SetAccess) &&
-        Load("cuMemExportToShareableHandle", &d.Export) && Load("cuMemsetD8", &d.MemsetD8) &&
+        Load("cuMemExportToShareableHandle", &d.Export) &&
+        Load("cuMemImportFromShareableHandle", &d.Import) && Load("cuMemsetD8", &d.MemsetD8) &&
         Load("cuCtxSynchronize", &d.CtxSynchronize);
     return d;
   }();
@@ -172,6 +174,39 @@ Result<std::unique_ptr<VmmMemory>> VmmMemory::Create(int ordinal, uint64_t bytes
   GPUFS_RETURN_IF_ERROR(DriverError("cuMemExportToShareableHandle",
                                     d.Export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)));
   m->fd_ = std::make_shared<const UniqueFd>(fd);
+  return m;
+}
+
+Result<std::unique_ptr<VmmMemory>> VmmMemory::Import(int ordinal, UniqueFd fd, uint64_t bytes) {
+  const Driver& d = Api();
+  if (!d.ok) return Error(ENODEV, "the CUDA driver has no VMM entry points");
+  if (bytes == 0 || !fd.valid()) {
+    return Error(EINVAL, "import of a VMM allocation: no fd or no size");
+  }
+  GPUFS_RETURN_IF_ERROR(CudaError("cudaSetDevice", cudaSetDevice(ordinal)));
+  CUdevice dev;
+  GPUFS_RETURN_IF_ERROR(DriverError("cuDeviceGet", d.DeviceGet(&dev, ordinal)));
+  std::unique_ptr<VmmMemory> m(new VmmMemory);
+  m->ordinal_ = ordinal;
+  m->bytes_ = bytes;
+  CUmemGenericAllocationHandle h;
+  GPUFS_RETURN_IF_ERROR(
+      DriverError("cuMemImportFromShareableHandle",
+                  d.Import(&h, reinterpret_cast<void*>(static_cast<uintptr_t>(fd.get())),
+                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)));
+  m->handle_ = h;
+  m->fd_ = std::make_shared<const UniqueFd>(std::move(fd));
+  CUdeviceptr va = 0;
+  GPUFS_RETURN_IF_ERROR(DriverError("cuMemAddressReserve", d.Reserve(&va, bytes, 0, 0, 0)));
+  m->ptr_ = reinterpret_cast<std::byte*>(va);
+  // Fails (CUDA_ERROR_INVALID_VALUE) when `bytes` passes the allocation.
+  Status mapped = DriverError("cuMemMap(" + std::to_string(bytes) + ")", d.Map(va, bytes, 0, h, 0));
+  if (!mapped.ok()) return Error(EINVAL, mapped.message());
+  m->mapped_ = true;
+  CUmemAccessDesc access{};
+  access.location = Prop(dev).location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  GPUFS_RETURN_IF_ERROR(DriverError("cuMemSetAccess", d.SetAccess(va, bytes, &access, 1)));
   return m;
 }
 

@@ -30,6 +30,12 @@ class VmmMemory {
   // `ordinal`, mapped read-write in this process and exported as an fd.
   // ENOSPC when the device is out of memory; ENODEV without VMM support.
   static Result<std::unique_ptr<VmmMemory>> Create(int ordinal, uint64_t bytes);
+  // The allocation of `bytes` bytes behind `fd` (exported by Create, in this
+  // process or an earlier daemon), imported and mapped read-write in this
+  // process; its bytes are left as they are. Takes `fd` (it becomes fd()).
+  // EINVAL if `bytes` is 0 or more than the allocation holds; ENODEV without
+  // VMM support; the driver's error otherwise.
+  static Result<std::unique_ptr<VmmMemory>> Import(int ordinal, UniqueFd fd, uint64_t bytes);
   ~VmmMemory();
   VmmMemory(const VmmMemory&) = delete;
   VmmMemory& operator=(const VmmMemory&) = delete;

@@ -11,7 +11,9 @@
 //     kHandleOpen/Close  every open file handle, sent before the kernel gets
 //                        the reply that names it; kHandleUpdate adds flags (mapped)
 //     kBlobSize  the live size of an unsealed blob (before the write's reply)
-//     kBlobAdd (+1 fd) / kBlobFree  blobs whose memory lives in an fd (GPU VMM)
+//     kBlobAdd (BlobFd + 1 fd) / kBlobFree  blobs whose memory lives in an fd
+//                (GPU VMM); the bytes of the allocation come with the fd (the
+//                driver cannot tell an importer how large an allocation is)
 //     kReady     serving (after the INIT replay and the NOTIFY_RESEND)
 //     kFailed    a start-up error, as text, before exiting
 // A message the worker sent before dying is still read by the supervisor:
@@ -81,6 +83,18 @@ struct Hello {
 struct BlobSize {
   uint64_t blob = 0;
   uint64_t size = 0;
+};
+
+// A blob whose memory lives in an fd: the blob, the size of the memory
+// behind the fd, the blob's range in it and an id that is the same for blobs
+// sharing one allocation (kBlobAdd, and the records of a kBlobs batch). A
+// kBlobAdd of only the blob id (an older worker) means bytes 0: unknown.
+struct BlobFd {
+  uint64_t blob = 0;
+  uint64_t bytes = 0;
+  uint64_t offset = 0;
+  uint64_t range = 0;
+  uint64_t memory = 0;
 };
 
 struct Message {

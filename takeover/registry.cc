@@ -46,14 +46,21 @@ Status Registry::Apply(Message m) {
       return Status::Ok();
     }
     case MsgType::kBlobAdd: {
-      GPUFS_ASSIGN_OR_RETURN(uint64_t blob, As<uint64_t>(m));
+      BlobFd add;
+      if (m.payload.size() == sizeof(uint64_t)) {  // an older worker: bytes unknown
+        GPUFS_ASSIGN_OR_RETURN(add.blob, As<uint64_t>(m));
+      } else {
+        GPUFS_ASSIGN_OR_RETURN(add, As<BlobFd>(m));
+      }
       if (m.fds.size() != 1) return Error(EPROTO, "blob add without exactly one fd");
-      blobs_[blob] = std::move(m.fds[0]);  // replaces (and closes) an older fd of that id
+      blobs_[add.blob] = std::move(m.fds[0]);  // replaces (and closes) an older fd of that id
+      records_[add.blob] = add;
       return Status::Ok();
     }
     case MsgType::kBlobFree: {
       GPUFS_ASSIGN_OR_RETURN(uint64_t blob, As<uint64_t>(m));
       blobs_.erase(blob);  // closes the fd: the memory goes when the worker's copy does
+      records_.erase(blob);
       return Status::Ok();
     }
     case MsgType::kReady:
@@ -75,6 +82,16 @@ void Registry::Release(uint64_t blob) {
 uint64_t Registry::blob_size(uint64_t blob) const {
   auto it = sizes_.find(blob);
   return it == sizes_.end() ? 0 : it->second;
+}
+
+uint64_t Registry::blob_bytes(uint64_t blob) const { return blob_record(blob).bytes; }
+
+BlobFd Registry::blob_record(uint64_t blob) const {
+  auto it = records_.find(blob);
+  if (it != records_.end()) return it->second;
+  BlobFd none;
+  none.blob = blob;
+  return none;
 }
 
 int Registry::blob_fd(uint64_t blob) const {
@@ -113,7 +130,7 @@ Status Registry::SendHandover(int fd, uint32_t generation, int32_t supervisor_pi
     GPUFS_RETURN_IF_ERROR(
         Send(fd, MsgType::kSizes, std::as_bytes(std::span(size_batch.data() + at, n))));
   }
-  std::vector<uint64_t> ids;
+  std::vector<BlobFd> ids;
   std::vector<int> fds;
   auto flush_blobs = [&]() -> Status {
     if (ids.empty()) return Status::Ok();
@@ -123,7 +140,7 @@ Status Registry::SendHandover(int fd, uint32_t generation, int32_t supervisor_pi
     return s;
   };
   for (const auto& [blob, blob_fd] : blobs_) {
-    ids.push_back(blob);
+    ids.push_back(blob_record(blob));
     fds.push_back(blob_fd.get());
     if (ids.size() == kMaxFds) GPUFS_RETURN_IF_ERROR(flush_blobs());
   }
@@ -160,14 +177,15 @@ Result<Handover> ReceiveHandover(int fd) {
         break;
       }
       case MsgType::kBlobs: {
-        size_t n = m.payload.size() / sizeof(uint64_t);
-        if (m.payload.size() % sizeof(uint64_t) != 0 || n != m.fds.size()) {
+        size_t n = m.payload.size() / sizeof(BlobFd);
+        if (m.payload.size() % sizeof(BlobFd) != 0 || n != m.fds.size()) {
           return Error(EPROTO, "bad blob batch");
         }
         for (size_t i = 0; i < n; ++i) {
-          uint64_t id;
-          std::memcpy(&id, m.payload.data() + i * sizeof id, sizeof id);
-          h.blob_fds[id] = std::move(m.fds[i]);
+          BlobFd rec;
+          std::memcpy(&rec, m.payload.data() + i * sizeof rec, sizeof rec);
+          h.blob_fds[rec.blob] = std::move(m.fds[i]);
+          h.blob_records[rec.blob] = rec;
         }
         break;
       }

@@ -40,6 +40,10 @@ class Registry {
   int blob_fd(uint64_t blob) const;
   // 0 when unknown.
   uint64_t blob_size(uint64_t blob) const;
+  // Bytes of the memory behind blob_fd(blob); 0 when unknown.
+  uint64_t blob_bytes(uint64_t blob) const;
+  // The record of blob_fd(blob) (all zero but `blob` when unknown).
+  BlobFd blob_record(uint64_t blob) const;
 
  private:
   void Release(uint64_t blob);  // one handle less holds `blob`
@@ -50,6 +54,7 @@ class Registry {
   std::map<uint64_t, int> holders_;     // blob -> handles holding it
   std::map<uint64_t, uint64_t> sizes_;  // blob -> live size, while held
   std::map<uint64_t, UniqueFd> blobs_;
+  std::map<uint64_t, BlobFd> records_;  // blob -> where it is behind its fd
 };
 
 // What a new worker receives: the handover, read from `fd` until kHelloDone.
@@ -59,6 +64,7 @@ struct Handover {
   std::vector<HandleRecord> handles;
   std::map<uint64_t, uint64_t> sizes;  // unsealed blob -> live size
   std::map<uint64_t, UniqueFd> blob_fds;
+  std::map<uint64_t, BlobFd> blob_records;  // where each blob is behind its fd
 };
 Result<Handover> ReceiveHandover(int fd);
 

@@ -65,10 +65,12 @@ TEST(RegistryTest, HandoverCarriesInitHandlesAndBlobFds) {
   SendApply(w1, reg, MsgType::kHandleUpdate, AsBytes(h2));
   SendApply(w1, reg, MsgType::kHandleClose, AsBytes(h1.fh));
   UniqueFd blob7 = MemfdWith("seven"), blob8 = MemfdWith("eight");
-  uint64_t id7 = 7, id8 = 8;
+  uint64_t id7 = 7;
+  BlobFd add7{7, 2 << 20, 0, 2 << 20, 70}, add8{8, 4 << 20, 1024, 512, 80};
   int fd7 = blob7.get(), fd8 = blob8.get();
-  SendApply(w1, reg, MsgType::kBlobAdd, AsBytes(id7), std::span(&fd7, 1));
-  SendApply(w1, reg, MsgType::kBlobAdd, AsBytes(id8), std::span(&fd8, 1));
+  SendApply(w1, reg, MsgType::kBlobAdd, AsBytes(add7), std::span(&fd7, 1));
+  SendApply(w1, reg, MsgType::kBlobAdd, AsBytes(add8), std::span(&fd8, 1));
+  EXPECT_EQ(reg.blob_bytes(8), 4u << 20);
   SendApply(w1, reg, MsgType::kBlobFree, AsBytes(id7));
   blob7.reset();  // the worker's copies go away with the worker
   EXPECT_EQ(reg.handles(), 1u);
@@ -91,6 +93,11 @@ TEST(RegistryTest, HandoverCarriesInitHandlesAndBlobFds) {
   EXPECT_EQ(h->handles[0].pid, 43u);
   ASSERT_EQ(h->blob_fds.size(), 1u);
   ASSERT_TRUE(h->blob_fds.count(8));
+  // Where the blob is in the memory travels with its fd.
+  EXPECT_EQ(h->blob_records[8].bytes, 4u << 20);
+  EXPECT_EQ(h->blob_records[8].offset, 1024u);
+  EXPECT_EQ(h->blob_records[8].range, 512u);
+  EXPECT_EQ(h->blob_records[8].memory, 80u);
   int received = h->blob_fds[8].get();
   EXPECT_EQ(ReadAll(received), "eight");
   // The same memory, not a copy: a write through one shows through the other.
@@ -176,9 +183,10 @@ TEST(RegistryTest, ThousandsOfHandlesAndBlobFdsCrossInBatches) {
   Pair w1 = Channel();
   for (int i = 1; i <= kBlobs; ++i) {
     UniqueFd blob = MemfdWith("blob" + std::to_string(i));
-    uint64_t id = static_cast<uint64_t>(i);
+    BlobFd add{static_cast<uint64_t>(i), static_cast<uint64_t>(i) << 21, 0,
+               static_cast<uint64_t>(i) << 21, static_cast<uint64_t>(i)};
     int fd = blob.get();
-    SendApply(w1, reg, MsgType::kBlobAdd, AsBytes(id), std::span(&fd, 1));
+    SendApply(w1, reg, MsgType::kBlobAdd, AsBytes(add), std::span(&fd, 1));
   }
   for (int i = 1; i <= kHandles; ++i) {
     HandleRecord rec{
@@ -197,6 +205,7 @@ TEST(RegistryTest, ThousandsOfHandlesAndBlobFdsCrossInBatches) {
   EXPECT_EQ(got->handles.size(), static_cast<size_t>(kHandles));
   ASSERT_EQ(got->blob_fds.size(), static_cast<size_t>(kBlobs));
   EXPECT_EQ(ReadAll(got->blob_fds[1234].get()), "blob1234");
+  EXPECT_EQ(got->blob_records[1234].bytes, 1234ull << 21);
   EXPECT_EQ(got->handles[4999].fh, 5000u);
   std::printf("handover of %d handles and %d fds: %.1f ms\n", kHandles, kBlobs, ms.count());
 }

@@ -45,6 +45,14 @@ WorkerLink::WorkerLink(UniqueFd channel, int fuse_fd, Handover handover)
   }
 }
 
+BlobFd WorkerLink::inherited_blob(uint64_t blob) const {
+  auto it = handover_.blob_records.find(blob);
+  if (it != handover_.blob_records.end()) return it->second;
+  BlobFd none;
+  none.blob = blob;
+  return none;
+}
+
 const HandleRecord* WorkerLink::HandleOpenedBy(uint64_t unique) const {
   auto it = by_unique_.find(unique);
   return it == by_unique_.end() ? nullptr : it->second;
@@ -69,8 +77,8 @@ void WorkerLink::BlobSizeChanged(uint64_t blob, uint64_t size) {
   BlobSize bs{blob, size};
   Post(MsgType::kBlobSize, AsBytes(bs));
 }
-void WorkerLink::BlobAdded(uint64_t blob, int fd) {
-  Post(MsgType::kBlobAdd, AsBytes(blob), std::span(&fd, 1));
+void WorkerLink::BlobAdded(const BlobFd& rec, int fd) {
+  Post(MsgType::kBlobAdd, AsBytes(rec), std::span(&fd, 1));
 }
 void WorkerLink::BlobFreed(uint64_t blob) { Post(MsgType::kBlobFree, AsBytes(blob)); }
 void WorkerLink::Ready() { Post(MsgType::kReady, {}); }

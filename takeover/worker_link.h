@@ -34,6 +34,8 @@ class WorkerLink {
   const Handover& handover() const { return handover_; }
   // Blob fds handed over; the store that re-imports a blob takes its fd.
   std::map<uint64_t, UniqueFd>& inherited_blob_fds() { return handover_.blob_fds; }
+  // Where each inherited blob is behind its fd (bytes 0: unknown).
+  BlobFd inherited_blob(uint64_t blob) const;
   // Handles of earlier workers by the FUSE request that opened them (without
   // the resend bit); nullptr if none.
   const HandleRecord* HandleOpenedBy(uint64_t unique) const;
@@ -46,8 +48,9 @@ class WorkerLink {
   void HandleClosed(uint64_t fh);
   // Before the reply to a write that changed an unsealed blob's size.
   void BlobSizeChanged(uint64_t blob, uint64_t size);
-  // The supervisor keeps a duplicate of `fd` until BlobFreed(blob).
-  void BlobAdded(uint64_t blob, int fd);
+  // The supervisor keeps a duplicate of `fd` (where rec.blob is: `rec`) until
+  // BlobFreed(rec.blob) or the next BlobAdded of that blob.
+  void BlobAdded(const BlobFd& rec, int fd);
   void BlobFreed(uint64_t blob);
   void Ready();
   void Failed(const std::string& why);

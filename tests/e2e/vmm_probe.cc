@@ -19,7 +19,15 @@
 //                                keeps the old ones
 //   vmm-probe put DIR MIB        gpufs_create + D2D copy + gpufs_seal against a
 //                                D2D copy into cuMemAlloc'd memory (GB/s)
+//   vmm-probe watch PATH         maps PATH once, prints "mapped SUM" (the sum mod
+//                                2^64 of the blob's little-endian 64-bit words,
+//                                the last one zero-padded, read through the
+//                                mapping, in hex), then reads
+//                                the mapping again and again until stdin closes;
+//                                prints "rounds N mismatches M"; exit 0 if M is 0
+//                                (a mapper across worker takeovers)
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -79,12 +87,53 @@ std::string Hex(const uint8_t* p, size_t n) {
   return s;
 }
 
+uint64_t Sum64(const std::vector<uint8_t>& bytes) {
+  uint64_t sum = 0;
+  for (size_t at = 0; at < bytes.size(); at += 8) {
+    uint64_t word = 0;
+    std::memcpy(&word, bytes.data() + at, std::min<size_t>(8, bytes.size() - at));
+    sum += word;
+  }
+  return sum;
+}
+
+// True once stdin is closed (or in error): the caller wants the watch to end.
+bool StdinClosed() {
+  pollfd p{0, POLLIN, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  char c;
+  return ::read(0, &c, 1) <= 0;
+}
+
+int Watch(const char* path) {
+  gpufs_buffer buf;
+  if (Map(path, &buf) != 0) return 1;
+  std::vector<uint8_t> bytes;
+  Status s = Fetch(buf, reinterpret_cast<CUdeviceptr>(buf.ptr), &bytes, buf.size);
+  if (!s.ok()) return Fail(s.ToString());
+  const uint64_t first = Sum64(bytes);
+  std::printf("mapped %016llx\n", static_cast<unsigned long long>(first));
+  std::fflush(stdout);
+  uint64_t rounds = 0, mismatches = 0;
+  while (!StdinClosed()) {
+    s = Fetch(buf, reinterpret_cast<CUdeviceptr>(buf.ptr), &bytes, buf.size);
+    if (!s.ok()) return Fail("round " + std::to_string(rounds) + ": " + s.ToString());
+    ++rounds;
+    if (Sum64(bytes) != first) ++mismatches;
+  }
+  std::printf("rounds %llu mismatches %llu\n", static_cast<unsigned long long>(rounds),
+              static_cast<unsigned long long>(mismatches));
+  if (gpufs_unmap(&buf) != 0) return Fail(gpufs_last_error());
+  return mismatches == 0 ? 0 : 3;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) return Fail("usage: see the file comment");
   const std::string cmd = argv[1];
   const char* path = argv[2];
+  if (cmd == "watch") return Watch(path);
   if (cmd == "check" || cmd == "scan" || cmd == "shares") {
     if (argc < 4) return Fail("want BYTE");
     const uint8_t byte = static_cast<uint8_t>(std::strtoul(argv[3], nullptr, 0));

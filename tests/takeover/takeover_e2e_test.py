@@ -47,8 +47,10 @@ def wait_pid_exit(pid, timeout=TIMEOUT_S):
 class Mount:
     """gpufs mount DIR --foreground with its own state dir, unmounted at close."""
 
-    def __init__(self, root, env=None, extra=()):
+    def __init__(self, root, env=None, extra=(), store="host", capacity="2G"):
         self.root = root
+        self.store = store
+        self.capacity = capacity
         self.mnt = os.path.join(root, "mnt")
         self.state = os.path.join(root, "state")
         self.log_path = os.path.join(root, "gpufs.log")
@@ -61,8 +63,9 @@ class Mount:
         r, w = os.pipe()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [GPUFS_BIN, "mount", self.mnt, "--foreground", "--store", "host",
-                 "--state", self.state, "--capacity", "2G", "--ready-fd", str(w)] + self.extra,
+                [GPUFS_BIN, "mount", self.mnt, "--foreground", "--store", self.store,
+                 "--state", self.state, "--capacity", self.capacity, "--ready-fd", str(w)]
+                + self.extra,
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 pass_fds=[w], env=self.env)
         os.close(w)

@@ -1,0 +1,24 @@
+#include "takeover/blob_sink.h"
+
+namespace gpufs::takeover {
+
+void SupervisorBlobSink::BlobAdded(const std::string& device, BlobId blob, int fd,
+                                   const BlobMemory& memory) {
+  std::lock_guard lock(mu_);
+  device_of_[blob] = device;
+  link_.BlobAdded({blob, memory.bytes, memory.offset, memory.range, memory.id}, fd);
+}
+
+void SupervisorBlobSink::BlobFreed(const std::string& device, BlobId blob) {
+  std::lock_guard lock(mu_);
+  auto it = device_of_.find(blob);
+  if (it != device_of_.end()) {
+    if (it->second != device) return;  // the blob lives on in another store
+    device_of_.erase(it);
+  }
+  // Unknown here (re-imported at this worker's start, or a failed import):
+  // the supervisor's fd, if any, is this store's.
+  link_.BlobFreed(blob);
+}
+
+}  // namespace gpufs::takeover

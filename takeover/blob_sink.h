@@ -1,0 +1,34 @@
+// The worker's BlobFdSink (store/bulk_store.h): hands the GPU stores' blob
+// fds to the supervisor through the WorkerLink, which keeps them while no
+// worker runs (docs/TAKEOVER.md).
+//
+// The supervisor keeps one fd per blob id. While a blob moves between GPUs
+// (a migration, or a mapped blob's retired place), the target's BlobAdded
+// comes before the source's BlobFreed; that BlobFreed must not drop the
+// target's memory, so a BlobFreed from a store other than the one that last
+// added the blob is not forwarded. Thread-safe.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "store/bulk_store.h"
+#include "takeover/worker_link.h"
+
+namespace gpufs::takeover {
+
+class SupervisorBlobSink final : public BlobFdSink {
+ public:
+  explicit SupervisorBlobSink(WorkerLink& link) : link_(link) {}
+  void BlobAdded(const std::string& device, BlobId blob, int fd,
+                 const BlobMemory& memory) override;
+  void BlobFreed(const std::string& device, BlobId blob) override;
+
+ private:
+  WorkerLink& link_;
+  std::mutex mu_;  // the record and the message stay in one order
+  std::unordered_map<BlobId, std::string> device_of_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace gpufs::takeover
