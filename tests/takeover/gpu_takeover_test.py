@@ -4,7 +4,7 @@ scripts/gpu-check.sh (ctest label gpu).
 
 Members are put (cp and gpufs put); 4 consumers map members (vmm-probe watch:
 libgpufs) and re-read them through their mappings until told to stop; readers
-(cat, dd) and writers (cp, gpufs put) run while the worker is SIGKILLed 10
+(cat, dd) and writers (cp, gpufs put) run while the worker is SIGKILLed 20
 times at random moments. At the end: no failed syscall, every sealed GPU blob
 keeps its checksum, the consumers saw the right bytes throughout, and the GPU
 memory in use (nvidia-smi) is what it was before the kills.
@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from takeover_e2e_test import GPUFS_BIN, TIMEOUT_S, Mount  # noqa: E402
 
 PROBE = os.environ.get("GPUFS_PROBE", "vmm-probe")
-KILLS = 10
+KILLS = 20
 MEMORY_SLACK_MIB = 64  # CUDA context noise; a double allocation is >= 256 MiB
 
 
@@ -179,8 +179,8 @@ class GpuTakeoverTest(unittest.TestCase):
                     errors.append(f"{' '.join(cmd)}: {len(r.stdout)} bytes, wrong content")
                 count_op()
 
-        threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
-        threads += [threading.Thread(target=reader, args=(k,)) for k in range(4)]
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(8)]
+        threads += [threading.Thread(target=reader, args=(k,)) for k in range(8)]
         for t in threads:
             t.start()
         takeover_ms = []

@@ -130,7 +130,7 @@ class TakeoverTest(unittest.TestCase):
         return m
 
     def test_load_with_repeated_sigkill_of_the_worker(self):
-        """8 readers, 8 writers (cp and gpufs put), 15 kills: no error, no loss."""
+        """8 readers, 8 writers (cp and gpufs put), 20 kills: no error, no loss."""
         m = self.mount()
         rng = random.Random(int(os.environ.get("GPUFS_TAKEOVER_SEED", "0")) or None)
         seed = rng.randrange(1 << 30)
@@ -204,7 +204,7 @@ class TakeoverTest(unittest.TestCase):
         threads += [threading.Thread(target=reader, args=(k,)) for k in range(8)]
         for t in threads:
             t.start()
-        kills = 15
+        kills = 20
         try:
             for _ in range(kills):
                 # A random moment: after a random number of completed operations.
