@@ -1,0 +1,81 @@
+// The SQL of SqliteCatalog: every query it runs, as named constants over the
+// tables that meta/schema.cc creates. Internal to meta/sqlite_catalog*.cc.
+#pragma once
+
+namespace gpufs::catalog_internal {
+
+// Column lists shared by the queries and by EntryFromRow / BlobFromRow.
+#define GPUFS_ENTRY_COLUMNS \
+  "id, parent, name, kind, mode, uid, gid, atime_ns, mtime_ns, ctime_ns, blob"
+#define GPUFS_BLOB_COLUMNS "id, device, size, state, owner_uid, arena, offset, closed"
+
+constexpr char kGetEntrySql[] = "SELECT " GPUFS_ENTRY_COLUMNS " FROM entries WHERE id = ?";
+constexpr char kLookupChildSql[] =
+    "SELECT " GPUFS_ENTRY_COLUMNS " FROM entries WHERE parent = ? AND parent != 0 AND name = ?";
+constexpr char kListChildrenSql[] =
+    "SELECT " GPUFS_ENTRY_COLUMNS " FROM entries WHERE parent = ? AND id > ? ORDER BY id LIMIT ?";
+constexpr char kHasChildrenSql[] = "SELECT 1 FROM entries WHERE parent = ? LIMIT 1";
+constexpr char kCountChildObjectsSql[] =
+    "SELECT COUNT(*) FROM entries WHERE parent = ? AND kind = 1";
+constexpr char kCountAttachedSql[] = "SELECT COUNT(*) FROM entries WHERE parent != 0 OR id = ?";
+constexpr char kListDetachedSql[] =
+    "SELECT id FROM entries WHERE parent = 0 AND id != ? ORDER BY id";
+
+constexpr char kInsertRootSql[] =
+    "INSERT INTO entries (" GPUFS_ENTRY_COLUMNS ") VALUES (?, 0, '', ?, ?, ?, ?, ?, ?, ?, NULL)";
+constexpr char kInsertEntrySql[] =
+    "INSERT INTO entries (parent, name, kind, mode, uid, gid, atime_ns, mtime_ns, ctime_ns, blob)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+// 61440 = S_IFMT: the type bits stay as they are.
+constexpr char kUpdateEntryAttrsSql[] =
+    "UPDATE entries SET mode = (mode & 61440) | ?, uid = ?, gid = ?, atime_ns = ?, mtime_ns = ?,"
+    " ctime_ns = ? WHERE id = ?";
+constexpr char kTouchEntrySql[] = "UPDATE entries SET mtime_ns = ?, ctime_ns = ? WHERE id = ?";
+constexpr char kDetachEntrySql[] = "UPDATE entries SET parent = 0 WHERE id = ?";
+constexpr char kMoveEntrySql[] =
+    "UPDATE entries SET parent = ?, name = ?, ctime_ns = ? WHERE id = ?";
+constexpr char kSetEntryBlobSql[] = "UPDATE entries SET blob = ? WHERE id = ?";
+constexpr char kDeleteEntrySql[] = "DELETE FROM entries WHERE id = ?";
+// Whether entry ?2 is entry ?1 or one of its ancestors.
+constexpr char kIsSelfOrAncestorSql[] = R"sql(
+WITH RECURSIVE ancestors(id) AS (
+  SELECT ?1
+  UNION
+  SELECT entries.parent FROM entries JOIN ancestors ON entries.id = ancestors.id
+  WHERE entries.parent != 0
+)
+SELECT 1 FROM ancestors WHERE id = ?2 LIMIT 1)sql";
+
+constexpr char kGetBlobSql[] = "SELECT " GPUFS_BLOB_COLUMNS " FROM blobs WHERE id = ?";
+constexpr char kListBlobsSql[] = "SELECT " GPUFS_BLOB_COLUMNS " FROM blobs ORDER BY id";
+constexpr char kInsertBlobSql[] =
+    "INSERT INTO blobs (device, size, state, owner_uid, arena, offset, closed)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)";
+constexpr char kUpdateBlobSql[] =
+    "UPDATE blobs SET device = ?, size = ?, state = ?, owner_uid = ?, arena = ?, offset = ?,"
+    " closed = ? WHERE id = ?";
+constexpr char kDeleteBlobSql[] = "DELETE FROM blobs WHERE id = ?";
+constexpr char kEntryOfBlobSql[] = "SELECT id FROM entries WHERE blob = ?";
+constexpr char kListUnlinkedBlobsSql[] =
+    "SELECT id FROM blobs WHERE NOT EXISTS (SELECT 1 FROM entries WHERE entries.blob = blobs.id)"
+    " ORDER BY id";
+
+constexpr char kGetXattrSql[] = "SELECT value FROM xattrs WHERE entry = ? AND name = ?";
+constexpr char kListXattrsSql[] = "SELECT name FROM xattrs WHERE entry = ? ORDER BY name";
+constexpr char kInsertXattrSql[] = "INSERT INTO xattrs (entry, name, value) VALUES (?, ?, ?)";
+constexpr char kReplaceXattrSql[] = "UPDATE xattrs SET value = ? WHERE entry = ? AND name = ?";
+constexpr char kUpsertXattrSql[] =
+    "INSERT INTO xattrs (entry, name, value) VALUES (?, ?, ?)"
+    " ON CONFLICT (entry, name) DO UPDATE SET value = excluded.value";
+constexpr char kDeleteXattrSql[] = "DELETE FROM xattrs WHERE entry = ? AND name = ?";
+constexpr char kDeleteXattrsOfEntrySql[] = "DELETE FROM xattrs WHERE entry = ?";
+
+constexpr char kBumpGenerationSql[] =
+    "INSERT INTO settings (key, value) VALUES ('generation', 1)"
+    " ON CONFLICT (key) DO UPDATE SET value = value + 1";
+constexpr char kGetGenerationSql[] = "SELECT value FROM settings WHERE key = 'generation'";
+
+#undef GPUFS_ENTRY_COLUMNS
+#undef GPUFS_BLOB_COLUMNS
+
+}  // namespace gpufs::catalog_internal
