@@ -1,0 +1,103 @@
+// Request adapters for file data: create, open, read, write, flush, fsync and
+// release, with the takeover records of open handles (fs/fuse_takeover.h).
+#include <fcntl.h>
+
+#include <algorithm>
+
+#include "fs/fuse_ops.h"
+#include "fs/fuse_takeover.h"
+
+namespace gpufs::fuse_ops {
+
+namespace {
+
+// Releases a handle the kernel never got (the opener was interrupted).
+void Unopen(fuse_req_t req, HandleId handle) {
+  Status ignored = Ns(req).Release(handle);
+  (void)ignored;
+  Link(req).HandleClosed(handle);
+}
+
+}  // namespace
+
+void OnCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+              fuse_file_info* fi) {
+  fi->direct_io = 1;
+  if (const takeover::HandleRecord* rec = RecordedOpen(Link(req))) {
+    auto attr = Ns(req).GetAttr(rec->entry);
+    if (!attr.ok()) return ReplyError(req, "create", attr.status());
+    fi->fh = rec->fh;
+    fuse_entry_param e = ToEntry(*attr);
+    fuse_reply_create(req, &e, fi);
+    return;
+  }
+  auto opened = Ns(req).Create(CallerOf(req), parent, name, mode, fi->flags);
+  if (!opened.ok() && DoneBefore(opened.status(), EEXIST)) {
+    // Created by the dead worker before it recorded a handle: open it.
+    auto attr = Ns(req).Lookup(parent, name);
+    if (attr.ok()) opened = Ns(req).Open(CallerOf(req), attr->ino, fi->flags & ~O_EXCL);
+  }
+  if (!opened.ok()) return ReplyError(req, "create", opened.status());
+  fi->fh = opened->handle;
+  RecordOpen(req, *opened, fi->flags);
+  fuse_entry_param e = ToEntry(opened->attr);
+  if (fuse_reply_create(req, &e, fi) != 0) Unopen(req, opened->handle);
+}
+
+void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  fi->direct_io = 1;
+  fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY;  // FLUSH does nothing for readers
+  if (const takeover::HandleRecord* rec = RecordedOpen(Link(req))) {
+    fi->fh = rec->fh;
+    fuse_reply_open(req, fi);
+    return;
+  }
+  auto opened = Ns(req).Open(CallerOf(req), ino, fi->flags);
+  if (!opened.ok()) return ReplyError(req, "open", opened.status());
+  fi->fh = opened->handle;
+  RecordOpen(req, *opened, fi->flags);
+  if (fuse_reply_open(req, fi) != 0) Unopen(req, opened->handle);
+}
+
+void OnRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  // One buffer per worker thread, from the namespace: pinned when a GPU is
+  // served, so device-to-host copies land in it at full speed.
+  thread_local HostBuffer buffer(nullptr, nullptr);
+  thread_local size_t capacity = 0;
+  if (capacity < size) {
+    buffer = Ns(req).AllocateIoBuffer(std::max<size_t>(size, kMaxIo));
+    capacity = buffer ? std::max<size_t>(size, kMaxIo) : 0;
+    if (!buffer) return ReplyError(req, "read", Error(ENOMEM, "no read buffer"));
+  }
+  auto n = Ns(req).Read(fi->fh, static_cast<uint64_t>(off), {buffer.get(), size});
+  if (!n.ok()) return ReplyError(req, "read", n.status());
+  fuse_reply_buf(req, reinterpret_cast<const char*>(buffer.get()), *n);
+}
+
+void OnWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off,
+             fuse_file_info* fi) {
+  auto n = Ns(req).Write(fi->fh, static_cast<uint64_t>(off),
+                         {reinterpret_cast<const std::byte*>(buf), size});
+  if (!n.ok()) return ReplyError(req, "write", n.status());
+  fuse_reply_write(req, *n);
+}
+
+// Sent inside close(2), before it returns: a writer's bytes are made
+// durable here, so a close() that returned 0 survives kill -9 of the daemon.
+void OnFlush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  Status flushed = Ns(req).Flush(fi->fh);
+  if (!flushed.ok()) return ReplyError(req, "flush", flushed);
+  fuse_reply_err(req, 0);
+}
+
+void OnFsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) { fuse_reply_err(req, 0); }
+
+void OnRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  Status status = Ns(req).Release(fi->fh);
+  // The core already logged what a failed release did (discarding a blob).
+  if (!status.ok()) LogFailure("release", status, true);
+  Link(req).HandleClosed(fi->fh);
+  fuse_reply_err(req, 0);  // the kernel ignores release errors; the log has it
+}
+
+}  // namespace gpufs::fuse_ops

@@ -1,0 +1,116 @@
+// What every request adapter shares (see fs/fuse_ops.h): the server and the
+// caller behind a request, the takeover record of an open, failure replies
+// with their log line, and the conversions of attributes into replies.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "fs/fuse_ops.h"
+#include "fs/fuse_takeover.h"
+#include "util/log.h"
+
+namespace gpufs::fuse_ops {
+
+Namespace& Ns(fuse_req_t req) { return *static_cast<Server*>(fuse_req_userdata(req))->ns; }
+takeover::WorkerLink& Link(fuse_req_t req) {
+  return *static_cast<Server*>(fuse_req_userdata(req))->link;
+}
+
+void RecordOpen(fuse_req_t req, const OpenResult& opened, int flags) {
+  takeover::HandleRecord rec;
+  rec.fh = opened.handle;
+  rec.entry = opened.attr.ino;
+  rec.blob = opened.blob;
+  rec.flags = HandleFlags(opened.blob == 0, flags);
+  rec.pid = static_cast<uint32_t>(fuse_req_ctx(req)->pid);
+  RecordHandle(Link(req), rec);
+}
+
+Caller CallerOf(fuse_req_t req) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  return Caller{ctx->uid, ctx->gid, static_cast<uint32_t>(ctx->pid), {}};
+}
+
+Caller CallerWithGroups(fuse_req_t req) {
+  Caller caller = CallerOf(req);
+  std::vector<gid_t> groups(64);
+  int n = fuse_req_getgroups(req, static_cast<int>(groups.size()), groups.data());
+  if (n > static_cast<int>(groups.size())) {
+    groups.resize(static_cast<size_t>(n));
+    n = fuse_req_getgroups(req, static_cast<int>(groups.size()), groups.data());
+  }
+  if (n < 0) {
+    // Unknown (the process is gone): its groups give it nothing.
+    GPUFS_LOG(DEBUG) << "no supplementary groups of pid " << caller.pid << ": "
+                     << std::strerror(-n);
+    return caller;
+  }
+  groups.resize(std::min(static_cast<size_t>(n), groups.size()));
+  caller.groups.assign(groups.begin(), groups.end());
+  return caller;
+}
+
+void LogFailure(const char* op, const Status& status, bool routine) {
+  if (routine) {
+    GPUFS_LOG(DEBUG) << op << ": " << status.ToString();
+  } else if (status.code() == EIO || status.code() == ENOMEM) {
+    GPUFS_LOG(ERROR) << op << ": " << status.ToString();
+  } else {
+    GPUFS_LOG(INFO) << op << ": " << status.ToString();
+  }
+}
+
+void ReplyError(fuse_req_t req, const char* op, const Status& status, bool routine) {
+  LogFailure(op, status, routine);
+  fuse_reply_err(req, status.code());
+}
+
+timespec ToTimespec(int64_t ns) {
+  return timespec{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+}
+
+int64_t FromTimespec(const timespec& ts) {
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+int64_t NowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return FromTimespec(ts);
+}
+
+struct stat ToStat(const Attr& attr) {
+  struct stat st {};
+  st.st_ino = attr.ino;
+  st.st_mode = attr.mode;
+  st.st_nlink = attr.nlink;
+  st.st_uid = attr.uid;
+  st.st_gid = attr.gid;
+  st.st_size = static_cast<off_t>(attr.size);
+  st.st_blksize = kMaxIo;
+  st.st_blocks = static_cast<blkcnt_t>((attr.size + 511) / 512);
+  st.st_atim = ToTimespec(attr.atime_ns);
+  st.st_mtim = ToTimespec(attr.mtime_ns);
+  st.st_ctim = ToTimespec(attr.ctime_ns);
+  return st;
+}
+
+fuse_entry_param ToEntry(const Attr& attr) {
+  fuse_entry_param e{};
+  e.ino = attr.ino;
+  e.generation = 1;
+  e.attr = ToStat(attr);
+  e.attr_timeout = attr.stable ? kStableTimeout : kAttrTimeout;
+  e.entry_timeout = e.attr_timeout;
+  return e;
+}
+
+void ReplyEntry(fuse_req_t req, const char* op, const Result<Attr>& attr) {
+  if (!attr.ok()) return ReplyError(req, op, attr.status(), attr.status().code() == ENOENT);
+  fuse_entry_param e = ToEntry(*attr);
+  fuse_reply_entry(req, &e);
+}
+
+}  // namespace gpufs::fuse_ops

@@ -1,0 +1,47 @@
+// Request adapters for extended attributes: get, set, list and remove.
+#include <string>
+
+#include "fs/fuse_ops.h"
+#include "proto/xattr_names.h"
+
+namespace gpufs::fuse_ops {
+
+void OnGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  // user.gpufs.meta shows only what the caller could list and read: the core
+  // checks each member against the caller, supplementary groups included.
+  bool meta = xattr::kMeta == name;
+  auto value = Ns(req).GetXattr(ino, name, meta ? CallerWithGroups(req) : CallerOf(req));
+  if (!value.ok())
+    return ReplyError(req, "getxattr", value.status(), value.status().code() == ENODATA);
+  if (size == 0) return static_cast<void>(fuse_reply_xattr(req, value->size()));
+  if (value->size() > size) return static_cast<void>(fuse_reply_err(req, ERANGE));
+  fuse_reply_buf(req, value->data(), value->size());
+}
+
+void OnSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
+                int flags) {
+  Status status = Ns(req).SetXattr(ino, name, {value, size}, flags);
+  if (!status.ok()) return ReplyError(req, "setxattr", status);
+  fuse_reply_err(req, 0);
+}
+
+void OnListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  auto names = Ns(req).ListXattr(ino);
+  if (!names.ok()) return ReplyError(req, "listxattr", names.status());
+  std::string packed;
+  for (const auto& name : *names) {
+    packed += name;
+    packed += '\0';
+  }
+  if (size == 0) return static_cast<void>(fuse_reply_xattr(req, packed.size()));
+  if (packed.size() > size) return static_cast<void>(fuse_reply_err(req, ERANGE));
+  fuse_reply_buf(req, packed.data(), packed.size());
+}
+
+void OnRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  Status status = Ns(req).RemoveXattr(ino, name);
+  if (!status.ok()) return ReplyError(req, "removexattr", status, status.code() == ENODATA);
+  fuse_reply_err(req, 0);
+}
+
+}  // namespace gpufs::fuse_ops
