@@ -7,45 +7,26 @@
 //
 // Skips where no GPU is visible. Also checks, there, that the driver's
 // absence gives ENODEV with a clear message and leaks nothing.
-#include <dirent.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <poll.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "client/arena_cache.h"
-#include "client/copy.h"
 #include "client/driver.h"
+#include "client/gpu_test_fixture.h"
 #include "client/mapper.h"
 #include "gpufs/gpufs.h"
 
-extern char** environ;
-
 namespace gpufs::client {
 namespace {
-
-constexpr size_t kArenaBytes = 64 << 20;
-constexpr uint64_t kBlobOffset = 1 << 20;
-constexpr uint64_t kBlobBytes = 2 << 20;
-// Tests that write into the arena stay in [kScratchOffset, kArenaBytes), so
-// the pattern the others check below it is never changed.
-constexpr uint64_t kScratchOffset = 16 << 20;
-constexpr char kExportFdEnv[] = "GPUFS_TEST_EXPORT_FD";
-
-uint8_t Pattern(size_t i) { return static_cast<uint8_t>((i * 131 + (i >> 12) * 7 + 3) & 0xff); }
 
 // ---- the exporter process --------------------------------------------------
 
@@ -100,131 +81,6 @@ uint8_t Pattern(size_t i) { return static_cast<uint8_t>((i * 131 + (i >> 12) * 7
 }();
 
 // ---- the tests ---------------------------------------------------------------
-
-int CountOpenFds() {
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return -1;
-  int n = 0;
-  while (readdir(dir) != nullptr) ++n;
-  closedir(dir);
-  return n;
-}
-
-UniqueFd DevNull() { return UniqueFd(open("/dev/null", O_RDONLY | O_CLOEXEC)); }
-
-class GpuIpcTest : public testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    Result<const DriverApi*> loaded = LoadDriver();
-    if (!loaded.ok()) {
-      skip_ = loaded.status().ToString();
-      return;
-    }
-    api_ = *loaded;
-    int count = 0;
-    if (api_->DeviceGetCount(&count) != CUDA_SUCCESS || count == 0) {
-      skip_ = "no CUDA device visible";
-      return;
-    }
-    // Like an application of the CUDA runtime, hold the primary context for
-    // the whole suite: otherwise the last unmap destroys it and the next map
-    // makes it anew (~150 ms, and a score of driver fds each time).
-    ASSERT_EQ(api_->DeviceGet(&device_, 0), CUDA_SUCCESS);
-    ASSERT_EQ(api_->DevicePrimaryCtxRetain(&context_, device_), CUDA_SUCCESS);
-    StartExporter();
-  }
-
-  static void TearDownTestSuite() {
-    if (hold_ >= 0) close(hold_);  // the exporter sees EOF and exits
-    hold_ = -1;
-    if (exporter_ > 0) {
-      int status = 0;
-      waitpid(exporter_, &status, 0);
-      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "exporter status " << status;
-      exporter_ = 0;
-    }
-    if (context_ != nullptr) api_->DevicePrimaryCtxRelease(device_);
-    context_ = nullptr;
-  }
-
-  static void StartExporter() {
-    int info_pipe[2], hold_pipe[2];
-    ASSERT_EQ(pipe2(info_pipe, O_CLOEXEC), 0);
-    ASSERT_EQ(pipe2(hold_pipe, O_CLOEXEC), 0);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    // stdin first: the second dup2 may reuse a number the first one needed.
-    posix_spawn_file_actions_adddup2(&actions, hold_pipe[0], 0);
-    posix_spawn_file_actions_adddup2(&actions, info_pipe[1], 3);
-    std::vector<std::string> env_strings;
-    for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
-    env_strings.push_back(std::string(kExportFdEnv) + "=3");
-    std::vector<char*> envp;
-    for (auto& s : env_strings) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    char self[] = "/proc/self/exe";
-    char* argv[] = {self, nullptr};
-    pid_t pid = 0;
-    int err = posix_spawn(&pid, self, &actions, nullptr, argv, envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    close(info_pipe[1]);
-    close(hold_pipe[0]);
-    hold_ = hold_pipe[1];
-    ASSERT_EQ(err, 0) << std::strerror(err);
-    exporter_ = pid;
-    pollfd p{info_pipe[0], POLLIN, 0};
-    ASSERT_EQ(poll(&p, 1, 60000), 1) << "exporter did not answer within 60 s";
-    ASSERT_EQ(read(info_pipe[0], &info_, sizeof(info_)), static_cast<ssize_t>(sizeof(info_)))
-        << "the exporter failed (see its stderr)";
-    close(info_pipe[0]);
-    exported_ = true;
-    // The first IPC open of a process may leave driver state (and fds)
-    // behind; tests that count fds start after it.
-    gpufs_buffer warm{};
-    Status s = MapInfo(DevNull(), info_, 0, &warm);
-    ASSERT_TRUE(s.ok()) << s.ToString();
-    ASSERT_EQ(gpufs_unmap(&warm), 0) << gpufs_last_error();
-  }
-
-  void SetUp() override {
-    if (!skip_.empty()) GTEST_SKIP() << skip_;
-    ASSERT_TRUE(exported_);
-    ASSERT_EQ(gpufs_open_arenas(), 0);
-  }
-
-  void TearDown() override {
-    if (skip_.empty()) {
-      EXPECT_EQ(gpufs_open_arenas(), 0) << "a test leaked an arena";
-    }
-  }
-
-  // `bytes` bytes at device address `ptr`, copied to the host in the
-  // primary context of ordinal 0.
-  static std::vector<uint8_t> ReadBack(const void* ptr, size_t bytes) {
-    std::vector<uint8_t> out(bytes);
-    CUdevice dev;
-    CUcontext ctx;
-    EXPECT_EQ(api_->DeviceGet(&dev, 0), CUDA_SUCCESS);
-    EXPECT_EQ(api_->DevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
-    {
-      ScopedContext scope(*api_, ctx);
-      EXPECT_TRUE(scope.status().ok()) << scope.status().ToString();
-      CUresult r = api_->MemcpyDtoH(out.data(), reinterpret_cast<CUdeviceptr>(ptr), bytes);
-      EXPECT_EQ(r, CUDA_SUCCESS) << CudaError(*api_, "cuMemcpyDtoH", r).ToString();
-    }
-    api_->DevicePrimaryCtxRelease(dev);
-    return out;
-  }
-
-  static inline CUdevice device_ = 0;
-  static inline CUcontext context_ = nullptr;
-  static inline std::string skip_;
-  static inline const DriverApi* api_ = nullptr;
-  static inline pid_t exporter_ = 0;
-  static inline int hold_ = -1;
-  static inline bool exported_ = false;
-  static inline struct gpufs_ipc_info info_ {};
-};
 
 TEST_F(GpuIpcTest, MapsTheBlobAtItsOffset) {
   int fds = CountOpenFds();
@@ -371,175 +227,6 @@ TEST_F(GpuIpcTest, ManyThreadsMapAndUnmap) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(failures.load(), 0);
   EXPECT_EQ(gpufs_open_arenas(), 0);
-}
-
-// Device memory of ordinal 0, for the copy tests; allocated and freed in its
-// primary context.
-class DeviceBuffer {
- public:
-  DeviceBuffer(const DriverApi& api, size_t bytes) : api_(api) {
-    EXPECT_EQ(api_.DeviceGet(&dev_, 0), CUDA_SUCCESS);
-    EXPECT_EQ(api_.DevicePrimaryCtxRetain(&ctx_, dev_), CUDA_SUCCESS);
-    ScopedContext scope(api_, ctx_);
-    EXPECT_EQ(api_.MemAlloc(&ptr_, bytes), CUDA_SUCCESS);
-  }
-  ~DeviceBuffer() {
-    {
-      ScopedContext scope(api_, ctx_);
-      api_.MemFree(ptr_);
-    }
-    api_.DevicePrimaryCtxRelease(dev_);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void* get() const { return reinterpret_cast<void*>(ptr_); }
-  void Upload(const std::vector<uint8_t>& host) {
-    ScopedContext scope(api_, ctx_);
-    EXPECT_EQ(api_.MemcpyHtoD(ptr_, host.data(), host.size()), CUDA_SUCCESS);
-  }
-  std::vector<uint8_t> Download(size_t bytes) {
-    std::vector<uint8_t> out(bytes);
-    ScopedContext scope(api_, ctx_);
-    EXPECT_EQ(api_.MemcpyDtoH(out.data(), ptr_, bytes), CUDA_SUCCESS);
-    return out;
-  }
-
- private:
-  const DriverApi& api_;
-  CUdevice dev_ = 0;
-  CUcontext ctx_ = nullptr;
-  CUdeviceptr ptr_ = 0;
-};
-
-std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
-  std::vector<uint8_t> out(n);
-  std::mt19937 gen(seed);
-  for (auto& b : out) b = static_cast<uint8_t>(gen());
-  return out;
-}
-
-class GpuCopyTest : public GpuIpcTest {
- protected:
-  void SetUp() override {
-    GpuIpcTest::SetUp();
-    if (IsSkipped() || HasFatalFailure()) return;
-    struct gpufs_ipc_info scratch = info_;
-    scratch.offset = kScratchOffset;
-    scratch.size = kArenaBytes - kScratchOffset;
-    Status s = MapInfo(DevNull(), scratch, GPUFS_BUFFER_WRITABLE, &w_);
-    ASSERT_TRUE(s.ok()) << s.ToString();
-  }
-  void TearDown() override {
-    EXPECT_EQ(gpufs_unmap(&w_), 0);
-    GpuIpcTest::TearDown();
-  }
-  gpufs_buffer w_{};
-};
-
-TEST_F(GpuCopyTest, PageableRoundTrip) {
-  // Sizes around the staging chunk (4 MiB), slot count (4) and the parallel
-  // split (8 MiB a part, up to 4 parts).
-  const size_t sizes[] = {
-      1, 1000, 4 << 20, (4 << 20) + 1, (16 << 20) + 3, (21 << 20) + 7, (40 << 20) + 13};
-  uint32_t seed = 1;
-  for (size_t n : sizes) {
-    for (uint64_t offset : {uint64_t{0}, uint64_t{5}}) {
-      SCOPED_TRACE("n=" + std::to_string(n) + " offset=" + std::to_string(offset));
-      std::vector<uint8_t> src = RandomBytes(n, seed++);
-      ASSERT_EQ(gpufs_write(&w_, offset, src.data(), n), 0) << gpufs_last_error();
-      EXPECT_TRUE(ReadBack(static_cast<char*>(w_.ptr) + offset, n) == src) << "device bytes";
-      std::vector<uint8_t> dst(n, 0xEE);
-      ASSERT_EQ(gpufs_read(&w_, offset, dst.data(), n), 0) << gpufs_last_error();
-      EXPECT_TRUE(dst == src) << "read back";
-    }
-  }
-}
-
-TEST_F(GpuCopyTest, DeviceAndPinnedMemoryAreCopiedDirectly) {
-  const size_t n = (9 << 20) + 11;
-  std::vector<uint8_t> src = RandomBytes(n, 99);
-  DeviceBuffer dev(*api_, n);
-  dev.Upload(src);
-  ASSERT_EQ(gpufs_write(&w_, 3, dev.get(), n), 0) << gpufs_last_error();
-  EXPECT_TRUE(ReadBack(static_cast<char*>(w_.ptr) + 3, n) == src);
-  DeviceBuffer out(*api_, n);
-  ASSERT_EQ(gpufs_read(&w_, 3, out.get(), n), 0) << gpufs_last_error();
-  EXPECT_TRUE(out.Download(n) == src);
-
-  // Pinned host memory (cuMemHostAlloc), as PyTorch's pin_memory() makes.
-  void* pinned = nullptr;
-  {
-    CUdevice d;
-    CUcontext c;
-    ASSERT_EQ(api_->DeviceGet(&d, 0), CUDA_SUCCESS);
-    ASSERT_EQ(api_->DevicePrimaryCtxRetain(&c, d), CUDA_SUCCESS);
-    ScopedContext scope(*api_, c);
-    ASSERT_EQ(api_->MemHostAlloc(&pinned, n, CU_MEMHOSTALLOC_PORTABLE), CUDA_SUCCESS);
-  }
-  std::vector<uint8_t> other = RandomBytes(n, 100);
-  std::memcpy(pinned, other.data(), n);
-  ASSERT_EQ(gpufs_write(&w_, 0, pinned, n), 0) << gpufs_last_error();
-  std::memset(pinned, 0, n);
-  ASSERT_EQ(gpufs_read(&w_, 0, pinned, n), 0) << gpufs_last_error();
-  EXPECT_EQ(std::memcmp(pinned, other.data(), n), 0);
-  api_->MemFreeHost(pinned);
-}
-
-TEST_F(GpuCopyTest, ReadOfASealedBlobAndErrors) {
-  gpufs_buffer ro{};
-  ASSERT_TRUE(MapInfo(DevNull(), info_, 0, &ro).ok());
-  std::vector<uint8_t> dst(kBlobBytes);
-  ASSERT_EQ(gpufs_read(&ro, 0, dst.data(), dst.size()), 0) << gpufs_last_error();
-  size_t wrong = 0;
-  for (size_t i = 0; i < dst.size(); ++i) wrong += dst[i] != Pattern(kBlobOffset + i);
-  EXPECT_EQ(wrong, 0u);
-  uint8_t byte = 0;
-  EXPECT_EQ(gpufs_write(&ro, 0, &byte, 1), -EPERM);
-  EXPECT_EQ(gpufs_read(&ro, kBlobBytes, &byte, 1), -EINVAL);
-  EXPECT_EQ(gpufs_read(&ro, kBlobBytes - 1, &byte, 2), -EINVAL);
-  EXPECT_EQ(gpufs_read(&ro, UINT64_MAX, &byte, 2), -EINVAL);
-  EXPECT_EQ(gpufs_read(&ro, kBlobBytes - 1, &byte, 1), 0);
-  EXPECT_EQ(byte, Pattern(kBlobOffset + kBlobBytes - 1));
-  EXPECT_EQ(gpufs_read(&ro, kBlobBytes, nullptr, 0), 0);
-  EXPECT_EQ(gpufs_read(&ro, 0, nullptr, 1), -EFAULT);
-  EXPECT_EQ(gpufs_write(&w_, w_.size, &byte, 1), -EINVAL);
-  EXPECT_EQ(gpufs_write(&w_, 0, nullptr, 1), -EFAULT);
-  EXPECT_EQ(gpufs_unmap(&ro), 0);
-}
-
-// Not a check: prints throughputs for the record (pageable through gpufs's
-// staging, and the driver's own pageable and pinned paths for comparison).
-TEST_F(GpuCopyTest, Throughput) {
-  const size_t n = w_.size;
-  const int rounds = 8;
-  std::vector<uint8_t> host = RandomBytes(n, 5);
-  auto rate = [&](auto&& body) {
-    body();  // warm: pinned buffers, page faults
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < rounds; ++i) body();
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return static_cast<double>(n) * rounds / s / 1e9;
-  };
-  double in = rate([&] { ASSERT_EQ(gpufs_write(&w_, 0, host.data(), n), 0); });
-  double out = rate([&] { ASSERT_EQ(gpufs_read(&w_, 0, host.data(), n), 0); });
-  CUdevice d;
-  CUcontext c;
-  ASSERT_EQ(api_->DeviceGet(&d, 0), CUDA_SUCCESS);
-  ASSERT_EQ(api_->DevicePrimaryCtxRetain(&c, d), CUDA_SUCCESS);
-  double drv_in = 0, drv_out = 0;
-  {
-    ScopedContext scope(*api_, c);
-    CUdeviceptr dst = reinterpret_cast<CUdeviceptr>(w_.ptr);
-    drv_in = rate([&] { ASSERT_EQ(api_->MemcpyHtoD(dst, host.data(), n), CUDA_SUCCESS); });
-    drv_out = rate([&] { ASSERT_EQ(api_->MemcpyDtoH(host.data(), dst, n), CUDA_SUCCESS); });
-  }
-  api_->DevicePrimaryCtxRelease(d);
-  std::printf(
-      "[ THROUGHPUT ] %zu MiB x %d: gpufs_write pageable %.1f GB/s, gpufs_read pageable "
-      "%.1f GB/s; cuMemcpyHtoD pageable %.1f GB/s, cuMemcpyDtoH pageable %.1f GB/s\n",
-      n >> 20, rounds, in, out, drv_in, drv_out);
-  RecordProperty("write_GBps", std::to_string(in));
-  RecordProperty("read_GBps", std::to_string(out));
 }
 
 // Where there is no driver (CI, development machines): ENODEV, said plainly,

@@ -1,4 +1,4 @@
-// The steps gpufs.cc builds the C API from, exposed for the tests (which
+// The steps map.cc builds the C API from, exposed for the tests (which
 // stand in for the daemon with a process that exports an allocation).
 #pragma once
 

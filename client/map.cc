@@ -1,0 +1,224 @@
+// libgpufs, the mapping side: opening a member, asking the daemon for its
+// blob's handle (GPUFS_IOC_MAP), mapping it through the process-wide
+// ArenaCache or sharing a mapping (mapper.h), and reading and writing through
+// a mapped buffer.
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "client/arena_cache.h"
+#include "client/calls.h"
+#include "client/copy.h"
+#include "client/driver.h"
+#include "client/mapper.h"
+
+namespace gpufs::client {
+
+Result<UniqueFd> OpenMember(const char* path, int flags, mode_t mode) {
+  if (path == nullptr) return Error(EINVAL, "path is NULL");
+  int fd;
+  do {
+    fd = ::open(path, flags, mode);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return PosixError("open", errno);
+  return UniqueFd(fd);
+}
+
+namespace {
+
+Status CheckNotDirectory(int fd) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return PosixError("fstat", errno);
+  if (S_ISDIR(st.st_mode)) {
+    return Error(EISDIR, "is a directory (a gpufs object): map one of its member files");
+  }
+  return Status::Ok();
+}
+
+// The daemon's description of the blob open as `fd` (GPUFS_IOC_MAP).
+Result<struct gpufs_ipc_info> ReadInfo(int fd) {
+  struct gpufs_ipc_info info;
+  std::memset(&info, 0, sizeof(info));
+  int r;
+  do {
+    r = ::ioctl(fd, GPUFS_IOC_MAP, &info);
+  } while (r < 0 && errno == EINTR);
+  if (r < 0) {
+    int err = errno;
+    switch (err) {
+      case ENOTTY:
+        GPUFS_RETURN_IF_ERROR(CheckNotDirectory(fd));  // only now: a stat costs a round trip
+        return Error(ENOTTY,
+                     "not a gpufs member: the file is not on a gpufs mount "
+                     "(ioctl GPUFS_IOC_MAP: inappropriate ioctl for device)");
+      case ENODEV:
+        return Error(ENODEV,
+                     "the blob has no GPU handle: it is in host memory (read it with read(2), "
+                     "or move it with `gpufs migrate PATH --to cuda:N`)");
+      case EBUSY:
+        return Error(EBUSY, "the blob is still being written (not sealed yet)");
+      default:
+        return PosixError("ioctl GPUFS_IOC_MAP", err);
+    }
+  }
+  GPUFS_RETURN_IF_ERROR(CheckInfo(info, EPROTO).Prepend("the daemon's reply to GPUFS_IOC_MAP"));
+  return info;
+}
+
+// A member this process has mapped already and that has not changed since
+// (see ArenaCache::AcquireByStat): no request to the daemon.
+bool MapWarm(const char* path, gpufs_buffer* buf) {
+  struct stat st;
+  if (path == nullptr || ::stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  int fd = -1;
+  Arena* arena = ArenaCache::Instance().AcquireByStat(st, &fd);
+  if (arena == nullptr) return false;
+  gpufs_buffer out{};
+  out.ptr = reinterpret_cast<void*>(static_cast<uintptr_t>(arena->base + arena->blob_offset));
+  out.size = arena->blob_size;
+  out.device = arena->ordinal;
+  out.fd = fd;
+  out.flags = 0;
+  out.blob_id = arena->key.vmm_blob;
+  out.generation = arena->key.generation;
+  out.internal = arena;
+  *buf = out;
+  return true;
+}
+
+}  // namespace
+
+Status MapPath(const char* path, gpufs_buffer* buf) {
+  if (MapWarm(path, buf)) return Status::Ok();
+  GPUFS_ASSIGN_OR_RETURN(UniqueFd fd, OpenMember(path, O_RDONLY | O_CLOEXEC));
+  GPUFS_ASSIGN_OR_RETURN(struct gpufs_ipc_info info, ReadInfo(fd.get()));
+  return MapInfo(std::move(fd), info, 0, buf);
+}
+
+Status MapFd(int fd, gpufs_buffer* buf) {
+  if (fd < 0) return Error(EBADF, "not an open file descriptor");
+  UniqueFd own(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+  if (!own.valid()) return PosixError("fcntl F_DUPFD_CLOEXEC", errno);
+  GPUFS_ASSIGN_OR_RETURN(struct gpufs_ipc_info info, ReadInfo(own.get()));
+  return MapInfo(std::move(own), info, 0, buf);
+}
+
+Status MapHandle(const char* path, const struct gpufs_ipc_info* given, gpufs_buffer* buf) {
+  if (given == nullptr) return Error(EINVAL, "info is NULL");
+  GPUFS_RETURN_IF_ERROR(CheckInfo(*given, EINVAL).Prepend("the handle given"));
+  GPUFS_ASSIGN_OR_RETURN(UniqueFd fd, OpenMember(path, O_RDONLY | O_CLOEXEC));
+  GPUFS_ASSIGN_OR_RETURN(struct gpufs_ipc_info live, ReadInfo(fd.get()));
+  if (live.blob_id != given->blob_id || live.generation != given->generation) {
+    return Error(ESTALE,
+                 "handle is stale: the member was replaced or the daemon restarted "
+                 "(handle: blob " +
+                     std::to_string(given->blob_id) + " generation " +
+                     std::to_string(given->generation) + "; member now: blob " +
+                     std::to_string(live.blob_id) + " generation " +
+                     std::to_string(live.generation) + ")");
+  }
+  // The live reply is what gets mapped: it is the daemon's word now (the same
+  // blob may, say, have moved to another GPU since the handle was read).
+  return MapInfo(std::move(fd), live, 0, buf);
+}
+
+Status IpcInfo(const char* path, struct gpufs_ipc_info* info) {
+  if (info == nullptr) return Error(EINVAL, "info is NULL");
+  GPUFS_ASSIGN_OR_RETURN(UniqueFd fd, OpenMember(path, O_RDONLY | O_CLOEXEC));
+  GPUFS_ASSIGN_OR_RETURN(*info, ReadInfo(fd.get()));
+  return Status::Ok();
+}
+
+namespace {
+
+// OK when [offset, offset + n) lies inside the buffer's blob.
+Status CheckSpan(const gpufs_buffer& buf, uint64_t offset, uint64_t n) {
+  if (offset > buf.size || n > buf.size - offset) {
+    return Error(EINVAL, "bytes [" + std::to_string(offset) + ", " + std::to_string(offset) +
+                             " + " + std::to_string(n) + ") are not inside the " +
+                             std::to_string(buf.size) + "-byte blob");
+  }
+  return Status::Ok();
+}
+
+CUdeviceptr BlobAddress(const gpufs_buffer& buf, uint64_t offset) {
+  return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(buf.ptr)) + offset;
+}
+
+}  // namespace
+
+Status Write(gpufs_buffer* buf, uint64_t offset, const void* src, uint64_t n) {
+  if (buf == nullptr) return Error(EINVAL, "buf is NULL");
+  if (buf->internal == nullptr) return Error(EINVAL, "nothing is mapped");
+  if ((buf->flags & GPUFS_BUFFER_WRITABLE) == 0) {
+    return Error(EPERM, "not a writable buffer (sealed already, or not made by gpufs_create)");
+  }
+  GPUFS_RETURN_IF_ERROR(CheckSpan(*buf, offset, n));
+  if (n == 0) return Status::Ok();
+  if (src == nullptr) return Error(EFAULT, "src is NULL");
+  const Arena& arena = *static_cast<const Arena*>(buf->internal);
+  return CopyToBlob(arena, BlobAddress(*buf, offset), src, n);
+}
+
+Status Read(const gpufs_buffer* buf, uint64_t offset, void* dst, uint64_t n) {
+  if (buf == nullptr) return Error(EINVAL, "buf is NULL");
+  if (buf->internal == nullptr) return Error(EINVAL, "nothing is mapped");
+  GPUFS_RETURN_IF_ERROR(CheckSpan(*buf, offset, n));
+  if (n == 0) return Status::Ok();
+  if (dst == nullptr) return Error(EFAULT, "dst is NULL");
+  const Arena& arena = *static_cast<const Arena*>(buf->internal);
+  return CopyFromBlob(arena, dst, BlobAddress(*buf, offset), n);
+}
+
+Status CheckInfo(const struct gpufs_ipc_info& info, int code) {
+  if (info.magic != GPUFS_MAGIC) {
+    char text[96];
+    std::snprintf(text, sizeof(text), "bad magic 0x%08" PRIx32 " (want 0x%08" PRIx32 ")",
+                  info.magic, static_cast<uint32_t>(GPUFS_MAGIC));
+    return Error(code, std::string(text) + ": not a struct gpufs_ipc_info");
+  }
+  if (info.version < 1) {
+    return Error(code, "unsupported struct gpufs_ipc_info version " + std::to_string(info.version));
+  }
+  if (info.size > UINT64_MAX - info.offset) {
+    return Error(code, "offset + size overflows (offset " + std::to_string(info.offset) +
+                           ", size " + std::to_string(info.size) + ")");
+  }
+  return Status::Ok();
+}
+
+Status ShareBuffer(const gpufs_buffer& from, gpufs_buffer* out) {
+  if (from.internal == nullptr) return Error(EINVAL, "nothing is mapped");
+  if ((from.flags & GPUFS_BUFFER_WRITABLE) != 0) return Error(EINVAL, "a writable buffer");
+  UniqueFd fd(::fcntl(from.fd, F_DUPFD_CLOEXEC, 0));
+  if (!fd.valid()) return PosixError("fcntl F_DUPFD_CLOEXEC", errno);
+  GPUFS_RETURN_IF_ERROR(ArenaCache::Instance().AddRef(static_cast<Arena*>(from.internal)));
+  *out = from;
+  out->fd = fd.release();
+  return Status::Ok();
+}
+
+Status MapInfo(UniqueFd fd, const struct gpufs_ipc_info& info, uint32_t flags, gpufs_buffer* buf) {
+  GPUFS_ASSIGN_OR_RETURN(Arena * arena, ArenaCache::Instance().Acquire(info, fd.get()));
+  gpufs_buffer out{};
+  out.ptr = reinterpret_cast<void*>(static_cast<uintptr_t>(arena->base + info.offset));
+  out.size = info.size;
+  out.device = arena->ordinal;
+  out.fd = fd.release();
+  out.flags = flags;
+  out.blob_id = info.blob_id;
+  out.generation = info.generation;
+  out.internal = arena;
+  *buf = out;
+  return Status::Ok();
+}
+
+}  // namespace gpufs::client

@@ -1,0 +1,115 @@
+// GpuBulkStore (kVmm): packs, allocations of one granule shared by the small
+// sealed blobs of one SharingKey, and Reshare, which moves a packed blob when
+// its sharers change (gpu_bulk_store.h describes both).
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "store/gpu_bulk_store.h"
+#include "store/gpu_bulk_store_internal.h"
+#include "util/log.h"
+
+namespace gpufs {
+
+// ---- Packs (kVmm)
+
+bool GpuBulkStore::Packable(const SharingKey& key, uint64_t size) const {
+  return ipc_ == GpuIpcMode::kVmm && pack_max_ > 0 && key.shareable() && size <= pack_max_;
+}
+
+Result<GpuBulkStore::Place> GpuBulkStore::AcquirePackPlace(const SharingKey& key, uint64_t bytes) {
+  const uint64_t reserved =
+      std::max<uint64_t>(kPackAlignment, (bytes + kPackAlignment - 1) & ~(kPackAlignment - 1));
+  {
+    std::lock_guard lock(mu_);
+    if (auto packs = packs_of_key_.find(key); packs != packs_of_key_.end()) {
+      for (uint64_t pack_id : packs->second) {
+        Allocation* pack = FindAllocLocked(pack_id);
+        if (pack == nullptr || pack->ranges->largest_free() < reserved) continue;
+        std::optional<uint64_t> offset = pack->ranges->Allocate(reserved);
+        if (!offset) continue;
+        ++pack->blobs;
+        return Place{.alloc = pack_id,
+                     .offset = *offset,
+                     .reserved = reserved,
+                     .data = pack->base() + *offset};
+      }
+    }
+  }
+  // No pack of this key has room: a new one, zeroed and exported (pooled).
+  auto alloc = std::make_unique<Allocation>();
+  alloc->owner = key.uid;
+  alloc->key = key;
+  alloc->pack = true;
+  GPUFS_RETURN_IF_ERROR(AllocateDedicated(alloc.get(), alignment_, true));
+  alloc->ranges.emplace(alignment_, kPackAlignment);
+  std::optional<uint64_t> offset = alloc->ranges->Allocate(reserved);
+  if (!offset) {  // cannot happen: reserved <= alignment / 4
+    return Error(EIO, "gpu store " + device_ + ": a new pack cannot hold " +
+                          std::to_string(reserved) + " bytes");
+  }
+  alloc->blobs = 1;
+  std::lock_guard lock(mu_);
+  alloc->id = next_alloc_id_++;
+  Place place{
+      .alloc = alloc->id, .offset = *offset, .reserved = reserved, .data = alloc->base() + *offset};
+  packs_of_key_[key].insert(alloc->id);
+  allocs_.emplace(alloc->id, std::move(alloc));
+  ++pack_count_;
+  return place;
+}
+
+Status GpuBulkStore::Reshare(BlobId id, const SharingKey& key, bool keep_old) {
+  const std::string what =
+      "gpu store " + device_ + ": move " + Describe(id) + " to its new sharers";
+  BlobRecord blob;
+  {
+    std::lock_guard lock(mu_);
+    BlobRecord* rec = FindLocked(id);
+    if (rec == nullptr) return MissingLocked(id, "reshare");
+    if (rec->key == key) return Status::Ok();
+    const Allocation* alloc = FindAllocLocked(rec->place.alloc);
+    if (alloc == nullptr || !alloc->pack) {
+      rec->key = key;  // its own allocation: nobody else reaches it
+      return Status::Ok();
+    }
+    blob = *rec;
+  }
+  // In a pack of the old key (sealed, so its bytes do not change): copy.
+  const Place old = blob.place;
+  Result<Place> place = Packable(key, blob.size) ? AcquirePackPlace(key, blob.size)
+                                                 : AcquirePlace(key.uid, blob.size, true);
+  Status moved = place.status();
+  if (moved.ok()) moved = DeviceToDevice(place->data, old.data, blob.size);
+  if (!moved.ok()) {
+    if (place.ok()) ReleasePlaces({*place});
+    return moved.Prepend(what);
+  }
+  ReportAdded(id, *place);  // the copy is complete
+  std::unique_lock lock(mu_);
+  BlobRecord* rec = FindLocked(id);
+  if (rec == nullptr) {
+    Status missing = MissingLocked(id, "reshare");
+    lock.unlock();
+    ReleasePlaces({*place});
+    return missing;
+  }
+  if (place->reserved > old.reserved) {
+    used_ += place->reserved - old.reserved;  // may pass the capacity by a granule at most
+  } else {
+    used_ -= old.reserved - place->reserved;
+  }
+  rec->place = *place;
+  rec->key = key;
+  if (keep_old) {
+    used_ += old.reserved;  // still held
+    rec->retired.push_back(old);
+    return Status::Ok();
+  }
+  lock.unlock();
+  ReleasePlaces({old});
+  return Status::Ok();
+}
+
+}  // namespace gpufs

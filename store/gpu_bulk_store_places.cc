@@ -1,0 +1,380 @@
+// GpuBulkStore: where blobs live outside packs (arenas per owner and
+// dedicated allocations), how a place is taken and given back, and the
+// growth and shrink of a blob's place (Resize, Seal).
+//
+// Arenas per owner. Small blobs are carved out of cudaMalloc'd arenas by a
+// best-fit RangeAllocator. A legacy CUDA IPC handle maps a whole allocation, so
+// an arena only ever holds blobs of one owner (uid): whoever may map one blob
+// may map its neighbours, which are then their own. An arena is cudaFree'd as
+// soon as its last blob goes, so memory returns to the device (and to other
+// processes) without a compaction step.
+//
+// Dedicated allocations. A reservation of arena_size / 4 or more gets its own
+// cudaMalloc, so big blobs neither fragment arenas nor pin them.
+//
+// Growth. Writes through FUSE arrive as many 1 MiB pieces of a size nobody
+// knows in advance. Resize reserves geometrically (2x the reservation, else
+// 1.25x, else exactly what is asked: the first the capacity allows), trying to
+// extend the arena range in place first (no copy); otherwise it takes a new
+// place (arena or dedicated, by the new reservation), copies device-to-device
+// and frees the old place. Seal gives the slack back: an arena range shrinks in
+// place, a dedicated allocation with more than 1/8 slack moves into an exact
+// place. Bytes a blob gains always read as zero (cudaMemset), since arena
+// ranges are reused.
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "store/cuda_util.h"
+#include "store/gpu_bulk_store.h"
+#include "store/gpu_bulk_store_internal.h"
+#include "util/log.h"
+
+namespace gpufs {
+
+// ---- Places
+
+Result<GpuBulkStore::Place> GpuBulkStore::AcquirePlace(uint32_t owner, uint64_t bytes,
+                                                       bool pooled) {
+  const uint64_t reserved = Units(bytes);
+  auto alloc = std::make_unique<Allocation>();
+  alloc->owner = owner;
+  if (reserved >= dedicated_threshold_) {
+    GPUFS_RETURN_IF_ERROR(AllocateDedicated(alloc.get(), reserved, pooled));
+    alloc->dedicated = true;
+    alloc->blobs = 1;
+    std::lock_guard lock(mu_);
+    alloc->id = next_alloc_id_++;
+    Place place{.alloc = alloc->id, .offset = 0, .reserved = reserved, .data = alloc->base()};
+    allocs_.emplace(alloc->id, std::move(alloc));
+    ++dedicated_count_;
+    return place;
+  }
+
+  {
+    std::lock_guard lock(mu_);
+    auto owned = arenas_of_owner_.find(owner);
+    if (owned != arenas_of_owner_.end()) {
+      for (uint64_t arena_id : owned->second) {
+        Allocation* found = FindAllocLocked(arena_id);
+        if (found == nullptr || found->ranges->largest_free() < reserved) continue;
+        Allocation& arena = *found;
+        std::optional<uint64_t> offset = arena.ranges->Allocate(reserved);
+        if (!offset) continue;
+        ++arena.blobs;
+        return Place{.alloc = arena_id,
+                     .offset = *offset,
+                     .reserved = reserved,
+                     .data = arena.base() + *offset};
+      }
+    }
+  }
+
+  // No arena of this owner has room: make one. Another thread may do the same
+  // meanwhile; the owner then has one more arena, which is harmless.
+  GPUFS_ASSIGN_OR_RETURN(alloc->memory, DeviceMemory::Allocate(ordinal_, arena_size_));
+  alloc->ranges.emplace(arena_size_, alignment_);
+  std::optional<uint64_t> offset = alloc->ranges->Allocate(reserved);
+  if (!offset) {  // cannot happen: reserved < arena_size / 4
+    return Error(EIO, "gpu store " + device_ + ": a new arena cannot hold " +
+                          std::to_string(reserved) + " bytes");
+  }
+  alloc->blobs = 1;
+  std::lock_guard lock(mu_);
+  alloc->id = next_alloc_id_++;
+  Place place{.alloc = alloc->id,
+              .offset = *offset,
+              .reserved = reserved,
+              .data = alloc->base() + *offset};
+  arenas_of_owner_[owner].insert(alloc->id);
+  allocs_.emplace(alloc->id, std::move(alloc));
+  ++arena_count_;
+  return place;
+}
+
+Status GpuBulkStore::AllocateDedicated(Allocation* alloc, uint64_t bytes, bool pooled) {
+  if (ipc_ == GpuIpcMode::kVmm) {
+    if (pooled && pool_) alloc->vmm = pool_->Take(bytes);
+    if (!alloc->vmm) {
+      GPUFS_ASSIGN_OR_RETURN(alloc->vmm, VmmMemory::Create(ordinal_, bytes));
+    }
+    return Status::Ok();
+  }
+  GPUFS_ASSIGN_OR_RETURN(alloc->memory, DeviceMemory::Allocate(ordinal_, bytes));
+  // A blob's own allocation is all its mapper sees: zero it whole, so no
+  // earlier blob's bytes show in the padding.
+  return Zero(alloc->memory.get(), bytes);
+}
+
+void GpuBulkStore::ReleasePlaceLocked(const Place& place, Dropped* dropped) {
+  auto it = allocs_.find(place.alloc);
+  if (it == allocs_.end()) {
+    GPUFS_LOG(ERROR) << "gpu store " << device_ << ": release of "
+                     << Range(place.offset, place.reserved) << " in allocation " << place.alloc
+                     << ", which does not exist";
+    return;
+  }
+  Allocation& alloc = *it->second;
+  if (!alloc.dedicated) alloc.ranges->Free(place.offset, place.reserved);
+  if (alloc.blobs > 0) --alloc.blobs;
+  if (alloc.blobs > 0) return;
+  if (alloc.dedicated) {
+    --dedicated_count_;
+  } else if (alloc.pack) {
+    --pack_count_;
+    auto packs = packs_of_key_.find(alloc.key);
+    if (packs != packs_of_key_.end()) {
+      packs->second.erase(alloc.id);
+      if (packs->second.empty()) packs_of_key_.erase(packs);
+    }
+  } else {
+    --arena_count_;
+    auto owned = arenas_of_owner_.find(alloc.owner);
+    if (owned != arenas_of_owner_.end()) {
+      owned->second.erase(alloc.id);
+      if (owned->second.empty()) arenas_of_owner_.erase(owned);
+    }
+  }
+  dropped->push_back(std::move(it->second));
+  allocs_.erase(it);
+}
+
+void GpuBulkStore::ReleasePlaces(const std::vector<Place>& places) {
+  std::vector<bool> cleared(places.size(), true);
+  for (size_t i = 0; i < places.size(); ++i) {
+    bool packed = false;
+    {
+      std::lock_guard lock(mu_);
+      const Allocation* alloc = FindAllocLocked(places[i].alloc);
+      packed = alloc != nullptr && alloc->pack;
+    }
+    // The range may go to the next blob of the key: its bytes must not.
+    if (packed) {
+      Status zeroed = Zero(places[i].data, places[i].reserved);
+      if (!zeroed.ok()) {
+        GPUFS_LOG(ERROR) << "gpu store " << device_ << ": a freed pack range stays taken, it "
+                         << "could not be zeroed: " << zeroed.ToString();
+        cleared[i] = false;
+      }
+    }
+  }
+  Dropped dropped;  // freed after the lock is released
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < places.size(); ++i) {
+    if (cleared[i]) ReleasePlaceLocked(places[i], &dropped);
+  }
+}
+
+// ---- Growth and shrink
+
+Status GpuBulkStore::Resize(BlobId id, uint64_t old_size, uint64_t new_size) {
+  const std::string what = "gpu store " + device_ + ": resize " + Describe(id) + " from " +
+                           std::to_string(old_size) + " to " + std::to_string(new_size) + " bytes";
+  BlobRecord blob;
+  {
+    std::lock_guard lock(mu_);
+    BlobRecord* rec = FindLocked(id);
+    if (rec == nullptr) return MissingLocked(id, "resize");
+    if (rec->sealed) return Error(EPERM, what + ": the blob is sealed");
+    if (rec->size != old_size) {
+      return Error(EINVAL, what + ": the blob has " + std::to_string(rec->size) + " bytes");
+    }
+    blob = *rec;
+  }
+  const Place old = blob.place;
+
+  // Within the reservation: nothing moves.
+  if (new_size <= old.reserved) {
+    if (new_size > old_size) {
+      GPUFS_RETURN_IF_ERROR(Zero(old.data + old_size, new_size - old_size).Prepend(what));
+    }
+    std::lock_guard lock(mu_);
+    if (BlobRecord* rec = FindLocked(id)) rec->size = new_size;
+    return Status::Ok();
+  }
+
+  // A larger reservation: geometric first, exact last; largest first.
+  const uint64_t exact = Units(new_size);
+  std::vector<uint64_t> targets = {
+      std::max(exact, Units(old.reserved > kMax / 2 ? kMax : old.reserved * 2)),
+      std::max(exact, Units(old.reserved + old.reserved / 4)), exact};
+  targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+
+  // 1. In place: the arena range grows into the free space behind it.
+  std::optional<uint64_t> grown;
+  {
+    std::lock_guard lock(mu_);
+    Allocation* alloc = FindAllocLocked(old.alloc);
+    if (alloc != nullptr && !alloc->dedicated) {
+      for (uint64_t target : targets) {
+        if (target >= dedicated_threshold_ || target > RoomLocked(old.reserved)) continue;
+        if (alloc->ranges->Grow(old.offset, old.reserved, target)) {
+          used_ += target - old.reserved;
+          grown = target;
+          break;
+        }
+      }
+    }
+  }
+  if (grown) {
+    Status zeroed = Zero(old.data + old_size, new_size - old_size);
+    std::lock_guard lock(mu_);
+    if (!zeroed.ok()) {
+      if (Allocation* alloc = FindAllocLocked(old.alloc)) {
+        alloc->ranges->Shrink(old.offset, *grown, old.reserved);
+      }
+      used_ -= *grown - old.reserved;
+      return zeroed.Prepend(what);
+    }
+    BlobRecord* rec = FindLocked(id);
+    if (rec != nullptr) {
+      rec->place.reserved = *grown;
+      rec->size = new_size;
+    }
+    return Status::Ok();
+  }
+
+  // 2. A new place, with a device-to-device copy of the bytes so far.
+  Status last;
+  for (uint64_t target : targets) {
+    {
+      std::lock_guard lock(mu_);
+      if (target > RoomLocked(old.reserved)) continue;
+      used_ += target - old.reserved;
+    }
+    Result<Place> place = AcquirePlace(blob.owner, target, old_size == 0 && target == exact);
+    Status status = place.status();
+    if (status.ok()) status = DeviceToDevice(place->data, old.data, old_size);
+    if (status.ok() && ipc_ != GpuIpcMode::kVmm) {  // VMM places are fresh, zeroed allocations
+      status = Zero(place->data + old_size, new_size - old_size);
+    }
+    // The bytes so far are in the new place: the supervisor may keep it
+    // instead of the old one (before the write that grew the blob returns).
+    if (status.ok()) ReportAdded(id, *place);
+    Dropped dropped;  // freed after the lock is released
+    std::lock_guard lock(mu_);
+    if (!status.ok()) {
+      if (place.ok()) ReleasePlaceLocked(*place, &dropped);
+      used_ -= target - old.reserved;
+      last = status;
+      if (status.code() == ENOSPC) continue;  // the device is short: try a smaller one
+      return status.Prepend(what);
+    }
+    ReleasePlaceLocked(old, &dropped);
+    if (BlobRecord* rec = FindLocked(id)) {
+      rec->place = *place;
+      rec->size = new_size;
+    }
+    return Status::Ok();
+  }
+  if (!last.ok()) return last.Prepend(what);
+  std::lock_guard lock(mu_);
+  return FullLocked(what, exact - old.reserved);
+}
+
+Status GpuBulkStore::Seal(BlobId id, uint64_t size) {
+  const std::string what =
+      "gpu store " + device_ + ": seal " + Describe(id) + " at " + std::to_string(size) + " bytes";
+  const uint64_t exact = Units(size);
+  BlobRecord blob;
+  {
+    std::lock_guard lock(mu_);
+    BlobRecord* rec = FindLocked(id);
+    if (rec == nullptr) return MissingLocked(id, "seal");
+    if (size > rec->size) {
+      return Error(EINVAL, what + ": the blob has only " + std::to_string(rec->size) + " bytes");
+    }
+    Allocation* found = FindAllocLocked(rec->place.alloc);
+    if (found == nullptr) return Error(EIO, what + ": its allocation is gone");
+    Allocation& alloc = *found;
+    if (alloc.dedicated && Packable(rec->key, size)) {
+      blob = *rec;
+    }
+  }
+  if (blob.place.alloc != 0) {
+    // kVmm, small, callers known: into a pack of its key, its own allocation
+    // freed (a producer that mapped it keeps that mapping: the driver keeps
+    // the memory while it is imported).
+    const Place old = blob.place;
+    Result<Place> place = AcquirePackPlace(blob.key, size);
+    Status moved = place.status();
+    if (moved.ok()) moved = DeviceToDevice(place->data, old.data, size);
+    if (moved.ok()) ReportAdded(id, *place);  // the copy is complete
+    if (!moved.ok() && place.ok()) ReleasePlaces({*place});
+    Dropped dropped;  // freed after the lock is released
+    std::unique_lock lock(mu_);
+    BlobRecord* rec = FindLocked(id);
+    if (rec == nullptr) {  // freed meanwhile (the core never does that)
+      Status missing = MissingLocked(id, "seal");
+      lock.unlock();
+      if (moved.ok()) ReleasePlaces({*place});
+      return missing;
+    }
+    if (!moved.ok()) {
+      GPUFS_LOG(WARN) << what << ": stays in its own allocation, the move into a pack failed: "
+                      << moved.ToString();
+      rec->size = size;
+      rec->sealed = true;
+      return Status::Ok();
+    }
+    ReleasePlaceLocked(old, &dropped);
+    used_ = used_ - old.reserved + place->reserved;
+    rec->place = *place;
+    rec->size = size;
+    rec->sealed = true;
+    return Status::Ok();
+  }
+  {
+    std::lock_guard lock(mu_);
+    BlobRecord* rec = FindLocked(id);
+    if (rec == nullptr) return MissingLocked(id, "seal");
+    Allocation* found = FindAllocLocked(rec->place.alloc);
+    if (found == nullptr) return Error(EIO, what + ": its allocation is gone");
+    Allocation& alloc = *found;
+    const bool slack = rec->place.reserved > exact;
+    // An exported allocation may be mapped by a writer (gpufs_create): it stays.
+    if (!alloc.dedicated || !slack || rec->place.reserved - exact <= exact / 8 || alloc.exported) {
+      if (!alloc.dedicated && slack) {
+        alloc.ranges->Shrink(rec->place.offset, rec->place.reserved, exact);
+        used_ -= rec->place.reserved - exact;
+        rec->place.reserved = exact;
+      }
+      rec->size = size;
+      rec->sealed = true;
+      return Status::Ok();
+    }
+    blob = *rec;
+  }
+
+  // A dedicated allocation with much slack: move into an exact place. The new
+  // reservation is smaller, so the capacity allows it.
+  const Place old = blob.place;
+  Result<Place> place = AcquirePlace(blob.owner, exact);
+  Status moved = place.status();
+  if (moved.ok()) moved = DeviceToDevice(place->data, old.data, size);
+  if (moved.ok()) ReportAdded(id, *place);  // the copy is complete
+  Dropped dropped;  // freed after the lock is released
+  std::lock_guard lock(mu_);
+  BlobRecord* rec = FindLocked(id);
+  if (!moved.ok() || rec == nullptr) {
+    if (place.ok()) ReleasePlaceLocked(*place, &dropped);
+    if (!moved.ok()) {
+      GPUFS_LOG(WARN) << what << ": keeping its " << old.reserved
+                      << " reserved bytes, the move to an exact place failed: " << moved.ToString();
+    }
+    if (rec == nullptr) return MissingLocked(id, "seal");
+    rec->size = size;
+    rec->sealed = true;
+    return Status::Ok();
+  }
+  ReleasePlaceLocked(old, &dropped);
+  used_ -= old.reserved - place->reserved;
+  rec->place = *place;
+  rec->size = size;
+  rec->sealed = true;
+  return Status::Ok();
+}
+
+}  // namespace gpufs
