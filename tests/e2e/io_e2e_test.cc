@@ -231,12 +231,15 @@ TEST_F(IoE2E, DtypeAndShapeMustMatchTheSize) {
   EXPECT_NE(cli.output.find("int16"), std::string::npos) << cli.output;
 
   // Unsealed: the pair is checked at seal, and dropped if it does not fit.
+  // (Sealed explicitly: a plain close seals at the kernel's release, a
+  // moment after close() returns, and the check below would race it.)
   std::string g = P("open");
   int fd = ::open(g.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::fsetxattr(fd, "user.gpufs.dtype", "float32", 7, 0), 0);
   ASSERT_EQ(::fsetxattr(fd, "user.gpufs.shape", "1024,1024", 9, 0), 0);
   ASSERT_EQ(::write(fd, "abcdef", 6), 6);
+  ASSERT_EQ(::ioctl(fd, GPUFS_IOC_SEAL), 0) << std::strerror(errno);
   ASSERT_EQ(::close(fd), 0);
   char value[64];
   errno = 0;
