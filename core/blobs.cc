@@ -121,6 +121,21 @@ void Namespace::CollectEntry(EntryId id) {
 }
 
 // A full tier: make room below it and try once more (outside mu_).
+Result<OpenResult> Namespace::AddOpenHandle(const Caller& caller, const Entry& entry,
+                                            const Blob& blob, int flags) {
+  Handle handle;
+  handle.entry = entry.id;
+  handle.blob = Activate(blob);
+  handle.writable = (flags & O_ACCMODE) != O_RDONLY;
+  handle.pid = caller.pid;
+  handle.append = (flags & O_APPEND) != 0;
+  OpenResult result;
+  result.blob = handle.blob->rec.id;
+  result.handle = AddHandle(std::move(handle));
+  GPUFS_ASSIGN_OR_RETURN(result.attr, AttrOf(entry));
+  return result;
+}
+
 Result<OpenResult> Namespace::Create(const Caller& caller, uint64_t parent, std::string_view name,
                                      uint32_t mode, int flags) {
   auto created = CreateOnce(caller, parent, name, mode, flags);
@@ -175,17 +190,7 @@ Result<OpenResult> Namespace::CreateOnce(const Caller& caller, uint64_t parent,
     if (detached.ok()) CollectEntry(entry.id);
     return recorded.Prepend("create " + path);
   }
-  Handle handle;
-  handle.entry = entry.id;
-  handle.blob = Activate(*stored);
-  handle.writable = (flags & O_ACCMODE) != O_RDONLY;
-  handle.pid = caller.pid;
-  handle.append = (flags & O_APPEND) != 0;
-  OpenResult result;
-  result.blob = handle.blob->rec.id;
-  result.handle = AddHandle(std::move(handle));
-  GPUFS_ASSIGN_OR_RETURN(result.attr, AttrOf(entry));
-  return result;
+  return AddOpenHandle(caller, entry, *stored, flags);
 }
 
 Result<OpenResult> Namespace::OpenOnce(const Caller& caller, uint64_t ino, int flags) {
@@ -225,17 +230,7 @@ Result<OpenResult> Namespace::OpenOnce(const Caller& caller, uint64_t ino, int f
                               "it) to replace it");
     }
   }
-  Handle handle;
-  handle.entry = entry.id;
-  handle.blob = Activate(blob);
-  handle.writable = write;
-  handle.pid = caller.pid;
-  handle.append = (flags & O_APPEND) != 0;
-  OpenResult result;
-  result.blob = handle.blob->rec.id;
-  result.handle = AddHandle(std::move(handle));
-  GPUFS_ASSIGN_OR_RETURN(result.attr, AttrOf(entry));
-  return result;
+  return AddOpenHandle(caller, entry, blob, flags);
 }
 
 Result<size_t> Namespace::Read(HandleId id, uint64_t offset, std::span<std::byte> dst) {

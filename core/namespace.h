@@ -321,6 +321,10 @@ class Namespace {
   Result<Blob> NewBlob(const std::string& device, uint32_t owner, const SharingKey& key);
   Status ReplaceBlob(const Entry& entry, const std::string& device, uint32_t owner,
                      BlobState state);
+  // A handle of `caller` on member `entry`, whose blob is `blob`, opened with
+  // open(2) `flags`, and the member's attributes.
+  Result<OpenResult> AddOpenHandle(const Caller& caller, const Entry& entry, const Blob& blob,
+                                   int flags);
   // Issues the next handle id, or `id` (an adopted handle's).
   HandleId AddHandle(Handle handle, HandleId id = 0);
   // `use`: counts as a use of the blob for the eviction policy (false for
