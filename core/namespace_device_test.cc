@@ -17,6 +17,7 @@
 #include "core/namespace.h"
 #include "meta/sqlite_catalog.h"
 #include "store/host_bulk_store.h"
+#include "tests/support/temp_dir.h"
 
 namespace gpufs {
 namespace {
@@ -28,9 +29,6 @@ std::span<const std::byte> Bytes(const std::string& s) {
 class DeviceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/gpufs-dev-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
     auto catalog = SqliteCatalog::Open(dir_ + "/catalog.db", 0, 0, 0755);
     ASSERT_TRUE(catalog.ok());
     auto host = HostBulkStore::Open(dir_ + "/host", 1 << 24);
@@ -50,10 +48,7 @@ class DeviceTest : public ::testing::Test {
     ASSERT_TRUE(ns.ok()) << ns.status().ToString();
     ns_ = std::move(*ns);
   }
-  void TearDown() override {
-    ns_.reset();
-    std::filesystem::remove_all(dir_);
-  }
+  void TearDown() override { ns_.reset(); }
 
   uint64_t Put(uint64_t parent, const std::string& name, const std::string& data) {
     auto h = ns_->Create(caller_, parent, name, 0644, O_WRONLY);
@@ -72,7 +67,8 @@ class DeviceTest : public ::testing::Test {
     return out;
   }
 
-  std::string dir_;
+  test_support::TempDir tmp_{"gpufs-dev"};  // removed after everything below
+  std::string dir_ = tmp_.path();
   Caller caller_{0, 0, 1, {}};
   TokenTable tokens_{std::chrono::seconds(30), [](uint32_t a, uint32_t b) { return a == b; }};
   std::unique_ptr<Namespace> ns_;
@@ -186,9 +182,9 @@ TEST_F(DeviceTest, MapAnswersAtOnceAndOnlyTheWriterSeals) {
   auto reader = ns_->Open(caller_, writer->attr.ino, O_RDONLY);
   ASSERT_TRUE(reader.ok());
   EXPECT_EQ(ns_->MapHandle(reader->handle).status().code(), EBUSY);
-  EXPECT_EQ(ns_->SealHandle(reader->handle).code(), EBADF);  // a reader never seals
+  EXPECT_EQ(ns_->SealHandle(reader->handle).code(), EBADF);     // a reader never seals
   ASSERT_TRUE(ns_->Write(writer->handle, 9, Bytes("!")).ok());  // the writer goes on
-  ASSERT_TRUE(ns_->Flush(writer->handle).ok());  // close(): durable, not sealed
+  ASSERT_TRUE(ns_->Flush(writer->handle).ok());                 // close(): durable, not sealed
   EXPECT_EQ(ns_->MapHandle(reader->handle).status().code(), EBUSY);
   ASSERT_TRUE(ns_->SealHandle(writer->handle).ok());
   auto info = ns_->MapHandle(reader->handle);

@@ -14,6 +14,7 @@
 
 #include "meta/sqlite_catalog.h"
 #include "store/host_bulk_store.h"
+#include "tests/support/temp_dir.h"
 
 namespace gpufs {
 namespace {
@@ -24,16 +25,8 @@ std::span<const std::byte> Bytes(const std::string& s) {
 
 class NamespaceTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/gpufs-core-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    Reopen();
-  }
-  void TearDown() override {
-    ns_.reset();
-    std::filesystem::remove_all(dir_);
-  }
+  void SetUp() override { Reopen(); }
+  void TearDown() override { ns_.reset(); }
 
   // Drops the namespace (as a daemon exit would, open handles included) and
   // opens a new one on the same state.
@@ -91,7 +84,8 @@ class NamespaceTest : public ::testing::Test {
     return out;
   }
 
-  std::string dir_;
+  test_support::TempDir tmp_{"gpufs-core"};  // removed after everything below
+  std::string dir_ = tmp_.path();
   Caller caller_{1000, 1000, 1, {}};
   std::unique_ptr<Namespace> ns_;
   HostBulkStore* host_ = nullptr;

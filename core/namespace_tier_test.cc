@@ -11,6 +11,7 @@
 #include "core/namespace.h"
 #include "meta/sqlite_catalog.h"
 #include "store/host_bulk_store.h"
+#include "tests/support/temp_dir.h"
 
 namespace gpufs {
 namespace {
@@ -27,11 +28,6 @@ class TierTest : public ::testing::Test {
  protected:
   // gpu: 4 members; host and disk as given.
   void Start(uint64_t host_capacity = 1 << 24, uint64_t disk_capacity = 1 << 24) {
-    if (dir_.empty()) {
-      char tmpl[] = "/tmp/gpufs-tier-XXXXXX";
-      ASSERT_NE(mkdtemp(tmpl), nullptr);
-      dir_ = tmpl;
-    }
     auto catalog = SqliteCatalog::Open(dir_ + "/catalog.db", 0, 0, 0755);
     ASSERT_TRUE(catalog.ok());
     auto host = HostBulkStore::Open(dir_ + "/host", host_capacity);
@@ -53,10 +49,7 @@ class TierTest : public ::testing::Test {
     ASSERT_TRUE(ns.ok()) << ns.status().ToString();
     ns_ = std::move(*ns);
   }
-  void TearDown() override {
-    ns_.reset();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
-  }
+  void TearDown() override { ns_.reset(); }
 
   // Creates and fills a member; returns its ino (0 on failure, with the errno in *err).
   uint64_t Put(uint64_t parent, const std::string& name, const std::string& data,
@@ -90,7 +83,8 @@ class TierTest : public ::testing::Test {
     return tier.ok() ? *tier : tier.status().ToString();
   }
 
-  std::string dir_;
+  test_support::TempDir tmp_{"gpufs-tier"};  // removed after everything below
+  std::string dir_ = tmp_.path();
   Caller caller_{0, 0, 1, {}};
   std::unique_ptr<Namespace> ns_;
   HostBulkStore* host_ = nullptr;
@@ -140,7 +134,7 @@ TEST_F(TierTest, ASpilledBlobIsStillColdOnTheTierBelow) {
     inos.push_back(Put(kRootEntryId, "m" + std::to_string(i), Pattern(i, kMember)));
   }
   ASSERT_NE(Put(kRootEntryId, "h0", Pattern(10, kMember)), 0u);  // m0 spills to host
-  EXPECT_EQ(Cat(inos[0]), Pattern(0, kMember));                   // and is read there
+  EXPECT_EQ(Cat(inos[0]), Pattern(0, kMember));                  // and is read there
   ASSERT_NE(Put(kRootEntryId, "h1", Pattern(11, kMember)), 0u);  // m1 spills to host
   // The host is full: its coldest blob goes to disk. That is m1 (last used
   // when written), not m0 (read since): moving m1 down was no use of it.

@@ -17,6 +17,7 @@
 #include "core/namespace.h"
 #include "meta/sqlite_catalog.h"
 #include "store/host_bulk_store.h"
+#include "tests/support/temp_dir.h"
 
 namespace gpufs {
 namespace {
@@ -113,9 +114,6 @@ class RecordingStore final : public BulkStore {
 class SharingTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/gpufs-sharing-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
     auto catalog = SqliteCatalog::Open(dir_ + "/catalog.db", 0, 0, 0755);
     ASSERT_TRUE(catalog.ok());
     auto host = HostBulkStore::Open(dir_ + "/host", 1 << 24);
@@ -143,12 +141,10 @@ class SharingTest : public ::testing::Test {
             .ok());
     ASSERT_TRUE(ns_->Release(h->handle).ok());
   }
-  void TearDown() override {
-    ns_.reset();
-    std::filesystem::remove_all(dir_);
-  }
+  void TearDown() override { ns_.reset(); }
 
-  std::string dir_;
+  test_support::TempDir tmp_{"gpufs-sharing"};  // removed after everything below
+  std::string dir_ = tmp_.path();
   Caller caller_{1000, 100, 1, {}};
   RecordingStore* store_ = nullptr;
   std::unique_ptr<Namespace> ns_;

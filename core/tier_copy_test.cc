@@ -7,6 +7,7 @@
 
 #include "core/device_like_store.h"
 #include "store/host_bulk_store.h"
+#include "tests/support/temp_dir.h"
 #include "util/crc32c.h"
 
 namespace gpufs {
@@ -15,9 +16,6 @@ namespace {
 class TierCopyTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/gpufs-copy-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
     auto a = HostBulkStore::Open(dir_ + "/a", 1 << 26);
     auto b = HostBulkStore::Open(dir_ + "/b", 1 << 26);
     ASSERT_TRUE(a.ok() && b.ok());
@@ -27,12 +25,12 @@ class TierCopyTest : public ::testing::Test {
   void TearDown() override {
     a_.reset();
     b_.reset();
-    std::filesystem::remove_all(dir_);
   }
   static HostBuffer Buffer(size_t n) {
     return HostBuffer(new std::byte[n], [](std::byte* p) { delete[] p; });
   }
-  std::string dir_;
+  test_support::TempDir tmp_{"gpufs-copy"};  // removed after everything below
+  std::string dir_ = tmp_.path();
   std::unique_ptr<HostBulkStore> a_, b_;
 };
 
