@@ -11,23 +11,10 @@
 #include <string>
 
 #include "takeover/registry.h"
+#include "takeover/test_memfd.h"
 
 namespace gpufs::takeover {
 namespace {
-
-UniqueFd MemfdWith(const std::string& content) {
-  UniqueFd fd(::memfd_create("blob", MFD_CLOEXEC));
-  EXPECT_TRUE(fd.valid());
-  EXPECT_EQ(::pwrite(fd.get(), content.data(), content.size(), 0),
-            static_cast<ssize_t>(content.size()));
-  return fd;
-}
-
-std::string ReadAll(int fd) {
-  char buf[64];
-  ssize_t n = ::pread(fd, buf, sizeof buf, 0);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
-}
 
 class BlobSinkTest : public ::testing::Test {
  protected:
@@ -75,7 +62,7 @@ TEST_F(BlobSinkTest, AMoveToAnotherGpuKeepsTheTargetsMemory) {
   UniqueFd on0 = MemfdWith("on gpu 0"), on1 = MemfdWith("on gpu 1");
   sink_->BlobAdded("cuda:0", 9, on0.get(), {2 << 20, 0, 2 << 20, 3});
   sink_->BlobAdded("cuda:1", 9, on1.get(), {2 << 20, 0, 2 << 20, 4});  // the target first
-  sink_->BlobFreed("cuda:0", 9);                      // then the source lets go
+  sink_->BlobFreed("cuda:0", 9);                                       // then the source lets go
   Drain();
   ASSERT_EQ(registry_.blobs(), 1u);
   EXPECT_EQ(ReadAll(registry_.blob_fd(9)), "on gpu 1");

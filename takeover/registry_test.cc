@@ -11,6 +11,8 @@
 #include <cstring>
 #include <thread>
 
+#include "takeover/test_memfd.h"
+
 namespace gpufs::takeover {
 namespace {
 
@@ -22,20 +24,6 @@ Pair Channel() {
   auto p = MakeChannelPair();
   EXPECT_TRUE(p.ok());
   return {std::move(p->first), std::move(p->second)};
-}
-
-UniqueFd MemfdWith(const std::string& content) {
-  UniqueFd fd(::memfd_create("blob", MFD_CLOEXEC));
-  EXPECT_TRUE(fd.valid());
-  EXPECT_EQ(::pwrite(fd.get(), content.data(), content.size(), 0),
-            static_cast<ssize_t>(content.size()));
-  return fd;
-}
-
-std::string ReadAll(int fd) {
-  char buf[256];
-  ssize_t n = ::pread(fd, buf, sizeof buf, 0);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
 // Sends from the "worker" end and applies on the "supervisor" end.
