@@ -184,18 +184,36 @@ class Loop {
     buf.mem = PrefaultedBuffer();
     bool mapped = buf.mem != nullptr;
     for (;;) {
+      {
+        // The kernel hands each request to the thread that has waited in
+        // read(2) longest: with every idle thread reading, requests would go
+        // round all of them, each to a cold cache and often a sleeping CPU.
+        // So only kIdleReaders threads read at a time; the others park here
+        // and one is called when no reader is left.
+        std::unique_lock<std::mutex> lock(mu_);
+        park_cv_.wait(lock, [&] { return readers_ < kIdleReaders || session_ended_; });
+        if (session_ended_) break;
+        ++readers_;
+      }
       int res = fuse_session_receive_buf(se_, &buf);
+      bool stop;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        --readers_;
+        if (res <= 0 && res != -EINTR) {
+          session_ended_ = true;
+          park_cv_.notify_all();
+        } else if (readers_ == 0) {
+          park_cv_.notify_one();  // a request may come while this thread works
+        }
+        stop = stopping_;
+        if (!stop && res > 0) ++busy_;
+      }
       if (res == -EINTR) continue;
       if (res <= 0) {  // 0: unmounted (ENODEV)
         if (res < 0) GPUFS_LOG(ERROR) << "reading /dev/fuse: " << std::strerror(-res);
         fuse_session_exit(se_);
         break;
-      }
-      bool stop;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        stop = stopping_;
-        if (!stop) ++busy_;
       }
       // Read but not processed: the next worker gets it re-sent. This thread
       // parks so that it never answers it.
@@ -230,6 +248,10 @@ class Loop {
   std::atomic<bool> initialized_{false};
   std::mutex mu_;
   std::condition_variable cv_;
+  std::condition_variable park_cv_;  // threads parked out of read(2)
+  static constexpr int kIdleReaders = 2;
+  int readers_ = 0;              // GUARDED_BY(mu_): threads in read(2)
+  bool session_ended_ = false;   // GUARDED_BY(mu_): a read saw the unmount or an error
   bool stopping_ = false;  // GUARDED_BY(mu_)
   int busy_ = 0;           // GUARDED_BY(mu_): threads processing a request
   int ended_ = 0;          // GUARDED_BY(mu_): threads whose read ended
