@@ -1,6 +1,6 @@
 #include "fs/fd_server.h"
 
-#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -46,84 +46,99 @@ Result<std::unique_ptr<FdServer>> FdServer::Start(const std::string& requested,
   if (::listen(listener.get(), 128) != 0) return PosixError("listen " + path, errno);
   UniqueFd wake(::eventfd(0, EFD_CLOEXEC));
   if (!wake.valid()) return PosixError("eventfd", errno);
-  std::unique_ptr<FdServer> server(
-      new FdServer(path, made_dir, std::move(listener), std::move(wake), tokens));
-  server->acceptor_ = std::thread([s = server.get()] { s->AcceptLoop(); });
+  UniqueFd epoll(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll.valid()) return PosixError("epoll_create1", errno);
+  for (int fd : {listener.get(), wake.get()}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return PosixError("epoll_ctl", errno);
+  }
+  std::unique_ptr<FdServer> server(new FdServer(path, made_dir, std::move(listener),
+                                                std::move(wake), std::move(epoll), tokens));
+  server->loop_ = std::thread([s = server.get()] { s->Loop(); });
   GPUFS_LOG(INFO) << "fd socket at " << path;
   return server;
 }
 
 FdServer::FdServer(std::string path, std::string made_dir, UniqueFd listener, UniqueFd wake,
-                   TokenTable* tokens)
+                   UniqueFd epoll, TokenTable* tokens)
     : path_(std::move(path)),
       made_dir_(std::move(made_dir)),
       listener_(std::move(listener)),
       wake_(std::move(wake)),
+      epoll_(std::move(epoll)),
       tokens_(tokens) {}
 
 FdServer::~FdServer() {
-  stopping_ = true;
   uint64_t one = 1;
   if (::write(wake_.get(), &one, sizeof one) < 0) GPUFS_LOG(WARN) << "fd server: wake failed";
-  if (acceptor_.joinable()) acceptor_.join();
-  std::list<std::pair<UniqueFd, std::thread>> conns;
-  {
-    std::lock_guard lock(mu_);
-    for (auto& [fd, thread] : conns_) ::shutdown(fd.get(), SHUT_RDWR);
-    conns.swap(conns_);
-  }
-  for (auto& [fd, thread] : conns) thread.join();
+  if (loop_.joinable()) loop_.join();
+  conns_.clear();  // closes every connection
   ::unlink(path_.c_str());
   if (!made_dir_.empty()) ::rmdir(made_dir_.c_str());
 }
 
-void FdServer::AcceptLoop() {
-  while (!stopping_) {
-    pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
+void FdServer::Loop() {
+  std::array<epoll_event, 64> events;
+  for (;;) {
+    int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), -1);
+    if (n < 0) {
       if (errno == EINTR) continue;
-      GPUFS_LOG(ERROR) << "fd server: poll: " << std::strerror(errno);
+      GPUFS_LOG(ERROR) << "fd server: epoll_wait: " << std::strerror(errno);
       return;
     }
-    if (fds[1].revents != 0) return;
-    int conn = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    for (int i = 0; i < n; ++i) {
+      int fd = events[static_cast<size_t>(i)].data.fd;
+      if (fd == wake_.get()) return;
+      if (fd == listener_.get()) {
+        Accept();
+        continue;
+      }
+      auto it = conns_.find(fd);
+      if (it == conns_.end()) continue;
+      if (!Serve(fd, it->second.second)) conns_.erase(it);  // closing drops it from epoll
+    }
+  }
+}
+
+void FdServer::Accept() {
+  for (;;) {
+    int conn = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (conn < 0) {
       if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) {
         GPUFS_LOG(WARN) << "fd server: accept: " << std::strerror(errno);
       }
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;
+    }
+    UniqueFd owned(conn);
+    ucred peer{};
+    socklen_t len = sizeof peer;
+    if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) {
+      GPUFS_LOG(WARN) << "fd server: SO_PEERCRED: " << std::strerror(errno);
       continue;
     }
-    std::lock_guard lock(mu_);
-    // Reap connections that ended (their thread cleared the fd).
-    for (auto it = conns_.begin(); it != conns_.end();) {
-      if (!it->first.valid()) {
-        it->second.join();
-        it = conns_.erase(it);
-      } else {
-        ++it;
-      }
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = conn;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, conn, &ev) != 0) {
+      GPUFS_LOG(WARN) << "fd server: epoll_ctl: " << std::strerror(errno);
+      continue;
     }
-    conns_.emplace_back(UniqueFd(conn), std::thread());
-    auto& slot = conns_.back();
-    slot.second = std::thread([this, conn, &slot] {
-      Serve(conn);
-      std::lock_guard done(mu_);
-      if (!stopping_) slot.first.reset();
-    });
+    conns_[conn] = {std::move(owned), peer};
+    // The listener is level-triggered and non-blocking accepts drain it; one
+    // connection per wake-up keeps a burst of connects from starving replies.
+    return;
   }
 }
 
-void FdServer::Serve(int conn) {
-  ucred peer{};
-  socklen_t len = sizeof peer;
-  if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) {
-    GPUFS_LOG(WARN) << "fd server: SO_PEERCRED: " << std::strerror(errno);
-    return;
-  }
+bool FdServer::Serve(int conn, const ucred& peer) {
   for (;;) {
     std::array<std::byte, sizeof(gpufs_fd_request) + 1> buf;
     Result<size_t> n = ReceiveMessage(conn, buf, nullptr);
-    if (!n.ok() || *n == 0) return;  // the peer closed, or the server stops
+    if (!n.ok()) return n.status().code() == EAGAIN;  // EAGAIN: all answered
+    if (*n == 0) return false;                         // the peer closed
     Result<Token> token = DecodeRequest(std::span(buf.data(), *n));
     gpufs_fd_reply reply;
     int fd = -1;
@@ -146,7 +161,11 @@ void FdServer::Serve(int conn) {
                       << reply.message;
     }
     Status sent = SendMessage(conn, std::as_bytes(std::span(&reply, 1)), fd);
-    if (!sent.ok()) return;
+    if (!sent.ok()) {
+      GPUFS_LOG(WARN) << "fd server: pid " << peer.pid << " does not take its replies ("
+                      << sent.ToString() << "): disconnected";
+      return false;
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -78,6 +79,34 @@ TEST(FdServerTest, GarbageGetsEprotoAndTheServerGoesOn) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(ok.load(), 16);
+}
+
+// A client that floods requests and never reads its replies is disconnected
+// when its socket fills; an idle connection and the flooder delay nobody.
+TEST(FdServerTest, AClientThatTakesNoRepliesDelaysNobody) {
+  TokenTable tokens;
+  auto server = FdServer::Start("", &tokens);
+  ASSERT_TRUE(server.ok());
+  auto idle = ConnectFdSocket((*server)->path());
+  ASSERT_TRUE(idle.ok()) << idle.status().ToString();
+  auto flooder = ConnectFdSocket((*server)->path());
+  ASSERT_TRUE(flooder.ok());
+  uint8_t zero[GPUFS_TOKEN_BYTES] = {};
+  gpufs_fd_request req = EncodeRequest(zero);
+  // Sends until the server stops taking requests (its replies fill the
+  // flooder's receive queue) or drops the connection.
+  int sent = 0;
+  for (; sent < 100000; ++sent) {
+    if (::send(flooder->get(), &req, sizeof req, MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof req) break;
+  }
+  EXPECT_GT(sent, 0);
+  auto token = tokens.Issue(TokenGrant{
+      .handle = 1, .uid = ::getuid(), .pid = 0, .blob_id = 7, .alloc_size = 1, .fd = SomeFile()});
+  ASSERT_TRUE(token.ok());
+  gpufs_fd_reply reply{};
+  auto fd = FetchBlobFd((*server)->path(), token->data(), &reply);
+  ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+  EXPECT_EQ(reply.blob_id, 7u);
 }
 
 TEST(FdServerTest, StoppingRemovesTheSocket) {
