@@ -23,9 +23,10 @@ Paths must be on a gpufs mount (OSError EXDEV otherwise) unless
 - ``read_numpy(path)``: a blob's bytes as a numpy array, through the file
   (works without a GPU).
 
-libgpufs.so is loaded on first use (``$GPUFS_LIB`` overrides the search);
-without it, metadata functions and host-memory blobs still work, and mapping
-raises OSError(ENODEV).  Importing gpufs imports no GPU framework.
+libgpufs.so is loaded when gpufs is imported (``$GPUFS_LIB`` overrides the
+search), so that the first ``open`` does not pay for it; without it, importing
+still works, metadata functions and host-memory blobs work, and mapping raises
+OSError(ENODEV).  Importing gpufs imports no GPU framework and starts no CUDA.
 """
 
 from . import dlpack, dtypes, tensors
@@ -33,6 +34,9 @@ from .blob import Blob, HostBlob, read_numpy
 from .blob import open_blob as open  # noqa: A001  (gpufs.open mirrors io.open)
 from .objects import Object, info, load, meta
 from ._save import save
+from . import _lib as _lib
+
+_lib.preload()
 
 __version__ = "0.1.0"
 

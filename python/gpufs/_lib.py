@@ -154,6 +154,11 @@ def _loaded():
         return _state
 
 
+def preload():
+    """Loads libgpufs now (at import); a failure is kept and raised on use."""
+    _loaded()
+
+
 def lib():
     """The loaded libgpufs CDLL; OSError(ENODEV) if there is none."""
     state = _loaded()
