@@ -413,7 +413,7 @@ void HostBulkStore::Free(BlobId id) {
     } else if (known && !empty) {
       GPUFS_LOG(WARN) << "host store: free of blob " << id << ": " << PathOf(id)
                       << " was already gone";
-    } else {
+    } else if (!known) {
       GPUFS_LOG(WARN) << "host store: free of blob " << id << ", which the store does not hold";
     }
   }
