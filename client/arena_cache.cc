@@ -1,3 +1,4 @@
+#include "client/trace.h"
 #include "client/arena_cache.h"
 
 #include <cerrno>
@@ -66,6 +67,7 @@ Status Open(const DriverApi& api, Arena* arena, const struct gpufs_ipc_info& inf
   {
     ScopedContext scope(api, arena->context);
     status = scope.status();
+    trace::Mark("context");
     if (status.ok() && arena->key.vmm_blob != 0) {
       status = OpenVmm(api, arena, info, member_fd);
     } else if (status.ok()) {
@@ -176,8 +178,10 @@ CUmemAccessDesc Access(const Arena& arena, bool writable) {
 Status OpenVmm(const DriverApi& api, Arena* arena, const struct gpufs_ipc_info& info,
                int member_fd) {
   GPUFS_ASSIGN_OR_RETURN(std::string socket, SocketPath(member_fd));
+  trace::Mark("socket-path");
   gpufs_fd_reply reply{};
   GPUFS_ASSIGN_OR_RETURN(UniqueFd fd, KeptSockets().Fetch(socket, info.token, &reply));
+  trace::Mark("fd-fetch");
   if (reply.blob_id != info.blob_id || reply.alloc_size != info.alloc_size ||
       info.alloc_size == 0) {
     return Error(EPROTO, "the fd socket answered for another blob");
@@ -187,6 +191,7 @@ Status OpenVmm(const DriverApi& api, Arena* arena, const struct gpufs_ipc_info& 
       &handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fd.get())),
       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   if (r != CUDA_SUCCESS) return CudaError(api, "cuMemImportFromShareableHandle", r);
+  trace::Mark("import");
   CUdeviceptr va = 0;
   Status status;
   r = api.MemAddressReserve(&va, info.alloc_size, 0, 0, 0);
@@ -197,11 +202,13 @@ Status OpenVmm(const DriverApi& api, Arena* arena, const struct gpufs_ipc_info& 
     if (r != CUDA_SUCCESS) status = CudaError(api, "cuMemMap", r);
     mapped = status.ok();
   }
+  trace::Mark("reserve+map");
   if (status.ok()) {
     CUmemAccessDesc access = Access(*arena, arena->key.writable);
     r = api.MemSetAccess(va, info.alloc_size, &access, 1);
     if (r != CUDA_SUCCESS) status = CudaError(api, "cuMemSetAccess", r);
   }
+  trace::Mark("set-access");
   if (!status.ok()) {
     if (mapped) api.MemUnmap(va, info.alloc_size);
     if (va != 0) api.MemAddressFree(va, info.alloc_size);
@@ -276,8 +283,11 @@ Result<Arena*> ArenaCache::Acquire(const struct gpufs_ipc_info& info, int member
     return arena;
   }
 
+  trace::Mark("cache");
   GPUFS_ASSIGN_OR_RETURN(const DriverApi* api, LoadDriver());
+  trace::Mark("driver");
   GPUFS_ASSIGN_OR_RETURN(auto device, FindDevice(*api, info.device_uuid));
+  trace::Mark("device");
   // The table entry is made before the arena is opened, so that nothing can
   // fail (throw) between opening it and recording it.
   auto entry = std::make_unique<Arena>();

@@ -22,6 +22,7 @@
 #include "client/calls.h"
 #include "client/driver.h"
 #include "client/mapper.h"
+#include "client/trace.h"
 
 namespace gpufs::client {
 
@@ -100,6 +101,7 @@ Status AllocInto(int fd, uint64_t size, struct gpufs_ipc_info* info) {
 
 Status Create(const char* path, uint64_t size, gpufs_buffer* buf) {
   if (path == nullptr || *path == '\0') return Error(EINVAL, "path is empty");
+  trace::Scope traced("create");
   const std::string target = path;
   std::string temp;  // empty: made at the path itself
   Result<UniqueFd> opened = OpenMember(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -110,6 +112,7 @@ Status Create(const char* path, uint64_t size, gpufs_buffer* buf) {
     opened = OpenMember(temp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   }
   if (!opened.ok()) return opened.status();
+  trace::Mark(temp.empty() ? "open-create" : "open-create-temp");
   UniqueFd fd = std::move(*opened);
   const int raw = fd.get();
   const std::string& made = temp.empty() ? target : temp;
@@ -119,6 +122,7 @@ Status Create(const char* path, uint64_t size, gpufs_buffer* buf) {
     RemoveMade(made, raw);
     return status;
   }
+  trace::Mark("ioctl-alloc");
   // On failure MapInfo closes `fd`: released unsealed after an ALLOC, the
   // blob is discarded and its member taken away by the daemon.
   GPUFS_RETURN_IF_ERROR(MapInfo(std::move(fd), info, GPUFS_BUFFER_WRITABLE, buf));
@@ -167,6 +171,7 @@ Status Seal(gpufs_buffer* buf) {
   if ((buf->flags & GPUFS_BUFFER_WRITABLE) == 0) {
     return Error(EPERM, "not a writable buffer (sealed already, or not made by gpufs_create)");
   }
+  trace::Scope traced("seal");
   GPUFS_ASSIGN_OR_RETURN(const DriverApi* api, LoadDriver());
   Arena* arena = static_cast<Arena*>(buf->internal);
   {
@@ -184,6 +189,7 @@ Status Seal(gpufs_buffer* buf) {
   // goes (cuMemSetAccess to read-only: 0.1-0.2 ms for 1 GiB on the H200)
   // while GPUFS_IOC_SEAL and the rename travel; gpufs_seal returns after
   // both, so no write through this buffer can follow a successful seal.
+  trace::Mark("synchronize");
   Concurrent drop([arena] {
     return ArenaCache::Instance().DropWrite(arena).Prepend(
         "sealed, but the mapping stays writable");
@@ -194,6 +200,7 @@ Status Seal(gpufs_buffer* buf) {
     return PosixError("ioctl GPUFS_IOC_SEAL", err);
   }
   buf->flags &= ~GPUFS_BUFFER_WRITABLE;
+  trace::Mark("ioctl-seal");
   PendingCreate pending;
   bool renamed = true;
   {
@@ -211,7 +218,10 @@ Status Seal(gpufs_buffer* buf) {
     (void)drop.Join();
     return PosixError("sealed, but rename onto " + pending.target, err);
   }
-  return drop.Join();
+  if (!renamed) trace::Mark("rename");
+  Status dropped = drop.Join();
+  trace::Mark("drop-write-wait");
+  return dropped;
 }
 
 Status Unmap(gpufs_buffer* buf) {

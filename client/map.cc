@@ -19,6 +19,7 @@
 #include "client/copy.h"
 #include "client/driver.h"
 #include "client/mapper.h"
+#include "client/trace.h"
 
 namespace gpufs::client {
 
@@ -97,9 +98,16 @@ bool MapWarm(const char* path, gpufs_buffer* buf) {
 }  // namespace
 
 Status MapPath(const char* path, gpufs_buffer* buf) {
-  if (MapWarm(path, buf)) return Status::Ok();
+  trace::Scope traced("map");
+  if (MapWarm(path, buf)) {
+    trace::Mark("warm");
+    return Status::Ok();
+  }
+  trace::Mark("stat");
   GPUFS_ASSIGN_OR_RETURN(UniqueFd fd, OpenMember(path, O_RDONLY | O_CLOEXEC));
+  trace::Mark("open");
   GPUFS_ASSIGN_OR_RETURN(struct gpufs_ipc_info info, ReadInfo(fd.get()));
+  trace::Mark("ioctl");
   return MapInfo(std::move(fd), info, 0, buf);
 }
 

@@ -139,3 +139,22 @@ class RealLibraryTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TraceTest(unittest.TestCase):
+    """GPUFS_TRACE=1 makes libgpufs print where a map's time went."""
+
+    @unittest.skipUnless(_lib.library_path(), "no libgpufs here")
+    def test_a_map_prints_its_steps_on_stderr(self):
+        import subprocess
+        with tempfile.NamedTemporaryFile() as f:  # not a gpufs member: ENOTTY at the ioctl
+            code = ("import ctypes, os, sys; from gpufs import _lib; b = _lib.GpufsBuffer(); "
+                    "sys.exit(_lib.lib().gpufs_map(os.fsencode(sys.argv[1]), ctypes.byref(b)))")
+            env = dict(os.environ, GPUFS_TRACE="1", GPUFS_LIB=_lib.library_path(),
+                       PYTHONPATH=os.path.dirname(os.path.dirname(gpufs.__file__)))
+            r = subprocess.run([sys.executable, "-c", code, f.name], env=env,
+                               capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(r.returncode, 0)
+        lines = [l for l in r.stderr.splitlines() if l.startswith("gpufs trace: map:")]
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertRegex(lines[0], r" stat [0-9.]+ open [0-9.]+ total [0-9.]+$")
