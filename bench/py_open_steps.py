@@ -3,6 +3,9 @@ step, in a fresh process whose CUDA context is up (as bench/torch_map_bench.py
 measures it). Prints one line of medians over REPS fresh processes.
 
     python3 bench/py_open_steps.py MOUNT/MEMBER [REPS]
+
+With GPUFS_TRACE=1 in the environment, libgpufs's per-step line of each map
+(see README) is printed after the medians.
 """
 import statistics
 import subprocess
@@ -33,9 +36,13 @@ def main():
     path = sys.argv[1]
     reps = int(sys.argv[2]) if len(sys.argv) > 2 else 5
     rows = {}
+    traces = []
     for _ in range(reps):
-        out = subprocess.run([sys.executable, "-c", CHILD, path], capture_output=True, text=True,
-                             check=True).stdout.strip().splitlines()
+        child = subprocess.run([sys.executable, "-c", CHILD, path], capture_output=True,
+                               text=True, check=True)
+        out = child.stdout.strip().splitlines()
+        # With GPUFS_TRACE=1, libgpufs's own split of each map (stderr).
+        traces += [l for l in child.stderr.splitlines() if l.startswith("gpufs trace:")]
         for line in out:
             for part in line.split(";"):
                 name, value = part.split("=")
@@ -43,6 +50,8 @@ def main():
     print(f"py-open-steps {path}, medians of {reps} fresh processes (us):")
     for name, values in rows.items():
         print(f"  {statistics.median(values):8.1f}  {name}")
+    for line in traces:
+        print(f"  {line}")
 
 if __name__ == "__main__":
     main()
