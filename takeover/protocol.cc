@@ -72,7 +72,7 @@ Result<Message> Receive(int fd) {
   if (static_cast<size_t>(n) < sizeof(uint32_t)) return Error(EPROTO, "takeover message too short");
   uint32_t t;
   std::memcpy(&t, buf.data(), sizeof t);
-  if (t == 0 || t > static_cast<uint32_t>(MsgType::kSizes)) {
+  if (t == 0 || t > static_cast<uint32_t>(MsgType::kMemories)) {
     return Error(EPROTO, "unknown takeover message " + std::to_string(t));
   }
   m.type = static_cast<MsgType>(t);

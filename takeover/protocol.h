@@ -54,6 +54,7 @@ enum class MsgType : uint32_t {
   kMemoryAdd = 16,
   kMemoryFree = 17,
   kMemories = 18,  // handover: memory ids (uint64_t each), one fd each
+  // (Receive refuses types above the last one: update it there when adding.)
 };
 
 // HandleRecord::flags
