@@ -63,7 +63,7 @@ void PinnedHostStore::Pin(Slab& slab) {
   if (!options_.pin) return;
   Status pinned = options_.pin(slab.base, slab.bytes);
   if (!pinned.ok()) {
-    GPUFS_LOG(WARN) << "host tier: slab " << slab.id << " (" << FormatSize(slab.bytes)
+    GPUFS_LOG(WARN) << "host tier: slab " << slab.id << " (" << FormatSize(slab.data_bytes())
                     << ") stays pageable: " << pinned.ToString();
     return;
   }
@@ -154,7 +154,11 @@ void PinnedHostStore::ReleaseLocked(const Place& place,
   Slab* slab = place.slab;
   slab->ranges.Free(place.offset, place.reserved);
   used_ -= place.reserved;
-  if (--slab->blobs > 0 || slabs_.size() <= 1) return;
+  if (--slab->blobs > 0) return;
+  // One empty slab stays (warm, pinned) for the next spill; a second goes.
+  bool another_empty = false;
+  for (const auto& [id, other] : slabs_) another_empty |= other.get() != slab && other->blobs == 0;
+  if (!another_empty) return;
   auto it = slabs_.find(slab->id);
   slab_data_ -= slab->data_bytes();
   released->push_back(std::move(it->second));

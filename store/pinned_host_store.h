@@ -9,7 +9,8 @@
 // twice the last, up to `max_slab`; a blob larger than that gets a slab of
 // its own; the data areas of all slabs together never pass the capacity. A
 // slab is pinned (`pin`, cudaHostRegister) once, when it is made or adopted.
-// A slab left without blobs is released, unless it is the only one.
+// A slab left without blobs is released when another slab is empty too (one
+// empty slab stays, pinned, for the next spill).
 //
 // Layout of a slab (its own record of its blobs, so a later worker can adopt
 // it from its fd alone: worker takeover, docs/TAKEOVER.md):
@@ -139,8 +140,8 @@ class PinnedHostStore final : public BulkStore {
   // A reservation of `bytes` (whole units) in an existing slab, or in a new
   // one. Counts it in used_. Locks mu_ itself.
   Result<Place> Acquire(uint64_t bytes);
-  // Returns a place's units; a slab left empty moves to `released` unless
-  // it is the last one. Must hold mu_.
+  // Returns a place's units; a slab left empty moves to `released` if
+  // another slab is empty. Must hold mu_.
   void ReleaseLocked(const Place& place, std::vector<std::unique_ptr<Slab>>* released);
   // Unpins, unmaps and closes slabs, and tells the sink. Must not hold mu_.
   void Drop(std::vector<std::unique_ptr<Slab>> slabs);

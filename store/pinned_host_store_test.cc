@@ -198,19 +198,24 @@ TEST(PinnedHostStore, SlabsGrowToTheCapacityAndEmptyOnesGo) {
   EXPECT_EQ(store->Allocate(5, SharingKey(), 3 * kMiB).code(), ENOSPC);
   EXPECT_EQ(store->Resize(4, 5 * kMiB, 7 * kMiB).code(), ENOSPC);
   EXPECT_EQ(store->Usage().used, 2 * kMiB + 5 * kMiB + 12 * kMiB + kMiB / 2);
-  // A slab left without blobs is released, the last one stays.
+  // One empty slab stays (warm for the next spill), a second empty one goes.
   store->Free(3);
-  EXPECT_EQ(store->slab_count(), 3u);
-  EXPECT_EQ(sink.kept(), 3u);  // four made, one released
-  EXPECT_EQ(sink.freed(), 1u);
+  EXPECT_EQ(store->slab_count(), 4u);
+  EXPECT_EQ(sink.freed(), 0u);
   store->Free(1);
   store->Free(2);
   store->Free(4);
-  EXPECT_EQ(store->slab_count(), 1u);
+  EXPECT_EQ(store->slab_count(), 1u);  // the 12 MiB slab
+  EXPECT_EQ(sink.kept(), 1u);          // four made, three released
+  EXPECT_EQ(sink.freed(), 3u);
   EXPECT_EQ(store->Usage().used, 0u);
-  // Room again, beside the 6 MiB slab that stayed.
-  ASSERT_TRUE(store->Allocate(6, SharingKey(), 18 * kMiB).ok());
+  EXPECT_EQ(store->slab_bytes(), 12 * kMiB);
+  ASSERT_TRUE(store->Allocate(6, SharingKey(), 12 * kMiB).ok());  // in the warm slab
+  EXPECT_EQ(store->slab_count(), 1u);
+  // Beside it, room for a slab of what the capacity leaves.
+  ASSERT_TRUE(store->Allocate(7, SharingKey(), 12 * kMiB).ok());
   EXPECT_EQ(store->slab_count(), 2u);
+  EXPECT_EQ(store->Allocate(8, SharingKey(), 1).code(), ENOSPC);
 }
 
 TEST(PinnedHostStore, PinsEachSlabOnceAndWorksWhenPinningFails) {

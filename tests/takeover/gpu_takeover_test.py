@@ -291,8 +291,6 @@ class GpuHostTierTakeoverTest(unittest.TestCase):
             self.assertEqual(line, f"mapped {sum64(members[path]):016x}", (path, p.stderr.read()))
         tiers = m.stats()["tiers"]
         self.assertGreaterEqual(tiers["fault_backs"], len(spilled), tiers)
-        log = m.log()
-        self.assertIn("adopted slab", log)
 
 
 if __name__ == "__main__":
