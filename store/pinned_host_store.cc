@@ -120,15 +120,31 @@ Result<PinnedHostStore::Place> PinnedHostStore::Acquire(uint64_t bytes) {
       last_slab_ == 0 ? options_.first_slab : std::min(last_slab_ * 2, options_.max_slab);
   want = std::max(RoundUp(want, kDataAlignment), RoundUp(bytes, kDataAlignment));
   uint64_t room = options_.capacity > slab_data_ ? options_.capacity - slab_data_ : 0;
+  std::vector<std::unique_ptr<Slab>> released;
+  if (want > room) {  // the empty slab kept warm makes way for one that fits
+    for (auto it = slabs_.begin(); it != slabs_.end(); ++it) {
+      if (it->second->blobs != 0) continue;
+      room += it->second->data_bytes();
+      slab_data_ -= it->second->data_bytes();
+      released.push_back(std::move(it->second));
+      slabs_.erase(it);
+      break;
+    }
+  }
   if (want > room) want = std::max(room / kDataAlignment * kDataAlignment, room / kUnit * kUnit);
   if (want < bytes) {
-    return Error(ENOSPC, "host tier: no run of " + FormatSize(bytes) + " free in its slabs (" +
-                             FormatSize(options_.capacity - used_) + " free in all)");
+    Status full = Error(ENOSPC, "host tier: no run of " + FormatSize(bytes) +
+                                    " free in its slabs (" +
+                                    FormatSize(options_.capacity - used_) + " free in all)");
+    lock.unlock();
+    Drop(std::move(released));
+    return full;
   }
   const uint64_t id = next_slab_id_++;
   slab_data_ += want;
   used_ += bytes;
   lock.unlock();
+  Drop(std::move(released));
   auto made = MakeSlab(id, want);
   if (made.ok() && options_.fd_sink != nullptr) {
     options_.fd_sink->MemoryAdded(device_, id, (*made)->fd.get());

@@ -216,6 +216,13 @@ TEST(PinnedHostStore, SlabsGrowToTheCapacityAndEmptyOnesGo) {
   ASSERT_TRUE(store->Allocate(7, SharingKey(), 12 * kMiB).ok());
   EXPECT_EQ(store->slab_count(), 2u);
   EXPECT_EQ(store->Allocate(8, SharingKey(), 1).code(), ENOSPC);
+  // An empty slab kept warm makes way for a larger one that fits.
+  store->Free(6);
+  store->Free(7);
+  EXPECT_EQ(store->slab_count(), 1u);
+  ASSERT_TRUE(store->Allocate(9, SharingKey(), 20 * kMiB).ok());
+  EXPECT_EQ(store->slab_count(), 1u);
+  EXPECT_EQ(store->slab_bytes(), 20 * kMiB);
 }
 
 TEST(PinnedHostStore, PinsEachSlabOnceAndWorksWhenPinningFails) {
