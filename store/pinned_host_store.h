@@ -67,6 +67,11 @@ struct PinnedHostOptions {
   // Slabs of an earlier worker; Recover adopts or releases every one and
   // empties the map. Null: none.
   InheritedMemoryFds* inherited = nullptr;
+  // Where a `files` host tier (HostBulkStore) kept its blobs, a file each:
+  // Recover takes in the bytes of live blobs that no slab holds from there
+  // (a mount that served host blobs from files before: an older gpufs, or
+  // --host-tier files), and removes each file it took. Empty: none.
+  std::string files_dir;
 };
 
 // Threads: every method may be called from any thread (bulk_store.h). One
@@ -91,7 +96,8 @@ class PinnedHostStore final : public BulkStore {
   // its bytes and place; everything else in those slabs is cleared (slots)
   // and zeroed, and a slab left without blobs is released. Returns the
   // blobs of `live` with size > 0 that no slab holds (lost: a cold start
-  // loses them all); blobs of size 0 get a fresh place.
+  // loses them all, unless PinnedHostOptions::files_dir has them); blobs of
+  // size 0 get a fresh place.
   Result<std::vector<BlobId>> Recover(std::span<const StoredBlob> live) override;
 
   // EEXIST if `id` is live; ENOSPC past the capacity, or when no slab has a
@@ -150,6 +156,9 @@ class PinnedHostStore final : public BulkStore {
   // Maps and checks a slab an earlier worker made.
   Result<std::unique_ptr<Slab>> AdoptSlab(uint64_t id, UniqueFd fd);
   void Pin(Slab& slab);
+  // Recover: the blob's bytes from its file under files_dir into a new
+  // place; false (nothing kept) if the file is missing, short or unreadable.
+  bool ImportFile(const StoredBlob& blob);
   static uint64_t Units(uint64_t bytes);
 
   const std::string device_ = "host";

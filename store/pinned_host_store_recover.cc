@@ -4,8 +4,11 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <unordered_map>
 
 #include "store/pinned_host_store.h"
@@ -150,7 +153,43 @@ Result<std::vector<BlobId>> PinnedHostStore::Recover(std::span<const StoredBlob>
   for (BlobId id : fresh) {
     if (!Allocate(id, SharingKey(), 0).ok()) lost.push_back(id);
   }
+  if (!options_.files_dir.empty()) {
+    std::erase_if(lost, [&](BlobId id) {
+      auto blob = std::find_if(live.begin(), live.end(), [id](const auto& b) { return b.id == id; });
+      return blob != live.end() && ImportFile(*blob);
+    });
+  }
   return lost;
+}
+
+bool PinnedHostStore::ImportFile(const StoredBlob& blob) {
+  const std::string path = options_.files_dir + "/" + std::to_string(blob.id);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  struct stat st {};
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<uint64_t>(st.st_size) < blob.size) {
+    return false;
+  }
+  Status imported = Allocate(blob.id, SharingKey(), blob.size);
+  std::span<std::byte> into = imported.ok() ? HostBytes(blob.id) : std::span<std::byte>();
+  for (size_t done = 0; imported.ok() && done < into.size();) {
+    ssize_t n = ::pread(fd.get(), into.data() + done, into.size() - done, static_cast<off_t>(done));
+    if (n <= 0) {
+      imported = n == 0 ? Error(EIO, "short file") : PosixError("pread", errno);
+    } else {
+      done += static_cast<size_t>(n);
+    }
+  }
+  if (!imported.ok()) {
+    GPUFS_LOG(WARN) << "host tier: cannot take blob " << blob.id << " from " << path << ": "
+                    << imported.ToString();
+    Free(blob.id);
+    return false;
+  }
+  ::unlink(path.c_str());
+  GPUFS_LOG(INFO) << "host tier: took blob " << blob.id << " (" << FormatSize(blob.size)
+                  << ") from the files host tier's " << path;
+  return true;
 }
 
 }  // namespace gpufs

@@ -15,6 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "store/host_bulk_store.h"
+#include "tests/support/temp_dir.h"
+
 namespace gpufs {
 namespace {
 
@@ -346,6 +349,40 @@ TEST(PinnedHostStore, RecoverZeroesWhatNoBlobHolds) {
   EXPECT_EQ(ReadAll(**second, 1, 8192), Pattern(8192, 1));
   ASSERT_TRUE((*second)->Allocate(2, SharingKey(), (2 << 20) - 8192).ok());
   EXPECT_TRUE(AllZero(ReadAll(**second, 2, (2 << 20) - 8192)));
+}
+
+// A mount whose host blobs were files (an older gpufs, or --host-tier
+// files) keeps them when its host tier becomes memory: Recover takes each
+// live blob's file in and removes it.
+TEST(PinnedHostStore, RecoverTakesInTheBlobsOfAFilesHostTier) {
+  test_support::TempDir tmp("gpufs-slab-files");
+  const std::string dir = tmp.path() + "/host";
+  {
+    auto files = HostBulkStore::Open(dir, 64 * kMiB);
+    ASSERT_TRUE(files.ok());
+    ASSERT_TRUE((*files)->Recover({}).ok());
+    for (BlobId id : {5, 6, 8}) {
+      ASSERT_TRUE((*files)->Allocate(id, SharingKey(), 300000).ok());
+      ASSERT_TRUE((*files)->Write(id, 0, Pattern(300000, static_cast<int>(id))).ok());
+      ASSERT_TRUE((*files)->Seal(id, 300000).ok());
+    }
+  }
+  ASSERT_EQ(::truncate((dir + "/6").c_str(), 1000), 0);  // short: not taken
+  auto options = Small();
+  options.files_dir = dir;
+  auto store = PinnedHostStore::Open(options);
+  ASSERT_TRUE(store.ok());
+  std::vector<StoredBlob> live = {{5, 0, 300000, true}, {6, 0, 300000, true},
+                                  {7, 0, 10, true}};  // 7: no file at all
+  auto lost = (*store)->Recover(live);
+  ASSERT_TRUE(lost.ok());
+  EXPECT_EQ(*lost, (std::vector<BlobId>{6, 7}));
+  EXPECT_EQ(ReadAll(**store, 5, 300000), Pattern(300000, 5));
+  EXPECT_NE(::access((dir + "/5").c_str(), F_OK), 0);  // taken: removed
+  EXPECT_EQ(::access((dir + "/6").c_str(), F_OK), 0);  // left as it was
+  EXPECT_EQ(::access((dir + "/8").c_str(), F_OK), 0);  // not live: not ours to judge
+  std::vector<std::byte> one(1);
+  EXPECT_EQ((*store)->Read(6, 0, one).code(), EIO);
 }
 
 }  // namespace

@@ -95,6 +95,7 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
     options.capacity = host_capacity.value_or(DefaultHostCapacity("") / 2);
     options.fd_sink = config.fd_sink;
     options.inherited = config.inherited_memory;
+    options.files_dir = config.host_dir;  // host blobs a files host tier left
 #ifdef GPUFS_HAVE_CUDA
     if (use_gpu) {
       const int ordinal = config.devices.empty() ? 0 : config.devices.front();
