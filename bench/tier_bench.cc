@@ -181,8 +181,8 @@ int main(int argc, char** argv) {
       std::printf("%-52s %10s   (no move on this route)\n", what.c_str(), "-");
       return;
     }
-    std::printf("%-52s %10.2f GB/s = %.2f x %s (%.2f GB/s)\n", what.c_str(), rate,
-                rate / limit, limit_name, limit);
+    std::printf("%-52s %10.2f GB/s = %.2f x %s (%.2f GB/s)\n", what.c_str(), rate, rate / limit,
+                limit_name, limit);
   };
   line("fault back host->cuda:0", "host->cuda:0", h2d, "pinned H2D");
   line("fault back disk->cuda:0", "disk->cuda:0", h2d, "pinned H2D");
@@ -190,8 +190,7 @@ int main(int argc, char** argv) {
   line("spill cuda:0->disk", "cuda:0->disk", d2h, "pinned D2H");
   line("spill host->disk", "host->disk", d2h, "pinned D2H");
   double from_host = route_rate("host->cuda:0");
-  std::printf("fault back from host / pinned H2D: %.2f (issue 10 asks >= 0.8)\n",
-              from_host / h2d);
+  std::printf("fault back from host / pinned H2D: %.2f (issue 10 asks >= 0.8)\n", from_host / h2d);
   std::system(("rm -rf '" + dir + "'").c_str());
   return 0;
 }

@@ -137,8 +137,8 @@ Status ApplyMountOptions(const std::string& options, MountConfig* config) {
 std::string Usage(ArgStyle style) {
   if (style == ArgStyle::kMountHelper) {
     return "usage: mount.gpufs SOURCE DIR [-sfnv] [-o state=DIR,store=auto|gpu|host,"
-           "ipc=auto|vmm|legacy,host_tier=auto|memory|files,socket=PATH,devices=0:1,capacity=SIZE,capacity.TIER=SIZE,persist,"
-           "debug,noallow_other,...]\n";
+           "ipc=auto|vmm|legacy,host_tier=auto|memory|files,socket=PATH,devices=0:1,"
+           "capacity=SIZE,capacity.TIER=SIZE,persist,debug,noallow_other,...]\n";
   }
   return "usage: gpufs mount MOUNTPOINT [options]\n"
          "  --state DIR        catalog, host store and log (default $XDG_STATE_HOME/gpufs,\n"

@@ -133,9 +133,9 @@ Result<PinnedHostStore::Place> PinnedHostStore::Acquire(uint64_t bytes) {
   }
   if (want > room) want = std::max(room / kDataAlignment * kDataAlignment, room / kUnit * kUnit);
   if (want < bytes) {
-    Status full = Error(ENOSPC, "host tier: no run of " + FormatSize(bytes) +
-                                    " free in its slabs (" +
-                                    FormatSize(options_.capacity - used_) + " free in all)");
+    Status full =
+        Error(ENOSPC, "host tier: no run of " + FormatSize(bytes) + " free in its slabs (" +
+                          FormatSize(options_.capacity - used_) + " free in all)");
     lock.unlock();
     Drop(std::move(released));
     return full;

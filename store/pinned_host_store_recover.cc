@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -155,7 +154,8 @@ Result<std::vector<BlobId>> PinnedHostStore::Recover(std::span<const StoredBlob>
   }
   if (!options_.files_dir.empty()) {
     std::erase_if(lost, [&](BlobId id) {
-      auto blob = std::find_if(live.begin(), live.end(), [id](const auto& b) { return b.id == id; });
+      auto blob =
+          std::find_if(live.begin(), live.end(), [id](const auto& b) { return b.id == id; });
       return blob != live.end() && ImportFile(*blob);
     });
   }

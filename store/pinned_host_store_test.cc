@@ -372,8 +372,8 @@ TEST(PinnedHostStore, RecoverTakesInTheBlobsOfAFilesHostTier) {
   options.files_dir = dir;
   auto store = PinnedHostStore::Open(options);
   ASSERT_TRUE(store.ok());
-  std::vector<StoredBlob> live = {{5, 0, 300000, true}, {6, 0, 300000, true},
-                                  {7, 0, 10, true}};  // 7: no file at all
+  std::vector<StoredBlob> live = {
+      {5, 0, 300000, true}, {6, 0, 300000, true}, {7, 0, 10, true}};  // 7: no file at all
   auto lost = (*store)->Recover(live);
   ASSERT_TRUE(lost.ok());
   EXPECT_EQ(*lost, (std::vector<BlobId>{6, 7}));

@@ -1,6 +1,6 @@
 // The worker's BlobFdSink (store/bulk_store.h): hands the GPU stores' blob
-// fds and the host tier's slab fds to the supervisor through the WorkerLink, which keeps them while no
-// worker runs (docs/TAKEOVER.md).
+// fds and the host tier's slab fds to the supervisor through the WorkerLink,
+// which keeps them while no worker runs (docs/TAKEOVER.md).
 //
 // The supervisor keeps one fd per blob id. While a blob moves between GPUs
 // (a migration, or a mapped blob's retired place), the target's BlobAdded
