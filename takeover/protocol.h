@@ -54,7 +54,6 @@ enum class MsgType : uint32_t {
   kMemoryAdd = 16,
   kMemoryFree = 17,
   kMemories = 18,  // handover: memory ids (uint64_t each), one fd each
-  // (Receive refuses types above the last one: update it there when adding.)
 };
 
 // HandleRecord::flags
@@ -123,6 +122,8 @@ Result<std::pair<UniqueFd, UniqueFd>> MakeChannelPair();
 Status Send(int fd, MsgType type, std::span<const std::byte> payload,
             std::span<const int> fds = {});
 // Receives one packet; kEof when the peer closed. Received fds are close-on-exec.
+// A type this build does not know comes back as it is (callers refuse it),
+// so a newer worker's new messages do not break an older supervisor's channel.
 Result<Message> Receive(int fd);
 
 template <class T>

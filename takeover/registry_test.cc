@@ -163,6 +163,20 @@ TEST(RegistryTest, MalformedMessagesAreRefusedAndChangeNothing) {
   EXPECT_FALSE(reg.has_init());
 }
 
+// A message of a newer worker's type is refused by Apply, and the channel
+// carries on: the next message is applied.
+TEST(RegistryTest, AnUnknownMessageTypeIsRefusedAndTheChannelCarriesOn) {
+  Registry reg;
+  Pair w1 = Channel();
+  ASSERT_TRUE(Send(w1.b.get(), static_cast<MsgType>(99), AsBytes(uint64_t{7})).ok());
+  auto unknown = Receive(w1.a.get());
+  ASSERT_TRUE(unknown.ok()) << unknown.status().ToString();
+  EXPECT_EQ(reg.Apply(std::move(*unknown)).code(), EPROTO);
+  HandleRecord h{.fh = 3, .entry = 4, .blob = 5};
+  SendApply(w1, reg, MsgType::kHandleOpen, AsBytes(h));
+  EXPECT_EQ(reg.handles(), 1u);
+}
+
 // Many handles and fds cross in several packets each (batches of
 // kHandlesPerMessage records and kMaxFds fds), and a handover of thousands of
 // fds stays fast (docs/BENCHMARKS.md has the 10k figure from the benchmark).
