@@ -16,9 +16,18 @@
 
 namespace gpufs {
 
-PinnedHostStore::PinnedHostStore(const PinnedHostOptions& options) : options_(options) {}
+PinnedHostStore::PinnedHostStore(const PinnedHostOptions& options)
+    : options_(options), zeroer_([this] { ZeroInBackground(); }) {}
 
-PinnedHostStore::~PinnedHostStore() = default;  // slabs outlive us where the sink holds them
+// Slabs outlive the store where the sink holds them.
+PinnedHostStore::~PinnedHostStore() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  zeroer_.join();
+}
 
 Result<std::unique_ptr<PinnedHostStore>> PinnedHostStore::Open(const PinnedHostOptions& options) {
   if (options.first_slab == 0 || options.max_slab < options.first_slab) {
@@ -107,12 +116,17 @@ Result<PinnedHostStore::Place> PinnedHostStore::Acquire(uint64_t bytes) {
                              FormatSize(options_.capacity) + " used, " + FormatSize(bytes) +
                              " more asked");
   }
-  for (auto& [id, slab] : slabs_) {
-    if (auto offset = slab->ranges.Allocate(bytes)) {
-      used_ += bytes;
-      slab->blobs++;
-      return Place{slab.get(), *offset, bytes};
+  for (;;) {
+    for (auto& [id, slab] : slabs_) {
+      if (auto offset = slab->ranges.Allocate(bytes)) {
+        used_ += bytes;
+        slab->blobs++;
+        return Place{slab.get(), *offset, bytes};
+      }
     }
+    // Units freed but not zeroed yet come back first, rather than a new slab.
+    if (dirty_.empty() && zeroing_ == 0) break;
+    zeroed_cv_.wait(lock);
   }
   // A new slab: twice the last (the first: first_slab), at most max_slab,
   // at least the blob, within what the capacity leaves.
@@ -169,7 +183,6 @@ void PinnedHostStore::ReleaseLocked(const Place& place,
                                     std::vector<std::unique_ptr<Slab>>* released) {
   Slab* slab = place.slab;
   slab->ranges.Free(place.offset, place.reserved);
-  used_ -= place.reserved;
   if (--slab->blobs > 0) return;
   // One empty slab stays (warm, pinned) for the next spill; a second goes.
   bool another_empty = false;
@@ -246,14 +259,7 @@ Status PinnedHostStore::Resize(BlobId id, uint64_t old_size, uint64_t new_size) 
   Store(old.slab->slot(old.offset).blob, 0);
   rec.place = place;
   rec.size = new_size;
-  lock.unlock();
-  std::memset(old.slab->data() + old.offset, 0, old_size);
-  std::vector<std::unique_ptr<Slab>> released;
-  lock.lock();
-  Store(old.slab->slot(old.offset).reserved, 0);
-  ReleaseLocked(old, &released);
-  lock.unlock();
-  Drop(std::move(released));
+  ZeroLaterLocked(old, old_size);
   return Status::Ok();
 }
 
@@ -318,17 +324,43 @@ void PinnedHostStore::Free(BlobId id) {
   if (it == blobs_.end()) return;
   const BlobRecord rec = it->second;
   blobs_.erase(it);
-  Store(rec.place.slab->slot(rec.place.offset).blob, 0);
-  lock.unlock();
-  // Zero before the units can be handed out again (outside the lock: up
-  // to a GiB of memset).
-  std::memset(rec.place.slab->data() + rec.place.offset, 0, rec.size);
-  std::vector<std::unique_ptr<Slab>> released;
-  lock.lock();
-  Store(rec.place.slab->slot(rec.place.offset).reserved, 0);
-  ReleaseLocked(rec.place, &released);
-  lock.unlock();
-  Drop(std::move(released));
+  ZeroLaterLocked(rec.place, rec.size);
+}
+
+void PinnedHostStore::ZeroLaterLocked(const Place& place, uint64_t bytes) {
+  Store(place.slab->slot(place.offset).blob, 0);
+  used_ -= place.reserved;
+  dirty_.push_back({place, bytes});
+  work_cv_.notify_one();
+}
+
+void PinnedHostStore::ZeroInBackground() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    work_cv_.wait(lock, [&] { return stopping_ || !dirty_.empty(); });
+    if (stopping_) return;  // what is left is zeroed by the next Recover (or goes with the slabs)
+    const Dirty dirty = dirty_.front();
+    dirty_.pop_front();
+    ++zeroing_;
+    lock.unlock();
+    std::memset(dirty.place.slab->data() + dirty.place.offset, 0, dirty.bytes);
+    lock.lock();
+    Store(dirty.place.slab->slot(dirty.place.offset).reserved, 0);
+    std::vector<std::unique_ptr<Slab>> released;
+    ReleaseLocked(dirty.place, &released);
+    --zeroing_;
+    zeroed_cv_.notify_all();
+    if (!released.empty()) {
+      lock.unlock();
+      Drop(std::move(released));
+      lock.lock();
+    }
+  }
+}
+
+void PinnedHostStore::WaitForZeroing() {
+  std::unique_lock lock(mu_);
+  zeroed_cv_.wait(lock, [&] { return dirty_.empty() && zeroing_ == 0; });
 }
 
 std::span<std::byte> PinnedHostStore::HostBytes(BlobId id) {

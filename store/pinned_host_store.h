@@ -26,6 +26,10 @@
 // zero (a memfd starts zeroed; Resize, Seal and Free zero what a blob gives
 // up, before its units can be handed out again), so Allocate hands out zero
 // bytes without writing them and no blob can ever read another's bytes.
+// Free (and a Resize that moves) leaves the zeroing to a thread of the
+// store (a GiB of memset is ~0.1 s, not for the request that freed it):
+// the bytes leave `used` at once, their units come back once zeroed, and an
+// Allocate that finds no room waits for them before it makes a slab.
 //
 // Accounting: `used` is the sum of the blobs' reservations (whole units),
 // never more than the capacity; headers and tables (16 bytes per 4 KiB) are
@@ -37,13 +41,16 @@
 // mount (or a cold start) loses them, as it loses GPU memory.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -118,7 +125,8 @@ class PinnedHostStore final : public BulkStore {
   // Zeroes past `size`, trims the reservation to it. EINVAL if `size` is
   // more than the blob's size; ENOENT if not live.
   Status Seal(BlobId id, uint64_t size) override;
-  // Zeroes the blob's bytes, then returns its units. Unknown ids are ignored.
+  // Releases the reservation at once; the zeroer zeroes the blob's bytes,
+  // then returns its units. Unknown ids are ignored.
   void Free(BlobId id) override;
   std::span<std::byte> HostBytes(BlobId id) override;
 
@@ -128,6 +136,8 @@ class PinnedHostStore final : public BulkStore {
   uint64_t slab_bytes() const;
   // Slabs whose pin succeeded.
   size_t pinned_slab_count() const;
+  // Returns once every unit freed so far is zeroed and back in its slab.
+  void WaitForZeroing();
 
  private:
   struct Slab;
@@ -140,14 +150,23 @@ class PinnedHostStore final : public BulkStore {
     Place place;
     uint64_t size = 0;
   };
+  struct Dirty {
+    Place place;
+    uint64_t bytes = 0;  // from the start of the place; the rest is zero
+  };
 
   explicit PinnedHostStore(const PinnedHostOptions& options);
 
   // A reservation of `bytes` (whole units) in an existing slab, or in a new
   // one. Counts it in used_. Locks mu_ itself.
   Result<Place> Acquire(uint64_t bytes);
-  // Returns a place's units; a slab left empty moves to `released` if
-  // another slab is empty. Must hold mu_.
+  // Takes `place` out of used_ and queues its first `bytes` for the zeroer;
+  // its slot names no blob from now on. Must hold mu_.
+  void ZeroLaterLocked(const Place& place, uint64_t bytes);
+  // The zeroer thread: zeroes queued places, then returns their units.
+  void ZeroInBackground();
+  // Returns a place's units (already out of used_); a slab left empty
+  // moves to `released` if another slab is empty. Must hold mu_.
   void ReleaseLocked(const Place& place, std::vector<std::unique_ptr<Slab>>* released);
   // Unpins, unmaps and closes slabs, and tells the sink. Must not hold mu_.
   void Drop(std::vector<std::unique_ptr<Slab>> slabs);
@@ -171,6 +190,12 @@ class PinnedHostStore final : public BulkStore {
   uint64_t slab_data_ = 0;     // GUARDED_BY(mu_): data bytes of slabs, made or being made
   uint64_t last_slab_ = 0;     // GUARDED_BY(mu_): data bytes of the last slab made
   uint64_t next_slab_id_ = 1;  // GUARDED_BY(mu_)
+  std::deque<Dirty> dirty_;    // GUARDED_BY(mu_): freed, waiting for the zeroer
+  size_t zeroing_ = 0;         // GUARDED_BY(mu_): taken by the zeroer, not back yet
+  bool stopping_ = false;      // GUARDED_BY(mu_)
+  std::condition_variable work_cv_;    // dirty_ got an entry, or stopping_
+  std::condition_variable zeroed_cv_;  // units came back zeroed
+  std::thread zeroer_;                 // last: starts once the rest is built
 };
 
 }  // namespace gpufs

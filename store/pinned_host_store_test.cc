@@ -124,11 +124,25 @@ TEST(PinnedHostStore, FreedBytesAreZeroBeforeAnotherBlobGetsThem) {
   ASSERT_TRUE(store->Write(1, 0, Pattern(kMiB, 2)).ok());
   std::byte* place = store->HostBytes(1).data();
   store->Free(1);
-  EXPECT_EQ(store->Usage().used, 0u);
+  EXPECT_EQ(store->Usage().used, 0u);  // at once; the units come back once zeroed
+  store->WaitForZeroing();
   ASSERT_TRUE(store->Allocate(2, SharingKey(), kMiB).ok());
   EXPECT_EQ(store->HostBytes(2).data(), place);  // the same units
   EXPECT_TRUE(AllZero(ReadAll(*store, 2, kMiB)));
   store->Free(42);  // unknown: ignored
+}
+
+// An Allocate that needs units still being zeroed waits for them (rather
+// than failing or making a slab), and gets zeroes.
+TEST(PinnedHostStore, AllocateWaitsForUnitsBeingZeroed) {
+  auto store = Open(Small(2 * kMiB));  // room for one slab of 2 MiB
+  for (BlobId id = 1; id <= 20; ++id) {
+    ASSERT_TRUE(store->Allocate(id, SharingKey(), 2 * kMiB).ok()) << id;
+    EXPECT_TRUE(AllZero(ReadAll(*store, id, 2 * kMiB))) << id;
+    ASSERT_TRUE(store->Write(id, 0, Pattern(2 * kMiB, static_cast<int>(id))).ok());
+    store->Free(id);
+  }
+  EXPECT_EQ(store->slab_count(), 1u);
 }
 
 TEST(PinnedHostStore, ShrinkAndSealZeroWhatTheBlobGivesUp) {
@@ -203,11 +217,13 @@ TEST(PinnedHostStore, SlabsGrowToTheCapacityAndEmptyOnesGo) {
   EXPECT_EQ(store->Usage().used, 2 * kMiB + 5 * kMiB + 12 * kMiB + kMiB / 2);
   // One empty slab stays (warm for the next spill), a second empty one goes.
   store->Free(3);
+  store->WaitForZeroing();
   EXPECT_EQ(store->slab_count(), 4u);
   EXPECT_EQ(sink.freed(), 0u);
   store->Free(1);
   store->Free(2);
   store->Free(4);
+  store->WaitForZeroing();
   EXPECT_EQ(store->slab_count(), 1u);  // the 12 MiB slab
   EXPECT_EQ(sink.kept(), 1u);          // four made, three released
   EXPECT_EQ(sink.freed(), 3u);
@@ -222,6 +238,7 @@ TEST(PinnedHostStore, SlabsGrowToTheCapacityAndEmptyOnesGo) {
   // An empty slab kept warm makes way for a larger one that fits.
   store->Free(6);
   store->Free(7);
+  store->WaitForZeroing();
   EXPECT_EQ(store->slab_count(), 1u);
   ASSERT_TRUE(store->Allocate(9, SharingKey(), 20 * kMiB).ok());
   EXPECT_EQ(store->slab_count(), 1u);
