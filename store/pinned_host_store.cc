@@ -348,13 +348,13 @@ void PinnedHostStore::ZeroInBackground() {
     Store(dirty.place.slab->slot(dirty.place.offset).reserved, 0);
     std::vector<std::unique_ptr<Slab>> released;
     ReleaseLocked(dirty.place, &released);
-    --zeroing_;
-    zeroed_cv_.notify_all();
     if (!released.empty()) {
       lock.unlock();
       Drop(std::move(released));
       lock.lock();
     }
+    --zeroing_;
+    zeroed_cv_.notify_all();
   }
 }
 

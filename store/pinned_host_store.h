@@ -136,7 +136,8 @@ class PinnedHostStore final : public BulkStore {
   uint64_t slab_bytes() const;
   // Slabs whose pin succeeded.
   size_t pinned_slab_count() const;
-  // Returns once every unit freed so far is zeroed and back in its slab.
+  // Returns once every unit freed so far is zeroed and back in its slab
+  // (and a slab that emptied is released, the sink told).
   void WaitForZeroing();
 
  private:
