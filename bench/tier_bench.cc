@@ -208,6 +208,15 @@ int main(int argc, char** argv) {
               GBps(size, map_from_host) / h2d, h2d);
   double from_host = route_rate("host->cuda:0");
   std::printf("fault back from host / pinned H2D: %.2f (issue 10 asks >= 0.8)\n", from_host / h2d);
+  // Whether the host tier's slabs were pinned (the daemon logs each slab it
+  // makes, "(pinned)" when cudaHostRegister took it).
+  auto log_path = Stats(mnt)["log"];
+  if (log_path.is_string()) {
+    std::ifstream log(log_path.get<std::string>());
+    for (std::string l; std::getline(log, l);) {
+      if (l.find("host tier: slab") != std::string::npos) std::printf("daemon: %s\n", l.c_str());
+    }
+  }
   std::system(("rm -rf '" + dir + "'").c_str());
   return 0;
 }
