@@ -85,6 +85,9 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device, MoveK
     pin = AddHandle(std::move(handle));
   }
   auto started = std::chrono::steady_clock::now();
+  // The route's time (stats): from when the target holds room for the blob
+  // (room made by spilling others is not this move's copy) to the switch.
+  auto copy_started = started;
   std::string from;
   uint64_t moved_bytes = 0;
   bool skipped = false;
@@ -115,6 +118,7 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device, MoveK
       GPUFS_RETURN_IF_ERROR(WithRoom(
           device, rec.size, [&] { return target->Allocate(rec.id, rec.owner_uid, rec.size); }));
     }
+    copy_started = std::chrono::steady_clock::now();
     Status copied = to_copy ? Status::Ok() : [&]() -> Status {
       GPUFS_ASSIGN_OR_RETURN(uint32_t crc,
                              CopyBetweenTiers(
@@ -174,12 +178,13 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device, MoveK
     }
     return Status::Ok();
   }();
-  double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  const auto done = std::chrono::steady_clock::now();
+  double ms = std::chrono::duration<double, std::milli>(done - started).count();
   if (moved.ok() && !skipped) {
     {
       std::lock_guard lock(mu_);
-      CountRoute(from + "->" + device, moved_bytes, ms / 1000);
+      CountRoute(from + "->" + device, moved_bytes,
+                 std::chrono::duration<double>(done - copy_started).count());
     }
     const char* why = kind == MoveKind::kSpill       ? " (spilled)"
                       : kind == MoveKind::kFaultBack ? " (fault back to map it)"

@@ -1,5 +1,6 @@
 // Tiers (issue 10) through the core: a small "GPU" (DeviceLikeStore) above a
-// host store above a disk store. Spilling, fault back on map, pins, open
+// host tier (files, or memory slabs: each test runs with both) above a disk
+// store. Spilling, fault back on map, pins, open
 // blobs that never move, and ENOSPC only when every tier is full.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include "core/namespace.h"
 #include "meta/sqlite_catalog.h"
 #include "store/host_bulk_store.h"
+#include "store/pinned_host_store.h"
 #include "tests/support/temp_dir.h"
 
 namespace gpufs {
@@ -24,24 +26,39 @@ std::string Pattern(int seed, size_t n) {
   return s;
 }
 
-class TierTest : public ::testing::Test {
+// The parameter: the host tier is the memory one (PinnedHostStore, as below
+// a real GPU) rather than files.
+class TierTest : public ::testing::TestWithParam<bool> {
  protected:
   // gpu: 4 members; host and disk as given.
   void Start(uint64_t host_capacity = 1 << 24, uint64_t disk_capacity = 1 << 24) {
     auto catalog = SqliteCatalog::Open(dir_ + "/catalog.db", 0, 0, 0755);
     ASSERT_TRUE(catalog.ok());
-    auto host = HostBulkStore::Open(dir_ + "/host", host_capacity);
+    std::unique_ptr<BulkStore> host;
+    if (GetParam()) {
+      PinnedHostOptions memory;
+      memory.capacity = host_capacity;
+      memory.first_slab = 2 << 20;
+      memory.max_slab = 4 << 20;
+      auto opened = PinnedHostStore::Open(memory);
+      ASSERT_TRUE(opened.ok());
+      host = std::move(*opened);
+    } else {
+      auto opened = HostBulkStore::Open(dir_ + "/host", host_capacity);
+      ASSERT_TRUE(opened.ok());
+      host = std::move(*opened);
+    }
     auto disk = HostBulkStore::Open(dir_ + "/disk", disk_capacity);
     auto dev = HostBulkStore::Open(dir_ + "/dev", 4 * kMember);
-    ASSERT_TRUE(host.ok() && disk.ok() && dev.ok());
+    ASSERT_TRUE(disk.ok() && dev.ok());
     (*disk)->ServeAsDiskTier();
-    host_ = host->get();
+    host_ = host.get();
     disk_ = disk->get();
     auto device = std::make_unique<DeviceLikeStore>(std::move(*dev));
     gpu_ = device.get();
     NamespaceOptions options;
     options.catalog = std::move(*catalog);
-    options.stores.push_back(std::move(*host));
+    options.stores.push_back(std::move(host));
     options.stores.push_back(std::move(*disk));
     options.stores.push_back(std::move(device));
     options.default_device = "cuda:0";
@@ -87,12 +104,12 @@ class TierTest : public ::testing::Test {
   std::string dir_ = tmp_.path();
   Caller caller_{0, 0, 1, {}};
   std::unique_ptr<Namespace> ns_;
-  HostBulkStore* host_ = nullptr;
+  BulkStore* host_ = nullptr;
   HostBulkStore* disk_ = nullptr;
   DeviceLikeStore* gpu_ = nullptr;
 };
 
-TEST_F(TierTest, TwiceTheGpuFitsAndEveryByteReadsBack) {
+TEST_P(TierTest, TwiceTheGpuFitsAndEveryByteReadsBack) {
   Start();
   std::vector<uint64_t> inos;
   for (int i = 0; i < 8; ++i) {
@@ -115,7 +132,7 @@ TEST_F(TierTest, TwiceTheGpuFitsAndEveryByteReadsBack) {
             8 * kMember);
 }
 
-TEST_F(TierTest, LeastRecentlyUsedLeavesFirst) {
+TEST_P(TierTest, LeastRecentlyUsedLeavesFirst) {
   Start();
   std::vector<uint64_t> inos;
   for (int i = 0; i < 4; ++i)
@@ -127,7 +144,7 @@ TEST_F(TierTest, LeastRecentlyUsedLeavesFirst) {
   EXPECT_EQ(Tier(inos[2]), "cuda:0");
 }
 
-TEST_F(TierTest, ASpilledBlobIsStillColdOnTheTierBelow) {
+TEST_P(TierTest, ASpilledBlobIsStillColdOnTheTierBelow) {
   Start(/*host=*/2 * kMember);
   std::vector<uint64_t> inos;
   for (int i = 0; i < 4; ++i) {
@@ -143,7 +160,7 @@ TEST_F(TierTest, ASpilledBlobIsStillColdOnTheTierBelow) {
   EXPECT_EQ(Tier(inos[0]), "host");
 }
 
-TEST_F(TierTest, OpenBlobsNeverMoveAndTheNewBlobGoesDownInstead) {
+TEST_P(TierTest, OpenBlobsNeverMoveAndTheNewBlobGoesDownInstead) {
   Start();
   std::vector<uint64_t> inos;
   std::vector<HandleId> held;
@@ -162,7 +179,7 @@ TEST_F(TierTest, OpenBlobsNeverMoveAndTheNewBlobGoesDownInstead) {
   for (HandleId h : held) ASSERT_TRUE(ns_->Release(h).ok());
 }
 
-TEST_F(TierTest, PinnedMembersNeverSpill) {
+TEST_P(TierTest, PinnedMembersNeverSpill) {
   Start();
   auto o = ns_->Mkdir(caller_, kRootEntryId, "pinned", 0755);
   ASSERT_TRUE(o.ok());
@@ -177,7 +194,7 @@ TEST_F(TierTest, PinnedMembersNeverSpill) {
   EXPECT_EQ(Cat(a), Pattern(1, kMember));
 }
 
-TEST_F(TierTest, MapBringsASpilledMemberBackAndSpillsAnother) {
+TEST_P(TierTest, MapBringsASpilledMemberBackAndSpillsAnother) {
   Start();
   std::vector<uint64_t> inos;
   for (int i = 0; i < 6; ++i)
@@ -203,7 +220,7 @@ TEST_F(TierTest, MapBringsASpilledMemberBackAndSpillsAnother) {
   EXPECT_EQ(Tier(inos[1]), "cuda:0");
 }
 
-TEST_F(TierTest, HostSpillsToDiskAndOnlyAllFullIsEnospc) {
+TEST_P(TierTest, HostSpillsToDiskAndOnlyAllFullIsEnospc) {
   Start(/*host=*/2 * kMember, /*disk=*/2 * kMember);
   std::vector<uint64_t> inos;
   for (int i = 0; i < 8; ++i) {
@@ -222,7 +239,7 @@ TEST_F(TierTest, HostSpillsToDiskAndOnlyAllFullIsEnospc) {
   EXPECT_EQ(ns_->Lookup(kRootEntryId, "one-too-many").status().code(), ENOENT);
 }
 
-TEST_F(TierTest, AllocOnAFullGpuSpillsAColdMember) {
+TEST_P(TierTest, AllocOnAFullGpuSpillsAColdMember) {
   Start();
   std::vector<uint64_t> inos;
   for (int i = 0; i < 4; ++i)
@@ -238,7 +255,7 @@ TEST_F(TierTest, AllocOnAFullGpuSpillsAColdMember) {
   EXPECT_EQ(Cat(inos[0]), Pattern(0, kMember));
 }
 
-TEST_F(TierTest, TierIsReadOnly) {
+TEST_P(TierTest, TierIsReadOnly) {
   Start();
   uint64_t m = Put(kRootEntryId, "m", "x");
   EXPECT_EQ(ns_->SetXattr(m, "user.gpufs.tier", "host", 0).code(), EPERM);
@@ -248,7 +265,7 @@ TEST_F(TierTest, TierIsReadOnly) {
   EXPECT_NE(std::find(names->begin(), names->end(), "user.gpufs.tier"), names->end());
 }
 
-TEST_F(TierTest, PersistedMembersComeBackFromDiskAfterARestartOnAnEmptyGpu) {
+TEST_P(TierTest, PersistedMembersComeBackFromDiskAfterARestartOnAnEmptyGpu) {
   Start();
   auto o = ns_->Mkdir(caller_, kRootEntryId, "keep", 0755);
   ASSERT_TRUE(o.ok());
@@ -292,7 +309,7 @@ TEST_F(TierTest, PersistedMembersComeBackFromDiskAfterARestartOnAnEmptyGpu) {
   EXPECT_EQ(disk_->Usage().blobs, 0u);
 }
 
-TEST_F(TierTest, ADamagedDiskCopyIsEioOnMapAndCounted) {
+TEST_P(TierTest, ADamagedDiskCopyIsEioOnMapAndCounted) {
   Start();
   auto o = ns_->Mkdir(caller_, kRootEntryId, "keep", 0755);
   ASSERT_TRUE(o.ok());
@@ -317,6 +334,9 @@ TEST_F(TierTest, ADamagedDiskCopyIsEioOnMapAndCounted) {
   EXPECT_EQ(Tier(a), "disk");
   EXPECT_EQ(nlohmann::json::parse(ns_->StatsJson())["tiers"]["checksum_failures"], 1);
 }
+
+INSTANTIATE_TEST_SUITE_P(HostTier, TierTest, ::testing::Values(false, true),
+                         [](const auto& param) { return param.param ? "memory" : "files"; });
 
 }  // namespace
 }  // namespace gpufs

@@ -1,10 +1,16 @@
 // Copying a blob's bytes between two stores (migration, spill, fault back,
-// persistence), pipelined: chunks go through two host buffers (pinned when
-// a GPU is served), so that the host-side part of chunk i+1 (file reads of
-// the host and disk tiers, split across threads; or file writes) overlaps
-// the other side's part of chunk i. CUDA calls stay on the calling thread
-// (the GPU store keeps per-thread streams); helper threads touch only
-// stores that are not GPUs.
+// persistence).
+// - Direct: when one side keeps the blob in this process's memory
+//   (BulkStore::HostBytes: the memory host tier), the other side reads into
+//   or writes from those bytes in place, no bounce buffer: a GPU in one call
+//   (one DMA from or into a pinned slab), files in chunks (reads split
+//   across threads).
+// - Otherwise pipelined: chunks go through two host buffers (pinned when a
+//   GPU is served), so that the host-side part of chunk i+1 (file reads of
+//   the host and disk tiers, split across threads; or file writes) overlaps
+//   the other side's part of chunk i.
+// CUDA calls stay on the calling thread (the GPU store keeps per-thread
+// streams); helper threads touch only stores that are not GPUs.
 #pragma once
 
 #include <cstdint>

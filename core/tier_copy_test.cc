@@ -7,6 +7,7 @@
 
 #include "core/device_like_store.h"
 #include "store/host_bulk_store.h"
+#include "store/pinned_host_store.h"
 #include "tests/support/temp_dir.h"
 #include "util/crc32c.h"
 
@@ -70,6 +71,65 @@ TEST_F(TierCopyTest, AReadErrorStopsTheCopy) {
                                .piece = 1 << 14},
                               Buffer);  // the source does not hold blob 8
   EXPECT_FALSE(crc.ok());
+}
+
+// The memory host tier: both directions go straight between its slab and
+// the other store, never through a bounce buffer, with the CRC of the bytes.
+TEST_F(TierCopyTest, TheMemoryHostTierCopiesInPlaceBothWays) {
+  PinnedHostOptions options;
+  options.capacity = 1 << 26;
+  options.first_slab = 2 << 20;
+  options.max_slab = 8 << 20;
+  auto opened = PinnedHostStore::Open(options);
+  ASSERT_TRUE(opened.ok());
+  auto memory = std::move(*opened);
+  ASSERT_TRUE(memory->Recover({}).ok());
+  std::string data((3 << 20) + 777, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 40503u) >> 7);
+  auto bytes = std::as_bytes(std::span(data));
+  int buffers = 0;
+  auto no_buffer = [&](size_t n) {
+    ++buffers;
+    return Buffer(n);
+  };
+  ASSERT_TRUE(a_->Allocate(9, 0, data.size()).ok());
+  ASSERT_TRUE(a_->Write(9, 0, bytes).ok());
+  for (bool other_is_gpu : {false, true}) {  // files: chunks; a GPU: one call
+    // Files -> memory tier: read into the slab in place.
+    ASSERT_TRUE(memory->Allocate(9, 0, data.size()).ok());
+    auto in = CopyBetweenTiers({.source = a_.get(),
+                                .target = memory.get(),
+                                .id = 9,
+                                .size = data.size(),
+                                .source_is_gpu = other_is_gpu,
+                                .checksum = true,
+                                .chunk = 1 << 20,
+                                .piece = 1 << 18},
+                               no_buffer);
+    ASSERT_TRUE(in.ok()) << in.status().ToString();
+    EXPECT_EQ(*in, Crc32c(0, bytes));
+    auto held = memory->HostBytes(9);
+    ASSERT_EQ(held.size(), data.size());
+    EXPECT_TRUE(std::equal(held.begin(), held.end(), bytes.begin()));
+    // Memory tier -> files: written from the slab in place.
+    ASSERT_TRUE(b_->Allocate(9, 0, data.size()).ok());
+    auto out = CopyBetweenTiers({.source = memory.get(),
+                                 .target = b_.get(),
+                                 .id = 9,
+                                 .size = data.size(),
+                                 .target_is_gpu = other_is_gpu,
+                                 .checksum = true,
+                                 .chunk = 1 << 20},
+                                no_buffer);
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    EXPECT_EQ(*out, Crc32c(0, bytes));
+    std::string back(data.size(), '\0');
+    ASSERT_TRUE(b_->Read(9, 0, std::as_writable_bytes(std::span(back))).ok());
+    EXPECT_EQ(back, data);
+    memory->Free(9);
+    b_->Free(9);
+  }
+  EXPECT_EQ(buffers, 0);
 }
 
 }  // namespace

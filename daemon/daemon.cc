@@ -53,7 +53,8 @@ std::string FindBinary(const std::string& name) {
 std::vector<std::string> WorkerArgv(const MountConfig& config) {
   std::vector<std::string> argv = {
       FindBinary("gpufsd"), config.mountpoint, "--state",  config.state_dir, "--store",
-      config.store,         "--ipc",           config.ipc, "--socket",       config.socket};
+      config.store,         "--ipc",           config.ipc, "--socket",       config.socket,
+      "--host-tier",        config.host_tier};
   if (!config.devices.empty()) {
     std::string list;
     for (int d : config.devices) list += (list.empty() ? "" : ",") + std::to_string(d);
@@ -127,6 +128,7 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   }
   store_config.tier_capacity = config.tier_capacity;
   store_config.ipc = config.ipc;
+  store_config.host_tier = config.host_tier;
   // Blob memory the last worker made and the supervisor kept: the GPU stores
   // re-import what the catalog still holds (Namespace::Open -> Recover).
   takeover::SupervisorBlobSink blob_sink(link);
@@ -137,8 +139,12 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
         InheritedBlobFd{std::move(fd), BlobMemory{rec.bytes, rec.offset, rec.range, rec.memory}};
   }
   link.inherited_blob_fds().clear();
+  // The host tier's slabs (a memory host tier adopts them all in Recover).
+  InheritedMemoryFds inherited_memory = std::move(link.inherited_memory_fds());
+  link.inherited_memory_fds().clear();
   store_config.fd_sink = &blob_sink;
   store_config.inherited = &inherited;
+  store_config.inherited_memory = &inherited_memory;
   auto stores = OpenStores(store_config);
   if (!stores.ok()) return fail(stores.status());
   auto catalog = SqliteCatalog::Open(config.state_dir + "/catalog.db", geteuid(), getegid(), 0755);
@@ -181,6 +187,10 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   }
   for (const auto& [blob, fd] : inherited) link.BlobFreed(blob);
   inherited.clear();
+  // Slabs of a memory host tier that this worker does not serve (its
+  // --host-tier changed with `gpufs restart`): let them go.
+  for (const auto& [memory, fd] : inherited_memory) link.MemoryFreed(memory);
+  inherited_memory.clear();
 
   FuseOptions fuse;
   fuse.debug = config.debug;

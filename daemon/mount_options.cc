@@ -36,6 +36,14 @@ Status ParseStore(const std::string& value, MountConfig* config) {
   return Status::Ok();
 }
 
+Status ParseHostTier(const std::string& value, MountConfig* config) {
+  if (value != "auto" && value != "memory" && value != "files") {
+    return Error(EINVAL, "host tier '" + value + "': want auto, memory or files");
+  }
+  config->host_tier = value;
+  return Status::Ok();
+}
+
 Status ParseIpc(const std::string& value, MountConfig* config) {
   if (value != "auto" && value != "vmm" && value != "legacy") {
     return Error(EINVAL, "ipc '" + value + "': want auto, vmm or legacy");
@@ -92,6 +100,8 @@ Status ApplyMountOptions(const std::string& options, MountConfig* config) {
       GPUFS_RETURN_IF_ERROR(ParseStore(value, config));
     } else if (key == "ipc") {
       GPUFS_RETURN_IF_ERROR(ParseIpc(value, config));
+    } else if (key == "host_tier") {
+      GPUFS_RETURN_IF_ERROR(ParseHostTier(value, config));
     } else if (key == "socket") {
       if (value.empty()) return Error(EINVAL, "socket= needs a path");
       config->socket = value;
@@ -127,8 +137,8 @@ Status ApplyMountOptions(const std::string& options, MountConfig* config) {
 std::string Usage(ArgStyle style) {
   if (style == ArgStyle::kMountHelper) {
     return "usage: mount.gpufs SOURCE DIR [-sfnv] [-o state=DIR,store=auto|gpu|host,"
-           "ipc=auto|vmm|legacy,socket=PATH,devices=0:1,capacity=SIZE,capacity.TIER=SIZE,persist,"
-           "debug,noallow_other,...]\n";
+           "ipc=auto|vmm|legacy,host_tier=auto|memory|files,socket=PATH,devices=0:1,"
+           "capacity=SIZE,capacity.TIER=SIZE,persist,debug,noallow_other,...]\n";
   }
   return "usage: gpufs mount MOUNTPOINT [options]\n"
          "  --state DIR        catalog, host store and log (default $XDG_STATE_HOME/gpufs,\n"
@@ -138,6 +148,11 @@ std::string Usage(ArgStyle style) {
          "                     exports fds), vmm (a CUDA VMM allocation per blob, its fd\n"
          "                     handed out over the daemon's socket, read-only maps) or\n"
          "                     legacy (cudaIpc handles, one allocation per blob)\n"
+         "  --host-tier KIND   the host tier: memory (slabs of shared memory, pinned for\n"
+         "                     DMA when a GPU is served; lost, like GPU memory, when\n"
+         "                     the mount stops) or files (a file per blob under\n"
+         "                     --state, kept across remounts); auto: memory below a\n"
+         "                     GPU, files otherwise\n"
          "  --socket PATH      the fd socket (default: a fresh directory under $TMPDIR);\n"
          "                     the mount root's user.gpufs.socket names it\n"
          "  --devices 0,1      CUDA ordinals to serve\n"
@@ -195,6 +210,9 @@ Result<ParsedArgs> ParseMountArgs(int argc, const char* const* argv, ArgStyle st
     } else if (auto ipc = helper ? std::nullopt : value_of("--ipc")) {
       GPUFS_RETURN_IF_ERROR(ipc->status());
       GPUFS_RETURN_IF_ERROR(ParseIpc(**ipc, &config).Prepend("--ipc"));
+    } else if (auto host_tier = helper ? std::nullopt : value_of("--host-tier")) {
+      GPUFS_RETURN_IF_ERROR(host_tier->status());
+      GPUFS_RETURN_IF_ERROR(ParseHostTier(**host_tier, &config).Prepend("--host-tier"));
     } else if (auto socket = helper ? std::nullopt : value_of("--socket")) {
       GPUFS_RETURN_IF_ERROR(socket->status());
       if ((*socket)->empty()) return Error(EINVAL, "--socket needs a path");

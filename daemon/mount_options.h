@@ -3,14 +3,16 @@
 // mount(8) runs as `mount.gpufs SOURCE DIR [-sfnv] [-o OPTIONS]`).
 //
 //   gpufsd MOUNTPOINT [--state DIR] [--store auto|gpu|host] [--devices 0,1]
-//          [--ipc auto|vmm|legacy] [--socket PATH] [--capacity SIZE|TIER=SIZE,...] [--persist]
+//          [--ipc auto|vmm|legacy] [--host-tier auto|memory|files] [--socket PATH]
+//          [--capacity SIZE|TIER=SIZE,...] [--persist]
 //          [-f|--foreground] [-d|--debug] [-o OPTIONS]
 //          [--ready-fd FD]
 //
-// -o takes comma-separated options: gpufs's own (state=, store=, ipc=, socket=, devices=
-// with ':' between ordinals, capacity=, capacity.TIER=, persist, foreground, debug), fstab-only
-// words (defaults, noauto, ...: dropped), allow_other / noallow_other, and the rest for FUSE.
-// -d/--debug (or -o debug) traces every FUSE request and implies the foreground, as in sshfs.
+// -o takes comma-separated options: gpufs's own (state=, store=, ipc=, host_tier=, socket=,
+// devices= with ':' between ordinals, capacity=, capacity.TIER=, persist, foreground, debug),
+// fstab-only words (defaults, noauto, ...: dropped), allow_other / noallow_other, and the rest
+// for FUSE. -d/--debug (or -o debug) traces every FUSE request and implies the foreground, as
+// in sshfs.
 // allow_other is on by default for root (a root-run mount serves every user, which is what a
 // node-wide daemon is for); -o noallow_other turns it off.
 #pragma once
@@ -31,6 +33,8 @@ struct MountConfig {
   std::string store = "auto";
   std::string ipc = "auto";  // auto | vmm | legacy: how GPU blobs are exported
   std::string socket;        // the fd socket's path; empty: a fresh temp dir
+  // auto | memory | files: what the "host" tier is (store/store_factory.h).
+  std::string host_tier = "auto";
   std::vector<int> devices;
   std::optional<uint64_t> capacity;  // the single-number form: the default store
   // Per tier (issue 10): "cuda:N", "host", "disk" -> bytes.

@@ -47,6 +47,14 @@ TEST(MountOptions, CapacityPerTierAndPersist) {
   EXPECT_EQ(Parse({"/gpu", "-o", "capacity.tape=1G"}).status().code(), EINVAL);
 }
 
+TEST(MountOptions, HostTier) {
+  EXPECT_EQ(Parse({"/gpu"})->config.host_tier, "auto");
+  EXPECT_EQ(Parse({"/gpu", "--host-tier", "memory"})->config.host_tier, "memory");
+  EXPECT_EQ(Parse({"/gpu", "-o", "host_tier=files"})->config.host_tier, "files");
+  EXPECT_EQ(Parse({"/gpu", "--host-tier", "pinned"}).status().code(), EINVAL);
+  EXPECT_EQ(Parse({"/gpu", "-o", "host_tier="}).status().code(), EINVAL);
+}
+
 TEST(MountOptions, DebugImpliesForeground) {
   for (auto args : {std::vector<const char*>{"/gpu", "-d"}, {"/gpu", "--debug"},
                     {"/gpu", "-o", "debug"}}) {

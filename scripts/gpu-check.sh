@@ -105,7 +105,7 @@ if [ $bench = 1 ]; then
   # beside pinned and pageable cudaMemcpy of the same size.
   rm -rf /tmp/gpufs-bench-tier
   "$GPUFS_BIN" mount $mnt --state /tmp/gpufs-bench-tier --store gpu \
-      --capacity cuda:0=2G,host=1G,disk=16G && {
+      --capacity cuda:0=2G,host=2G,disk=16G && {
     echo "=== tier bench"
     "$build/bench/gpufs-tier-bench" $mnt | tee -a "$out/bench.txt"
     umount $mnt

@@ -68,6 +68,14 @@ class BlobFdSink {
                          const BlobMemory& memory) = 0;
   // Store `device` no longer holds memory of `blob`.
   virtual void BlobFreed(const std::string& device, BlobId blob) = 0;
+  // Store `device` keeps blob bytes in the memory behind `fd` (borrowed for
+  // the call), which records by itself where each blob is: a slab of the
+  // host tier (store/pinned_host_store.h). `memory` names it among that
+  // store's memories. Told once, when the memory is made, before any blob
+  // in it is reported to the core.
+  virtual void MemoryAdded(const std::string& device, uint64_t memory, int fd) = 0;
+  // Store `device` released memory `memory`.
+  virtual void MemoryFreed(const std::string& device, uint64_t memory) = 0;
 };
 
 // Memory of a blob that an earlier daemon made and another process kept
@@ -78,6 +86,10 @@ struct InheritedBlobFd {
 };
 // By blob. A store's Recover takes out those of its live blobs.
 using InheritedBlobFds = std::map<BlobId, InheritedBlobFd>;
+// Memories an earlier daemon made and another process kept alive (the
+// BlobFdSink's MemoryAdded), by memory id: the host tier's slabs. Its
+// Recover takes them all.
+using InheritedMemoryFds = std::map<uint64_t, UniqueFd>;
 
 // Who can open a blob: the blobs of one key are opened by exactly the same
 // callers (same parent object, owner, group and permission bits), so a store
@@ -179,6 +191,18 @@ class BulkStore {
   // and from it run at full PCIe speed. Null if it cannot be had.
   virtual HostBuffer AllocateHostBuffer(size_t bytes) {
     return HostBuffer(new (std::nothrow) std::byte[bytes], [](std::byte* p) { delete[] p; });
+  }
+
+  // The blob's bytes, [0, size), where they lie in this process's memory,
+  // for copies that go straight to or from them (core/tier_copy.h) instead
+  // of through a bounce buffer; empty for stores that keep bytes elsewhere
+  // (files, device memory). Valid until the blob is resized or freed; the
+  // usual rules apply (no Read/Write/copy of a blob while it is resized,
+  // sealed or freed). The host tier's slabs are page-locked when a GPU is
+  // served, so a GPU store copies them in one DMA.
+  virtual std::span<std::byte> HostBytes(BlobId id) {
+    (void)id;
+    return {};
   }
 
   // The handle a process maps to reach the blob in place. EOPNOTSUPP for

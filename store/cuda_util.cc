@@ -92,6 +92,16 @@ void DeviceMemory::Reset() {
 
 // ---- PinnedMemory
 
+Status RegisterHostMemory(int ordinal, void* base, size_t bytes) {
+  GPUFS_RETURN_IF_ERROR(CudaError("cudaSetDevice", cudaSetDevice(ordinal)));
+  return CudaError("cudaHostRegister(" + std::to_string(bytes) + " bytes)",
+                   cudaHostRegister(base, bytes, cudaHostRegisterPortable));
+}
+
+void UnregisterHostMemory(void* base) {
+  LogReleaseError("cudaHostUnregister", cudaHostUnregister(base));
+}
+
 Result<PinnedMemory> PinnedMemory::Allocate(size_t bytes) {
   void* ptr = nullptr;
   GPUFS_RETURN_IF_ERROR(

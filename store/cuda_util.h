@@ -86,6 +86,14 @@ class PinnedMemory {
   size_t bytes_ = 0;
 };
 
+// Page-locks [base, base + bytes), memory this process mapped, for DMA by
+// every device (cudaHostRegister, cudaHostRegisterPortable), making
+// `ordinal` the calling thread's device first (so no other device gets a
+// context). UnregisterHostMemory undoes it (errors logged). The host tier's
+// slabs (store/pinned_host_store.h).
+Status RegisterHostMemory(int ordinal, void* base, size_t bytes);
+void UnregisterHostMemory(void* base);
+
 // A cudaStreamNonBlocking stream of the device current at Create, so it never
 // waits for (or holds up) the legacy default stream.
 class CudaStream {

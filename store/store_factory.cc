@@ -8,21 +8,24 @@
 #include <optional>
 
 #include "store/host_bulk_store.h"
+#include "store/pinned_host_store.h"
 #include "util/log.h"
 #include "util/size.h"
 #ifdef GPUFS_HAVE_CUDA
+#include "store/cuda_util.h"
 #include "store/gpu_bulk_store.h"
 #endif
 
 namespace gpufs {
 namespace {
 
-// Half the RAM, bounded by what the disk under `dir` can hold: its free space
-// plus what the store's own files already take.
+// Half the RAM, bounded by what the disk under `dir` (if any) can hold: its
+// free space plus what the store's own files already take.
 uint64_t DefaultHostCapacity(const std::string& dir) {
   uint64_t ram = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
                  static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
   uint64_t capacity = ram / 2;
+  if (dir.empty()) return capacity;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   struct statvfs st {};
@@ -80,11 +83,38 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
     if (it != config.tier_capacity.end()) return it->second;
     return std::nullopt;
   };
-  uint64_t host_capacity = tier_capacity("host").value_or(
-      !use_gpu && config.capacity ? *config.capacity : DefaultHostCapacity(config.host_dir));
-  GPUFS_ASSIGN_OR_RETURN(auto host, HostBulkStore::Open(config.host_dir, host_capacity));
-  GPUFS_LOG(INFO) << "store host: " << FormatSize(host_capacity) << " under " << config.host_dir;
-  out.stores.push_back(std::move(host));
+  if (config.host_tier != "auto" && config.host_tier != "memory" && config.host_tier != "files") {
+    return Error(EINVAL, "--host-tier " + config.host_tier + ": want auto, memory or files");
+  }
+  const bool host_in_memory =
+      config.host_tier == "memory" || (config.host_tier == "auto" && use_gpu);
+  std::optional<uint64_t> host_capacity = tier_capacity("host");
+  if (!host_capacity && !use_gpu) host_capacity = config.capacity;
+  if (host_in_memory) {
+    PinnedHostOptions options;
+    options.capacity = host_capacity.value_or(DefaultHostCapacity("") / 2);
+    options.fd_sink = config.fd_sink;
+    options.inherited = config.inherited_memory;
+    options.files_dir = config.host_dir;  // host blobs a files host tier left
+#ifdef GPUFS_HAVE_CUDA
+    if (use_gpu) {
+      const int ordinal = config.devices.empty() ? 0 : config.devices.front();
+      options.pin = [ordinal](void* base, size_t bytes) {
+        return RegisterHostMemory(ordinal, base, bytes);
+      };
+      options.unpin = [](void* base) { UnregisterHostMemory(base); };
+    }
+#endif
+    GPUFS_ASSIGN_OR_RETURN(auto host, PinnedHostStore::Open(options));
+    GPUFS_LOG(INFO) << "store host: " << FormatSize(options.capacity) << " of memory"
+                    << (options.pin ? ", pinned for DMA" : "");
+    out.stores.push_back(std::move(host));
+  } else {
+    uint64_t capacity = host_capacity.value_or(DefaultHostCapacity(config.host_dir));
+    GPUFS_ASSIGN_OR_RETURN(auto host, HostBulkStore::Open(config.host_dir, capacity));
+    GPUFS_LOG(INFO) << "store host: " << FormatSize(capacity) << " under " << config.host_dir;
+    out.stores.push_back(std::move(host));
+  }
   out.default_device = "host";
   if (!config.disk_dir.empty()) {
     uint64_t disk_capacity = tier_capacity("disk").value_or(DefaultDiskCapacity(config.disk_dir));

@@ -24,10 +24,16 @@ struct StoreConfig {
   std::map<std::string, uint64_t> tier_capacity;
   std::string disk_dir;
   std::string ipc = "auto";          // auto | vmm | legacy (see GpuIpcMode)
+  // What the "host" tier is: "memory" (PinnedHostStore), "files"
+  // (HostBulkStore under host_dir) or "auto" (memory when a GPU is served).
+  std::string host_tier = "auto";
   // GPU stores (kVmm): GpuStoreOptions::fd_sink and ::inherited, for a
   // daemon run by the takeover supervisor. Null: none.
   BlobFdSink* fd_sink = nullptr;
   InheritedBlobFds* inherited = nullptr;
+  // A memory host tier: PinnedHostOptions::fd_sink (fd_sink above) and
+  // ::inherited. Null: none.
+  InheritedMemoryFds* inherited_memory = nullptr;
 };
 
 struct OpenedStores {
@@ -35,18 +41,25 @@ struct OpenedStores {
   std::string default_device;                      // where new blobs go
 };
 
-// Tiers: GPUs above "host" above "disk". The host tier is the host store
-// (a file per blob under host_dir, living in the page cache: host memory in
-// practice, surviving a restart of the daemon but not promised across a
-// crash of the machine); the disk tier is the same store under disk_dir
-// with device name "disk", whose Seal fsyncs (HostBulkStore::ServeAsDiskTier).
-// The disk tier's default capacity: 90% of the free space under disk_dir.
+// Tiers: GPUs above "host" above "disk". The host tier is either
+// - memory (below a GPU, or host_tier "memory"): PinnedHostStore, slabs of
+//   shared memory pinned for DMA when a GPU is served, so spills and fault
+//   backs are single DMAs; its slabs outlive a worker (takeover) but not the
+//   mount, like GPU memory; default capacity a quarter of the RAM (pinned
+//   memory cannot be paged out);
+// - or files (without a GPU, or host_tier "files"): HostBulkStore, a file
+//   per blob under host_dir, living in the page cache (host memory in
+//   practice), surviving a restart of the daemon but not promised across a
+//   crash of the machine; default capacity half the RAM, bounded by the free
+//   space under host_dir.
+// The disk tier is a HostBulkStore under disk_dir with device name "disk",
+// whose Seal fsyncs (HostBulkStore::ServeAsDiskTier); default capacity: 90%
+// of the free space under disk_dir.
 //
-// The host store is always opened (migration target, and the default without
+// The host tier is always opened (migration target, and the default without
 // a GPU). kind "gpu" fails with ENODEV when no GPU is usable (or gpufs was
-// built without CUDA); "auto" falls back to the host store then. Default
-// capacity: 90% of a GPU's free memory; for the host store, half the RAM,
-// bounded by the free space under host_dir.
+// built without CUDA); "auto" falls back to the host tier then. Default
+// capacity of a GPU: 90% of its free memory.
 Result<OpenedStores> OpenStores(const StoreConfig& config);
 
 // Number of CUDA devices this process sees (0 without CUDA or a GPU).

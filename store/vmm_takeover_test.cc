@@ -38,6 +38,8 @@ class KeepingSink final : public BlobFdSink {
     kept_.erase(blob);
     ++freed_;
   }
+  void MemoryAdded(const std::string&, uint64_t, int) override {}  // GPU stores add none
+  void MemoryFreed(const std::string&, uint64_t) override {}
   // What a new worker receives; the sink keeps its own duplicates.
   InheritedBlobFds Handover() {
     std::lock_guard lock(mu_);

@@ -21,4 +21,14 @@ void SupervisorBlobSink::BlobFreed(const std::string& device, BlobId blob) {
   link_.BlobFreed(blob);
 }
 
+void SupervisorBlobSink::MemoryAdded(const std::string& device, uint64_t memory, int fd) {
+  (void)device;
+  link_.MemoryAdded(memory, fd);
+}
+
+void SupervisorBlobSink::MemoryFreed(const std::string& device, uint64_t memory) {
+  (void)device;
+  link_.MemoryFreed(memory);
+}
+
 }  // namespace gpufs::takeover

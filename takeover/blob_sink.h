@@ -1,6 +1,6 @@
 // The worker's BlobFdSink (store/bulk_store.h): hands the GPU stores' blob
-// fds to the supervisor through the WorkerLink, which keeps them while no
-// worker runs (docs/TAKEOVER.md).
+// fds and the host tier's slab fds to the supervisor through the WorkerLink,
+// which keeps them while no worker runs (docs/TAKEOVER.md).
 //
 // The supervisor keeps one fd per blob id. While a blob moves between GPUs
 // (a migration, or a mapped blob's retired place), the target's BlobAdded
@@ -24,6 +24,10 @@ class SupervisorBlobSink final : public BlobFdSink {
   void BlobAdded(const std::string& device, BlobId blob, int fd,
                  const BlobMemory& memory) override;
   void BlobFreed(const std::string& device, BlobId blob) override;
+  // Memories are the host tier's alone (one store), so their ids need no
+  // device.
+  void MemoryAdded(const std::string& device, uint64_t memory, int fd) override;
+  void MemoryFreed(const std::string& device, uint64_t memory) override;
 
  private:
   WorkerLink& link_;

@@ -5,7 +5,7 @@
 //
 // Conversation (see docs/TAKEOVER.md):
 //   supervisor -> worker, once at start ("handover"):
-//     kHello, [kInit], kHandles*, kSizes*, kBlobs*, kHelloDone
+//     kHello, [kInit], kHandles*, kSizes*, kBlobs*, kMemories*, kHelloDone
 //   worker -> supervisor, for as long as it lives:
 //     kInit / kInitAnswered  the kernel's raw FUSE_INIT, before and after it is answered
 //     kHandleOpen/Close  every open file handle, sent before the kernel gets
@@ -14,6 +14,9 @@
 //     kBlobAdd (BlobFd + 1 fd) / kBlobFree  blobs whose memory lives in an fd
 //                (GPU VMM); the bytes of the allocation come with the fd (the
 //                driver cannot tell an importer how large an allocation is)
+//     kMemoryAdd (memory id + 1 fd) / kMemoryFree  memory that holds many
+//                blobs and records itself where they are (the host tier's
+//                slabs, memfds); handed over as kMemories, after kBlobs
 //     kReady     serving (after the INIT replay and the NOTIFY_RESEND)
 //     kFailed    a start-up error, as text, before exiting
 // A message the worker sent before dying is still read by the supervisor:
@@ -48,6 +51,9 @@ enum class MsgType : uint32_t {
   kFailed = 13,
   kBlobSize = 14,
   kSizes = 15,
+  kMemoryAdd = 16,
+  kMemoryFree = 17,
+  kMemories = 18,  // handover: memory ids (uint64_t each), one fd each
 };
 
 // HandleRecord::flags
@@ -116,6 +122,8 @@ Result<std::pair<UniqueFd, UniqueFd>> MakeChannelPair();
 Status Send(int fd, MsgType type, std::span<const std::byte> payload,
             std::span<const int> fds = {});
 // Receives one packet; kEof when the peer closed. Received fds are close-on-exec.
+// A type this build does not know comes back as it is (callers refuse it),
+// so a newer worker's new messages do not break an older supervisor's channel.
 Result<Message> Receive(int fd);
 
 template <class T>

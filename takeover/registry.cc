@@ -63,6 +63,17 @@ Status Registry::Apply(Message m) {
       records_.erase(blob);
       return Status::Ok();
     }
+    case MsgType::kMemoryAdd: {
+      GPUFS_ASSIGN_OR_RETURN(uint64_t memory, As<uint64_t>(m));
+      if (m.fds.size() != 1) return Error(EPROTO, "memory add without exactly one fd");
+      memories_[memory] = std::move(m.fds[0]);
+      return Status::Ok();
+    }
+    case MsgType::kMemoryFree: {
+      GPUFS_ASSIGN_OR_RETURN(uint64_t memory, As<uint64_t>(m));
+      memories_.erase(memory);  // the memory goes when the worker's mapping does
+      return Status::Ok();
+    }
     case MsgType::kReady:
     case MsgType::kFailed:
       return Status::Ok();
@@ -92,6 +103,11 @@ BlobFd Registry::blob_record(uint64_t blob) const {
   BlobFd none;
   none.blob = blob;
   return none;
+}
+
+int Registry::memory_fd(uint64_t memory) const {
+  auto it = memories_.find(memory);
+  return it == memories_.end() ? -1 : it->second.get();
 }
 
 int Registry::blob_fd(uint64_t blob) const {
@@ -145,6 +161,20 @@ Status Registry::SendHandover(int fd, uint32_t generation, int32_t supervisor_pi
     if (ids.size() == kMaxFds) GPUFS_RETURN_IF_ERROR(flush_blobs());
   }
   GPUFS_RETURN_IF_ERROR(flush_blobs());
+  std::vector<uint64_t> memory_ids;
+  for (const auto& [memory, memory_fd] : memories_) {
+    memory_ids.push_back(memory);
+    fds.push_back(memory_fd.get());
+    if (fds.size() == kMaxFds) {
+      GPUFS_RETURN_IF_ERROR(
+          Send(fd, MsgType::kMemories, std::as_bytes(std::span(memory_ids)), fds));
+      memory_ids.clear();
+      fds.clear();
+    }
+  }
+  if (!fds.empty()) {
+    GPUFS_RETURN_IF_ERROR(Send(fd, MsgType::kMemories, std::as_bytes(std::span(memory_ids)), fds));
+  }
   return Send(fd, MsgType::kHelloDone, {});
 }
 
@@ -186,6 +216,18 @@ Result<Handover> ReceiveHandover(int fd) {
           std::memcpy(&rec, m.payload.data() + i * sizeof rec, sizeof rec);
           h.blob_fds[rec.blob] = std::move(m.fds[i]);
           h.blob_records[rec.blob] = rec;
+        }
+        break;
+      }
+      case MsgType::kMemories: {
+        size_t n = m.payload.size() / sizeof(uint64_t);
+        if (m.payload.size() % sizeof(uint64_t) != 0 || n != m.fds.size()) {
+          return Error(EPROTO, "bad memory batch");
+        }
+        for (size_t i = 0; i < n; ++i) {
+          uint64_t memory;
+          std::memcpy(&memory, m.payload.data() + i * sizeof memory, sizeof memory);
+          h.memory_fds[memory] = std::move(m.fds[i]);
         }
         break;
       }

@@ -6,7 +6,9 @@
 //   on after the takeover; the catalog learns the size only at seal);
 // - an fd for every live blob whose memory is not in a file (a GPU VMM
 //   allocation exported as a POSIX fd): holding it keeps the memory alive
-//   while no worker runs.
+//   while no worker runs;
+// - an fd for every memory that holds many blobs and records where they are
+//   itself (the host tier's slabs: store/pinned_host_store.h).
 // Not thread-safe: the supervisor's single thread owns it.
 #pragma once
 
@@ -33,6 +35,9 @@ class Registry {
 
   size_t handles() const { return handles_.size(); }
   size_t blobs() const { return blobs_.size(); }
+  size_t memories() const { return memories_.size(); }
+  // -1 when the registry holds no memory `memory`.
+  int memory_fd(uint64_t memory) const;
   bool has_init() const { return init_.has_value(); }
   bool init_answered() const { return init_answered_; }
   const std::map<uint64_t, HandleRecord>& handle_records() const { return handles_; }
@@ -55,6 +60,7 @@ class Registry {
   std::map<uint64_t, uint64_t> sizes_;  // blob -> live size, while held
   std::map<uint64_t, UniqueFd> blobs_;
   std::map<uint64_t, BlobFd> records_;  // blob -> where it is behind its fd
+  std::map<uint64_t, UniqueFd> memories_;  // memory id -> its fd
 };
 
 // What a new worker receives: the handover, read from `fd` until kHelloDone.
@@ -65,6 +71,7 @@ struct Handover {
   std::map<uint64_t, uint64_t> sizes;  // unsealed blob -> live size
   std::map<uint64_t, UniqueFd> blob_fds;
   std::map<uint64_t, BlobFd> blob_records;  // where each blob is behind its fd
+  std::map<uint64_t, UniqueFd> memory_fds;  // by memory id
 };
 Result<Handover> ReceiveHandover(int fd);
 

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "takeover/test_memfd.h"
 
@@ -162,6 +163,20 @@ TEST(RegistryTest, MalformedMessagesAreRefusedAndChangeNothing) {
   EXPECT_FALSE(reg.has_init());
 }
 
+// A message of a newer worker's type is refused by Apply, and the channel
+// carries on: the next message is applied.
+TEST(RegistryTest, AnUnknownMessageTypeIsRefusedAndTheChannelCarriesOn) {
+  Registry reg;
+  Pair w1 = Channel();
+  ASSERT_TRUE(Send(w1.b.get(), static_cast<MsgType>(99), AsBytes(uint64_t{7})).ok());
+  auto unknown = Receive(w1.a.get());
+  ASSERT_TRUE(unknown.ok()) << unknown.status().ToString();
+  EXPECT_EQ(reg.Apply(std::move(*unknown)).code(), EPROTO);
+  HandleRecord h{.fh = 3, .entry = 4, .blob = 5};
+  SendApply(w1, reg, MsgType::kHandleOpen, AsBytes(h));
+  EXPECT_EQ(reg.handles(), 1u);
+}
+
 // Many handles and fds cross in several packets each (batches of
 // kHandlesPerMessage records and kMaxFds fds), and a handover of thousands of
 // fds stays fast (docs/BENCHMARKS.md has the 10k figure from the benchmark).
@@ -196,6 +211,50 @@ TEST(RegistryTest, ThousandsOfHandlesAndBlobFdsCrossInBatches) {
   EXPECT_EQ(got->blob_records[1234].bytes, 1234ull << 21);
   EXPECT_EQ(got->handles[4999].fh, 5000u);
   std::printf("handover of %d handles and %d fds: %.1f ms\n", kHandles, kBlobs, ms.count());
+}
+
+// The host tier's slabs: an fd per slab (not per blob), kept apart from the
+// blob fds (a blob id and a slab id may be equal), handed over in batches.
+TEST(RegistryTest, HostSlabFdsAreKeptByMemoryIdAndHandedOver) {
+  constexpr int kSlabs = 300;  // more than one packet's fds
+  Registry reg;
+  Pair w1 = Channel();
+  std::vector<UniqueFd> slabs;
+  for (int i = 1; i <= kSlabs; ++i) {
+    slabs.push_back(MemfdWith("slab" + std::to_string(i)));
+    uint64_t id = static_cast<uint64_t>(i);
+    int fd = slabs.back().get();
+    SendApply(w1, reg, MsgType::kMemoryAdd, AsBytes(id), std::span(&fd, 1));
+  }
+  UniqueFd blob = MemfdWith("blob7");
+  BlobFd add{7, 2 << 20, 0, 2 << 20, 7};
+  int blob_fd = blob.get();
+  SendApply(w1, reg, MsgType::kBlobAdd, AsBytes(add), std::span(&blob_fd, 1));
+  uint64_t gone = 5;
+  SendApply(w1, reg, MsgType::kMemoryFree, AsBytes(gone));
+  EXPECT_EQ(reg.memories(), static_cast<size_t>(kSlabs - 1));
+  EXPECT_EQ(reg.blobs(), 1u);
+  EXPECT_EQ(reg.memory_fd(5), -1);
+  // A memory add without its fd is refused.
+  uint64_t id = 9999;
+  ASSERT_TRUE(Send(w1.b.get(), MsgType::kMemoryAdd, AsBytes(id)).ok());
+  auto bad = Receive(w1.a.get());
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(reg.Apply(std::move(*bad)).code(), EPROTO);
+  slabs.clear();  // the worker dies; the registry's fds keep the memory
+
+  Pair w2 = Channel();
+  Result<Handover> got = Error(EIO, "not run");
+  std::thread receiver([&] { got = ReceiveHandover(w2.b.get()); });
+  ASSERT_TRUE(reg.SendHandover(w2.a.get(), 2, 1).ok());
+  receiver.join();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->memory_fds.size(), static_cast<size_t>(kSlabs - 1));
+  EXPECT_FALSE(got->memory_fds.count(5));
+  EXPECT_EQ(ReadAll(got->memory_fds[7].get()), "slab7");
+  EXPECT_EQ(ReadAll(got->memory_fds[300].get()), "slab300");
+  ASSERT_EQ(got->blob_fds.size(), 1u);
+  EXPECT_EQ(ReadAll(got->blob_fds[7].get()), "blob7");
 }
 
 }  // namespace

@@ -194,7 +194,8 @@ class Supervisor {
       GPUFS_LOG(WARN) << "takeover: worker " << generation_ << " (pid " << worker_ << ") serving "
                       << config_.mountpoint << " " << ms << " ms after worker " << generation_ - 1
                       << " stopped; open handles " << registry_.handles() << ", blob fds "
-                      << registry_.blobs() << ", restarts " << generation_ - 1;
+                      << registry_.blobs() << ", host slabs " << registry_.memories()
+                      << ", restarts " << generation_ - 1;
     }
     for (UniqueFd& client : waiting_) {
       std::string line = "worker " + std::to_string(generation_) + " pid " +

@@ -81,6 +81,10 @@ void WorkerLink::BlobAdded(const BlobFd& rec, int fd) {
   Post(MsgType::kBlobAdd, AsBytes(rec), std::span(&fd, 1));
 }
 void WorkerLink::BlobFreed(uint64_t blob) { Post(MsgType::kBlobFree, AsBytes(blob)); }
+void WorkerLink::MemoryAdded(uint64_t memory, int fd) {
+  Post(MsgType::kMemoryAdd, AsBytes(memory), std::span(&fd, 1));
+}
+void WorkerLink::MemoryFreed(uint64_t memory) { Post(MsgType::kMemoryFree, AsBytes(memory)); }
 void WorkerLink::Ready() { Post(MsgType::kReady, {}); }
 void WorkerLink::Failed(const std::string& why) {
   Post(MsgType::kFailed, std::as_bytes(std::span(why.data(), why.size())));

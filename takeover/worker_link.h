@@ -34,6 +34,8 @@ class WorkerLink {
   const Handover& handover() const { return handover_; }
   // Blob fds handed over; the store that re-imports a blob takes its fd.
   std::map<uint64_t, UniqueFd>& inherited_blob_fds() { return handover_.blob_fds; }
+  // Memories handed over (the host tier's slabs); its store takes them.
+  std::map<uint64_t, UniqueFd>& inherited_memory_fds() { return handover_.memory_fds; }
   // Where each inherited blob is behind its fd (bytes 0: unknown).
   BlobFd inherited_blob(uint64_t blob) const;
   // Handles of earlier workers by the FUSE request that opened them (without
@@ -52,6 +54,10 @@ class WorkerLink {
   // BlobFreed(rec.blob) or the next BlobAdded of that blob.
   void BlobAdded(const BlobFd& rec, int fd);
   void BlobFreed(uint64_t blob);
+  // The supervisor keeps a duplicate of `fd`, memory `memory` (many blobs,
+  // which it records itself), until MemoryFreed(memory).
+  void MemoryAdded(uint64_t memory, int fd);
+  void MemoryFreed(uint64_t memory);
   void Ready();
   void Failed(const std::string& why);
 

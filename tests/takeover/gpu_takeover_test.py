@@ -234,5 +234,64 @@ class GpuTakeoverTest(unittest.TestCase):
         print(reimports[-1], file=sys.stderr)
 
 
+@unittest.skipUnless(os.access("/dev/fuse", os.R_OK | os.W_OK) and os.geteuid() == 0 and has_gpu(),
+                     "needs /dev/fuse, root and a GPU")
+class GpuHostTierTakeoverTest(unittest.TestCase):
+    """Members a full GPU spilled to the host tier (pinned memfd slabs whose
+    fds the supervisor holds) survive SIGKILLs of the worker: the next
+    worker adopts and re-pins the slabs, reads give every byte, and a map
+    faults the member back onto the GPU with the right bytes."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="gpufs-gpu-host-takeover-")
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+        self.m = Mount(self.tmp, store="gpu", capacity="cuda:0=1G,host=4G",
+                       extra=["--ipc", "vmm"])
+        keep = os.environ.get("GPUFS_TAKEOVER_LOG_DIR")
+        if keep:
+            self.addCleanup(lambda: os.path.exists(self.m.log_path) and
+                            shutil.copy(self.m.log_path, keep))
+        self.addCleanup(self.m.close)
+        self.m.start()
+
+    def test_spilled_members_survive_sigkill_and_fault_back(self):
+        m = self.m
+        rng = random.Random(11)
+        src = os.path.join(self.tmp, "src")
+        os.mkdir(src)
+        members = {}
+        for i in range(5):  # 5 x 384 MiB into a 1 GiB GPU: the oldest spill to host
+            data = rng.randbytes(384 << 20)
+            local = os.path.join(src, f"m{i}")
+            with open(local, "wb") as f:
+                f.write(data)
+            target = os.path.join(m.mnt, f"m{i}")
+            subprocess.run([GPUFS_BIN, "put", local, target], check=True, capture_output=True)
+            os.unlink(local)
+            members[target] = data
+
+        def tier(path):
+            return os.getxattr(path, "user.gpufs.tier").decode()
+
+        spilled = [p for p in members if tier(p) == "host"]
+        self.assertTrue(spilled, {p: tier(p) for p in members})
+        for _ in range(2):
+            m.kill_worker()
+            for path in spilled:
+                self.assertEqual(tier(path), "host", path)
+        for path, data in members.items():
+            with open(path, "rb") as f:
+                self.assertEqual(sha(f.read()), sha(data), path)
+        for path in spilled:  # fault back from the adopted slab
+            p = subprocess.Popen([PROBE, "watch", path], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            line = p.stdout.readline().strip()
+            p.stdin.close()
+            p.wait(TIMEOUT_S)
+            self.assertEqual(line, f"mapped {sum64(members[path]):016x}", (path, p.stderr.read()))
+        tiers = m.stats()["tiers"]
+        self.assertGreaterEqual(tiers["fault_backs"], len(spilled), tiers)
+
+
 if __name__ == "__main__":
     unittest.main()

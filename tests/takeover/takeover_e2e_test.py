@@ -378,6 +378,68 @@ class TakeoverTest(unittest.TestCase):
             self.assertEqual(f.read(), b"kept bytes")
         self.assertEqual(m2.worker()["restarts"], 0)
 
+    def test_memory_host_tier_survives_sigkill_and_a_stop_loses_it(self):
+        """The memory host tier (slabs of shared memory; pinned below a GPU)
+        as the top tier of a CPU mount, with the disk below: members in its
+        slabs and members it spilled to disk survive SIGKILLs of the worker
+        with every byte (the supervisor holds the slab fds); writes, spills
+        and deletes go on after; a full stop of the mount loses what was in
+        memory (`lost`, EIO), as it loses GPU memory, and keeps the disk's."""
+        m = self.mount(capacity="host=8M,disk=64M", extra=["--host-tier", "memory"])
+        rng = random.Random(7)
+        members = {}
+        for i in range(8):  # 16 MiB into an 8 MiB host tier: half spill to disk
+            data = rng.randbytes(2 << 20)
+            with open(os.path.join(m.mnt, f"m{i}"), "wb") as f:
+                f.write(data)
+            members[f"m{i}"] = data
+
+        def tier(name):
+            return os.getxattr(os.path.join(m.mnt, name), "user.gpufs.tier").decode()
+
+        tiers = {name: tier(name) for name in members}
+        self.assertIn("host", tiers.values())
+        self.assertIn("disk", tiers.values())
+        self.assertGreater(m.stats()["tiers"]["spills"], 0)
+        held = open(os.path.join(m.mnt, "m7"), "rb")  # open across the kills
+        for _ in range(2):
+            m.kill_worker()
+            self.assertEqual({name: tier(name) for name in members}, tiers)
+            for name, data in members.items():
+                with open(os.path.join(m.mnt, name), "rb") as f:
+                    self.assertEqual(sha(f.read()), sha(data), name)
+        self.assertEqual(held.read(), members["m7"])
+        held.close()
+        # The next worker places, spills and frees in the adopted slabs.
+        for name in ["m0", "m1", "m2"]:
+            os.unlink(os.path.join(m.mnt, name))
+            del members[name]
+        for i in range(8, 12):
+            data = rng.randbytes(2 << 20)
+            with open(os.path.join(m.mnt, f"m{i}"), "wb") as f:
+                f.write(data)
+            members[f"m{i}"] = data
+        m.kill_worker()
+        for name, data in members.items():
+            with open(os.path.join(m.mnt, name), "rb") as f:
+                self.assertEqual(sha(f.read()), sha(data), name)
+        in_memory = [name for name in members if tier(name) == "host"]
+        on_disk = [name for name in members if tier(name) == "disk"]
+        self.assertTrue(in_memory and on_disk)
+
+        m.close()  # a full stop: the slabs go with the supervisor
+        m2 = self.mount(capacity="host=8M,disk=64M", extra=["--host-tier", "memory"])
+        for name in on_disk:
+            with open(os.path.join(m2.mnt, name), "rb") as f:
+                self.assertEqual(sha(f.read()), sha(members[name]), name)
+        for name in in_memory:
+            meta = json.loads(os.getxattr(os.path.join(m2.mnt, name), "user.gpufs.meta"))
+            self.assertEqual(meta["state"], "lost", name)
+            with self.assertRaises(OSError) as ctx:
+                with open(os.path.join(m2.mnt, name), "rb") as f:
+                    f.read()
+            self.assertEqual(ctx.exception.errno, errno.EIO, name)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
