@@ -261,7 +261,7 @@ class GpuHostTierTakeoverTest(unittest.TestCase):
         os.mkdir(src)
         members = {}
         for i in range(5):  # 5 x 384 MiB into a 1 GiB GPU: the oldest spill to host
-            data = rng.randbytes(384 << 20)
+            data = b"".join(rng.randbytes(16 << 20) for _ in range(24))  # 384 MiB; randbytes takes < 256 MiB
             local = os.path.join(src, f"m{i}")
             with open(local, "wb") as f:
                 f.write(data)
