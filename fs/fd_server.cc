@@ -126,9 +126,15 @@ void FdServer::Accept() {
       GPUFS_LOG(WARN) << "fd server: epoll_ctl: " << std::strerror(errno);
       continue;
     }
+    // A client sends its first request right after connecting: answer what
+    // is there now rather than after another epoll round.
+    if (!Serve(conn, peer)) {
+      ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, conn, nullptr);
+      return;
+    }
     conns_[conn] = {std::move(owned), peer};
-    // The listener is level-triggered and non-blocking accepts drain it; one
-    // connection per wake-up keeps a burst of connects from starving replies.
+    // The listener is level-triggered: one connection per wake-up keeps a
+    // burst of connects from starving the replies of the others.
     return;
   }
 }
