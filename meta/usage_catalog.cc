@@ -68,7 +68,7 @@ Usage UsageCatalog::Contribution(const Blob& blob) {
 
 Status UsageCatalog::Rebuild() {
   live_ = false;
-  objects_.clear();
+  figures_.clear();
   parents_.clear();
   tiers_.clear();
   Status counted = [&]() -> Status {
@@ -92,7 +92,8 @@ Status UsageCatalog::Rebuild() {
             parents_[child.id] = object;
             order.push_back(child.id);
           } else if (auto it = by_id.find(child.blob); child.blob != 0 && it != by_id.end()) {
-            Apply(&objects_[object], Contribution(*it->second), true);
+            Apply(&figures_[object], Contribution(*it->second), true);
+            if (object == kRootEntryId) figures_[child.id] = Contribution(*it->second);
           }
         }
         if (children.size() < kPage) break;
@@ -100,15 +101,15 @@ Status UsageCatalog::Rebuild() {
     }
     // Children before parents: each object's subtree adds to its parent.
     for (size_t i = order.size(); i-- > 1;) {
-      auto it = objects_.find(order[i]);
-      if (it == objects_.end()) continue;
-      Usage subtree = it->second;  // objects_[parent] may rehash
-      Apply(&objects_[parents_[order[i]]], subtree, true);
+      auto it = figures_.find(order[i]);
+      if (it == figures_.end()) continue;
+      Usage subtree = it->second;  // figures_[parent] may rehash
+      Apply(&figures_[parents_[order[i]]], subtree, true);
     }
     return Status::Ok();
   }();
   if (!counted.ok()) {
-    objects_.clear();
+    figures_.clear();
     parents_.clear();
     tiers_.clear();
     return counted.Prepend("count usage");
@@ -123,7 +124,7 @@ void UsageCatalog::Drop(const Status& why) {
   GPUFS_LOG(WARN) << "usage figures dropped, to be counted afresh at the next stats read: "
                   << why.ToString();
   live_ = false;
-  objects_.clear();
+  figures_.clear();
   parents_.clear();
   tiers_.clear();
 }
@@ -132,6 +133,10 @@ void UsageCatalog::Drop(const Status& why) {
 
 Result<Usage> UsageCatalog::UsageOf(const Entry& entry) {
   if (!live_) GPUFS_RETURN_IF_ERROR(Rebuild());
+  if (entry.kind == EntryKind::kBlob && entry.parent == kRootEntryId) {
+    auto it = figures_.find(entry.id);  // no query: /.gpufs/stats lists up to 1000 of them
+    return it == figures_.end() ? Usage{} : it->second;
+  }
   return SubtreeOf(entry);
 }
 
@@ -152,8 +157,8 @@ Result<EntryId> UsageCatalog::TopOf(EntryId id) {
 
 Result<Usage> UsageCatalog::SubtreeOf(const Entry& entry) {
   if (entry.kind == EntryKind::kObject) {
-    auto it = objects_.find(entry.id);
-    return it == objects_.end() ? Usage{} : it->second;
+    auto it = figures_.find(entry.id);
+    return it == figures_.end() ? Usage{} : it->second;
   }
   if (entry.blob == 0) return Usage{};
   Result<Blob> blob = inner_->GetBlob(entry.blob);
@@ -192,12 +197,25 @@ void UsageCatalog::ApplyAlong(EntryId object, const Usage& delta, bool add) {
   Result<std::vector<EntryId>> chain = ChainFrom(object);
   if (!chain.ok()) return Drop(chain.status());
   for (EntryId at : *chain) {
-    Usage& usage = objects_[at];
+    Usage& usage = figures_[at];
     if (!Apply(&usage, delta, add)) {
       return Drop(Error(EIO, "the figures of entry " + std::to_string(at) + " went below zero"));
     }
-    if (Empty(usage)) objects_.erase(at);
+    if (Empty(usage)) figures_.erase(at);
   }
+}
+
+void UsageCatalog::ApplyBelow(const Entry& entry, EntryId parent, const Usage& delta, bool add) {
+  if (!live_ || Empty(delta)) return;
+  if (entry.kind == EntryKind::kBlob && parent == kRootEntryId) {
+    Usage& usage = figures_[entry.id];
+    if (!Apply(&usage, delta, add)) {
+      return Drop(
+          Error(EIO, "the figures of entry " + std::to_string(entry.id) + " went below zero"));
+    }
+    if (Empty(usage)) figures_.erase(entry.id);
+  }
+  ApplyAlong(parent, delta, add);
 }
 
 void UsageCatalog::ApplyToTiers(const Usage& delta, bool add) {
@@ -216,7 +234,7 @@ Result<Entry> UsageCatalog::CreateEntry(const Entry& entry, const std::optional<
   if (blob && created->blob != 0) {
     Usage added = Contribution(*blob);
     ApplyToTiers(added, true);
-    ApplyAlong(created->parent, added, true);
+    ApplyBelow(*created, created->parent, added, true);
   }
   return created;
 }
@@ -235,7 +253,7 @@ Status UsageCatalog::Detach(EntryId id, int64_t now_ns) {
     Drop(gone.status());
     return detached;
   }
-  ApplyAlong(before->parent, *gone, false);
+  ApplyBelow(*before, before->parent, *gone, false);
   if (before->kind == EntryKind::kObject && live_) parents_[id] = 0;
   return detached;
 }
@@ -262,7 +280,7 @@ Result<EntryId> UsageCatalog::Move(EntryId id, EntryId new_parent, std::string_v
       Drop(replaced.status());
       return moved;
     }
-    ApplyAlong(new_parent, *replaced, false);
+    ApplyBelow(*target, new_parent, *replaced, false);
     if (target->kind == EntryKind::kObject && live_) parents_[target->id] = 0;
   }
   if (before->parent != new_parent) {
@@ -271,8 +289,8 @@ Result<EntryId> UsageCatalog::Move(EntryId id, EntryId new_parent, std::string_v
       Drop(subtree.status());
       return moved;
     }
-    ApplyAlong(before->parent, *subtree, false);
-    ApplyAlong(new_parent, *subtree, true);
+    ApplyBelow(*before, before->parent, *subtree, false);
+    ApplyBelow(*before, new_parent, *subtree, true);
     if (before->kind == EntryKind::kObject && live_) parents_[id] = new_parent;
   }
   return moved;
@@ -283,7 +301,7 @@ Result<std::optional<Blob>> UsageCatalog::Purge(EntryId id) {
   if (!purged.ok() || !live_) return purged;
   // A purged entry was detached: no object counted it.
   if (*purged) ApplyToTiers(Contribution(**purged), false);
-  objects_.erase(id);
+  figures_.erase(id);
   parents_.erase(id);
   return purged;
 }
@@ -302,8 +320,8 @@ Result<Blob> UsageCatalog::LinkNewBlob(EntryId entry, const Blob& blob, BlobId* 
   }
   Usage added = Contribution(*linked);
   ApplyToTiers(added, true);
-  ApplyAlong(before->parent, added, true);
-  ApplyAlong(before->parent, *replaced, false);  // the old row stays, unlinked
+  ApplyBelow(*before, before->parent, added, true);
+  ApplyBelow(*before, before->parent, *replaced, false);  // the old row stays, unlinked
   return linked;
 }
 
@@ -325,8 +343,8 @@ Result<BlobId> UsageCatalog::LinkBlob(EntryId entry, BlobId blob) {
     return linked;
   }
   if (before->blob == blob) return linked;  // already linked: nothing changed
-  ApplyAlong(before->parent, Contribution(*row), true);
-  ApplyAlong(before->parent, *replaced, false);
+  ApplyBelow(*before, before->parent, Contribution(*row), true);
+  ApplyBelow(*before, before->parent, *replaced, false);
   return linked;
 }
 
@@ -354,8 +372,8 @@ Status UsageCatalog::UpdateBlob(const Blob& blob) {
     Drop(entry.status());
     return updated;
   }
-  ApplyAlong(entry->parent, now, true);
-  ApplyAlong(entry->parent, was, false);
+  ApplyBelow(*entry, entry->parent, now, true);
+  ApplyBelow(*entry, entry->parent, was, false);
   return updated;
 }
 

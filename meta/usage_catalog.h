@@ -15,12 +15,15 @@
 //   `blobs`, `bytes`) and, of those not lost, blobs and bytes per device
 //   (`tiers`). Every object has them, not only top-level ones, so moving a
 //   subtree between objects costs its depth, not its size.
+// - per top-level blob member, its blob (so listing the root's members
+//   needs no query per member).
 // - per device, every blob row not lost, linked or not, attached or not.
 //
 // Costs: a mutation reads the rows it changes first (one or two primary-key
 // reads) and updates the objects from its parent up to the root, whose
 // parents are cached in memory (objects only). Memory: one record per
-// object with members below it, plus one parent per object.
+// object with members below it and per top-level blob member, plus one
+// parent per object.
 //
 // The figures are counted from the catalog once (Rebuild, O(catalog)); the
 // core does it at start-up. If a read the bookkeeping needs fails while the
@@ -135,6 +138,10 @@ class UsageCatalog final : public Catalog {
   // Adds (or subtracts) `delta` to every object from `object` up to the
   // root; nothing when `object` is not attached.
   void ApplyAlong(EntryId object, const Usage& delta, bool add);
+  // `delta` joins (or leaves) the figures through `entry` under `parent`:
+  // ApplyAlong(parent), and `entry`'s own figures when it is a top-level
+  // blob member.
+  void ApplyBelow(const Entry& entry, EntryId parent, const Usage& delta, bool add);
   void ApplyToTiers(const Usage& delta, bool add);
   // The change succeeded but the figures cannot follow it: drop them.
   void Drop(const Status& why);
@@ -142,7 +149,9 @@ class UsageCatalog final : public Catalog {
   std::unique_ptr<Catalog> inner_;
   bool live_ = false;  // the figures below match the catalog
   uint64_t rebuilds_ = 0;
-  std::unordered_map<EntryId, Usage> objects_;    // objects with members below them
+  // Objects with members below them (their subtree) and top-level blob
+  // members (their blob), by entry id.
+  std::unordered_map<EntryId, Usage> figures_;
   std::unordered_map<EntryId, EntryId> parents_;  // object -> parent (0: detached)
   std::map<std::string, TierUsage> tiers_;        // every blob row not lost
 };
