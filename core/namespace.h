@@ -361,8 +361,8 @@ class Namespace {
   void FreeBlob(const Blob& blob);
   // user.gpufs.meta of `entry` as `caller` may see it (core/meta_json.h).
   Result<std::string> MetaJson(const Entry& entry, const Caller& caller);
-  // /.gpufs/stats without the JSON (control_files.cc); `recount`: see
-  // StatsJsonRecounted.
+  // StatsJson, or StatsJsonRecounted with `recount` (control_files.cc): the
+  // figures are gathered under mu_, the JSON is built after it is dropped.
   std::string StatsJsonOf(bool recount);
   // The daemon's identity, per-object usage and open members, for
   // /.gpufs/stats (namespace_stats.cc).
