@@ -31,8 +31,8 @@ namespace {
 constexpr size_t kMaxObjects = 1000;
 
 // What blob row `row` adds to the figures, at `size` bytes on `device`.
-Usage RowUsage(const Blob& row, uint64_t size, const std::string& device) {
-  Usage usage;
+UsageFigures RowUsage(const Blob& row, uint64_t size, const std::string& device) {
+  UsageFigures usage;
   usage.blobs = 1;
   usage.bytes = size;
   if (row.state != BlobState::kLost) usage.tiers[device] = {1, size};
@@ -59,7 +59,7 @@ void AddTiers(std::map<std::string, TierUsage>* tiers,
 }
 
 // `usage` counted an open blob as `was` (its row); it is `now`.
-void Correct(Usage* usage, const Usage& was, const Usage& now) {
+void Correct(UsageFigures* usage, const UsageFigures& was, const UsageFigures& now) {
   usage->bytes = usage->bytes - std::min(usage->bytes, was.bytes) + now.bytes;
   SubtractTiers(&usage->tiers, was.tiers);
   AddTiers(&usage->tiers, now.tiers);
@@ -108,7 +108,7 @@ void Namespace::AddStatsDetail(StatsView* view, bool recount) {
 
 void Namespace::AddLiveUsage(StatsView* view) {
   // Per top-level object (a top-level blob counts as its own "object").
-  std::vector<Usage> usage;
+  std::vector<UsageFigures> usage;
   std::unordered_map<EntryId, size_t> listed;  // top-level entry -> its index
   for (EntryId after = 0; view->objects.size() < kMaxObjects;) {
     auto children = catalog_->ListChildren(kRootEntryId, after, 256);
@@ -122,7 +122,7 @@ void Namespace::AddLiveUsage(StatsView* view) {
       auto figures = usage_->UsageOf(child);
       if (!figures.ok()) GPUFS_LOG(WARN) << "stats: " << figures.status().ToString();
       listed[child.id] = usage.size();
-      usage.push_back(figures.ok() ? *figures : Usage{});
+      usage.push_back(figures.ok() ? *figures : UsageFigures{});
       view->objects.push_back({child.name, 0, 0, {}});
     }
   }
@@ -137,8 +137,8 @@ void Namespace::AddLiveUsage(StatsView* view) {
     const std::string& device = blob->rec.device;
     auto row = catalog_->GetBlob(id);
     if (!row.ok() || (row->size == size && row->device == device)) continue;
-    const Usage was = RowUsage(*row, row->size, row->device);
-    const Usage now = RowUsage(*row, size, device);
+    const UsageFigures was = RowUsage(*row, row->size, row->device);
+    const UsageFigures now = RowUsage(*row, size, device);
     SubtractTiers(&tiers, was.tiers);
     AddTiers(&tiers, now.tiers);
     auto entry = catalog_->EntryOfBlob(id);

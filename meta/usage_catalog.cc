@@ -36,7 +36,7 @@ bool ApplyTiers(std::map<std::string, TierUsage>* to, const std::map<std::string
   return true;
 }
 
-bool Apply(Usage* to, const Usage& delta, bool add) {
+bool Apply(UsageFigures* to, const UsageFigures& delta, bool add) {
   if (add) {
     to->blobs += delta.blobs;
     to->bytes += delta.bytes;
@@ -48,7 +48,7 @@ bool Apply(Usage* to, const Usage& delta, bool add) {
   return ApplyTiers(&to->tiers, delta.tiers, add);
 }
 
-bool Empty(const Usage& usage) {
+bool Empty(const UsageFigures& usage) {
   return usage.blobs == 0 && usage.bytes == 0 && usage.tiers.empty();
 }
 
@@ -56,8 +56,8 @@ bool Empty(const Usage& usage) {
 
 UsageCatalog::UsageCatalog(std::unique_ptr<Catalog> inner) : inner_(std::move(inner)) {}
 
-Usage UsageCatalog::Contribution(const Blob& blob) {
-  Usage usage;
+UsageFigures UsageCatalog::Contribution(const Blob& blob) {
+  UsageFigures usage;
   usage.blobs = 1;
   usage.bytes = blob.size;
   if (blob.state != BlobState::kLost) usage.tiers[blob.device] = {1, blob.size};
@@ -103,7 +103,7 @@ Status UsageCatalog::Rebuild() {
     for (size_t i = order.size(); i-- > 1;) {
       auto it = figures_.find(order[i]);
       if (it == figures_.end()) continue;
-      Usage subtree = it->second;  // figures_[parent] may rehash
+      UsageFigures subtree = it->second;  // figures_[parent] may rehash
       Apply(&figures_[parents_[order[i]]], subtree, true);
     }
     return Status::Ok();
@@ -131,11 +131,11 @@ void UsageCatalog::Drop(const Status& why) {
 
 // --- queries ------------------------------------------------------------------
 
-Result<Usage> UsageCatalog::UsageOf(const Entry& entry) {
+Result<UsageFigures> UsageCatalog::UsageOf(const Entry& entry) {
   if (!live_) GPUFS_RETURN_IF_ERROR(Rebuild());
   if (entry.kind == EntryKind::kBlob && entry.parent == kRootEntryId) {
     auto it = figures_.find(entry.id);  // no query: /.gpufs/stats lists up to 1000 of them
-    return it == figures_.end() ? Usage{} : it->second;
+    return it == figures_.end() ? UsageFigures{} : it->second;
   }
   return SubtreeOf(entry);
 }
@@ -155,15 +155,15 @@ Result<EntryId> UsageCatalog::TopOf(EntryId id) {
   return chain[chain.size() - 2];
 }
 
-Result<Usage> UsageCatalog::SubtreeOf(const Entry& entry) {
+Result<UsageFigures> UsageCatalog::SubtreeOf(const Entry& entry) {
   if (entry.kind == EntryKind::kObject) {
     auto it = figures_.find(entry.id);
-    return it == figures_.end() ? Usage{} : it->second;
+    return it == figures_.end() ? UsageFigures{} : it->second;
   }
-  if (entry.blob == 0) return Usage{};
+  if (entry.blob == 0) return UsageFigures{};
   Result<Blob> blob = inner_->GetBlob(entry.blob);
   if (!blob.ok()) {
-    if (blob.status().code() == ENOENT) return Usage{};  // links no row: not counted
+    if (blob.status().code() == ENOENT) return UsageFigures{};  // links no row: not counted
     return blob.status();
   }
   return Contribution(*blob);
@@ -192,12 +192,12 @@ Result<std::vector<EntryId>> UsageCatalog::ChainFrom(EntryId object) {
   return std::vector<EntryId>{};
 }
 
-void UsageCatalog::ApplyAlong(EntryId object, const Usage& delta, bool add) {
+void UsageCatalog::ApplyAlong(EntryId object, const UsageFigures& delta, bool add) {
   if (!live_ || Empty(delta)) return;
   Result<std::vector<EntryId>> chain = ChainFrom(object);
   if (!chain.ok()) return Drop(chain.status());
   for (EntryId at : *chain) {
-    Usage& usage = figures_[at];
+    UsageFigures& usage = figures_[at];
     if (!Apply(&usage, delta, add)) {
       return Drop(Error(EIO, "the figures of entry " + std::to_string(at) + " went below zero"));
     }
@@ -205,10 +205,11 @@ void UsageCatalog::ApplyAlong(EntryId object, const Usage& delta, bool add) {
   }
 }
 
-void UsageCatalog::ApplyBelow(const Entry& entry, EntryId parent, const Usage& delta, bool add) {
+void UsageCatalog::ApplyBelow(const Entry& entry, EntryId parent, const UsageFigures& delta,
+                              bool add) {
   if (!live_ || Empty(delta)) return;
   if (entry.kind == EntryKind::kBlob && parent == kRootEntryId) {
-    Usage& usage = figures_[entry.id];
+    UsageFigures& usage = figures_[entry.id];
     if (!Apply(&usage, delta, add)) {
       return Drop(
           Error(EIO, "the figures of entry " + std::to_string(entry.id) + " went below zero"));
@@ -218,7 +219,7 @@ void UsageCatalog::ApplyBelow(const Entry& entry, EntryId parent, const Usage& d
   ApplyAlong(parent, delta, add);
 }
 
-void UsageCatalog::ApplyToTiers(const Usage& delta, bool add) {
+void UsageCatalog::ApplyToTiers(const UsageFigures& delta, bool add) {
   if (!live_) return;
   if (!ApplyTiers(&tiers_, delta.tiers, add)) {
     Drop(Error(EIO, "the figures per device went below zero"));
@@ -232,7 +233,7 @@ Result<Entry> UsageCatalog::CreateEntry(const Entry& entry, const std::optional<
   if (!created.ok() || !live_) return created;
   if (created->kind == EntryKind::kObject) parents_[created->id] = created->parent;
   if (blob && created->blob != 0) {
-    Usage added = Contribution(*blob);
+    UsageFigures added = Contribution(*blob);
     ApplyToTiers(added, true);
     ApplyBelow(*created, created->parent, added, true);
   }
@@ -248,7 +249,7 @@ Status UsageCatalog::Detach(EntryId id, int64_t now_ns) {
     Drop(before.status());
     return detached;
   }
-  Result<Usage> gone = SubtreeOf(*before);
+  Result<UsageFigures> gone = SubtreeOf(*before);
   if (!gone.ok()) {
     Drop(gone.status());
     return detached;
@@ -275,7 +276,7 @@ Result<EntryId> UsageCatalog::Move(EntryId id, EntryId new_parent, std::string_v
                        : target.status());
       return moved;
     }
-    Result<Usage> replaced = SubtreeOf(*target);
+    Result<UsageFigures> replaced = SubtreeOf(*target);
     if (!replaced.ok()) {
       Drop(replaced.status());
       return moved;
@@ -284,7 +285,7 @@ Result<EntryId> UsageCatalog::Move(EntryId id, EntryId new_parent, std::string_v
     if (target->kind == EntryKind::kObject && live_) parents_[target->id] = 0;
   }
   if (before->parent != new_parent) {
-    Result<Usage> subtree = SubtreeOf(*before);
+    Result<UsageFigures> subtree = SubtreeOf(*before);
     if (!subtree.ok()) {
       Drop(subtree.status());
       return moved;
@@ -309,7 +310,8 @@ Result<std::optional<Blob>> UsageCatalog::Purge(EntryId id) {
 Result<Blob> UsageCatalog::LinkNewBlob(EntryId entry, const Blob& blob, BlobId* old_blob) {
   if (!live_) return inner_->LinkNewBlob(entry, blob, old_blob);
   Result<Entry> before = inner_->GetEntry(entry);
-  Result<Usage> replaced = before.ok() ? SubtreeOf(*before) : Result<Usage>(before.status());
+  Result<UsageFigures> replaced =
+      before.ok() ? SubtreeOf(*before) : Result<UsageFigures>(before.status());
   BlobId old = 0;
   Result<Blob> linked = inner_->LinkNewBlob(entry, blob, &old);
   if (!linked.ok()) return linked;
@@ -318,7 +320,7 @@ Result<Blob> UsageCatalog::LinkNewBlob(EntryId entry, const Blob& blob, BlobId* 
     Drop(replaced.status());
     return linked;
   }
-  Usage added = Contribution(*linked);
+  UsageFigures added = Contribution(*linked);
   ApplyToTiers(added, true);
   ApplyBelow(*before, before->parent, added, true);
   ApplyBelow(*before, before->parent, *replaced, false);  // the old row stays, unlinked
@@ -334,7 +336,8 @@ Result<Blob> UsageCatalog::CreateBlob(const Blob& blob) {
 Result<BlobId> UsageCatalog::LinkBlob(EntryId entry, BlobId blob) {
   if (!live_) return inner_->LinkBlob(entry, blob);
   Result<Entry> before = inner_->GetEntry(entry);
-  Result<Usage> replaced = before.ok() ? SubtreeOf(*before) : Result<Usage>(before.status());
+  Result<UsageFigures> replaced =
+      before.ok() ? SubtreeOf(*before) : Result<UsageFigures>(before.status());
   Result<Blob> row = inner_->GetBlob(blob);
   Result<BlobId> linked = inner_->LinkBlob(entry, blob);
   if (!linked.ok()) return linked;
@@ -357,8 +360,8 @@ Status UsageCatalog::UpdateBlob(const Blob& blob) {
     Drop(before.status());
     return updated;
   }
-  const Usage was = Contribution(*before);
-  const Usage now = Contribution(blob);
+  const UsageFigures was = Contribution(*before);
+  const UsageFigures now = Contribution(blob);
   if (was == now) return updated;  // the closed mark, the owner: no figure moves
   ApplyToTiers(now, true);
   ApplyToTiers(was, false);

@@ -53,13 +53,13 @@ struct TierUsage {
   bool operator==(const TierUsage&) const = default;
 };
 
-struct Usage {
+struct UsageFigures {
   uint64_t blobs = 0;  // blob members, any state
   uint64_t bytes = 0;  // their sizes
   // Members not lost, by device ("cuda:0", "host", "disk"); a device with
   // none is absent.
   std::map<std::string, TierUsage> tiers;
-  bool operator==(const Usage&) const = default;
+  bool operator==(const UsageFigures&) const = default;
 };
 
 class UsageCatalog final : public Catalog {
@@ -71,7 +71,7 @@ class UsageCatalog final : public Catalog {
   Status Rebuild();
   // Figures of `entry` (attached): for an object, its subtree; for a blob
   // member, its own blob (nothing when it links none).
-  Result<Usage> UsageOf(const Entry& entry);
+  Result<UsageFigures> UsageOf(const Entry& entry);
   // Every blob row not lost, by device.
   Result<std::map<std::string, TierUsage>> BlobsPerTier();
   // The top-level entry (a child of the root) at or above `id`; 0 for the
@@ -128,21 +128,21 @@ class UsageCatalog final : public Catalog {
 
  private:
   // What one blob row adds to the figures.
-  static Usage Contribution(const Blob& blob);
+  static UsageFigures Contribution(const Blob& blob);
   // The figures of `entry`'s subtree as they stand (a blob member: its blob).
-  Result<Usage> SubtreeOf(const Entry& entry);
+  Result<UsageFigures> SubtreeOf(const Entry& entry);
   // Objects from `object` up to the root, the root last; empty when
   // `object` is not attached (detached, or in a detached subtree).
   Result<std::vector<EntryId>> ChainFrom(EntryId object);
   Result<EntryId> ParentOf(EntryId object);
   // Adds (or subtracts) `delta` to every object from `object` up to the
   // root; nothing when `object` is not attached.
-  void ApplyAlong(EntryId object, const Usage& delta, bool add);
+  void ApplyAlong(EntryId object, const UsageFigures& delta, bool add);
   // `delta` joins (or leaves) the figures through `entry` under `parent`:
   // ApplyAlong(parent), and `entry`'s own figures when it is a top-level
   // blob member.
-  void ApplyBelow(const Entry& entry, EntryId parent, const Usage& delta, bool add);
-  void ApplyToTiers(const Usage& delta, bool add);
+  void ApplyBelow(const Entry& entry, EntryId parent, const UsageFigures& delta, bool add);
+  void ApplyToTiers(const UsageFigures& delta, bool add);
   // The change succeeded but the figures cannot follow it: drop them.
   void Drop(const Status& why);
 
@@ -151,7 +151,7 @@ class UsageCatalog final : public Catalog {
   uint64_t rebuilds_ = 0;
   // Objects with members below them (their subtree) and top-level blob
   // members (their blob), by entry id.
-  std::unordered_map<EntryId, Usage> figures_;
+  std::unordered_map<EntryId, UsageFigures> figures_;
   std::unordered_map<EntryId, EntryId> parents_;  // object -> parent (0: detached)
   std::map<std::string, TierUsage> tiers_;        // every blob row not lost
 };

@@ -23,12 +23,12 @@ namespace {
 // The count from scratch: written apart from UsageCatalog::Rebuild
 // (recursive where that is breadth-first) so that neither checks itself.
 struct Recount {
-  std::map<EntryId, Usage> usage;  // every attached entry
-  std::map<EntryId, EntryId> top;  // every attached entry but the root
+  std::map<EntryId, UsageFigures> usage;  // every attached entry
+  std::map<EntryId, EntryId> top;         // every attached entry but the root
   std::map<std::string, TierUsage> tiers;
 };
 
-void AddBlob(Usage* usage, const Blob& blob) {
+void AddBlob(UsageFigures* usage, const Blob& blob) {
   usage->blobs += 1;
   usage->bytes += blob.size;
   if (blob.state == BlobState::kLost) return;
@@ -47,8 +47,8 @@ Recount CountFromScratch(Catalog& catalog) {
     out.tiers[blob.device].blobs += 1;
     out.tiers[blob.device].bytes += blob.size;
   }
-  std::function<Usage(const Entry&, EntryId)> walk = [&](const Entry& entry, EntryId top) {
-    Usage usage;
+  std::function<UsageFigures(const Entry&, EntryId)> walk = [&](const Entry& entry, EntryId top) {
+    UsageFigures usage;
     if (entry.id != kRootEntryId) out.top[entry.id] = top;
     if (entry.kind == EntryKind::kBlob) {
       if (auto it = rows.find(entry.blob); it != rows.end()) AddBlob(&usage, it->second);
@@ -56,7 +56,7 @@ Recount CountFromScratch(Catalog& catalog) {
       auto children = catalog.ListChildren(entry.id, 0, 1 << 20);
       EXPECT_TRUE(children.ok());
       for (const Entry& child : *children) {
-        Usage sub = walk(child, entry.id == kRootEntryId ? child.id : top);
+        UsageFigures sub = walk(child, entry.id == kRootEntryId ? child.id : top);
         usage.blobs += sub.blobs;
         usage.bytes += sub.bytes;
         for (const auto& [device, t] : sub.tiers) {
@@ -74,7 +74,7 @@ Recount CountFromScratch(Catalog& catalog) {
   return out;
 }
 
-std::string Show(const Usage& u) {
+std::string Show(const UsageFigures& u) {
   std::string s = "{blobs " + std::to_string(u.blobs) + ", bytes " + std::to_string(u.bytes);
   for (const auto& [device, t] : u.tiers) {
     s += ", " + device + ": " + std::to_string(t.blobs) + "/" + std::to_string(t.bytes);
@@ -120,12 +120,12 @@ class UsageCatalogTest : public ::testing::Test {
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     return e.ok() ? *e : Entry{};
   }
-  Usage UsageOf(EntryId id) {
+  UsageFigures UsageOf(EntryId id) {
     auto entry = catalog_->GetEntry(id);
     EXPECT_TRUE(entry.ok());
     auto usage = catalog_->UsageOf(*entry);
     EXPECT_TRUE(usage.ok()) << usage.status().ToString();
-    return usage.ok() ? *usage : Usage{};
+    return usage.ok() ? *usage : UsageFigures{};
   }
 
   // Every live figure against the count from scratch; `step` names the
@@ -167,9 +167,9 @@ TEST_F(UsageCatalogTest, FiguresOfASmallTree) {
   Member(b.id, "z", NewBlob("host", 7, BlobState::kLost));
   Entry top_blob = Member(kRootEntryId, "t", NewBlob("disk", 3));
 
-  Usage want_a{3, 157, {{"host", {1, 100}}, {"cuda:0", {1, 50}}}};
+  UsageFigures want_a{3, 157, {{"host", {1, 100}}, {"cuda:0", {1, 50}}}};
   EXPECT_EQ(Show(UsageOf(a.id)), Show(want_a));
-  EXPECT_EQ(Show(UsageOf(top_blob.id)), Show(Usage{1, 3, {{"disk", {1, 3}}}}));
+  EXPECT_EQ(Show(UsageOf(top_blob.id)), Show(UsageFigures{1, 3, {{"disk", {1, 3}}}}));
   EXPECT_EQ(*catalog_->TopOf(y.id), a.id);
   EXPECT_EQ(*catalog_->TopOf(top_blob.id), top_blob.id);
   EXPECT_EQ(*catalog_->TopOf(kRootEntryId), 0u);
@@ -179,17 +179,17 @@ TEST_F(UsageCatalogTest, FiguresOfASmallTree) {
 
   // b moves to the root: a keeps only x.
   ASSERT_TRUE(catalog_->Move(b.id, kRootEntryId, "b", 200).ok());
-  EXPECT_EQ(Show(UsageOf(a.id)), Show(Usage{1, 100, {{"host", {1, 100}}}}));
+  EXPECT_EQ(Show(UsageOf(a.id)), Show(UsageFigures{1, 100, {{"host", {1, 100}}}}));
   EXPECT_EQ(*catalog_->TopOf(y.id), b.id);
   // y spills to host, then is lost.
   auto row = catalog_->GetBlob(y.blob);
   ASSERT_TRUE(row.ok());
   row->device = "host";
   ASSERT_TRUE(catalog_->UpdateBlob(*row).ok());
-  EXPECT_EQ(Show(UsageOf(b.id)), Show(Usage{2, 57, {{"host", {1, 50}}}}));
+  EXPECT_EQ(Show(UsageOf(b.id)), Show(UsageFigures{2, 57, {{"host", {1, 50}}}}));
   row->state = BlobState::kLost;
   ASSERT_TRUE(catalog_->UpdateBlob(*row).ok());
-  EXPECT_EQ(Show(UsageOf(b.id)), Show(Usage{2, 57, {}}));
+  EXPECT_EQ(Show(UsageOf(b.id)), Show(UsageFigures{2, 57, {}}));
   ExpectMatchesRecount("small tree");
 }
 
@@ -230,7 +230,7 @@ TEST_F(UsageCatalogTest, CountsAnExistingCatalogAndLazily) {
   EXPECT_EQ(lazy.rebuilds(), 0u);
   auto p = lazy.Lookup(kRootEntryId, "p");
   ASSERT_TRUE(p.ok());
-  EXPECT_EQ(Show(*lazy.UsageOf(*p)), Show(Usage{1, 4, {{"disk", {1, 4}}}}));
+  EXPECT_EQ(Show(*lazy.UsageOf(*p)), Show(UsageFigures{1, 4, {{"disk", {1, 4}}}}));
   EXPECT_EQ(lazy.rebuilds(), 1u);
 }
 
@@ -322,13 +322,13 @@ TEST_F(UsageCatalogTest, AFailedBookkeepingReadMeansACountAfresh) {
   row->size = 500;
   reads->fail_reads = 1;
   ASSERT_TRUE(catalog.UpdateBlob(*row).ok());
-  EXPECT_EQ(Show(*catalog.UsageOf(*a)), Show(Usage{1, 500, {{"host", {1, 500}}}}));
+  EXPECT_EQ(Show(*catalog.UsageOf(*a)), Show(UsageFigures{1, 500, {{"host", {1, 500}}}}));
   EXPECT_EQ(catalog.rebuilds(), 2u);
 
   // Detach reads the entry first.
   reads->fail_reads = 1;
   ASSERT_TRUE(catalog.Detach(m->id, 1).ok());
-  EXPECT_EQ(Show(*catalog.UsageOf(*a)), Show(Usage{}));
+  EXPECT_EQ(Show(*catalog.UsageOf(*a)), Show(UsageFigures{}));
   EXPECT_EQ(catalog.rebuilds(), 3u);
   EXPECT_EQ(*catalog.BlobsPerTier(), (std::map<std::string, TierUsage>{{"host", {1, 500}}}));
 }

@@ -49,7 +49,7 @@ struct Held {
   std::string tier;
 };
 
-class StatsE2E : public ::testing::Test {
+class UsageFiguresE2E : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(m_.Start()); }
   void TearDown() override {
@@ -121,7 +121,7 @@ class StatsE2E : public ::testing::Test {
   std::vector<int> fds_;
 };
 
-TEST_F(StatsE2E, FiguresFollowEveryChange) {
+TEST_F(UsageFiguresE2E, FiguresFollowEveryChange) {
   ExpectStatsMatchTheMount("empty", {});
   ASSERT_EQ(::mkdir(P("a").c_str(), 0755), 0);
   ASSERT_EQ(::mkdir(P("a/b").c_str(), 0755), 0);
