@@ -27,23 +27,29 @@ Status CheckNewName(uint64_t parent, std::string_view name) {
   return Status::Ok();
 }
 
-std::string Namespace::StatsJson() {
+std::string Namespace::StatsJson() { return StatsJsonOf(/*recount=*/false); }
+
+std::string Namespace::StatsJsonRecounted() { return StatsJsonOf(/*recount=*/true); }
+
+std::string Namespace::StatsJsonOf(bool recount) {
   std::vector<std::pair<std::string, StoreUsage>> usage;
   for (const auto& [device, store] : stores_) usage.emplace_back(device, store->Usage());
-  std::lock_guard lock(mu_);
   StatsView view;
-  view.generation = generation_;
-  view.worker = worker_;
-  if (view.worker.pid == 0) view.worker.pid = static_cast<int32_t>(getpid());
-  view.default_device = default_device_;
-  view.stores = usage;
-  view.open_handles = handles_.size();
-  view.active_blobs = active_.size();
-  for (const auto& [id, blob] : active_) view.open_maps += static_cast<uint64_t>(blob->mapped);
-  auto entries = catalog_->CountEntries();
-  view.entries = entries.ok() ? *entries : 0;
-  AddStatsDetail(&view);
-  return BuildStatsJson(view);
+  {
+    std::lock_guard lock(mu_);
+    view.generation = generation_;
+    view.worker = worker_;
+    if (view.worker.pid == 0) view.worker.pid = static_cast<int32_t>(getpid());
+    view.default_device = default_device_;
+    view.stores = usage;
+    view.open_handles = handles_.size();
+    view.active_blobs = active_.size();
+    for (const auto& [id, blob] : active_) view.open_maps += static_cast<uint64_t>(blob->mapped);
+    auto entries = catalog_->CountEntries();
+    view.entries = entries.ok() ? *entries : 0;
+    AddStatsDetail(&view, recount);
+  }
+  return BuildStatsJson(view);  // outside mu_
 }
 
 }  // namespace gpufs

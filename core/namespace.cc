@@ -21,7 +21,7 @@ constexpr uint64_t kCookieBase = 16;
 }  // namespace
 
 Namespace::Namespace(NamespaceOptions options)
-    : catalog_(std::move(options.catalog)),
+    : catalog_(std::make_unique<UsageCatalog>(std::move(options.catalog))),
       default_device_(std::move(options.default_device)),
       state_dir_(std::move(options.state_dir)),
       log_path_(std::move(options.log_path)),
@@ -34,6 +34,7 @@ Namespace::Namespace(NamespaceOptions options)
       worker_(options.worker),
       next_handle_(options.first_handle),
       persist_all_(options.persist_all) {
+  usage_ = static_cast<UsageCatalog*>(catalog_.get());
   eviction_ =
       options.eviction ? std::move(options.eviction) : std::make_unique<LruEvictionPolicy>();
   for (auto& store : options.stores) {
@@ -80,6 +81,11 @@ Result<std::unique_ptr<Namespace>> Namespace::Open(NamespaceOptions options) {
     return Error(ENODEV, "no store for the default device " + ns->default_device_);
   }
   GPUFS_RETURN_IF_ERROR(ns->Recover());
+  {
+    // The usage figures of /.gpufs/stats: counted once, kept live from here on.
+    std::lock_guard lock(ns->mu_);
+    GPUFS_RETURN_IF_ERROR(ns->usage_->Rebuild());
+  }
   if (ns->takeover_) {
     GPUFS_RETURN_IF_ERROR(ns->Adopt(ns->adopted_));
     ns->adopted_.clear();

@@ -82,6 +82,7 @@
 #include "core/types.h"
 #include "gpufs/uapi.h"
 #include "meta/catalog.h"
+#include "meta/usage_catalog.h"
 #include "store/bulk_store.h"
 #include "util/status.h"
 
@@ -210,8 +211,14 @@ class Namespace {
   // Host memory for long-lived I/O buffers: pinned when a GPU is served.
   HostBuffer AllocateIoBuffer(size_t bytes);
 
-  // The JSON of /.gpufs/stats.
+  // The JSON of /.gpufs/stats. Its cost does not grow with the catalog: the
+  // usage figures ("objects", "tiers"."member_bytes") are kept live (see
+  // meta/usage_catalog.h) and only open blobs are looked at one by one.
   std::string StatsJson();
+  // The same JSON with those usage figures counted from the catalog afresh,
+  // member by member (O(catalog) under the namespace lock): for tests and
+  // diagnosis; it must agree with StatsJson().
+  std::string StatsJsonRecounted();
 
   // Tiers (core/spiller.cc): GPUs ("cuda:N") above "host" above "disk".
   // Moves between tiers so far; /.gpufs/stats shows them as "tiers".
@@ -354,9 +361,17 @@ class Namespace {
   void FreeBlob(const Blob& blob);
   // user.gpufs.meta of `entry` as `caller` may see it (core/meta_json.h).
   Result<std::string> MetaJson(const Entry& entry, const Caller& caller);
+  // StatsJson, or StatsJsonRecounted with `recount` (control_files.cc): the
+  // figures are gathered under mu_, the JSON is built after it is dropped.
+  std::string StatsJsonOf(bool recount);
   // The daemon's identity, per-object usage and open members, for
   // /.gpufs/stats (namespace_stats.cc).
-  void AddStatsDetail(StatsView* view);
+  void AddStatsDetail(StatsView* view, bool recount);
+  // The usage figures: from the live ones, corrected by what open blobs
+  // changed since their catalog rows were written (their live size, their
+  // device); or counted from the catalog member by member.
+  void AddLiveUsage(StatsView* view);
+  void AddRecountedUsage(StatsView* view);
   // The blob of a live handle, or EBADF.
   Result<Handle*> FindHandle(HandleId id);
   // Records the seal of `blob`, whose store Seal succeeded (io_mu held
@@ -448,6 +463,7 @@ class Namespace {
   // GUARDED_BY(mu_): FreeQueued releases their places kept by Reshare.
   std::vector<std::pair<std::string, BlobId>> unretire_;
   std::unique_ptr<Catalog> catalog_;                          // GUARDED_BY(mu_)
+  UsageCatalog* usage_ = nullptr;  // GUARDED_BY(mu_): catalog_ itself, for its usage figures
   std::map<std::string, std::unique_ptr<BulkStore>> stores_;  // fixed after Open
   std::string default_device_;
   std::string state_dir_, log_path_;
