@@ -181,6 +181,9 @@ class Namespace {
   Status Release(HandleId handle);
 
   // --- extended attributes ---------------------------------------------------
+  // Only user.* names exist: any other name is EOPNOTSUPP on get, set and
+  // remove, answered before any lock or catalog read (ls -l asks for
+  // security.selinux and system.posix_acl_access on every file).
   // `caller` gets the token of user.gpufs.ipc_handle (see MapHandle).
   Result<std::string> GetXattr(uint64_t ino, std::string_view name, const Caller& caller = {});
   Status SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags);
