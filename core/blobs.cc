@@ -261,6 +261,29 @@ Result<size_t> Namespace::Read(HandleId id, uint64_t offset, std::span<std::byte
   return n;
 }
 
+Result<std::optional<Namespace::InPlaceRead>> Namespace::ReadInPlace(HandleId id, uint64_t offset,
+                                                                     size_t max) {
+  std::shared_ptr<ActiveBlob> blob;
+  {
+    std::lock_guard lock(mu_);
+    auto it = handles_.find(id);
+    if (it == handles_.end()) return Error(EBADF, "read: no handle " + std::to_string(id));
+    if (!it->second.blob) return std::optional<InPlaceRead>();
+    blob = it->second.blob;
+  }
+  std::shared_lock io(blob->io_mu);
+  if (blob->rec.state != BlobState::kSealed) return std::optional<InPlaceRead>();
+  uint64_t size = blob->size.load();
+  if (offset >= size || max == 0) return std::optional<InPlaceRead>(InPlaceRead{});
+  // The mapping outlives io_mu: a migration or a free after this read only
+  // unlinks the blob's file, whose sealed bytes never change.
+  GPUFS_ASSIGN_OR_RETURN(auto mapped, StoreFor(blob->rec.device)->MapSealed(blob->rec.id, size));
+  if (!mapped) return std::optional<InPlaceRead>();
+  size_t n = static_cast<size_t>(std::min<uint64_t>(max, size - offset));
+  GPUFS_ASSIGN_OR_RETURN(auto bytes, mapped->Range(offset, n));
+  return std::optional<InPlaceRead>(InPlaceRead{bytes, std::move(mapped)});
+}
+
 Result<size_t> Namespace::Write(HandleId id, uint64_t offset, std::span<const std::byte> src) {
   std::shared_ptr<ActiveBlob> blob;
   bool append = false;

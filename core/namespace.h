@@ -171,6 +171,17 @@ class Namespace {
   Result<OpenResult> Open(const Caller& caller, uint64_t ino, int flags);
   // Reads up to dst.size() bytes at `offset`; returns how many (0 at the end).
   Result<size_t> Read(HandleId handle, uint64_t offset, std::span<std::byte> dst);
+  // A read served in place: `bytes` stay valid and unchanged while `hold`
+  // lives. Only the kernel may copy them (see SealedBytes).
+  struct InPlaceRead {
+    std::span<const std::byte> bytes;  // empty at the end of the blob
+    std::shared_ptr<const void> hold;
+  };
+  // Up to `max` bytes at `offset` of a sealed blob whose store can hand them
+  // out in place (the host store's mapping of the blob file): a reply made
+  // from them is the read's only copy. nullopt when this handle's bytes
+  // cannot be read so (not sealed, a GPU store, a control file): use Read.
+  Result<std::optional<InPlaceRead>> ReadInPlace(HandleId handle, uint64_t offset, size_t max);
   // Writes all of `src` at `offset` (or at the end for O_APPEND handles).
   Result<size_t> Write(HandleId handle, uint64_t offset, std::span<const std::byte> src);
   // close(2) of a descriptor of the handle: for a writer, records the

@@ -92,6 +92,13 @@ class HostBulkStore final : public BulkStore {
   // range; EINVAL if the range passes the blob's size.
   Status Read(BlobId id, uint64_t offset, std::span<std::byte> dst) override;
 
+  // The blob's file mapped read-only and shared (MAP_SHARED of the page
+  // cache: a reply from it is the one copy of a read), cached with the
+  // blob's fd and dropped with it. EIO, logged, if the file is shorter than
+  // `size` (checked here, so a read never reaches past its end); ENOENT if
+  // the store does not hold the blob.
+  Result<std::shared_ptr<const SealedBytes>> MapSealed(BlobId id, uint64_t size) override;
+
   // Trims the file and the reservation to `size` (no fsync: see above).
   // EINVAL if `size` exceeds the blob's current size; ENOENT if not held.
   Status Seal(BlobId id, uint64_t size) override;
@@ -109,8 +116,13 @@ class HostBulkStore final : public BulkStore {
  private:
   using SharedFd = std::shared_ptr<const UniqueFd>;
 
+  using SharedView = std::shared_ptr<const SealedBytes>;
+  // Cached fds and mappings taken out under mu_, released after it.
+  using Doomed = std::vector<std::shared_ptr<const void>>;
+
   struct CachedFd {
     SharedFd fd;
+    SharedView view;                  // MapSealed's mapping of the file, if made
     std::list<BlobId>::iterator lru;  // position in lru_
   };
 
@@ -126,9 +138,10 @@ class HostBulkStore final : public BulkStore {
   // Adds `fd` for `id` to the cache (keeping an entry already there) and
   // returns the cached one. Evicted fds are moved into `evicted`, so that they
   // close after the caller drops the lock.
-  SharedFd CacheFd(BlobId id, SharedFd fd, std::vector<SharedFd>* evicted);
-  // Drops `id` from the cache; the fd closes once no reader holds it.
-  SharedFd UncacheFd(BlobId id);
+  SharedFd CacheFd(BlobId id, SharedFd fd, Doomed* evicted);
+  // Moves `id`'s fd and mapping out of the cache into `doomed`; the fd
+  // closes (and the mapping goes) once no reader holds it.
+  void UncacheFd(BlobId id, Doomed* doomed);
 
   std::string device_ = "host";  // fixed once served
   bool durable_ = false;         // fsync at Seal (the disk tier)
