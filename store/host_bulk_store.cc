@@ -402,9 +402,9 @@ Result<std::shared_ptr<const SealedBytes>> HostBulkStore::MapSealed(BlobId id, u
   uint64_t held = 0;
   SharedFd fd;
   GPUFS_RETURN_IF_ERROR(Lookup(id, &held, &fd));
-  if (held != size) {
-    return Error(EINVAL, "host store: blob " + std::to_string(id) + " sealed at " +
-                             std::to_string(size) + " bytes has " + std::to_string(held));
+  if (held < size) {
+    return Error(EIO, "host store: blob " + std::to_string(id) + " sealed at " +
+                          std::to_string(size) + " bytes holds only " + std::to_string(held));
   }
   if (size == 0) return std::shared_ptr<const SealedBytes>(new MappedBlobFile(nullptr, 0, ""));
   {

@@ -100,9 +100,9 @@ class HostBulkStore final : public BulkStore {
 
   // The blob's file mapped read-only and shared (MAP_SHARED of the page
   // cache: a reply from it is the one copy of a read), cached with the
-  // blob's fd and dropped with it. EIO, logged, if the file is shorter than
-  // `size` (checked here, so a read never reaches past its end); ENOENT if
-  // the store does not hold the blob.
+  // blob's fd and dropped with it. EIO if the store holds fewer than `size`
+  // bytes for it, or (logged) if the file is shorter (checked here, so a
+  // read never reaches past its end); ENOENT if the store does not hold it.
   Result<std::shared_ptr<const SealedBytes>> MapSealed(BlobId id, uint64_t size) override;
 
   // Trims the file and the reservation to `size` (no fsync: see above).
