@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -74,61 +73,9 @@ Status ReadAll(int fd, uint64_t offset, std::span<std::byte> dst, const std::str
   return Status::Ok();
 }
 
-// Mappings handed out by AllocateHuge: aligned start -> (mapping start, length).
-// The HostBuffer deleter is a plain function, so the lengths live here.
-std::mutex g_huge_mu;
-std::unordered_map<std::byte*, std::pair<void*, size_t>> g_huge;  // GUARDED_BY(g_huge_mu)
-
-void FreeHuge(std::byte* p) {
-  std::pair<void*, size_t> mapping{nullptr, 0};
-  {
-    std::lock_guard lock(g_huge_mu);
-    auto it = g_huge.find(p);
-    if (it == g_huge.end()) return;
-    mapping = it->second;
-    g_huge.erase(it);
-  }
-  ::munmap(mapping.first, mapping.second);
-}
-
 std::string Range(uint64_t offset, uint64_t length) {
   return "[" + std::to_string(offset) + ", +" + std::to_string(length) + ")";
 }
-
-// A sealed blob's file, mapped whole, read-only and shared: its pages are the
-// page cache's, so a FUSE reply written from them is the read's only copy.
-// The file is never truncated while the blob is sealed (and its size was
-// checked at map time), so no page of the mapping lies past its end.
-class MappedBlobFile final : public SealedBytes {
- public:
-  MappedBlobFile(void* base, uint64_t size, std::string path)
-      : base_(static_cast<std::byte*>(base)), size_(size), path_(std::move(path)) {}
-  ~MappedBlobFile() override {
-    if (size_ > 0) ::munmap(base_, size_);
-  }
-  MappedBlobFile(const MappedBlobFile&) = delete;
-  MappedBlobFile& operator=(const MappedBlobFile&) = delete;
-
-  Result<std::span<const std::byte>> Range(uint64_t offset, uint64_t length) const override {
-    if (offset > size_ || length > size_ - offset) {
-      return Error(EINVAL, "host store: read " + gpufs::Range(offset, length) + " past the end of " +
-                               path_ + " (" + std::to_string(size_) + " bytes)");
-    }
-    // Nothing is populated ahead (issue 12, dd of 1 GiB on tmpfs): the
-    // kernel's copy pins each page of the reply itself, so a
-    // MADV_POPULATE_READ per request walks the range twice (4.6 against
-    // 6.5 GB/s); MAP_POPULATE at map time made the first pass slower (3.3
-    // against 4.5 GB/s; with the state on disk it would read the whole
-    // file at the first read) and later ones no faster. Unpopulated, only
-    // the first pass faults, 16 pages a fault (the kernel's fault-around).
-    return std::span<const std::byte>(base_ + offset, length);
-  }
-
- private:
-  std::byte* const base_;
-  const uint64_t size_;
-  const std::string path_;
-};
 
 }  // namespace
 
@@ -398,40 +345,6 @@ Status HostBulkStore::Read(BlobId id, uint64_t offset,
   return ReadAll(fd->get(), offset, dst, PathOf(id));
 }
 
-Result<std::shared_ptr<const SealedBytes>> HostBulkStore::MapSealed(BlobId id, uint64_t size) {
-  uint64_t held = 0;
-  SharedFd fd;
-  GPUFS_RETURN_IF_ERROR(Lookup(id, &held, &fd));
-  if (held < size) {
-    return Error(EIO, "host store: blob " + std::to_string(id) + " sealed at " +
-                          std::to_string(size) + " bytes holds only " + std::to_string(held));
-  }
-  if (size == 0) return std::shared_ptr<const SealedBytes>(new MappedBlobFile(nullptr, 0, ""));
-  {
-    std::lock_guard lock(mu_);
-    auto it = fds_.find(id);
-    if (it != fds_.end() && it->second.view) return it->second.view;
-  }
-  // A file cut short behind the store's back would make the copy from its
-  // mapping fail past the end: refuse it here, with the reason.
-  struct stat st;
-  if (::fstat(fd->get(), &st) != 0) return PosixError("stat " + PathOf(id), errno);
-  if (static_cast<uint64_t>(st.st_size) < size) {
-    Status lost = Error(EIO, "host store: " + PathOf(id) + " has " + std::to_string(st.st_size) +
-                                 " of its blob's " + std::to_string(size) + " bytes");
-    GPUFS_LOG(ERROR) << lost.ToString();
-    return lost;
-  }
-  void* base = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd->get(), 0);
-  if (base == MAP_FAILED) return PosixError("mmap " + PathOf(id), errno);
-  SharedView view(new MappedBlobFile(base, size, PathOf(id)));
-  std::lock_guard lock(mu_);
-  auto it = fds_.find(id);
-  if (it == fds_.end() || it->second.fd != fd) return view;  // evicted meanwhile: uncached
-  if (!it->second.view) it->second.view = view;
-  return it->second.view;  // a racing reader's mapping wins; ours goes
-}
-
 Status HostBulkStore::Seal(BlobId id, uint64_t size) {
   uint64_t current = 0;
   SharedFd fd;
@@ -486,24 +399,6 @@ void HostBulkStore::Free(BlobId id) {
       GPUFS_LOG(WARN) << "host store: free of blob " << id << ", which the store does not hold";
     }
   }
-}
-
-HostBuffer HostBulkStore::AllocateHostBuffer(size_t bytes) {
-  constexpr size_t kHuge = 2u << 20;
-  const size_t length = (std::max<size_t>(bytes, 1) + kHuge - 1) / kHuge * kHuge;
-  // Over-allocate by one huge page so an aligned start always fits.
-  void* base = ::mmap(nullptr, length + kHuge, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (base == MAP_FAILED) {
-    GPUFS_LOG(ERROR) << "host store: " << PosixError("mmap of an I/O buffer", errno).ToString();
-    return HostBuffer(nullptr, FreeHuge);
-  }
-  auto start = reinterpret_cast<uintptr_t>(base);
-  auto* aligned = reinterpret_cast<std::byte*>((start + kHuge - 1) / kHuge * kHuge);
-  ::madvise(aligned, length, MADV_HUGEPAGE);  // advice only: 4 KiB pages work too
-  std::lock_guard lock(g_huge_mu);
-  g_huge.emplace(aligned, std::make_pair(base, length + kHuge));
-  return HostBuffer(aligned, FreeHuge);
 }
 
 std::string HostBulkStore::PathOf(BlobId id) const { return dir_ + "/" + std::to_string(id); }
