@@ -36,6 +36,17 @@ int MappingsUnder(const std::string& dir) {
   return n;
 }
 
+// Kilobytes of `file`'s mapping present in this process's page tables.
+long RssKbOf(const std::string& file) {
+  std::ifstream smaps("/proc/self/smaps");
+  bool in = false;
+  for (std::string line; std::getline(smaps, line);) {
+    if (line.find(file) != std::string::npos) in = true;
+    if (in && line.rfind("Rss:", 0) == 0) return std::stol(line.substr(4));
+  }
+  return -1;
+}
+
 class HostBulkStoreMapTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -125,31 +136,53 @@ TEST_F(HostBulkStoreMapTest, AMappingOutlivesFreeAndEvictionAndGoesWithItsLastHo
   EXPECT_EQ(MappingsUnder(dir_), 0);
 }
 
+// The pages a read reaches are mapped before its bytes are handed out, a
+// 2 MiB chunk at a time, so the kernel's copy of the reply never faults
+// (a worker killed in a fault would fail the request instead of leaving it
+// to the next worker).
+TEST_F(HostBulkStoreMapTest, AReadPopulatesItsChunksFirst) {
+  constexpr size_t kSize = 5 << 20;
+  Sealed(1, kSize);
+  auto view = store_->MapSealed(1, kSize);
+  ASSERT_TRUE(view.ok() && *view);
+  EXPECT_EQ(RssKbOf(File(1)), 0);
+  ASSERT_TRUE((*view)->Range(100, 1).ok());
+  EXPECT_EQ(RssKbOf(File(1)), 2048);
+  ASSERT_TRUE((*view)->Range((2 << 20) - 1, (2 << 20) + 2).ok());  // chunks 0, 1 and 2
+  EXPECT_EQ(RssKbOf(File(1)), 5 * 1024);
+}
+
 // A blob file cut short behind the store's back must cost the reader EIO,
-// never the daemon a SIGBUS: refused at map time, and a mapping made before
-// the cut fails in the kernel's copy (EFAULT), not in user space.
+// never the daemon a SIGBUS: refused at map time, refused when a range of
+// an older mapping is first populated, and a range populated before the
+// cut fails in the kernel's copy (EFAULT), not in user space.
 TEST_F(HostBulkStoreMapTest, AFileCutShortIsEioNotSigbus) {
   constexpr size_t kSize = 16 * 4096;
   Sealed(1, kSize);
   Sealed(2, kSize);
-  auto before = store_->MapSealed(1, kSize);
-  ASSERT_TRUE(before.ok() && *before);
-  ASSERT_EQ(::truncate(File(1).c_str(), 4096), 0);
-  ASSERT_EQ(::truncate(File(2).c_str(), 4096), 0);
+  Sealed(3, kSize);
+  auto read_before = store_->MapSealed(1, kSize);
+  ASSERT_TRUE(read_before.ok() && *read_before);
+  auto populated = (*read_before)->Range(0, kSize);
+  ASSERT_TRUE(populated.ok());
+  auto mapped_before = store_->MapSealed(3, kSize);
+  ASSERT_TRUE(mapped_before.ok() && *mapped_before);
+  for (BlobId id : {1, 2, 3}) ASSERT_EQ(::truncate(File(id).c_str(), 4096), 0);
 
   auto after = store_->MapSealed(2, kSize);
   EXPECT_EQ(after.status().code(), EIO);
   EXPECT_NE(after.status().message().find("4096 of its blob's 65536 bytes"), std::string::npos)
       << after.status().ToString();
+  EXPECT_EQ((*mapped_before)->Range(0, kSize).status().code(), EIO);
 
   // write(2) stops at the missing page: EFAULT, or a short count.
-  auto copied = KernelCopy(*(*before)->Range(0, kSize));
+  auto copied = KernelCopy(*populated);
   if (copied.ok()) {
     EXPECT_LE(copied->size(), 4096u);
   } else {
     EXPECT_EQ(copied.status().code(), EFAULT);
   }
-  auto head = KernelCopy(*(*before)->Range(0, 4096));  // what is left still reads
+  auto head = KernelCopy(populated->first(4096));  // what is left still reads
   ASSERT_TRUE(head.ok());
   auto expected = Pattern(kSize, 1);
   EXPECT_EQ(*head, std::vector<std::byte>(expected.begin(), expected.begin() + 4096));

@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -38,10 +40,27 @@ void FreeHuge(std::byte* p) {
 // page cache's, so a FUSE reply written from them is the read's only copy.
 // The file is never truncated while the blob is sealed (and its size was
 // checked at map time), so no page of the mapping lies past its end.
+//
+// Each 2 MiB chunk is populated (MADV_POPULATE_READ) the first time a read
+// reaches it, before the reply is written. The kernel copies the reply
+// with get_user_pages, whose slow path (a page not yet mapped) fails when a
+// fatal signal is pending: a worker killed during that copy would end the
+// request with EIO, where a worker killed in user space leaves it to be
+// re-sent to the next worker (docs/TAKEOVER.md; found by the takeover test
+// that kills the worker under load). Once populated, the copy takes the
+// fast path, which does not look at signals. Populating each request's
+// range every time walked it twice (issue 12: 4.6 against 6.5 GB/s), and
+// MAP_POPULATE at map time would read the whole file at the first read
+// when the state is on disk, hence once per chunk.
 class MappedBlobFile final : public SealedBytes {
  public:
+  static constexpr uint64_t kChunk = 2u << 20;
+
   MappedBlobFile(void* base, uint64_t size, std::string path)
-      : base_(static_cast<std::byte*>(base)), size_(size), path_(std::move(path)) {}
+      : base_(static_cast<std::byte*>(base)),
+        size_(size),
+        path_(std::move(path)),
+        populated_(new std::atomic<uint64_t>[(size / kChunk + 64) / 64]()) {}
   ~MappedBlobFile() override {
     if (size_ > 0) ::munmap(base_, size_);
   }
@@ -54,20 +73,37 @@ class MappedBlobFile final : public SealedBytes {
                                std::to_string(length) + ") past the end of " +
                                path_ + " (" + std::to_string(size_) + " bytes)");
     }
-    // Nothing is populated ahead (issue 12, dd of 1 GiB on tmpfs): the
-    // kernel's copy pins each page of the reply itself, so a
-    // MADV_POPULATE_READ per request walks the range twice (4.6 against
-    // 6.5 GB/s); MAP_POPULATE at map time made the first pass slower (3.3
-    // against 4.5 GB/s; with the state on disk it would read the whole
-    // file at the first read) and later ones no faster. Unpopulated, only
-    // the first pass faults, 16 pages a fault (the kernel's fault-around).
+    if (length == 0) return std::span<const std::byte>();
+    for (uint64_t chunk = offset / kChunk; chunk <= (offset + length - 1) / kChunk; ++chunk) {
+      GPUFS_RETURN_IF_ERROR(Populate(chunk));
+    }
     return std::span<const std::byte>(base_ + offset, length);
   }
 
  private:
+  Status Populate(uint64_t chunk) const {
+    std::atomic<uint64_t>& word = populated_[chunk / 64];
+    const uint64_t bit = uint64_t{1} << (chunk % 64);
+    if (word.load(std::memory_order_acquire) & bit) return Status::Ok();
+    const uint64_t start = chunk * kChunk;
+    const uint64_t length = std::min(kChunk, size_ - start);
+    while (::madvise(base_ + start, length, MADV_POPULATE_READ) != 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      if (errno == EFAULT) {
+        return Error(EIO, "host store: " + path_ + " is shorter than its blob: bytes from " +
+                              std::to_string(start) + " are missing");
+      }
+      // EINVAL before Linux 5.14: the copy then faults pages in itself.
+      break;
+    }
+    word.fetch_or(bit, std::memory_order_release);
+    return Status::Ok();
+  }
+
   std::byte* const base_;
   const uint64_t size_;
   const std::string path_;
+  const std::unique_ptr<std::atomic<uint64_t>[]> populated_;  // a bit per chunk
 };
 
 }  // namespace
