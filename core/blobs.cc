@@ -169,10 +169,11 @@ Result<OpenResult> Namespace::CreateOnce(const Caller& caller, uint64_t parent,
   FreeQueuedOnExit free_queued(this);
   std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry parent_entry, ObjectEntry(parent));
-  std::string path = PathOf(parent) + "/" + std::string(name);
+  // Built only for an error: each ancestor is a catalog read.
+  auto path = [&] { return PathOf(parent) + "/" + std::string(name); };
   std::string device = DeviceFor(parent);
   BulkStore* store = StoreFor(device);
-  if (store == nullptr) return Error(ENODEV, "create " + path + ": no store for " + device);
+  if (store == nullptr) return Error(ENODEV, "create " + path() + ": no store for " + device);
   int64_t now = Now();
   Entry entry = NewEntry(caller, parent_entry, name, EntryKind::kBlob, mode, now);
   Blob blob;
@@ -180,7 +181,7 @@ Result<OpenResult> Namespace::CreateOnce(const Caller& caller, uint64_t parent,
   blob.state = BlobState::kUnsealed;
   blob.owner_uid = caller.uid;
   auto created = catalog_->CreateEntry(entry, blob);
-  if (!created.ok()) return created.status().Prepend("create " + path);
+  if (!created.ok()) return created.status().Prepend("create " + path());
   entry = *created;
   auto stored = catalog_->GetBlob(entry.blob);
   Status recorded =
@@ -188,7 +189,7 @@ Result<OpenResult> Namespace::CreateOnce(const Caller& caller, uint64_t parent,
   if (!recorded.ok()) {
     Status detached = catalog_->Detach(entry.id, now);
     if (detached.ok()) CollectEntry(entry.id);
-    return recorded.Prepend("create " + path);
+    return recorded.Prepend("create " + path());
   }
   return AddOpenHandle(caller, entry, *stored, flags);
 }
@@ -259,6 +260,29 @@ Result<size_t> Namespace::Read(HandleId id, uint64_t offset, std::span<std::byte
   BulkStore* store = StoreFor(blob->rec.device);
   GPUFS_RETURN_IF_ERROR(store->Read(blob->rec.id, offset, dst.first(n)));
   return n;
+}
+
+Result<std::optional<Namespace::InPlaceRead>> Namespace::ReadInPlace(HandleId id, uint64_t offset,
+                                                                     size_t max) {
+  std::shared_ptr<ActiveBlob> blob;
+  {
+    std::lock_guard lock(mu_);
+    auto it = handles_.find(id);
+    if (it == handles_.end()) return Error(EBADF, "read: no handle " + std::to_string(id));
+    if (!it->second.blob) return std::optional<InPlaceRead>();
+    blob = it->second.blob;
+  }
+  std::shared_lock io(blob->io_mu);
+  if (blob->rec.state != BlobState::kSealed) return std::optional<InPlaceRead>();
+  uint64_t size = blob->size.load();
+  if (offset >= size || max == 0) return std::optional<InPlaceRead>(InPlaceRead{});
+  // The mapping outlives io_mu: a migration or a free after this read only
+  // unlinks the blob's file, whose sealed bytes never change.
+  GPUFS_ASSIGN_OR_RETURN(auto mapped, StoreFor(blob->rec.device)->MapSealed(blob->rec.id, size));
+  if (!mapped) return std::optional<InPlaceRead>();
+  size_t n = static_cast<size_t>(std::min<uint64_t>(max, size - offset));
+  GPUFS_ASSIGN_OR_RETURN(auto bytes, mapped->Range(offset, n));
+  return std::optional<InPlaceRead>(InPlaceRead{bytes, std::move(mapped)});
 }
 
 Result<size_t> Namespace::Write(HandleId id, uint64_t offset, std::span<const std::byte> src) {
@@ -438,19 +462,20 @@ Status Namespace::RecordSealLocked(ActiveBlob& blob, EntryId entry_id) {
   Blob done = rec;
   done.size = blob.size.load();
   done.state = BlobState::kSealed;
-  GPUFS_RETURN_IF_ERROR(catalog_->UpdateBlob(done));
+  // The state and the member's times in one transaction (issue 12: one
+  // write transaction fewer per create).
+  auto entry = catalog_->GetEntry(entry_id);
+  if (entry.ok() && entry->blob == rec.id) {
+    entry->mtime_ns = entry->ctime_ns = Now();
+    GPUFS_RETURN_IF_ERROR(catalog_->UpdateBlobAndEntryAttrs(done, *entry));
+  } else {
+    GPUFS_RETURN_IF_ERROR(catalog_->UpdateBlob(done));
+  }
   rec = done;
   Status fits = CheckTensorAtSeal(entry_id, done.size);  // logs what it drops
   (void)fits;
   blob.needs_explicit_seal = false;
   QueuePersist(entry_id, rec.id);
-  auto entry = catalog_->GetEntry(entry_id);
-  if (entry.ok() && entry->blob == rec.id) {
-    entry->mtime_ns = entry->ctime_ns = Now();
-    Status touched = catalog_->UpdateEntryAttrs(*entry);
-    if (!touched.ok())
-      GPUFS_LOG(WARN) << "touch " << PathOf(entry_id) << ": " << touched.ToString();
-  }
   return Status::Ok();
 }
 

@@ -172,6 +172,17 @@ class Namespace {
   Result<OpenResult> Open(const Caller& caller, uint64_t ino, int flags);
   // Reads up to dst.size() bytes at `offset`; returns how many (0 at the end).
   Result<size_t> Read(HandleId handle, uint64_t offset, std::span<std::byte> dst);
+  // A read served in place: `bytes` stay valid and unchanged while `hold`
+  // lives. Only the kernel may copy them (see SealedBytes).
+  struct InPlaceRead {
+    std::span<const std::byte> bytes;  // empty at the end of the blob
+    std::shared_ptr<const void> hold;
+  };
+  // Up to `max` bytes at `offset` of a sealed blob whose store can hand them
+  // out in place (the host store's mapping of the blob file): a reply made
+  // from them is the read's only copy. nullopt when this handle's bytes
+  // cannot be read so (not sealed, a GPU store, a control file): use Read.
+  Result<std::optional<InPlaceRead>> ReadInPlace(HandleId handle, uint64_t offset, size_t max);
   // Writes all of `src` at `offset` (or at the end for O_APPEND handles).
   Result<size_t> Write(HandleId handle, uint64_t offset, std::span<const std::byte> src);
   // close(2) of a descriptor of the handle: for a writer, records the
@@ -182,6 +193,9 @@ class Namespace {
   Status Release(HandleId handle);
 
   // --- extended attributes ---------------------------------------------------
+  // Only user.* names exist: any other name is EOPNOTSUPP on get, set and
+  // remove, answered before any lock or catalog read (ls -l asks for
+  // security.selinux and system.posix_acl_access on every file).
   // `caller` gets the token of user.gpufs.ipc_handle (see MapHandle).
   Result<std::string> GetXattr(uint64_t ino, std::string_view name, const Caller& caller = {});
   Status SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags);

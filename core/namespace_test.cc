@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/control_files.h"
 #include "meta/sqlite_catalog.h"
 #include "store/host_bulk_store.h"
 #include "tests/support/temp_dir.h"
@@ -255,6 +256,14 @@ TEST_F(NamespaceTest, XattrsValidateAndDescribe) {
   EXPECT_EQ(ns_->SetXattr(m, "user.gpufs.device", "gpu0", 0).code(), EINVAL);
   EXPECT_TRUE(ns_->SetXattr(m, "user.gpufs.device", "host", 0).ok());
   EXPECT_EQ(ns_->GetXattr(m, "user.missing").status().code(), ENODATA);
+  // Other namespaces do not exist at all (not "not set"), on the control
+  // directory too.
+  EXPECT_EQ(ns_->GetXattr(m, "security.selinux").status().code(), EOPNOTSUPP);
+  EXPECT_EQ(ns_->GetXattr(o, "system.posix_acl_access").status().code(), EOPNOTSUPP);
+  EXPECT_EQ(ns_->GetXattr(m, "trusted.gpufs.disk_copy").status().code(), EOPNOTSUPP);
+  EXPECT_EQ(ns_->RemoveXattr(m, "security.selinux").code(), EOPNOTSUPP);
+  EXPECT_EQ(ns_->GetXattr(kControlDirIno, "security.selinux").status().code(), EOPNOTSUPP);
+  EXPECT_EQ(ns_->GetXattr(kControlDirIno, "user.x").status().code(), ENODATA);
   EXPECT_EQ(ns_->GetXattr(m, "user.gpufs.ipc_handle").status().code(), ENODATA);
   EXPECT_EQ(*ns_->GetXattr(m, "user.gpufs.device"), "host");
   EXPECT_EQ(*ns_->GetXattr(o, "user.gpufs.device"), "host");

@@ -60,10 +60,8 @@ Status Namespace::CheckTensorAtSeal(EntryId entry_id, uint64_t size) {
 }
 
 Result<std::string> Namespace::GetXattr(uint64_t ino, std::string_view name, const Caller& caller) {
+  if (!xattr::IsUserName(name)) return Error(EOPNOTSUPP, "not a user.* attribute");
   if (IsControl(ino)) return Error(ENODATA, "/.gpufs has no attribute " + std::string(name));
-  if (!name.starts_with(xattr::kUserPrefix)) {
-    return Error(ENODATA, "no attribute " + std::string(name));
-  }
   if (name == GPUFS_XATTR_SOCKET && !socket_path_.empty()) {  // on every entry
     return socket_path_;
   }
@@ -122,10 +120,10 @@ Result<std::string> Namespace::GetXattr(uint64_t ino, std::string_view name, con
 }
 
 Status Namespace::SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags) {
-  if (IsControl(ino)) return Error(EPERM, "/.gpufs is read-only");
-  if (!name.starts_with(xattr::kUserPrefix)) {
+  if (!xattr::IsUserName(name)) {
     return Error(EOPNOTSUPP, "gpufs keeps only user.* attributes, not " + std::string(name));
   }
+  if (IsControl(ino)) return Error(EPERM, "/.gpufs is read-only");
   if (name == xattr::kDevice) {
     if (flags & XATTR_CREATE) return Error(EEXIST, std::string(name) + " always exists");
     return Migrate(ino, std::string(value));
@@ -211,10 +209,8 @@ Result<std::vector<std::string>> Namespace::ListXattr(uint64_t ino) {
 }
 
 Status Namespace::RemoveXattr(uint64_t ino, std::string_view name) {
+  if (!xattr::IsUserName(name)) return Error(EOPNOTSUPP, "not a user.* attribute");
   if (IsControl(ino)) return Error(EPERM, "/.gpufs is read-only");
-  if (!name.starts_with(xattr::kUserPrefix)) {
-    return Error(ENODATA, "no attribute " + std::string(name));
-  }
   std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
   if (name == xattr::kMeta || name == xattr::kIpcHandle || name == xattr::kTier ||

@@ -3,9 +3,11 @@
 #include <fcntl.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "fs/fuse_ops.h"
 #include "fs/fuse_takeover.h"
+#include "util/log.h"
 
 namespace gpufs::fuse_ops {
 
@@ -60,6 +62,22 @@ void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 void OnRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  // A sealed host-store blob: the reply comes straight from the page cache
+  // (its file's mapping), the read's one copy.
+  auto in_place = Ns(req).ReadInPlace(fi->fh, static_cast<uint64_t>(off), size);
+  if (!in_place.ok()) return ReplyError(req, "read", in_place.status());
+  if (*in_place) {
+    const auto& bytes = (*in_place)->bytes;
+    int sent = fuse_reply_buf(req, reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    // EFAULT: a page of the mapping is gone (the blob file was cut short
+    // behind gpufs's back); the kernel answers the reader EIO.
+    if (sent != 0 && sent != -ENOENT) {
+      GPUFS_LOG(ERROR) << "read of " << bytes.size() << " bytes at " << off
+                       << " from a blob file's mapping: " << std::strerror(-sent)
+                       << "; the reader got EIO";
+    }
+    return;  // the kernel has copied them (or failed): the mapping may go
+  }
   // One buffer per worker thread, from the namespace: pinned when a GPU is
   // served, so device-to-host copies land in it at full speed.
   thread_local HostBuffer buffer(nullptr, nullptr);

@@ -32,7 +32,12 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
         return ReplyError(req, "ioctl MAP", Error(EINVAL, "short buffer"));
       }
       auto info = Ns(req).MapHandle(handle, CallerOf(req));
-      if (!info.ok()) return ReplyError(req, "ioctl MAP", info.status());
+      // ENODEV: the member is in host memory, not a GPU's. Loaders that map
+      // what they can and read the rest meet it on every host member, so it
+      // is routine (a debug line), like ENODATA for an unset attribute.
+      if (!info.ok()) {
+        return ReplyError(req, "ioctl MAP", info.status(), info.status().code() == ENODEV);
+      }
       Link(req).HandleMapped(handle);
       fuse_reply_ioctl(req, 0, &*info, sizeof *info);
       return;

@@ -170,19 +170,25 @@ class Loop {
   // resend can undo. Pages already present take the fast path, which does not
   // look at signals. libfuse uses a caller's buffer as is (3.14: it reads up
   // to its bufsize, at most 256 pages and a 4 KiB header).
+  //
+  // The request starts kWriteHeader bytes before a page boundary, so that a
+  // WRITE's data (after its two headers) is page-aligned: the kernel then
+  // copies whole pages into it, and pwrite copies out of it, from aligned
+  // memory (issue 12: an unaligned copy ran at 22 GB/s, an aligned one 33).
+  static constexpr size_t kWriteHeader = sizeof(fuse_in_header) + sizeof(fuse_write_in);
+  static size_t MappedSize() { return 256 * static_cast<size_t>(sysconf(_SC_PAGESIZE)) + 2 * 4096; }
   static void* PrefaultedBuffer() {
-    size_t size = 256 * static_cast<size_t>(sysconf(_SC_PAGESIZE)) + 4096;
-    void* mem = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
+    void* mem = ::mmap(nullptr, MappedSize(), PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (mem == MAP_FAILED) return nullptr;  // libfuse mallocs its own
-    ::mlock(mem, size);                     // best effort: keeps the pages present
+    ::mlock(mem, MappedSize());             // best effort: keeps the pages present
     return mem;
   }
 
   void Work() {
     fuse_buf buf{};
-    buf.mem = PrefaultedBuffer();
-    bool mapped = buf.mem != nullptr;
+    void* mapping = PrefaultedBuffer();
+    if (mapping != nullptr) buf.mem = static_cast<char*>(mapping) + 4096 - kWriteHeader;
     for (;;) {
       {
         // The kernel hands each request to the thread that has waited in
@@ -230,8 +236,8 @@ class Loop {
       std::lock_guard<std::mutex> lock(mu_);
       if (--busy_ == 0 && stopping_) cv_.notify_all();
     }
-    if (mapped) {
-      ::munmap(buf.mem, 256 * static_cast<size_t>(sysconf(_SC_PAGESIZE)) + 4096);
+    if (mapping != nullptr) {
+      ::munmap(mapping, MappedSize());
     } else {
       free(buf.mem);
     }

@@ -5,6 +5,15 @@
 #include "proto/xattr_names.h"
 
 namespace gpufs::fuse_ops {
+namespace {
+
+// Failures tools meet on every file (ls -l asks for security.selinux): no
+// log line above debug. A refused setxattr is logged: someone meant it.
+bool Routine(const Status& status) {
+  return status.code() == ENODATA || status.code() == EOPNOTSUPP;
+}
+
+}  // namespace
 
 void OnGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   // user.gpufs.meta shows only what the caller could list and read: the core
@@ -12,7 +21,7 @@ void OnGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   bool meta = xattr::kMeta == name;
   auto value = Ns(req).GetXattr(ino, name, meta ? CallerWithGroups(req) : CallerOf(req));
   if (!value.ok())
-    return ReplyError(req, "getxattr", value.status(), value.status().code() == ENODATA);
+    return ReplyError(req, "getxattr", value.status(), Routine(value.status()));
   if (size == 0) return static_cast<void>(fuse_reply_xattr(req, value->size()));
   if (value->size() > size) return static_cast<void>(fuse_reply_err(req, ERANGE));
   fuse_reply_buf(req, value->data(), value->size());
@@ -40,7 +49,7 @@ void OnListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 
 void OnRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   Status status = Ns(req).RemoveXattr(ino, name);
-  if (!status.ok()) return ReplyError(req, "removexattr", status, status.code() == ENODATA);
+  if (!status.ok()) return ReplyError(req, "removexattr", status, Routine(status));
   fuse_reply_err(req, 0);
 }
 

@@ -119,6 +119,9 @@ class Catalog {
   virtual Result<Blob> GetBlob(BlobId id) = 0;
   // Stores device, size, state, owner and the closed mark of blob.id. ENOENT.
   virtual Status UpdateBlob(const Blob& blob) = 0;
+  // UpdateBlob and UpdateEntryAttrs in one transaction (a seal records the
+  // state and touches the member): both or neither.
+  virtual Status UpdateBlobAndEntryAttrs(const Blob& blob, const Entry& entry) = 0;
   // Deletes a blob row that no entry links (EBUSY if one does). ENOENT.
   virtual Status DeleteBlob(BlobId id) = 0;
   // Every blob row, in id order.

@@ -132,6 +132,30 @@ Status TouchEntry(Db& db, EntryId id, int64_t now_ns) {
   return stmt.Run();
 }
 
+Status UpdateEntryAttrsRow(Db& db, const Entry& entry) {
+  GPUFS_ASSIGN_OR_RETURN(Statement stmt, db.GetCachedStatement(kUpdateEntryAttrsSql));
+  stmt.BindInt64(0, entry.mode & ~static_cast<uint32_t>(S_IFMT));
+  stmt.BindInt64(1, entry.uid);
+  stmt.BindInt64(2, entry.gid);
+  stmt.BindInt64(3, entry.atime_ns);
+  stmt.BindInt64(4, entry.mtime_ns);
+  stmt.BindInt64(5, entry.ctime_ns);
+  stmt.BindInt64(6, I64(entry.id));
+  GPUFS_RETURN_IF_ERROR(stmt.Run());
+  if (db.Changes() == 0) return Error(ENOENT, "no such entry");
+  return Status::Ok();
+}
+
+Status UpdateBlobRow(Db& db, const Blob& blob) {
+  GPUFS_RETURN_IF_ERROR(ValidateBlob(blob));
+  GPUFS_ASSIGN_OR_RETURN(Statement stmt, db.GetCachedStatement(kUpdateBlobSql));
+  BindBlobFields(stmt, 0, blob);
+  stmt.BindInt64(7, I64(blob.id));
+  GPUFS_RETURN_IF_ERROR(stmt.Run());
+  if (db.Changes() == 0) return Error(ENOENT, "no such blob");
+  return Status::Ok();
+}
+
 Result<EntryId> InsertEntry(Db& db, const Entry& entry) {
   GPUFS_ASSIGN_OR_RETURN(Statement stmt, db.GetCachedStatement(kInsertEntrySql));
   stmt.BindInt64(0, I64(entry.parent));

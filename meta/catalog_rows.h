@@ -54,6 +54,9 @@ Result<Entry> RequireEntry(Db& db, EntryId id);
 Status CheckParent(Db& db, EntryId parent);
 Result<std::optional<Entry>> FindChild(Db& db, EntryId parent, std::string_view name);
 Status TouchEntry(Db& db, EntryId id, int64_t now_ns);
+// UpdateEntryAttrs and UpdateBlob without a transaction of their own.
+Status UpdateEntryAttrsRow(Db& db, const Entry& entry);
+Status UpdateBlobRow(Db& db, const Blob& blob);
 // Inserts `entry` as is (its id is assigned); returns the id.
 Result<EntryId> InsertEntry(Db& db, const Entry& entry);
 

@@ -248,20 +248,8 @@ Result<Entry> SqliteCatalog::CreateEntry(const Entry& entry, const std::optional
 }
 
 Status SqliteCatalog::UpdateEntryAttrs(const Entry& entry) {
-  auto update = [&]() -> Status {
-    GPUFS_ASSIGN_OR_RETURN(Statement stmt, db_->GetCachedStatement(kUpdateEntryAttrsSql));
-    stmt.BindInt64(0, entry.mode & ~static_cast<uint32_t>(S_IFMT));
-    stmt.BindInt64(1, entry.uid);
-    stmt.BindInt64(2, entry.gid);
-    stmt.BindInt64(3, entry.atime_ns);
-    stmt.BindInt64(4, entry.mtime_ns);
-    stmt.BindInt64(5, entry.ctime_ns);
-    stmt.BindInt64(6, I64(entry.id));
-    GPUFS_RETURN_IF_ERROR(stmt.Run());
-    if (db_->Changes() == 0) return Error(ENOENT, "no such entry");
-    return Status::Ok();
-  };
-  return Annotated(update(), [&] { return "set attributes of entry " + std::to_string(entry.id); });
+  return Annotated(UpdateEntryAttrsRow(*db_, entry),
+                   [&] { return "set attributes of entry " + std::to_string(entry.id); });
 }
 
 Status SqliteCatalog::Detach(EntryId id, int64_t now_ns) {

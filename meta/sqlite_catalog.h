@@ -68,6 +68,7 @@ class SqliteCatalog final : public Catalog {
   Result<BlobId> LinkBlob(EntryId entry, BlobId blob) override;
   Result<Blob> GetBlob(BlobId id) override;
   Status UpdateBlob(const Blob& blob) override;
+  Status UpdateBlobAndEntryAttrs(const Blob& blob, const Entry& entry) override;
   Status DeleteBlob(BlobId id) override;
   Result<std::vector<Blob>> ListBlobs() override;
   Result<std::vector<BlobId>> ListUnlinkedBlobs() override;

@@ -175,16 +175,21 @@ Result<Blob> SqliteCatalog::GetBlob(BlobId id) {
 }
 
 Status SqliteCatalog::UpdateBlob(const Blob& blob) {
+  return Annotated(UpdateBlobRow(*db_, blob),
+                   [&] { return "update blob " + std::to_string(blob.id); });
+}
+
+Status SqliteCatalog::UpdateBlobAndEntryAttrs(const Blob& blob, const Entry& entry) {
   auto update = [&]() -> Status {
-    GPUFS_RETURN_IF_ERROR(ValidateBlob(blob));
-    GPUFS_ASSIGN_OR_RETURN(Statement stmt, db_->GetCachedStatement(kUpdateBlobSql));
-    BindBlobFields(stmt, 0, blob);
-    stmt.BindInt64(7, I64(blob.id));
-    GPUFS_RETURN_IF_ERROR(stmt.Run());
-    if (db_->Changes() == 0) return Error(ENOENT, "no such blob");
-    return Status::Ok();
+    Transaction txn(*db_);
+    GPUFS_RETURN_IF_ERROR(txn.Begin());
+    GPUFS_RETURN_IF_ERROR(UpdateBlobRow(*db_, blob));
+    GPUFS_RETURN_IF_ERROR(UpdateEntryAttrsRow(*db_, entry));
+    return txn.Commit();
   };
-  return Annotated(update(), [&] { return "update blob " + std::to_string(blob.id); });
+  return Annotated(update(), [&] {
+    return "update blob " + std::to_string(blob.id) + " and entry " + std::to_string(entry.id);
+  });
 }
 
 Status SqliteCatalog::DeleteBlob(BlobId id) {

@@ -53,6 +53,35 @@ TEST_F(SqliteCatalogTest, Blobs) {
   EXPECT_EQ(catalog_->GetBlob(999).status().code(), ENOENT);
 }
 
+// A seal: the blob's row and the entry's times together, or neither.
+TEST_F(SqliteCatalogTest, UpdateBlobAndEntryAttrsIsOneTransaction) {
+  Blob unsealed = MakeBlob(0);
+  unsealed.state = BlobState::kUnsealed;
+  Entry file = Create(kRootEntryId, "file", EntryKind::kBlob, unsealed);
+  Blob sealed = *catalog_->GetBlob(file.blob);
+  sealed.state = BlobState::kSealed;
+  sealed.size = 7;
+  Entry touched = file;
+  touched.mtime_ns = touched.ctime_ns = 123456789;
+  ASSERT_TRUE(catalog_->UpdateBlobAndEntryAttrs(sealed, touched).ok());
+  EXPECT_EQ(catalog_->GetBlob(file.blob)->state, BlobState::kSealed);
+  EXPECT_EQ(catalog_->GetBlob(file.blob)->size, 7u);
+  EXPECT_EQ(catalog_->GetEntry(file.id)->mtime_ns, 123456789);
+
+  // The entry is missing: the blob's row is not changed either.
+  Blob resized = sealed;
+  resized.size = 9;
+  Entry missing = touched;
+  missing.id = 999;
+  EXPECT_EQ(catalog_->UpdateBlobAndEntryAttrs(resized, missing).code(), ENOENT);
+  EXPECT_EQ(catalog_->GetBlob(file.blob)->size, 7u);
+  Blob no_blob = sealed;
+  no_blob.id = 999;
+  touched.mtime_ns = 5;
+  EXPECT_EQ(catalog_->UpdateBlobAndEntryAttrs(no_blob, touched).code(), ENOENT);
+  EXPECT_EQ(catalog_->GetEntry(file.id)->mtime_ns, 123456789);
+}
+
 TEST_F(SqliteCatalogTest, CreateBlobThenLinkBlob) {
   Entry file = Create(kRootEntryId, "file", EntryKind::kBlob, MakeBlob(10));
   auto prepared = catalog_->CreateBlob(MakeBlob(30));

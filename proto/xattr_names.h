@@ -20,6 +20,12 @@ inline constexpr std::string_view kPersist = "user.gpufs.persist";  // object, b
 inline constexpr std::string_view kDiskCopy = "trusted.gpufs.disk_copy";
 inline constexpr std::string_view kMeta = "user.gpufs.meta";      // object, blob; read-only
 
+// gpufs keeps user.* attributes only. Any other namespace (security.*,
+// system.*, trusted.*) is answered EOPNOTSUPP on get, set and remove, which
+// tools such as ls and cp take as "this file system has none" and remember
+// per file system (they ask again for every file on ENODATA).
+inline constexpr bool IsUserName(std::string_view name) { return name.starts_with(kUserPrefix); }
+
 // Linux's limits on one extended attribute.
 inline constexpr size_t kNameMax = 255;       // bytes in its name
 inline constexpr size_t kValueMax = 65536;    // bytes in its value (XATTR_SIZE_MAX)

@@ -124,6 +124,20 @@ struct IpcExport {
   uint8_t device_uuid[16] = {};
 };
 
+// A sealed blob's bytes in this process's memory, read-only, for a reader
+// to hand on without copying them first (the FUSE read reply). Valid and
+// unchanged while the object lives, even after the blob is freed.
+// Thread-safe.
+class SealedBytes {
+ public:
+  virtual ~SealedBytes() = default;
+  // The blob's `length` bytes at `offset`; EINVAL past its size. The bytes
+  // must only be copied by the kernel (write(2) and the like), which
+  // answers EFAULT for a page that vanished (a blob file cut short behind
+  // the store's back); touching them in user space could raise SIGBUS.
+  virtual Result<std::span<const std::byte>> Range(uint64_t offset, uint64_t length) const = 0;
+};
+
 // Host memory from a store's allocator; frees itself.
 using HostBuffer = std::unique_ptr<std::byte, void (*)(std::byte*)>;
 
@@ -181,6 +195,16 @@ class BulkStore {
   // The blob will not change again: trims the reservation to `size` and makes
   // its bytes durable as far as the store can (host: on disk, GPU: nothing).
   virtual Status Seal(BlobId id, uint64_t size) = 0;
+
+  // The bytes of `id`, sealed at `size` bytes, readable in place (see
+  // SealedBytes). Null (not an error) when this store cannot serve them in
+  // place: the caller copies them with Read. Only for sealed blobs; not
+  // while the blob is being freed. EIO if its bytes are missing.
+  virtual Result<std::shared_ptr<const SealedBytes>> MapSealed(BlobId id, uint64_t size) {
+    (void)id;
+    (void)size;
+    return std::shared_ptr<const SealedBytes>();
+  }
 
   // Releases the blob's bytes and reservation. Errors are logged, not returned:
   // the blob is gone for the core either way.

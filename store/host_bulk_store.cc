@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -72,23 +71,6 @@ Status ReadAll(int fd, uint64_t offset, std::span<std::byte> dst, const std::str
     done += static_cast<size_t>(n);
   }
   return Status::Ok();
-}
-
-// Mappings handed out by AllocateHuge: aligned start -> (mapping start, length).
-// The HostBuffer deleter is a plain function, so the lengths live here.
-std::mutex g_huge_mu;
-std::unordered_map<std::byte*, std::pair<void*, size_t>> g_huge;  // GUARDED_BY(g_huge_mu)
-
-void FreeHuge(std::byte* p) {
-  std::pair<void*, size_t> mapping{nullptr, 0};
-  {
-    std::lock_guard lock(g_huge_mu);
-    auto it = g_huge.find(p);
-    if (it == g_huge.end()) return;
-    mapping = it->second;
-    g_huge.erase(it);
-  }
-  ::munmap(mapping.first, mapping.second);
 }
 
 std::string Range(uint64_t offset, uint64_t length) {
@@ -261,9 +243,9 @@ Status HostBulkStore::Allocate(BlobId id, const SharingKey& key, uint64_t size) 
   if (size == 0) {
     // No file until the first byte (Resize, which truncates whatever an
     // earlier daemon may have left under this id): most members start empty.
-    SharedFd stale;  // closed after the lock is released
+    Doomed stale;  // closed after the lock is released
     std::lock_guard lock(mu_);
-    stale = UncacheFd(id);
+    UncacheFd(id, &stale);
     return Status::Ok();
   }
   UniqueFd fd(::openat(dir_fd_.get(), name.c_str(),
@@ -277,14 +259,14 @@ Status HostBulkStore::Allocate(BlobId id, const SharingKey& key, uint64_t size) 
     ::unlinkat(dir_fd_.get(), name.c_str(), 0);
   }
 
-  std::vector<SharedFd> evicted;  // closed after the lock is released
+  Doomed evicted;  // closed after the lock is released
   std::lock_guard lock(mu_);
   if (!status.ok()) {
     sizes_.erase(id);
     used_ -= size;
     return status;
   }
-  evicted.push_back(UncacheFd(id));
+  UncacheFd(id, &evicted);
   CacheFd(id, std::make_shared<const UniqueFd>(std::move(fd)), &evicted);
   return Status::Ok();
 }
@@ -392,7 +374,7 @@ Status HostBulkStore::Seal(BlobId id, uint64_t size) {
 void HostBulkStore::Free(BlobId id) {
   bool known = false;
   bool empty = false;  // an empty blob may never have had a file
-  SharedFd fd;
+  Doomed fd;           // the fd closes (and the mapping goes) before the unlink
   {
     std::lock_guard lock(mu_);
     auto it = sizes_.find(id);
@@ -402,9 +384,9 @@ void HostBulkStore::Free(BlobId id) {
       used_ -= it->second;
       sizes_.erase(it);
     }
-    fd = UncacheFd(id);
+    UncacheFd(id, &fd);
   }
-  fd.reset();
+  fd.clear();
   if (::unlinkat(dir_fd_.get(), std::to_string(id).c_str(), 0) != 0) {
     const int err = errno;
     if (err != ENOENT) {
@@ -417,24 +399,6 @@ void HostBulkStore::Free(BlobId id) {
       GPUFS_LOG(WARN) << "host store: free of blob " << id << ", which the store does not hold";
     }
   }
-}
-
-HostBuffer HostBulkStore::AllocateHostBuffer(size_t bytes) {
-  constexpr size_t kHuge = 2u << 20;
-  const size_t length = (std::max<size_t>(bytes, 1) + kHuge - 1) / kHuge * kHuge;
-  // Over-allocate by one huge page so an aligned start always fits.
-  void* base = ::mmap(nullptr, length + kHuge, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (base == MAP_FAILED) {
-    GPUFS_LOG(ERROR) << "host store: " << PosixError("mmap of an I/O buffer", errno).ToString();
-    return HostBuffer(nullptr, FreeHuge);
-  }
-  auto start = reinterpret_cast<uintptr_t>(base);
-  auto* aligned = reinterpret_cast<std::byte*>((start + kHuge - 1) / kHuge * kHuge);
-  ::madvise(aligned, length, MADV_HUGEPAGE);  // advice only: 4 KiB pages work too
-  std::lock_guard lock(g_huge_mu);
-  g_huge.emplace(aligned, std::make_pair(base, length + kHuge));
-  return HostBuffer(aligned, FreeHuge);
 }
 
 std::string HostBulkStore::PathOf(BlobId id) const { return dir_ + "/" + std::to_string(id); }
@@ -465,13 +429,12 @@ Result<HostBulkStore::SharedFd> HostBulkStore::FdOf(BlobId id, bool create) {
   UniqueFd fd(::openat(dir_fd_.get(), std::to_string(id).c_str(),
                        O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT | O_TRUNC : 0), 0600));
   if (!fd.valid()) return PosixError("open " + PathOf(id), errno);
-  std::vector<SharedFd> evicted;  // closed after the lock is released
+  Doomed evicted;  // closed after the lock is released
   std::lock_guard lock(mu_);
   return CacheFd(id, std::make_shared<const UniqueFd>(std::move(fd)), &evicted);
 }
 
-HostBulkStore::SharedFd HostBulkStore::CacheFd(BlobId id, SharedFd fd,
-                                               std::vector<SharedFd>* evicted) {
+HostBulkStore::SharedFd HostBulkStore::CacheFd(BlobId id, SharedFd fd, Doomed* evicted) {
   auto [it, inserted] = fds_.try_emplace(id);
   if (!inserted) {
     lru_.splice(lru_.begin(), lru_, it->second.lru);
@@ -479,23 +442,24 @@ HostBulkStore::SharedFd HostBulkStore::CacheFd(BlobId id, SharedFd fd,
     return it->second.fd;
   }
   lru_.push_front(id);
-  it->second = CachedFd{.fd = std::move(fd), .lru = lru_.begin()};
+  it->second = CachedFd{.fd = std::move(fd), .view = nullptr, .lru = lru_.begin()};
   while (fds_.size() > max_open_files_) {
     auto victim = fds_.find(lru_.back());
     evicted->push_back(std::move(victim->second.fd));
+    evicted->push_back(std::move(victim->second.view));
     fds_.erase(victim);
     lru_.pop_back();
   }
   return it->second.fd;
 }
 
-HostBulkStore::SharedFd HostBulkStore::UncacheFd(BlobId id) {
+void HostBulkStore::UncacheFd(BlobId id, Doomed* doomed) {
   auto it = fds_.find(id);
-  if (it == fds_.end()) return nullptr;
-  SharedFd fd = std::move(it->second.fd);
+  if (it == fds_.end()) return;
+  doomed->push_back(std::move(it->second.fd));
+  doomed->push_back(std::move(it->second.view));
   lru_.erase(it->second.lru);
   fds_.erase(it);
-  return fd;
 }
 
 }  // namespace gpufs

@@ -9,6 +9,12 @@
 // (kill -9 included) loses nothing the kernel already has, and surviving a
 // crash of the machine is not promised.
 //
+// Reads of sealed blobs (MapSealed) come from a shared read-only mapping of
+// the file, cached with its fd: the FUSE reply is written from the page
+// cache, the read's only copy. Issue 12 (dd bs=1M of a 1 GiB member on a
+// 2-core VM, tmpfs state): the first read 4.0 -> 4.6 GB/s (it also faults
+// the mapping in), later reads about 4.7 -> 5.5; tmpfs itself 15-17.
+//
 // Accounting: a blob reserves exactly its size. `used` is the sum over live blobs and never exceeds the
 // capacity given to Open.
 //
@@ -92,6 +98,13 @@ class HostBulkStore final : public BulkStore {
   // range; EINVAL if the range passes the blob's size.
   Status Read(BlobId id, uint64_t offset, std::span<std::byte> dst) override;
 
+  // The blob's file mapped read-only and shared (MAP_SHARED of the page
+  // cache: a reply from it is the one copy of a read), cached with the
+  // blob's fd and dropped with it. EIO if the store holds fewer than `size`
+  // bytes for it, or (logged) if the file is shorter (checked here, so a
+  // read never reaches past its end); ENOENT if the store does not hold it.
+  Result<std::shared_ptr<const SealedBytes>> MapSealed(BlobId id, uint64_t size) override;
+
   // Trims the file and the reservation to `size` (no fsync: see above).
   // EINVAL if `size` exceeds the blob's current size; ENOENT if not held.
   Status Seal(BlobId id, uint64_t size) override;
@@ -109,8 +122,13 @@ class HostBulkStore final : public BulkStore {
  private:
   using SharedFd = std::shared_ptr<const UniqueFd>;
 
+  using SharedView = std::shared_ptr<const SealedBytes>;
+  // Cached fds and mappings taken out under mu_, released after it.
+  using Doomed = std::vector<std::shared_ptr<const void>>;
+
   struct CachedFd {
     SharedFd fd;
+    SharedView view;                  // MapSealed's mapping of the file, if made
     std::list<BlobId>::iterator lru;  // position in lru_
   };
 
@@ -126,9 +144,10 @@ class HostBulkStore final : public BulkStore {
   // Adds `fd` for `id` to the cache (keeping an entry already there) and
   // returns the cached one. Evicted fds are moved into `evicted`, so that they
   // close after the caller drops the lock.
-  SharedFd CacheFd(BlobId id, SharedFd fd, std::vector<SharedFd>* evicted);
-  // Drops `id` from the cache; the fd closes once no reader holds it.
-  SharedFd UncacheFd(BlobId id);
+  SharedFd CacheFd(BlobId id, SharedFd fd, Doomed* evicted);
+  // Moves `id`'s fd and mapping out of the cache into `doomed`; the fd
+  // closes (and the mapping goes) once no reader holds it.
+  void UncacheFd(BlobId id, Doomed* doomed);
 
   std::string device_ = "host";  // fixed once served
   bool durable_ = false;         // fsync at Seal (the disk tier)

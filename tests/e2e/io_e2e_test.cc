@@ -94,6 +94,37 @@ TEST_F(IoE2E, ReadsAndPrivateMappingsMatch) {
   }
 }
 
+// Sealed members are read from a mapping of their blob file. A file cut
+// short behind the daemon's back costs the reader EIO, whether it was
+// mapped before the cut or is mapped after it, and the daemon goes on.
+TEST_F(IoE2E, ABlobFileCutShortIsEioAndTheDaemonGoesOn) {
+  std::string a = RandomBytes(2 << 20, 20), b = RandomBytes(2 << 20, 21);
+  WriteFile(P("a"), a);
+  WriteFile(P("b"), b);
+  int fa = ::open(P("a").c_str(), O_RDONLY), fb = ::open(P("b").c_str(), O_RDONLY);
+  ASSERT_GE(fa, 0);
+  ASSERT_GE(fb, 0);
+  std::string buf(1 << 20, '\0');
+  ASSERT_EQ(::pread(fa, buf.data(), buf.size(), 0), static_cast<ssize_t>(buf.size()));
+  EXPECT_TRUE(buf == a.substr(0, buf.size()));
+  ASSERT_EQ(Sh("find " + mount_.state() + "/host -type f -exec truncate -s 4096 {} +").status, 0);
+
+  errno = 0;
+  EXPECT_EQ(::pread(fa, buf.data(), buf.size(), 1 << 20), -1);  // mapped before the cut
+  EXPECT_EQ(errno, EIO) << std::strerror(errno);
+  errno = 0;
+  EXPECT_EQ(::pread(fb, buf.data(), buf.size(), 0), -1);  // mapped after it
+  EXPECT_EQ(errno, EIO) << std::strerror(errno);
+  ::close(fa);
+  ::close(fb);
+
+  std::string c = RandomBytes(3 << 20, 22);
+  WriteFile(P("c"), c);
+  EXPECT_TRUE(ReadFile(P("c")) == c);
+  EXPECT_NE(mount_.Log().find("has 4096 of its blob's 2097152 bytes"), std::string::npos)
+      << mount_.Log();
+}
+
 class EnospcE2E : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -201,6 +201,37 @@ TEST_F(NamespaceE2E, XattrsSetGetListAndMissing) {
   EXPECT_EQ(meta["members"]["w"]["size"], 16);
 }
 
+// Only user.* attributes exist. Any other namespace is EOPNOTSUPP (not
+// ENODATA), which ls and cp remember per file system instead of asking again
+// for every file; reading them is routine and logs nothing, a refused write
+// is logged.
+TEST_F(NamespaceE2E, OtherXattrNamespacesAreNotSupported) {
+  ASSERT_EQ(::mkdir(P("t").c_str(), 0755), 0);
+  WriteFile(P("t/w"), "abc");
+  char buf[64];
+  for (const char* name : {"security.selinux", "system.posix_acl_access", "trusted.gpufs.x"}) {
+    for (const std::string& path : {P("t"), P("t/w"), P(".gpufs")}) {
+      errno = 0;
+      EXPECT_EQ(::lgetxattr(path.c_str(), name, buf, sizeof buf), -1) << path << " " << name;
+      EXPECT_EQ(errno, EOPNOTSUPP) << path << " " << name;
+    }
+    errno = 0;
+    EXPECT_EQ(::removexattr(P("t/w").c_str(), name), -1) << name;
+    EXPECT_EQ(errno, EOPNOTSUPP) << name;
+  }
+  EXPECT_EQ(::setxattr(P("t/w").c_str(), "security.gpufs_test", "x", 1, 0), -1);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_EQ(::getxattr(P("t/w").c_str(), "user.nothing", buf, sizeof buf), -1);
+  EXPECT_EQ(errno, ENODATA);
+  auto ls = Sh("ls -l " + P("t"));
+  EXPECT_EQ(ls.status, 0) << ls.output;
+  EXPECT_NE(ls.output.find(" w"), std::string::npos) << ls.output;
+  std::string log = mount_.Log();
+  EXPECT_EQ(log.find("security.selinux"), std::string::npos) << log;
+  EXPECT_EQ(log.find("posix_acl"), std::string::npos) << log;
+  EXPECT_NE(log.find("security.gpufs_test"), std::string::npos) << log;
+}
+
 TEST_F(NamespaceE2E, StatsIsJsonAndDfShowsCapacity) {
   WriteFile(P("m"), std::string(1 << 20, 'm'));
   auto stats = nlohmann::json::parse(ReadFile(P(".gpufs/stats")), nullptr, false);
