@@ -355,29 +355,41 @@ Status UsageCatalog::UpdateBlob(const Blob& blob) {
   if (!live_) return inner_->UpdateBlob(blob);
   Result<Blob> before = inner_->GetBlob(blob.id);
   Status updated = inner_->UpdateBlob(blob);
-  if (!updated.ok()) return updated;
+  if (updated.ok()) BlobChanged(before, blob);
+  return updated;
+}
+
+Status UsageCatalog::UpdateBlobAndEntryAttrs(const Blob& blob, const Entry& entry) {
+  // The entry's attributes (mode, owner, times) move no figure.
+  if (!live_) return inner_->UpdateBlobAndEntryAttrs(blob, entry);
+  Result<Blob> before = inner_->GetBlob(blob.id);
+  Status updated = inner_->UpdateBlobAndEntryAttrs(blob, entry);
+  if (updated.ok()) BlobChanged(before, blob);
+  return updated;
+}
+
+void UsageCatalog::BlobChanged(const Result<Blob>& before, const Blob& blob) {
   if (!before.ok()) {
     Drop(before.status());
-    return updated;
+    return;
   }
   const UsageFigures was = Contribution(*before);
   const UsageFigures now = Contribution(blob);
-  if (was == now) return updated;  // the closed mark, the owner: no figure moves
+  if (was == now) return;  // the closed mark, the owner: no figure moves
   ApplyToTiers(now, true);
   ApplyToTiers(was, false);
   Result<EntryId> linking = inner_->EntryOfBlob(blob.id);
   if (!linking.ok()) {
     if (linking.status().code() != ENOENT) Drop(linking.status());
-    return updated;  // unlinked: no object counts it
+    return;  // unlinked: no object counts it
   }
   Result<Entry> entry = inner_->GetEntry(*linking);
   if (!entry.ok()) {
     Drop(entry.status());
-    return updated;
+    return;
   }
   ApplyBelow(*entry, entry->parent, now, true);
   ApplyBelow(*entry, entry->parent, was, false);
-  return updated;
 }
 
 Status UsageCatalog::DeleteBlob(BlobId id) {

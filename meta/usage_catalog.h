@@ -108,6 +108,7 @@ class UsageCatalog final : public Catalog {
   Result<BlobId> LinkBlob(EntryId entry, BlobId blob) override;
   Result<Blob> GetBlob(BlobId id) override { return inner_->GetBlob(id); }
   Status UpdateBlob(const Blob& blob) override;
+  Status UpdateBlobAndEntryAttrs(const Blob& blob, const Entry& entry) override;
   Status DeleteBlob(BlobId id) override;
   Result<std::vector<Blob>> ListBlobs() override { return inner_->ListBlobs(); }
   Result<std::vector<BlobId>> ListUnlinkedBlobs() override { return inner_->ListUnlinkedBlobs(); }
@@ -144,6 +145,8 @@ class UsageCatalog final : public Catalog {
   // blob member.
   void ApplyBelow(const Entry& entry, EntryId parent, const UsageFigures& delta, bool add);
   void ApplyToTiers(const UsageFigures& delta, bool add);
+  // After a blob row changed from `before` to `blob`: its figures move.
+  void BlobChanged(const Result<Blob>& before, const Blob& blob);
   // The change succeeded but the figures cannot follow it: drop them.
   void Drop(const Status& why);
 

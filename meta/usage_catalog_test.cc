@@ -279,6 +279,9 @@ class FailingReadsCatalog final : public Catalog {
     return inner_->LinkBlob(entry, blob);
   }
   Status UpdateBlob(const Blob& blob) override { return inner_->UpdateBlob(blob); }
+  Status UpdateBlobAndEntryAttrs(const Blob& blob, const Entry& entry) override {
+    return inner_->UpdateBlobAndEntryAttrs(blob, entry);
+  }
   Status DeleteBlob(BlobId id) override { return inner_->DeleteBlob(id); }
   Result<std::vector<Blob>> ListBlobs() override { return inner_->ListBlobs(); }
   Result<std::vector<BlobId>> ListUnlinkedBlobs() override { return inner_->ListUnlinkedBlobs(); }
