@@ -169,6 +169,21 @@ Result<std::vector<std::string>> ServedDevices(const std::string& mount_root) {
   return names;
 }
 
+Result<uint64_t> FreeAcrossTiers(const std::string& mount_root) {
+  GPUFS_ASSIGN_OR_RETURN(nlohmann::json j, ReadStats(mount_root));
+  auto it = j.find("devices");
+  if (it == j.end() || !it->is_array()) {
+    return Error(EIO, mount_root + "/.gpufs/stats has no \"devices\" array");
+  }
+  uint64_t free = 0;
+  for (const auto& d : *it) {
+    if (d.is_object() && d.contains("free") && d["free"].is_number_unsigned()) {
+      free += d["free"].get<uint64_t>();
+    }
+  }
+  return free;
+}
+
 bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }

@@ -45,6 +45,10 @@ Result<std::string> FindMountRoot(const std::string& path);
 Result<std::string> DefaultDevice(const std::string& mount_root);
 // The "device" names of MOUNT/.gpufs/stats's "devices": "host", "cuda:0"...
 Result<std::vector<std::string>> ServedDevices(const std::string& mount_root);
+// Free bytes over every tier of the mount (/.gpufs/stats "devices"): what a
+// new member can take once colder members spill down. df (statfs) shows
+// only the tier new members go to.
+Result<uint64_t> FreeAcrossTiers(const std::string& mount_root);
 
 bool EndsWith(std::string_view s, std::string_view suffix);
 // The last component of `path` (`path` itself when it has none).

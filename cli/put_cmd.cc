@@ -34,8 +34,13 @@ Status CheckLayout(const std::string& what, const std::string& dtype,
   return proto::CheckTensorSize(dtype, shape, bytes).Prepend(what);
 }
 
-// Free bytes of the file system holding `dir`, for an unprivileged writer.
+// Free bytes a new member in `dir` can take: every tier of the mount (a full
+// GPU spills colder members to the host and disk tiers), else (--force on
+// another file system) what statvfs says.
 std::optional<uint64_t> FreeBytes(const std::string& dir) {
+  if (Result<std::string> root = FindMountRoot(dir); root.ok()) {
+    if (Result<uint64_t> free = FreeAcrossTiers(*root); free.ok()) return *free;
+  }
   struct statvfs vfs {};
   if (::statvfs(dir.c_str(), &vfs) != 0) return std::nullopt;
   return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;

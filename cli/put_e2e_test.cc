@@ -148,6 +148,28 @@ TEST_F(PutE2E, OutOfSpaceKeepsTheOldMemberAndSaysHowMuch) {
   EXPECT_EQ(Names("o"), "w ");
 }
 
+// A member larger than the top tier's free space but not than the mount's:
+// the put goes ahead and colder members spill down (df shows the top tier
+// only, so the up-front check counts every tier).
+TEST_F(PutE2E, APutLargerThanTheTopTierSpillsInsteadOfBeingRefused) {
+  GpufsMount tiered({"--store", "host", "--capacity", "host=64M,disk=512M"});
+  ASSERT_TRUE(tiered.Start());
+  std::string first = RandomBytes(40 << 20, 7), second = RandomBytes(40 << 20, 8);
+  WriteFile(L("a"), first);
+  WriteFile(L("b"), second);
+  ASSERT_EQ(Gpufs("put " + L("a") + " " + tiered.Path("o/a")).status, 0);
+  ShResult r = Gpufs("put " + L("b") + " " + tiered.Path("o/b"));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(ReadFile(tiered.Path("o/a")), first);
+  EXPECT_EQ(ReadFile(tiered.Path("o/b")), second);
+  // More than every tier holds is still refused up front.
+  ASSERT_EQ(Sh("truncate -s 700M " + L("huge")).status, 0);
+  r = Gpufs("put " + L("huge") + " " + tiered.Path("o/h"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("not enough space"), std::string::npos) << r.output;
+  EXPECT_TRUE(tiered.Stop());
+}
+
 TEST_F(PutE2E, IntoAnObjectLikeCpAndDashIsStdinAndStdout) {
   WriteFile(L("x.bin"), "0123456789");
   ASSERT_EQ(Sh("mkdir " + P("o")).status, 0);
