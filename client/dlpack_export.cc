@@ -5,6 +5,7 @@
 // crashes. Here each exported tensor owns an independent mapping of the blob
 // (the member opened again with gpufs_map_fd: the arena is shared through the
 // process-wide cache), and its deleter unmaps it and frees what it allocated.
+#include <dlfcn.h>
 #include <dlpack/dlpack.h>
 
 #include <cerrno>
@@ -88,4 +89,18 @@ extern "C" void* gpufs_dlpack_export(const struct gpufs_buffer* buf, uint8_t cod
   self->managed.manager_ctx = self;
   self->managed.deleter = Delete;
   return &self->managed;
+}
+
+extern "C" void gpufs_dlpack_capsule_destructor(void* capsule) {
+  // Capsule destructors run with the GIL held; the interpreter's own C API
+  // is in the process (the executable or libpython), found once.
+  using IsValidFn = int (*)(void*, const char*);
+  using GetPointerFn = void* (*)(void*, const char*);
+  static const auto is_valid = reinterpret_cast<IsValidFn>(dlsym(RTLD_DEFAULT, "PyCapsule_IsValid"));
+  static const auto get_pointer =
+      reinterpret_cast<GetPointerFn>(dlsym(RTLD_DEFAULT, "PyCapsule_GetPointer"));
+  if (capsule == nullptr || is_valid == nullptr || get_pointer == nullptr) return;
+  if (is_valid(capsule, "dltensor") == 0) return;  // consumed: the consumer owns the tensor
+  auto* managed = static_cast<DLManagedTensor*>(get_pointer(capsule, "dltensor"));
+  if (managed != nullptr && managed->deleter != nullptr) managed->deleter(managed);
 }

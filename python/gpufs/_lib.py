@@ -85,6 +85,7 @@ _SIGNATURES = {
     "gpufs_open_arenas": (ctypes.c_int, []),
     "gpufs_dlpack_export": (ctypes.c_void_p, [_BUF, ctypes.c_uint8, ctypes.c_uint8, ctypes.c_uint16,
                                               ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)]),
+    "gpufs_dlpack_capsule_destructor": (None, [ctypes.c_void_p]),
 }
 # Without these a candidate library is refused (e.g. built with hidden symbols).
 _REQUIRED = ("gpufs_map", "gpufs_unmap", "gpufs_last_error")
@@ -171,6 +172,13 @@ def library_path():
     """Path of the loaded libgpufs, or None where none could be loaded."""
     state = _loaded()
     return None if isinstance(state, OSError) else state[1]
+
+
+def c_address(name):
+    """The address of C function `name` in libgpufs, or None (older library)."""
+    if not has(name):
+        return None
+    return ctypes.cast(getattr(lib(), name), ctypes.c_void_p).value
 
 
 def has(name):

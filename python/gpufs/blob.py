@@ -275,7 +275,7 @@ class Blob:
                                                      len(self.shape), shape)
             if not address:
                 raise OSError(errno.EIO, f"gpufs_dlpack_export: {_lib.last_error()}", self.path)
-            return dlpack.wrap_managed(address)
+            return dlpack.wrap_managed(address, _lib.c_address("gpufs_dlpack_capsule_destructor"))
         self._retain()
         try:
             return dlpack.export(self._ptr, self.__dlpack_device__(), self._dtype.dlpack,

@@ -159,11 +159,19 @@ def _c_owned_destructor(capsule):
         pass
 
 
-def wrap_managed(address):
+def wrap_managed(address, c_destructor=None):
     """A ``"dltensor"`` capsule of a DLManagedTensor made in C (libgpufs's
     gpufs_dlpack_export): consumers release it through its C deleter, so no
-    call comes back into Python, even while the interpreter shuts down."""
-    return _api.PyCapsule_New(address, _DLTENSOR, _c_owned_destructor)
+    call comes back into Python, even while the interpreter shuts down.
+
+    `c_destructor`: the address of a C capsule destructor that runs the
+    tensor's deleter when nobody took the capsule (libgpufs's
+    gpufs_dlpack_capsule_destructor). Without it a ctypes callback does that,
+    which crashes if the capsule outlives this module at interpreter exit.
+    """
+    destructor = (CAPSULE_DESTRUCTOR(c_destructor) if c_destructor
+                  else _c_owned_destructor)
+    return _api.PyCapsule_New(address, _DLTENSOR, destructor)
 
 
 def _c_strides(shape):

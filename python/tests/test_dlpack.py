@@ -202,3 +202,65 @@ class NumpyInteropTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class CDestructorTest(unittest.TestCase):
+    """wrap_managed with libgpufs's C capsule destructor: an unconsumed
+    capsule runs its tensor's deleter once, a consumed one leaves the tensor
+    to its consumer, and a capsule alive at interpreter exit is freed
+    without calling into Python."""
+
+    def setUp(self):
+        from gpufs import _lib
+        self.destructor = _lib.c_address("gpufs_dlpack_capsule_destructor")
+        if not self.destructor:
+            self.skipTest("no libgpufs with gpufs_dlpack_capsule_destructor here")
+        self.freed = []
+        self.deleter = dlpack.DELETER(lambda p: self.freed.append(ctypes.addressof(p.contents)))
+        self.tensors = []
+
+    def _managed(self):
+        managed = dlpack.DLManagedTensor()
+        managed.deleter = self.deleter
+        self.tensors.append(managed)
+        return ctypes.addressof(managed)
+
+    def test_unconsumed_capsule_runs_the_deleter_once(self):
+        address = self._managed()
+        cap = dlpack.wrap_managed(address, self.destructor)
+        del cap
+        gc.collect()
+        self.assertEqual(self.freed, [address])
+
+    def test_a_consumed_capsule_leaves_the_tensor_to_its_consumer(self):
+        address = self._managed()
+        cap = dlpack.wrap_managed(address, self.destructor)
+        self.assertEqual(_consumer.PyCapsule_GetPointer(cap, b"dltensor"), address)
+        self.assertEqual(_consumer.PyCapsule_SetName(cap, _USED), 0)
+        del cap
+        gc.collect()
+        self.assertEqual(self.freed, [])
+
+    def test_capsules_alive_at_exit_are_freed_in_c(self):
+        import subprocess
+        code = (
+            "import ctypes, sys\n"
+            f"sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r})\n"
+            "from gpufs import dlpack, _lib\n"
+            "libc = ctypes.CDLL(None)\n"
+            "libc.malloc.restype = ctypes.c_void_p\n"
+            "libc.malloc.argtypes = [ctypes.c_size_t]\n"
+            "free = dlpack.DELETER(ctypes.cast(libc.free, ctypes.c_void_p).value)\n"
+            "keep = []\n"
+            "for _ in range(100):\n"
+            "    a = libc.malloc(ctypes.sizeof(dlpack.DLManagedTensor))\n"
+            "    ctypes.memset(a, 0, ctypes.sizeof(dlpack.DLManagedTensor))\n"
+            "    dlpack.DLManagedTensor.from_address(a).deleter = free\n"
+            "    keep.append(dlpack.wrap_managed(a, _lib.c_address('gpufs_dlpack_capsule_destructor')))\n"
+            "class Cycle: pass\n"
+            "c = Cycle(); c.me = c; c.keep = keep\n"
+            "print('exiting', flush=True)\n")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), "exiting")

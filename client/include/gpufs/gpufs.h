@@ -91,6 +91,13 @@ int gpufs_read(const struct gpufs_buffer* buf, uint64_t offset, void* dst, uint6
 void* gpufs_dlpack_export(const struct gpufs_buffer* buf, uint8_t code, uint8_t bits,
                           uint16_t lanes, int32_t ndim, const int64_t* shape);
 
+/* A destructor for a Python "dltensor" PyCapsule holding a tensor of
+ * gpufs_dlpack_export (PyCapsule_Destructor; Python's C API is looked up in
+ * the process). It runs the tensor's deleter when no consumer took the
+ * capsule (a consumer renames it "used_dltensor"). Plain C, so that a capsule
+ * freed while the interpreter shuts down never calls into freed Python code. */
+void gpufs_dlpack_capsule_destructor(void* capsule);
+
 /* Releases the mapping and closes the member. Safe on a zeroed buffer. */
 int gpufs_unmap(struct gpufs_buffer* buf);
 
