@@ -39,6 +39,8 @@
 
 namespace gpufs {
 
+class ChunkPrefetcher;  // host_bulk_store_memory.cc
+
 // Threads: every method may be called from any thread. One mutex guards the
 // blob table, the usage counters and the fd cache; it is never held across
 // file I/O (open, pread, pwrite, ftruncate, unlink). A reader holds a
@@ -105,6 +107,9 @@ class HostBulkStore final : public BulkStore {
   // bytes for it, or (logged) if the file is shorter (checked here, so a
   // read never reaches past its end); ENOENT if the store does not hold it.
   Result<std::shared_ptr<const SealedBytes>> MapSealed(BlobId id, uint64_t size) override;
+  // Returns once the chunks that reads queued for populating ahead are
+  // populated (for tests).
+  void WaitForPrefetches();
 
   // Trims the file and the reservation to `size` (no fsync: see above).
   // EINVAL if `size` exceeds the blob's current size; ENOENT if not held.
@@ -162,6 +167,9 @@ class HostBulkStore final : public BulkStore {
   uint64_t used_ = 0;                           // GUARDED_BY(mu_): sum of sizes_
   std::unordered_map<BlobId, CachedFd> fds_;    // GUARDED_BY(mu_)
   std::list<BlobId> lru_;                       // GUARDED_BY(mu_): most recent first
+  // GUARDED_BY(mu_): made with the first mapping; its thread populates
+  // chunks of mappings ahead of their readers.
+  std::shared_ptr<ChunkPrefetcher> prefetcher_;
 };
 
 }  // namespace gpufs
