@@ -12,9 +12,10 @@
 // Reads of sealed blobs (MapSealed) come from a shared read-only mapping of
 // the file, cached with its fd: the FUSE reply is written from the page
 // cache, the read's only copy. Each 2 MiB of the mapping is populated at
-// its first read (see MappedBlobFile). Issue 12 (dd bs=1M of a 1 GiB member
-// on a 2-core VM, tmpfs state): the first read 4.0 -> 3.5 GB/s (it pays for
-// the populating), later reads 4.9-5.2 -> 6.0-6.2; tmpfs itself 16-19.
+// its first read, and the next 2 MiB ahead of it on a prefetch thread (see
+// MappedBlobFile). Issue 12 (dd bs=1M of a 1 GiB member on a 2-core VM,
+// tmpfs state): the first read 3.4-3.5 -> 4.6-5.4 GB/s, later reads
+// 4.2-4.8 -> 5.2-5.5; tmpfs itself 13-19.
 //
 // Accounting: a blob reserves exactly its size. `used` is the sum over live blobs and never exceeds the
 // capacity given to Open.
