@@ -159,6 +159,13 @@ def _c_owned_destructor(capsule):
         pass
 
 
+# The ctypes callbacks above are handed to C (capsules, tensors), which may
+# call them after this module is torn down at interpreter exit: each gets one
+# leaked reference, so that its trampoline is never freed under a caller.
+for _callback in (_deleter, _capsule_destructor, _c_owned_destructor):
+    _api.Py_IncRef(_callback)
+
+
 def wrap_managed(address, c_destructor=None):
     """A ``"dltensor"`` capsule of a DLManagedTensor made in C (libgpufs's
     gpufs_dlpack_export): consumers release it through its C deleter, so no
@@ -166,8 +173,8 @@ def wrap_managed(address, c_destructor=None):
 
     `c_destructor`: the address of a C capsule destructor that runs the
     tensor's deleter when nobody took the capsule (libgpufs's
-    gpufs_dlpack_capsule_destructor). Without it a ctypes callback does that,
-    which crashes if the capsule outlives this module at interpreter exit.
+    gpufs_dlpack_capsule_destructor), so that destroying the capsule runs no
+    Python at all; without it (an older libgpufs) a ctypes callback does it.
     """
     destructor = (CAPSULE_DESTRUCTOR(c_destructor) if c_destructor
                   else _c_owned_destructor)
