@@ -10,6 +10,15 @@
  *                                            in DIR; the mean
  *   gpufs-fs-probe statfs PATH N             statfs(PATH) N times; the mean
  *   gpufs-fs-probe readfile PATH N           open + read all + close; the mean
+ *
+ * Where a file system's per-call time goes, one syscall at a time (one line
+ * per call: its median over N, microseconds), to compare gpufs with minifs
+ * and tmpfs call by call:
+ *
+ *   gpufs-fs-probe steps-open FILE N     open, fstat, ioctl(GPUFS_IOC_MAP),
+ *                                        fgetxattr of a missing name, close
+ *   gpufs-fs-probe steps-create DIR N    open(O_CREAT|O_WRONLY|O_TRUNC) of a
+ *                                        new name, close, stat, unlink
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -20,6 +29,7 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -67,6 +77,79 @@ static int RoundTrip(const char* path, long n, long idle_ms) {
   return 0;
 }
 
+enum { kMaxSteps = 5 };
+
+static void PrintSteps(const char* const* names, double** us, int steps, long n) {
+  for (int s = 0; s < steps; ++s) {
+    qsort(us[s], (size_t)n, sizeof(double), CompareDoubles);
+    printf("%-10s %8.1f us\n", names[s], us[s][n / 2]);
+  }
+}
+
+static int StepsOpen(const char* path, long n, double** us) {
+  static const char* const kNames[] = {"open", "fstat", "ioctl", "fgetxattr", "close"};
+  for (long i = 0; i < n; ++i) {
+    double t0 = NowUs();
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Fail(path);
+    double t1 = NowUs();
+    struct stat st;
+    if (fstat(fd, &st) != 0) return Fail("fstat");
+    double t2 = NowUs();
+    struct gpufs_ipc_info info;
+    if (ioctl(fd, GPUFS_IOC_MAP, &info) != 0 && errno != ENODEV && errno != ENOTTY &&
+        errno != EINVAL) {
+      return Fail("ioctl");
+    }
+    double t3 = NowUs();
+    char value[64];
+    if (fgetxattr(fd, "user.fs-probe-missing", value, sizeof value) >= 0) {
+      errno = EEXIST;
+      return Fail("fgetxattr of a missing name");
+    }
+    double t4 = NowUs();
+    close(fd);
+    double t5 = NowUs();
+    us[0][i] = t1 - t0, us[1][i] = t2 - t1, us[2][i] = t3 - t2, us[3][i] = t4 - t3;
+    us[4][i] = t5 - t4;
+  }
+  PrintSteps(kNames, us, 5, n);
+  return 0;
+}
+
+static int StepsCreate(const char* dir, long n, double** us) {
+  static const char* const kNames[] = {"create", "close", "stat", "unlink"};
+  for (long i = 0; i < n; ++i) {
+    char name[4096];
+    snprintf(name, sizeof name, "%s/fs-probe-%ld-%d", dir, i, (int)getpid());
+    double t0 = NowUs();
+    int fd = open(name, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return Fail(name);
+    double t1 = NowUs();
+    close(fd);
+    double t2 = NowUs();
+    struct stat st;
+    if (stat(name, &st) != 0) return Fail("stat");
+    double t3 = NowUs();
+    if (unlink(name) != 0) return Fail("unlink");
+    double t4 = NowUs();
+    us[0][i] = t1 - t0, us[1][i] = t2 - t1, us[2][i] = t3 - t2, us[3][i] = t4 - t3;
+  }
+  PrintSteps(kNames, us, 4, n);
+  return 0;
+}
+
+static int Steps(const char* mode, const char* path, long n) {
+  double* us[kMaxSteps];
+  for (int s = 0; s < kMaxSteps; ++s) {
+    us[s] = calloc((size_t)n, sizeof(double));
+    if (us[s] == NULL) return Fail("calloc");
+  }
+  int rc = strcmp(mode, "steps-open") == 0 ? StepsOpen(path, n, us) : StepsCreate(path, n, us);
+  for (int s = 0; s < kMaxSteps; ++s) free(us[s]);
+  return rc;
+}
+
 int main(int argc, char** argv) {
   if (argc < 4) {
     fprintf(stderr, "usage: see the comment at the top of bench/fs_probe.c\n");
@@ -77,6 +160,9 @@ int main(int argc, char** argv) {
   long n = atol(argv[3]);
   if (n <= 0) n = 1;
   if (strcmp(mode, "roundtrip") == 0) return RoundTrip(path, n, argc > 4 ? atol(argv[4]) : 0);
+  if (strcmp(mode, "steps-open") == 0 || strcmp(mode, "steps-create") == 0) {
+    return Steps(mode, path, n);
+  }
 
   double t0 = NowUs();
   for (long i = 0; i < n; ++i) {
