@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Runs what needs a GPU, on a machine that has one: the GPU unit tests, the
-# end-to-end tests (host and GPU) on real mounts, and optionally the benchmark.
+# end-to-end tests (host and GPU) on real mounts, and optionally the benchmarks.
 #
-#   scripts/gpu-check.sh [--build DIR] [--examples] [--bench] [--out DIR]
+#   scripts/gpu-check.sh [--build DIR] [--examples] [--bench] [--fs-bench] [--out DIR]
+#
+# --bench: bench/gpufs-bench, the tier bench, a host-store dd. --fs-bench:
+# bench/fs_bench.sh on 1 GiB GPU members against tmpfs and minifs (issue 12;
+# ~2 minutes, needs ~3 GiB of /dev/shm), table in OUT/fs_bench.txt, and the
+# per-call split of a GPU mount (gpufs-fs-probe steps-open / steps-create).
 #
 # The build may come from another machine (scripts/build.sh there, then copy
 # the build folder): binaries are found through --build, not through the paths
@@ -13,12 +18,14 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 build=build
 bench=0
+fs_bench=0
 examples=0
 out=${OUT:-/tmp/gpufs-gpu-check}
 while [ $# -gt 0 ]; do
   case $1 in
     --build) build=$2; shift 2 ;;
     --bench) bench=1; shift ;;
+    --fs-bench) fs_bench=1; shift ;;
     --examples) examples=1; shift ;;
     --out) out=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
@@ -118,6 +125,25 @@ if [ $bench = 1 ]; then
     dd if=$mnt/f of=/dev/null bs=1M 2>&1 | tail -1 | sed 's/^/host store dd read:  /' | tee -a "$out/bench.txt"
     umount $mnt
   }
+fi
+
+if [ $fs_bench = 1 ]; then
+  mnt=/tmp/gpufs-fs-bench-mnt
+  rm -rf /tmp/gpufs-fs-bench-state; mkdir -p $mnt
+  "$GPUFS_BIN" mount $mnt --state /tmp/gpufs-fs-bench-state --store gpu --capacity 8G && {
+    echo "=== per-call split on a GPU mount (gpufs-fs-probe, medians of 300)"
+    mkdir $mnt/o && head -c 4096 /dev/urandom > $mnt/o/f && "$GPUFS_BIN" stat $mnt/o/f >/dev/null
+    "$build/bench/gpufs-fs-probe" steps-open $mnt/o/f 300 | tee "$out/fs_steps.txt"
+    "$build/bench/gpufs-fs-probe" steps-create $mnt/o 300 | tee -a "$out/fs_steps.txt"
+    umount $mnt
+  }
+  echo "=== fs_bench (GPU members)"
+  if bench/fs_bench.sh --build "$build" --store gpu --mount-opts "--devices 0 --capacity 8G" \
+      > "$out/fs_bench.txt" 2>&1; then
+    grep '^|' "$out/fs_bench.txt"
+  else
+    echo "--- fs_bench: FAILED"; tail -20 "$out/fs_bench.txt"; failed+=(fs_bench)
+  fi
 fi
 
 if [ ${#failed[@]} -gt 0 ]; then
