@@ -178,7 +178,10 @@ Status ClearStaleMount(const std::string& mountpoint) {
     return Status::Ok();
   }
   if (errno == ENOENT) return Error(ENOENT, "mount point " + mountpoint + " does not exist");
-  if (errno != ENOTCONN) return PosixError("statfs " + mountpoint, errno);
+  // ENOTCONN: the daemon is gone. ECONNABORTED: the statfs was in flight
+  // while the dying daemon's connection was torn down (the kernel ends such
+  // requests so): gone as well.
+  if (errno != ENOTCONN && errno != ECONNABORTED) return PosixError("statfs " + mountpoint, errno);
   GPUFS_LOG(WARN) << mountpoint << " is a dead gpufs mount (its daemon died); unmounting it";
   if (::umount2(mountpoint.c_str(), MNT_DETACH) != 0) {
     std::string cmd = "fusermount3 -uz '" + mountpoint + "' 2>/dev/null";
