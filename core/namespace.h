@@ -385,6 +385,10 @@ class Namespace {
   // changed since their catalog rows were written (their live size, their
   // device); or counted from the catalog member by member.
   void AddLiveUsage(StatsView* view);
+  // Calls `add` for each of the root's children up to the stats' bound
+  // (marking the view truncated past it); `add` appends the child's row to
+  // view->objects.
+  void ForEachListedObject(StatsView* view, const std::function<void(const Entry&)>& add);
   void AddRecountedUsage(StatsView* view);
   // The blob of a live handle, or EBADF.
   Result<Handle*> FindHandle(HandleId id);

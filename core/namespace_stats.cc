@@ -12,6 +12,7 @@
 // by one. A read costs O(top-level objects listed + open blobs), like the
 // open_members it lists, whatever the catalog holds.
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <tuple>
 #include <unordered_map>
@@ -106,26 +107,33 @@ void Namespace::AddStatsDetail(StatsView* view, bool recount) {
   }
 }
 
-void Namespace::AddLiveUsage(StatsView* view) {
-  // Per top-level object (a top-level blob counts as its own "object").
-  std::vector<UsageFigures> usage;
-  std::unordered_map<EntryId, size_t> listed;  // top-level entry -> its index
+void Namespace::ForEachListedObject(StatsView* view,
+                                    const std::function<void(const Entry&)>& add) {
   for (EntryId after = 0; view->objects.size() < kMaxObjects;) {
     auto children = catalog_->ListChildren(kRootEntryId, after, 256);
-    if (!children.ok() || children->empty()) break;
+    if (!children.ok() || children->empty()) return;
     for (const Entry& child : *children) {
       after = child.id;
       if (view->objects.size() == kMaxObjects) {
         view->objects_truncated = true;
-        break;
+        return;
       }
-      auto figures = usage_->UsageOf(child);
-      if (!figures.ok()) GPUFS_LOG(WARN) << "stats: " << figures.status().ToString();
-      listed[child.id] = usage.size();
-      usage.push_back(figures.ok() ? *figures : UsageFigures{});
-      view->objects.push_back({child.name, 0, 0, {}});
+      add(child);
     }
   }
+}
+
+void Namespace::AddLiveUsage(StatsView* view) {
+  // Per top-level object (a top-level blob counts as its own "object").
+  std::vector<UsageFigures> usage;
+  std::unordered_map<EntryId, size_t> listed;  // top-level entry -> its index
+  ForEachListedObject(view, [&](const Entry& child) {
+    auto figures = usage_->UsageOf(child);
+    if (!figures.ok()) GPUFS_LOG(WARN) << "stats: " << figures.status().ToString();
+    listed[child.id] = usage.size();
+    usage.push_back(figures.ok() ? *figures : UsageFigures{});
+    view->objects.push_back({child.name, 0, 0, {}});
+  });
   auto per_tier = usage_->BlobsPerTier();
   if (!per_tier.ok()) GPUFS_LOG(WARN) << "stats: " << per_tier.status().ToString();
   std::map<std::string, TierUsage> tiers =
@@ -163,37 +171,27 @@ void Namespace::AddLiveUsage(StatsView* view) {
 // The figures member by member, as /.gpufs/stats counted them before they
 // were kept live: the reference the live ones are tested against.
 void Namespace::AddRecountedUsage(StatsView* view) {
-  for (EntryId after = 0; view->objects.size() < kMaxObjects;) {
-    auto children = catalog_->ListChildren(kRootEntryId, after, 256);
-    if (!children.ok() || children->empty()) break;
-    for (const Entry& child : *children) {
-      after = child.id;
-      if (view->objects.size() == kMaxObjects) {
-        view->objects_truncated = true;
-        break;
+  ForEachListedObject(view, [&](const Entry& child) {
+    StatsView::ObjectUsage& usage = view->objects.emplace_back();
+    usage.name = child.name;
+    auto blobs = BlobsUnder(child.id);
+    if (!blobs.ok()) return;
+    for (EntryId id : *blobs) {
+      auto entry = catalog_->GetEntry(id);
+      if (!entry.ok()) continue;
+      auto blob = catalog_->GetBlob(entry->blob);
+      if (!blob.ok()) continue;
+      uint64_t size = blob->size;
+      std::string tier = blob->device;
+      if (auto it = active_.find(blob->id); it != active_.end()) {
+        size = it->second->size.load();
+        tier = it->second->rec.device;
       }
-      StatsView::ObjectUsage usage{child.name, 0, 0, {}};
-      auto blobs = BlobsUnder(child.id);
-      if (blobs.ok()) {
-        for (EntryId id : *blobs) {
-          auto entry = catalog_->GetEntry(id);
-          if (!entry.ok()) continue;
-          auto blob = catalog_->GetBlob(entry->blob);
-          if (!blob.ok()) continue;
-          uint64_t size = blob->size;
-          std::string tier = blob->device;
-          if (auto it = active_.find(blob->id); it != active_.end()) {
-            size = it->second->size.load();
-            tier = it->second->rec.device;
-          }
-          usage.bytes += size;
-          usage.blobs++;
-          if (blob->state != BlobState::kLost) usage.bytes_per_tier[tier] += size;
-        }
-      }
-      view->objects.push_back(std::move(usage));
+      usage.bytes += size;
+      usage.blobs++;
+      if (blob->state != BlobState::kLost) usage.bytes_per_tier[tier] += size;
     }
-  }
+  });
   std::map<std::string, uint64_t> per_tier;
   for (const auto& [device, store] : stores_) per_tier[device] = 0;
   if (auto blobs = catalog_->ListBlobs(); blobs.ok()) {

@@ -34,7 +34,7 @@ from .blob import Blob, HostBlob, read_numpy
 from .blob import open_blob as open  # noqa: A001  (gpufs.open mirrors io.open)
 from .objects import Object, info, load, meta
 from ._save import save
-from . import _lib as _lib
+from . import _lib
 
 _lib.preload()
 
