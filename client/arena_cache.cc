@@ -100,9 +100,15 @@ Status Open(const DriverApi& api, Arena* arena, const struct gpufs_ipc_info& inf
   return status;
 }
 
-// The daemon's fd socket for the mount holding `member_fd`.
-Result<std::string> SocketPath(int member_fd) {
+// The daemon's fd socket for the mount holding `member_fd`, in uapi.h's
+// order: $GPUFS_SOCKET, the path the daemon put in info.handle, the xattr.
+Result<std::string> SocketPath(int member_fd, const struct gpufs_ipc_info& info) {
   if (const char* env = std::getenv("GPUFS_SOCKET"); env != nullptr && *env != '\0') return std::string(env);
+  if (info.handle[0] != 0) {
+    const void* end = std::memchr(info.handle, 0, sizeof info.handle);
+    if (end == nullptr) return Error(EPROTO, "the socket path in the daemon's reply is not terminated");
+    return std::string(reinterpret_cast<const char*>(info.handle));
+  }
   // One lookup per mount (by st_dev) and process; called under the cache's
   // mutex, which guards `known` too.
   static std::map<dev_t, std::string>* known = new std::map<dev_t, std::string>;
@@ -177,7 +183,7 @@ CUmemAccessDesc Access(const Arena& arena, bool writable) {
 // primary context (already retained). On failure nothing stays mapped.
 Status OpenVmm(const DriverApi& api, Arena* arena, const struct gpufs_ipc_info& info,
                int member_fd) {
-  GPUFS_ASSIGN_OR_RETURN(std::string socket, SocketPath(member_fd));
+  GPUFS_ASSIGN_OR_RETURN(std::string socket, SocketPath(member_fd, info));
   trace::Mark("socket-path");
   gpufs_fd_reply reply{};
   GPUFS_ASSIGN_OR_RETURN(UniqueFd fd, KeptSockets().Fetch(socket, info.token, &reply));
@@ -379,6 +385,11 @@ Status ArenaCache::DropWrite(Arena* arena) {
   if (r != CUDA_SUCCESS) return CudaError(*api, "cuMemSetAccess(PROT_READ)", r);
   arena->writable = false;
   return Status::Ok();
+}
+
+bool ArenaCache::HasMemberArenas() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !by_member_.empty();
 }
 
 int ArenaCache::size() const {

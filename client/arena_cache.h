@@ -81,8 +81,8 @@ class ArenaCache {
   // driver, or the GPU is not visible to this process), EPROTO (the blob is
   // not inside the arena), the errno of the failing CUDA call otherwise.
   // VMM blobs (info.handle_type GPUFS_HANDLE_VMM_FD): the token is redeemed
-  // on the daemon's fd socket (found by fgetxattr(member_fd,
-  // GPUFS_XATTR_SOCKET), or $GPUFS_SOCKET) and the fd imported and mapped
+  // on the daemon's fd socket ($GPUFS_SOCKET, the path in info.handle, or
+  // fgetxattr(member_fd, GPUFS_XATTR_SOCKET)) and the fd imported and mapped
   // read-only, or read-write when info.flags has GPUFS_INFO_WRITABLE.
   Result<Arena*> Acquire(const struct gpufs_ipc_info& info, int member_fd);
 
@@ -94,6 +94,10 @@ class ArenaCache {
   // No request reaches the daemon: the caller's stat(2) is answered from the
   // kernel's attribute cache (1 s) when it can be.
   Arena* AcquireByStat(const struct stat& st, int* fd);
+
+  // Whether AcquireByStat can find anything (a read-only VMM arena is open):
+  // when not, a map need not stat its path first.
+  bool HasMemberArenas() const;
 
   // One more reference to `arena`, a live arena of this cache that is not
   // mapped writable. EINVAL otherwise (touching nothing).

@@ -18,6 +18,7 @@ namespace gpufs::client {
 Result<UniqueFd> OpenMember(const char* path, int flags, mode_t mode = 0);
 
 Status MapPath(const char* path, gpufs_buffer* buf);
+Status MapPathDescribed(const char* path, gpufs_buffer* buf, gpufs_description* desc);
 Status MapFd(int fd, gpufs_buffer* buf);
 Status MapHandle(const char* path, const struct gpufs_ipc_info* given, gpufs_buffer* buf);
 Status IpcInfo(const char* path, struct gpufs_ipc_info* info);

@@ -80,6 +80,16 @@ int gpufs_map(const char* path, struct gpufs_buffer* buf) {
                 }));
 }
 
+int gpufs_map_described(const char* path, struct gpufs_buffer* buf,
+                        struct gpufs_description* desc) {
+  if (buf != nullptr) *buf = gpufs_buffer{};
+  return Finish("gpufs_map_described", Subject(path), Guarded([&] {
+                  if (buf == nullptr) return gpufs::Error(EINVAL, "buf is NULL");
+                  if (desc == nullptr) return gpufs::Error(EINVAL, "desc is NULL");
+                  return gpufs::client::MapPathDescribed(path, buf, desc);
+                }));
+}
+
 int gpufs_map_fd(int fd, struct gpufs_buffer* buf) {
   if (buf != nullptr) *buf = gpufs_buffer{};
   return Finish("gpufs_map_fd", "fd " + std::to_string(fd), Guarded([&] {

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +13,8 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 #include "client/arena_cache.h"
@@ -77,6 +80,7 @@ Result<struct gpufs_ipc_info> ReadInfo(int fd) {
 // A member this process has mapped already and that has not changed since
 // (see ArenaCache::AcquireByStat): no request to the daemon.
 bool MapWarm(const char* path, gpufs_buffer* buf) {
+  if (!ArenaCache::Instance().HasMemberArenas()) return false;  // spares the stat
   struct stat st;
   if (path == nullptr || ::stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return false;
   int fd = -1;
@@ -109,6 +113,92 @@ Status MapPath(const char* path, gpufs_buffer* buf) {
   GPUFS_ASSIGN_OR_RETURN(struct gpufs_ipc_info info, ReadInfo(fd.get()));
   trace::Mark("ioctl");
   return MapInfo(std::move(fd), info, 0, buf);
+}
+
+namespace {
+
+// One attribute of `fd` into out[cap], NUL-terminated; *len its length, or
+// -1 when it is not set.
+Status ReadAttribute(int fd, const char* name, char* out, size_t cap, int32_t* len) {
+  ssize_t n;
+  do {
+    n = ::fgetxattr(fd, name, out, cap - 1);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    int err = errno;
+    if (err == ENODATA || err == ENOTSUP) {
+      out[0] = '\0';
+      *len = -1;
+      return Status::Ok();
+    }
+    if (err == ERANGE) {
+      return Error(ERANGE, std::string(name) + " is longer than " + std::to_string(cap - 1) +
+                               " bytes");
+    }
+    return PosixError(std::string("getxattr ") + name, err);
+  }
+  out[n] = '\0';
+  *len = static_cast<int32_t>(n);
+  return Status::Ok();
+}
+
+Status ReadDescription(int fd, gpufs_description* desc) {
+  GPUFS_RETURN_IF_ERROR(ReadAttribute(fd, "user.gpufs.dtype", desc->dtype, sizeof desc->dtype,
+                                      &desc->dtype_len));
+  return ReadAttribute(fd, "user.gpufs.shape", desc->shape, sizeof desc->shape,
+                       &desc->shape_len);
+}
+
+}  // namespace
+
+Status MapPathDescribed(const char* path, gpufs_buffer* buf, gpufs_description* desc) {
+  Status mapped;
+  Status described;
+  {
+    trace::Scope traced("map");
+    if (MapWarm(path, buf)) {
+      trace::Mark("warm");
+      described = ReadDescription(buf->fd, desc);
+      trace::Mark("description");
+    } else {
+      trace::Mark("stat");
+      GPUFS_ASSIGN_OR_RETURN(UniqueFd fd, OpenMember(path, O_RDONLY | O_CLOEXEC));
+      trace::Mark("open");
+      // The description's round trips run on a thread of their own, through
+      // a duplicate of the fd (whatever happens to this one meanwhile),
+      // while this thread asks for the handle, fetches and imports the blob.
+      int dup = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0);
+      std::thread reader;
+      if (dup >= 0) {
+        try {
+          reader = std::thread([dup, desc, &described] {
+            described = ReadDescription(dup, desc);
+            ::close(dup);
+          });
+        } catch (const std::system_error&) {
+          ::close(dup);  // no thread to be had: read it below
+        }
+      }
+      mapped = [&]() -> Status {
+        GPUFS_ASSIGN_OR_RETURN(struct gpufs_ipc_info info, ReadInfo(fd.get()));
+        trace::Mark("ioctl");
+        return MapInfo(std::move(fd), info, 0, buf);
+      }();
+      if (reader.joinable()) {
+        reader.join();
+        trace::Mark("description-wait");
+      } else if (mapped.ok()) {
+        described = ReadDescription(buf->fd, desc);
+        trace::Mark("description");
+      }
+    }
+  }
+  if (mapped.ok() && !described.ok()) {
+    Status ignored = Unmap(buf);
+    (void)ignored;
+    return described;
+  }
+  return mapped;
 }
 
 Status MapFd(int fd, gpufs_buffer* buf) {

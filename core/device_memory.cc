@@ -34,6 +34,11 @@ Result<gpufs_ipc_info> Namespace::Export(const Blob& rec, HandleId handle, const
                                                                   .alloc_size = info.alloc_size,
                                                                   .fd = exported->fd}));
     std::memcpy(info.token, token.data(), sizeof info.token);
+    // The socket's path rides along when it fits (uapi.h): a first map in a
+    // process then needs no getxattr round trip to find it.
+    if (socket_path_.size() < sizeof info.handle) {
+      std::memcpy(info.handle, socket_path_.c_str(), socket_path_.size() + 1);
+    }
   }
   return info;
 }

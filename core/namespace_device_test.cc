@@ -43,7 +43,7 @@ class DeviceTest : public ::testing::Test {
     options.stores.push_back(std::move(device));
     options.default_device = "host";
     options.tokens = &tokens_;
-    options.socket_path = "/run/gpufs-test/fd.sock";
+    options.socket_path = socket_;
     auto ns = Namespace::Open(std::move(options));
     ASSERT_TRUE(ns.ok()) << ns.status().ToString();
     ns_ = std::move(*ns);
@@ -70,6 +70,7 @@ class DeviceTest : public ::testing::Test {
   test_support::TempDir tmp_{"gpufs-dev"};  // removed after everything below
   std::string dir_ = tmp_.path();
   Caller caller_{0, 0, 1, {}};
+  std::string socket_ = "/run/gpufs-test/fd.sock";
   TokenTable tokens_{std::chrono::seconds(30), [](uint32_t a, uint32_t b) { return a == b; }};
   std::unique_ptr<Namespace> ns_;
   HostBulkStore* host_ = nullptr;
@@ -221,6 +222,8 @@ TEST_F(DeviceTest, VmmMapsCarryATokenForTheCallerBoundToTheOpenFile) {
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   EXPECT_EQ(info->handle_type, GPUFS_HANDLE_VMM_FD);
   EXPECT_EQ(info->flags & GPUFS_INFO_WRITABLE, 0u);
+  // The socket's path rides along (uapi.h), NUL-terminated.
+  EXPECT_STREQ(reinterpret_cast<const char*>(info->handle), "/run/gpufs-test/fd.sock");
   Token token;
   std::memcpy(token.data(), info->token, token.size());
   EXPECT_NE(token, Token{});
@@ -261,6 +264,28 @@ TEST_F(DeviceTest, VmmAllocIsWritableAndTheXattrsNameTheSocket) {
   Token token;
   std::memcpy(token.data(), x.token, token.size());
   EXPECT_TRUE(tokens_.Redeem(token, 7, 77).ok());
+}
+
+// A socket path of 64 bytes or more does not fit in info.handle: the handle
+// stays all zero and clients read user.gpufs.socket instead.
+class LongSocketDeviceTest : public DeviceTest {
+ protected:
+  LongSocketDeviceTest() { socket_ = "/run/" + std::string(60, 's') + "/fd.sock"; }
+};
+
+TEST_F(LongSocketDeviceTest, APathTooLongForTheHandleLeavesItZero) {
+  dev_->vmm = true;
+  uint64_t m = Put(kRootEntryId, "m", "0123456789");
+  ASSERT_TRUE(ns_->Migrate(m, "cuda:0").ok());
+  auto h = ns_->Open(caller_, m, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  auto info = ns_->MapHandle(h->handle, caller_);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->handle_type, GPUFS_HANDLE_VMM_FD);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(info->handle), sizeof info->handle),
+            std::string(sizeof info->handle, '\0'));
+  EXPECT_EQ(*ns_->GetXattr(m, GPUFS_XATTR_SOCKET), socket_);
+  ASSERT_TRUE(ns_->Release(h->handle).ok());
 }
 
 }  // namespace

@@ -203,7 +203,7 @@ Status GpuBulkStore::Allocate(BlobId id, const SharingKey& key, uint64_t size) {
     used_ += need;  // reserved now, so that concurrent calls cannot take it
   }
 
-  Result<Place> place = AcquirePlace(owner_uid, size, true);
+  Result<Place> place = AcquirePlace(owner_uid, size, true, true);
   // A VMM place is a fresh allocation, zeroed when it was made.
   Status status = !place.ok()                 ? place.status()
                   : ipc_ == GpuIpcMode::kVmm ? Status::Ok()

@@ -243,7 +243,12 @@ class GpuBulkStore final : public BulkStore {
   Status AdoptInherited(const StoredBlob& blob, InheritedBlobFd inherited,
                         std::map<uint64_t, uint64_t>* imported);
   // A dedicated allocation of `bytes` (VMM or cudaMalloc by ipc_), zeroed.
-  Status AllocateDedicated(Allocation* alloc, uint64_t bytes, bool pooled);
+  // `producer_fills` (pooled only): see VmmPool::Take; EndFillLocked ends it.
+  Status AllocateDedicated(Allocation* alloc, uint64_t bytes, bool pooled,
+                           bool producer_fills = false);
+  // The producer's fill of `alloc` ended (sealed or dropped): the pool may
+  // make the next allocation now. Once per fill; later calls do nothing.
+  void EndFillLocked(Allocation* alloc);
 
   // Bytes a request of `bytes` reserves: rounded up to the alignment, at least
   // one unit; UINT64_MAX if that overflows.
@@ -259,7 +264,8 @@ class GpuBulkStore final : public BulkStore {
   // arenas (or a new one) below the dedicated threshold, else a dedicated
   // allocation. Does not touch used_. Locks mu_ itself; must not hold it.
   // `pooled`: an exact size worth keeping ready (kVmm, see vmm_pool.h).
-  Result<Place> AcquirePlace(uint32_t owner, uint64_t bytes, bool pooled = false);
+  Result<Place> AcquirePlace(uint32_t owner, uint64_t bytes, bool pooled = false,
+                             bool producer_fills = false);
   // Returns `place` to its allocation; an allocation left without blobs moves
   // into `dropped`, to be freed once mu_ is released.
   void ReleasePlaceLocked(const Place& place, Dropped* dropped);

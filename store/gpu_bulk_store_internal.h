@@ -37,6 +37,7 @@ struct GpuBulkStore::Allocation {
   bool pack = false;  // kVmm: sealed small blobs of `key` only
   SharingKey key;
   uint64_t memory_id = 0;  // kVmm: BlobMemory::id when re-imported (else derived)
+  bool filling = false;    // taken from the pool, its blob not sealed yet (VmmPool::Filled)
 };
 
 namespace gpu_bulk_store_internal {

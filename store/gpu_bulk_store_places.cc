@@ -37,12 +37,12 @@ namespace gpufs {
 // ---- Places
 
 Result<GpuBulkStore::Place> GpuBulkStore::AcquirePlace(uint32_t owner, uint64_t bytes,
-                                                       bool pooled) {
+                                                       bool pooled, bool producer_fills) {
   const uint64_t reserved = Units(bytes);
   auto alloc = std::make_unique<Allocation>();
   alloc->owner = owner;
   if (reserved >= dedicated_threshold_) {
-    GPUFS_RETURN_IF_ERROR(AllocateDedicated(alloc.get(), reserved, pooled));
+    GPUFS_RETURN_IF_ERROR(AllocateDedicated(alloc.get(), reserved, pooled, producer_fills));
     alloc->dedicated = true;
     alloc->blobs = 1;
     std::lock_guard lock(mu_);
@@ -94,9 +94,13 @@ Result<GpuBulkStore::Place> GpuBulkStore::AcquirePlace(uint32_t owner, uint64_t 
   return place;
 }
 
-Status GpuBulkStore::AllocateDedicated(Allocation* alloc, uint64_t bytes, bool pooled) {
+Status GpuBulkStore::AllocateDedicated(Allocation* alloc, uint64_t bytes, bool pooled,
+                                       bool producer_fills) {
   if (ipc_ == GpuIpcMode::kVmm) {
-    if (pooled && pool_) alloc->vmm = pool_->Take(bytes);
+    if (pooled && pool_) {
+      alloc->vmm = pool_->Take(bytes, producer_fills);
+      alloc->filling = producer_fills;
+    }
     if (!alloc->vmm) {
       GPUFS_ASSIGN_OR_RETURN(alloc->vmm, VmmMemory::Create(ordinal_, bytes));
     }
@@ -106,6 +110,12 @@ Status GpuBulkStore::AllocateDedicated(Allocation* alloc, uint64_t bytes, bool p
   // A blob's own allocation is all its mapper sees: zero it whole, so no
   // earlier blob's bytes show in the padding.
   return Zero(alloc->memory.get(), bytes);
+}
+
+void GpuBulkStore::EndFillLocked(Allocation* alloc) {
+  if (alloc == nullptr || !alloc->filling) return;
+  alloc->filling = false;
+  if (pool_) pool_->Filled();
 }
 
 void GpuBulkStore::ReleasePlaceLocked(const Place& place, Dropped* dropped) {
@@ -120,6 +130,7 @@ void GpuBulkStore::ReleasePlaceLocked(const Place& place, Dropped* dropped) {
   if (!alloc.dedicated) alloc.ranges->Free(place.offset, place.reserved);
   if (alloc.blobs > 0) --alloc.blobs;
   if (alloc.blobs > 0) return;
+  EndFillLocked(&alloc);
   if (alloc.dedicated) {
     --dedicated_count_;
   } else if (alloc.pack) {
@@ -244,7 +255,8 @@ Status GpuBulkStore::Resize(BlobId id, uint64_t old_size, uint64_t new_size) {
       if (target > RoomLocked(old.reserved)) continue;
       used_ += target - old.reserved;
     }
-    Result<Place> place = AcquirePlace(blob.owner, target, old_size == 0 && target == exact);
+    const bool exact_first = old_size == 0 && target == exact;
+    Result<Place> place = AcquirePlace(blob.owner, target, exact_first, exact_first);
     Status status = place.status();
     if (status.ok()) status = DeviceToDevice(place->data, old.data, old_size);
     if (status.ok() && ipc_ != GpuIpcMode::kVmm) {  // VMM places are fresh, zeroed allocations
@@ -289,6 +301,7 @@ Status GpuBulkStore::Seal(BlobId id, uint64_t size) {
     Allocation* found = FindAllocLocked(rec->place.alloc);
     if (found == nullptr) return Error(EIO, what + ": its allocation is gone");
     Allocation& alloc = *found;
+    EndFillLocked(&alloc);
     if (alloc.dedicated && Packable(rec->key, size)) {
       blob = *rec;
     }

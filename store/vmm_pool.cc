@@ -17,7 +17,7 @@ VmmPool::~VmmPool() {
   thread_.join();
 }
 
-std::unique_ptr<VmmMemory> VmmPool::Take(uint64_t bytes) {
+std::unique_ptr<VmmMemory> VmmPool::Take(uint64_t bytes, bool producer_fills) {
   std::lock_guard lock(mu_);
   std::unique_ptr<VmmMemory> got;
   auto it = ready_.find(bytes);
@@ -28,10 +28,24 @@ std::unique_ptr<VmmMemory> VmmPool::Take(uint64_t bytes) {
   }
   if (ready_bytes_ + bytes <= budget_) {
     ready_bytes_ += bytes;  // reserved for the one being made
-    wanted_.push_back(bytes);
-    cv_.notify_one();
+    deferred_.push_back(bytes);
   }
+  if (producer_fills) ++filling_;
+  if (filling_ != 1) StartDeferredLocked();
   return got;
+}
+
+void VmmPool::Filled() {
+  std::lock_guard lock(mu_);
+  if (filling_ > 0) --filling_;
+  if (filling_ == 0) StartDeferredLocked();
+}
+
+void VmmPool::StartDeferredLocked() {
+  if (deferred_.empty()) return;
+  wanted_.insert(wanted_.end(), deferred_.begin(), deferred_.end());
+  deferred_.clear();
+  cv_.notify_one();
 }
 
 void VmmPool::Run() {

@@ -9,8 +9,10 @@
  * info.handle_type says how to reach the memory:
  * - GPUFS_HANDLE_VMM_FD (the default): the blob is one CUDA VMM physical
  *   allocation of info.alloc_size bytes. Connect a SOCK_SEQPACKET Unix socket
- *   to the path in the xattr GPUFS_XATTR_SOCKET of the mount's root (or
- *   $GPUFS_SOCKET), send a struct gpufs_fd_request carrying info.token, and
+ *   to the daemon's fd socket: $GPUFS_SOCKET if set (a container that
+ *   bind-mounts it elsewhere), else the path in info.handle (NUL-terminated;
+ *   the daemon puts it there when it is shorter than 64 bytes), else the
+ *   path in the xattr GPUFS_XATTR_SOCKET of the mount's root; send a struct gpufs_fd_request carrying info.token, and
  *   receive a struct gpufs_fd_reply with the allocation's POSIX fd attached
  *   (SCM_RIGHTS). Then cuMemImportFromShareableHandle(fd,
  *   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), cuMemAddressReserve +
@@ -48,7 +50,7 @@
 #define GPUFS_XATTR_SOCKET "user.gpufs.socket"
 
 /* gpufs_ipc_info.handle_type */
-#define GPUFS_HANDLE_VMM_FD 1u  /* token for the fd socket; handle[] is zero */
+#define GPUFS_HANDLE_VMM_FD 1u  /* token for the fd socket; handle[] is its path or zero */
 #define GPUFS_HANDLE_LEGACY 2u  /* handle[] is a cudaIpcMemHandle_t */
 /* gpufs_ipc_info.flags */
 #define GPUFS_INFO_WRITABLE 1u  /* the producer's mapping (GPUFS_IOC_ALLOC) */
@@ -59,7 +61,8 @@
 struct gpufs_ipc_info {
   uint32_t magic;          /* GPUFS_MAGIC */
   uint32_t version;        /* GPUFS_UAPI_VERSION */
-  uint8_t handle[64];      /* legacy: cudaIpcMemHandle_t of the allocation holding the blob */
+  uint8_t handle[64];      /* legacy: cudaIpcMemHandle_t of the allocation holding the blob;
+                              VMM: the fd socket's path, NUL-terminated, or all zero */
   uint64_t offset;         /* of the blob inside that allocation */
   uint64_t size;           /* of the blob, in bytes */
   uint8_t device_uuid[16]; /* the GPU, by UUID: ordinals differ between processes */

@@ -26,7 +26,7 @@ import threading
 
 __all__ = [
     "GPUFS_MAGIC", "GPUFS_UAPI_VERSION", "GPUFS_BUFFER_WRITABLE", "IPC_HANDLE_XATTR",
-    "GpufsIpcInfo", "GpufsBuffer", "lib", "has", "call", "reset", "library_path",
+    "GpufsIpcInfo", "GpufsBuffer", "GpufsDescription", "lib", "has", "call", "reset", "library_path",
 ]
 
 GPUFS_MAGIC = 0x46555047  # "GPUF" in memory order
@@ -67,12 +67,30 @@ class GpufsBuffer(ctypes.Structure):
     ]
 
 
+class GpufsDescription(ctypes.Structure):
+    """struct gpufs_description (gpufs.h): dtype and shape attribute values."""
+    _fields_ = [
+        ("dtype_len", ctypes.c_int32),
+        ("shape_len", ctypes.c_int32),
+        ("dtype", ctypes.c_char * 64),
+        ("shape", ctypes.c_char * 4096),
+    ]
+
+    def values(self):
+        """(dtype, shape) as str, None where that attribute is not set."""
+        def one(length, raw):
+            return None if length < 0 else raw[:length].decode()
+        return one(self.dtype_len, self.dtype), one(self.shape_len, self.shape)
+
+
 _BUF = ctypes.POINTER(GpufsBuffer)
 _INFO = ctypes.POINTER(GpufsIpcInfo)
 
 # name -> (restype, argtypes), exactly as declared in gpufs.h.
 _SIGNATURES = {
     "gpufs_map": (ctypes.c_int, [ctypes.c_char_p, _BUF]),
+    "gpufs_map_described": (ctypes.c_int, [ctypes.c_char_p, _BUF,
+                                            ctypes.POINTER(GpufsDescription)]),
     "gpufs_map_fd": (ctypes.c_int, [ctypes.c_int, _BUF]),
     "gpufs_map_handle": (ctypes.c_int, [ctypes.c_char_p, _INFO, _BUF]),
     "gpufs_create": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_uint64, _BUF]),

@@ -110,41 +110,6 @@ def _forget_description(key):
                 del _described[key]
 
 
-class _AttrReader:
-    """Reads ((st_dev, st_ino), (dtype, shape) attributes) of `path` on a thread
-    of its own.
-
-    join() gives None where that failed or the member changed meanwhile (the
-    caller then reads them itself).
-    """
-
-    def __init__(self, path):
-        self._path = path
-        self._result = None
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        try:
-            self._thread.start()
-        except RuntimeError:  # no thread to be had
-            self._thread = None
-
-    def _run(self):
-        try:
-            before = os.stat(self._path)
-            raw = (_getxattr(self._path, DTYPE_XATTR), _getxattr(self._path, SHAPE_XATTR))
-            after = os.stat(self._path)
-            same = (before.st_dev, before.st_ino, before.st_ctime_ns) == \
-                (after.st_dev, after.st_ino, after.st_ctime_ns)
-            self._result = ((after.st_dev, after.st_ino), raw) if same else None
-        except Exception:  # noqa: BLE001 - the caller reads them again
-            self._result = None
-
-    def join(self):
-        if self._thread is None:
-            return None
-        self._thread.join()
-        return self._result
-
-
 def _describe(raw, size, where):
     """(DType, shape) from the raw (dtype, shape) attribute values of a blob of `size` bytes."""
     dtype_name, shape_text = raw
@@ -180,28 +145,33 @@ class Blob:
         buf = _lib.GpufsBuffer()
         # The tensor description (each attribute a round trip to the daemon):
         # that of a member this process maps now and that did not change
-        # since (libgpufs then reuses the mapping too); otherwise read while
-        # the map is made, and used only if it is the very member mapped
-        # (same inode), else read again through the mapped fd.
+        # since (libgpufs then reuses the mapping too); otherwise libgpufs
+        # reads it while it maps (gpufs_map_described), through the very
+        # file it maps.
         try:
             key = _stat_key(os.stat(path))
         except OSError:
-            key = None  # gpufs_map reports it
+            key = None  # the map reports it
         known = _known_description(key)
-        attrs = None if known is not None else _AttrReader(path)
-        try:
+        raw = None
+        if known is None and _lib.has("gpufs_map_described"):
+            desc = _lib.GpufsDescription()
+            try:
+                _lib.call("gpufs_map_described", os.fsencode(path), ctypes.byref(buf),
+                          ctypes.byref(desc), path=path)
+                raw = desc.values()
+            except OSError as e:
+                if e.errno != errno.ERANGE:  # a value too long for it: read below
+                    raise
+        if raw is None:
             _lib.call("gpufs_map", os.fsencode(path), ctypes.byref(buf), path=path)
-        finally:
-            found = attrs.join() if attrs is not None else None
         try:
             st = os.fstat(buf.fd)
             mapped = _stat_key(st)
-            if known is not None and mapped == key:
+            if raw is None and known is not None and mapped == key:
                 dt, shape = known
             else:
-                if found is not None and found[0] == (st.st_dev, st.st_ino):
-                    raw = found[1]
-                else:
+                if raw is None:
                     raw = (_getxattr(buf.fd, DTYPE_XATTR), _getxattr(buf.fd, SHAPE_XATTR))
                 dt, shape = _describe(raw, buf.size, path)
         except BaseException:

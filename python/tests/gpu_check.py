@@ -19,6 +19,7 @@ is gone.  Prints what it saw; exits 1 on any mismatch, 2 on bad usage.
 """
 
 import argparse
+import errno
 import gc
 import hashlib
 import os
@@ -204,6 +205,45 @@ def check_other_process(path, want):
     check("child sees the same bytes", f"sha={want}" in out.stdout)
 
 
+@section("gpufs.open reads the tensor description while it maps (gpufs_map_described)")
+def check_described(root):
+    import ctypes
+    import torch
+    os.makedirs(root, exist_ok=True)
+    plain = os.path.join(root, "plain")
+    with open(plain, "wb") as f:  # no dtype/shape attributes: uint8, one dimension
+        f.write(bytes(range(256)) * 16)
+    desc = _lib.GpufsDescription()
+    buf = _lib.GpufsBuffer()
+    _lib.call("gpufs_map_described", os.fsencode(plain), ctypes.byref(buf), ctypes.byref(desc))
+    check("unset attributes come back as length -1", (desc.dtype_len, desc.shape_len) == (-1, -1),
+          f"{desc.dtype_len}, {desc.shape_len}")
+    _lib.call("gpufs_unmap", ctypes.byref(buf))
+    with gpufs.open(plain) as b:
+        check("unset description: uint8, one dimension",
+              (b.dtype, b.shape) == ("uint8", (4096,)), f"{b.dtype} {b.shape}")
+        check("bytes of the plain member", bytes(torch.from_dlpack(b).cpu().numpy()) ==
+              bytes(range(256)) * 16)
+    t = torch.arange(6 * 7, dtype=torch.int16, device="cuda").reshape(6, 7)
+    shaped = os.path.join(root, "shaped")
+    gpufs.save(t, shaped)
+    _lib.call("gpufs_map_described", os.fsencode(shaped), ctypes.byref(buf), ctypes.byref(desc))
+    check("set attributes come back with their values", desc.values() == ("int16", "6,7"),
+          str(desc.values()))
+    _lib.call("gpufs_unmap", ctypes.byref(buf))
+    # A shape too long for struct gpufs_description: ERANGE, nothing mapped,
+    # and gpufs.open still answers (it reads the attribute itself).
+    long_shape = ",".join(["1"] * 2100 + ["6", "7"])
+    os.setxattr(shaped, "user.gpufs.shape", long_shape.encode())
+    arenas = _lib.lib().gpufs_open_arenas()
+    rc = _lib.lib().gpufs_map_described(os.fsencode(shaped), ctypes.byref(buf), ctypes.byref(desc))
+    check("a value too long for the struct is ERANGE", rc == -errno.ERANGE, str(rc))
+    check("and leaves nothing mapped", _lib.lib().gpufs_open_arenas() == arenas)
+    with gpufs.open(shaped) as b:
+        check("gpufs.open of the long shape", len(b.shape) == 2102 and b.shape[-2:] == (6, 7),
+              f"{len(b.shape)} dims")
+
+
 def child(path):
     import torch
     with gpufs.open(path) as b:
@@ -228,6 +268,7 @@ def main():
     result = check_float32(root)
     check_bfloat16(root)
     check_other_producers(root)
+    check_described(root)
     if result:
         check_other_process(*result)
     print(f"\n{len(failures)} failure(s)" + (": " + "; ".join(failures) if failures else ""))

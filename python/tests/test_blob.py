@@ -62,12 +62,19 @@ class DescriptionReuseTest(unittest.TestCase):
         real_call, real_getxattr = _lib.call, blob_module._getxattr
 
         def fake_call(name, *args, path=None):
-            if name != "gpufs_map":
+            if name not in ("gpufs_map", "gpufs_map_described"):
                 return real_call(name, *args, path=path)
             buf = args[1]._obj
             fd = os.open(path, os.O_RDONLY)
             self.fds.append(fd)
             buf.fd, buf.size, buf.ptr, buf.internal = fd, 64, FAKE_PTR, None
+            if name == "gpufs_map_described":  # libgpufs reads both attributes
+                desc = args[2]._obj
+                for attr, length, field in ((blob_module.DTYPE_XATTR, "dtype_len", "dtype"),
+                                            (blob_module.SHAPE_XATTR, "shape_len", "shape")):
+                    value = counting_getxattr(fd, attr)
+                    setattr(desc, length, -1 if value is None else len(value))
+                    setattr(desc, field, (value or "").encode())
             return 0
 
         def counting_getxattr(target, name):

@@ -49,6 +49,23 @@ struct gpufs_buffer {
  * -EBUSY: still being written; -ENOENT, -EACCES: as open(2). */
 int gpufs_map(const char* path, struct gpufs_buffer* buf);
 
+/* A member's tensor description, as gpufs_map_described reads it: the
+ * values of user.gpufs.dtype and user.gpufs.shape, NUL-terminated; a length
+ * is -1 when that attribute is not set. */
+struct gpufs_description {
+  int32_t dtype_len;
+  int32_t shape_len;
+  char dtype[64];
+  char shape[4096];
+};
+
+/* gpufs_map, and the member's tensor description read meanwhile (its two
+ * attribute requests overlap the blob's import), for bindings that need both
+ * (Python's gpufs.open). -ERANGE when a value does not fit in `desc` (then
+ * nothing stays mapped). */
+int gpufs_map_described(const char* path, struct gpufs_buffer* buf,
+                        struct gpufs_description* desc);
+
 /* Like gpufs_map for a member already open (fd is duplicated, not taken). */
 int gpufs_map_fd(int fd, struct gpufs_buffer* buf);
 
