@@ -36,6 +36,7 @@ Result<gpufs_ipc_info> Namespace::Export(const Blob& rec, HandleId handle, const
     std::memcpy(info.token, token.data(), sizeof info.token);
     // The socket's path rides along when it fits (uapi.h): a first map in a
     // process then needs no getxattr round trip to find it.
+    std::memset(info.handle, 0, sizeof info.handle);
     if (socket_path_.size() < sizeof info.handle) {
       std::memcpy(info.handle, socket_path_.c_str(), socket_path_.size() + 1);
     }

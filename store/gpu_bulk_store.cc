@@ -189,6 +189,20 @@ Status GpuBulkStore::MissingLocked(BlobId id, std::string_view what) const {
 
 Status GpuBulkStore::Allocate(BlobId id, const SharingKey& key, uint64_t size) {
   const uint32_t owner_uid = key.uid;
+  // An empty blob of a store with one allocation per blob (2 MiB of VMM, or
+  // a cudaMalloc) gets no place until it grows or is first exported
+  // (PlaceEmpty): `touch` or a member created and written later then costs
+  // no device call.
+  if (size == 0 && ipc_ != GpuIpcMode::kSharedArenas) {
+    std::lock_guard lock(mu_);
+    if (!blobs_.emplace(id, BlobRecord{.place = {}, .size = 0, .owner = owner_uid, .sealed = false,
+                                       .key = key, .retired = {}})
+             .second) {
+      return Error(EEXIST, "gpu store " + device_ + ": " + Describe(id) + " already exists");
+    }
+    lost_.erase(id);
+    return Status::Ok();
+  }
   const uint64_t need = Units(size);
   {
     std::lock_guard lock(mu_);
@@ -306,7 +320,36 @@ void GpuBulkStore::ReleaseRetired(BlobId id) {
   ReleasePlaces(places);
 }
 
+Status GpuBulkStore::PlaceEmpty(BlobId id) {
+  SharingKey key;
+  uint32_t owner = 0;
+  {
+    std::lock_guard lock(mu_);
+    BlobRecord* rec = FindLocked(id);
+    if (rec == nullptr || rec->place.alloc != 0) return Status::Ok();
+    key = rec->key;
+    owner = rec->owner;
+  }
+  Result<Place> place = Packable(key, 0) ? AcquirePackPlace(key, 0) : AcquirePlace(owner, 0);
+  GPUFS_RETURN_IF_ERROR(
+      place.status().Prepend("gpu store " + device_ + ": a place for empty " + Describe(id)));
+  Dropped dropped;  // freed after the lock is released
+  {
+    std::lock_guard lock(mu_);
+    BlobRecord* rec = FindLocked(id);
+    if (rec == nullptr || rec->place.alloc != 0 || rec->size != 0) {  // placed meanwhile
+      ReleasePlaceLocked(*place, &dropped);
+      return Status::Ok();
+    }
+    rec->place = *place;
+    used_ += place->reserved;
+  }
+  ReportAdded(id, *place);  // the caller holds the blob open: it cannot be freed meanwhile
+  return Status::Ok();
+}
+
 Result<IpcExport> GpuBulkStore::Export(BlobId id) {
+  GPUFS_RETURN_IF_ERROR(PlaceEmpty(id));
   IpcExport out;
   uint64_t alloc_id = 0;
   std::byte* base = nullptr;

@@ -269,6 +269,9 @@ class GpuBulkStore final : public BulkStore {
   // Returns `place` to its allocation; an allocation left without blobs moves
   // into `dropped`, to be freed once mu_ is released.
   void ReleasePlaceLocked(const Place& place, Dropped* dropped);
+  // An empty blob has no place (alloc 0) until it grows or is first
+  // exported: then it gets one, in a pack of its key where packs apply.
+  Status PlaceEmpty(BlobId id);
   // kVmm: a range of `bytes` (rounded to kPackAlignment) in a pack of `key`,
   // a new pack (one pooled granule) if none has room. Locks mu_ itself.
   Result<Place> AcquirePackPlace(const SharingKey& key, uint64_t bytes);

@@ -119,6 +119,7 @@ void GpuBulkStore::EndFillLocked(Allocation* alloc) {
 }
 
 void GpuBulkStore::ReleasePlaceLocked(const Place& place, Dropped* dropped) {
+  if (place.alloc == 0) return;  // an empty blob's: no place (PlaceEmpty)
   auto it = allocs_.find(place.alloc);
   if (it == allocs_.end()) {
     GPUFS_LOG(ERROR) << "gpu store " << device_ << ": release of "
@@ -297,6 +298,10 @@ Status GpuBulkStore::Seal(BlobId id, uint64_t size) {
     if (rec == nullptr) return MissingLocked(id, "seal");
     if (size > rec->size) {
       return Error(EINVAL, what + ": the blob has only " + std::to_string(rec->size) + " bytes");
+    }
+    if (rec->place.alloc == 0) {  // empty, no place: sealed as it is (PlaceEmpty)
+      rec->sealed = true;
+      return Status::Ok();
     }
     Allocation* found = FindAllocLocked(rec->place.alloc);
     if (found == nullptr) return Error(EIO, what + ": its allocation is gone");
