@@ -159,6 +159,43 @@ TEST_P(VmmStoreTest, SmallBlobsShareOnlyWithTheirSharingKey) {
   EXPECT_EQ(store_->pack_count(), 0u);
 }
 
+// An empty blob takes no device memory until it grows or is first exported
+// (`touch`, or a member created now and written later).
+TEST_P(VmmStoreTest, EmptyBlobsHaveNoPlaceUntilTheyGrowOrAreExported) {
+  const SharingKey key(7, 1000, 100, 0644);
+  for (BlobId id = 1; id <= 50; ++id) ASSERT_TRUE(store_->Allocate(id, key, 0).ok());
+  EXPECT_EQ(store_->Usage().used, 0u);
+  EXPECT_EQ(store_->dedicated_count() + store_->pack_count(), 0u);
+  EXPECT_EQ(store_->Allocate(1, key, 0).code(), EEXIST);
+  // Sealed empty: still nothing; reads and writes of nothing work.
+  ASSERT_TRUE(store_->Seal(1, 0).ok());
+  EXPECT_TRUE(store_->Read(1, 0, {}).ok());
+  EXPECT_EQ(store_->Write(1, 0, {}).code(), EPERM);
+  EXPECT_EQ(store_->dedicated_count() + store_->pack_count(), 0u);
+  // Its first export places it (a pack of its key under VMM, else its own).
+  auto exported = store_->Export(1);
+  ASSERT_TRUE(exported.ok()) << exported.status().ToString();
+  EXPECT_EQ(exported->size, 0u);
+  EXPECT_GT(exported->alloc_size, 0u);
+  EXPECT_EQ(store_->dedicated_count() + store_->pack_count(), 1u);
+  auto again = store_->Export(1);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->offset, exported->offset);
+  EXPECT_EQ(store_->dedicated_count() + store_->pack_count(), 1u);
+  // Another grows by a write: a place of its own, the bytes right.
+  std::vector<std::byte> data(3 << 20, std::byte{0x5e}), back(data.size());
+  const size_t dedicated = store_->dedicated_count();
+  ASSERT_TRUE(store_->Resize(2, 0, data.size()).ok());
+  ASSERT_TRUE(store_->Write(2, 0, data).ok());
+  ASSERT_TRUE(store_->Seal(2, data.size()).ok());
+  ASSERT_TRUE(store_->Read(2, 0, back).ok());
+  EXPECT_EQ(back, data);
+  EXPECT_EQ(store_->dedicated_count(), dedicated + 1);
+  for (BlobId id = 1; id <= 50; ++id) store_->Free(id);
+  EXPECT_EQ(store_->Usage().used, 0u);
+  EXPECT_EQ(store_->dedicated_count() + store_->pack_count(), 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, VmmStoreTest,
                          ::testing::Values(GpuIpcMode::kVmm, GpuIpcMode::kLegacy));
 
