@@ -41,6 +41,11 @@ void VmmPool::Filled() {
   if (filling_ == 0) StartDeferredLocked();
 }
 
+size_t VmmPool::DeferredForTesting() {
+  std::lock_guard lock(mu_);
+  return deferred_.size();
+}
+
 void VmmPool::StartDeferredLocked() {
   if (deferred_.empty()) return;
   wanted_.insert(wanted_.end(), deferred_.begin(), deferred_.end());

@@ -48,6 +48,9 @@ class VmmPool {
   // A producer's fill of a taken allocation ended (its blob sealed, or dropped).
   void Filled();
 
+  // Sizes whose making waits for a fill to end.
+  size_t DeferredForTesting();
+
  private:
   void Run();
   void StartDeferredLocked();  // deferred_ -> wanted_
