@@ -41,14 +41,14 @@ def main():
     path = sys.argv[1]
     size = os.path.getsize(path)
     cold = []
-    for _ in range(5):
+    for _ in range(9):
         r = subprocess.run([sys.executable, "-c", COLD, path], capture_output=True, text=True,
                            check=True)
         cold.append(float(r.stdout.strip().splitlines()[-1]))
     ctx = mp.get_context("spawn")
     src = torch.empty(size, dtype=torch.uint8, device="cuda")
     queue = []
-    for _ in range(5):
+    for _ in range(9):
         q, out = ctx.Queue(), ctx.Queue()
         p = ctx.Process(target=consumer, args=(q, out))
         p.start()
