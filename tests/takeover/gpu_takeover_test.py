@@ -288,7 +288,10 @@ class GpuHostTierTakeoverTest(unittest.TestCase):
             line = p.stdout.readline().strip()
             p.stdin.close()
             p.wait(TIMEOUT_S)
-            self.assertEqual(line, f"mapped {sum64(members[path]):016x}", (path, p.stderr.read()))
+            err = p.stderr.read()
+            p.stdout.close()
+            p.stderr.close()
+            self.assertEqual(line, f"mapped {sum64(members[path]):016x}", (path, err))
         tiers = m.stats()["tiers"]
         self.assertGreaterEqual(tiers["fault_backs"], len(spilled), tiers)
 
