@@ -11,8 +11,11 @@
 //                                and the bytes stay as they were
 //   vmm-probe token PATH         prints the socket and a fresh token (hex)
 //   vmm-probe redeem SOCK HEX    presents a token; exit 0 if it is refused
-//   vmm-probe bench PATH         cold map, warm map, and the raw fd receive +
-//                                import + map + set access, in microseconds
+//   vmm-probe bench PATH [raw|map]  the raw fd receive + import + map + set
+//                                access, or libgpufs's cold map and warm map,
+//                                in microseconds (both, raw first, if no mode:
+//                                the raw teardown then slows the map); one
+//                                mode per process compares them fairly
 //   vmm-probe rewarm PATH        maps PATH twice (the 2nd warm: same mapping),
 //                                replaces it with write(2) (0x51 bytes), maps
 //                                again: the new bytes, while the old mapping
@@ -215,6 +218,20 @@ int main(int argc, char** argv) {
     (*api)->DeviceGet(&dev, 0);
     (*api)->DevicePrimaryCtxRetain(&ctx, dev);
     ScopedContext scope(**api, ctx);
+    const std::string mode = argc > 3 ? argv[3] : "both";
+    if (mode == "map") {
+      gpufs_buffer a, b;
+      auto t2 = Clock::now();
+      if (Map(path, &a) != 0) return 1;
+      auto t3 = Clock::now();
+      if (Map(path, &b) != 0) return 1;
+      auto t4 = Clock::now();
+      std::printf("bench %s size=%llu cold_map_us=%.1f warm_map_us=%.1f\n", path,
+                  static_cast<unsigned long long>(a.size), Micros(t2, t3), Micros(t3, t4));
+      gpufs_unmap(&b);
+      gpufs_unmap(&a);
+      return 0;
+    }
     // Raw: a token from the xattr, then what any VMM importer does.
     gpufs_ipc_info info{};
     if (::getxattr(path, GPUFS_XATTR_IPC_HANDLE, &info, sizeof info) != sizeof info) {
@@ -240,6 +257,11 @@ int main(int argc, char** argv) {
     CUresult r = (*api)->MemSetAccess(va, info.alloc_size, &access, 1);
     auto t1 = Clock::now();
     if (r != CUDA_SUCCESS) return Fail("raw import failed");
+    if (mode == "raw") {
+      std::printf("bench %s alloc_size=%llu raw_us=%.1f\n", path,
+                  static_cast<unsigned long long>(info.alloc_size), Micros(t0, t1));
+      return 0;  // the process's exit tears the mapping down
+    }
     (*api)->MemUnmap(va, info.alloc_size);
     (*api)->MemAddressFree(va, info.alloc_size);
     (*api)->MemRelease(h);
