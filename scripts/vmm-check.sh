@@ -112,21 +112,25 @@ sys.exit(1)"
 # import + map + set access; warm map of an already mapped member.
 fill "$mnt/b2m" 2097152 C
 fill "$mnt/b1g" 1073741824 D
-# Each size: 9 fresh processes of each (raw, then libgpufs), alternating;
+# Each size: 9 fresh processes of each mode (raw; libgpufs after one
+# untimed request that wakes the daemon, as raw's untimed getxattrs do;
+# libgpufs with the daemon idle since the process started), alternating;
 # each line one sample; then the medians. One mode per process: a process
 # that measured both would pay the first one's teardown in the second.
 for f in b2m big b1g; do
-  for i in 1 2 3 4 5 6 7 8 9; do "$probe" bench "$mnt/$f" raw; "$probe" bench "$mnt/$f" map; done \
-    | tee "/tmp/vmm-bench-$f.txt"
+  for i in 1 2 3 4 5 6 7 8 9; do
+    "$probe" bench "$mnt/$f" raw; "$probe" bench "$mnt/$f" map; "$probe" bench "$mnt/$f" map-idle | sed 's/cold_map_us/idle_map_us/; s/warm_map_us/idle_warm_us/'
+  done | tee "/tmp/vmm-bench-$f.txt"
   awk -v f="$f" '{ for (i = 1; i <= NF; i++) { split($i, kv, "=");
                      if (kv[1] == "raw_us") r[++nr] = kv[2];
                      if (kv[1] == "cold_map_us") c[++nc] = kv[2];
-                     if (kv[1] == "warm_map_us") w[++nw] = kv[2]; } }
+                     if (kv[1] == "warm_map_us") w[++nw] = kv[2];
+                     if (kv[1] == "idle_map_us") d[++nd] = kv[2]; } }
     function med(a, n,   i, j, t, b) { for (i = 1; i <= n; i++) b[i] = a[i];
       for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (b[j] + 0 < b[i] + 0) { t = b[i]; b[i] = b[j]; b[j] = t }
       return b[int((n + 1) / 2)] }
-    END { printf "bench %s medians of %d+%d processes: raw_us=%.1f cold_map_us=%.1f warm_map_us=%.1f ratio=%.2f\n",
-          f, nr, nc, med(r, nr), med(c, nc), med(w, nw), med(c, nc) / med(r, nr) }' "/tmp/vmm-bench-$f.txt"
+    END { printf "bench %s medians of %d+%d+%d processes: raw_us=%.1f cold_map_us=%.1f warm_map_us=%.1f ratio=%.2f; daemon idle: cold_map_us=%.1f ratio=%.2f\n",
+          f, nr, nc, nd, med(r, nr), med(c, nc), med(w, nw), med(c, nc) / med(r, nr), med(d, nd), med(d, nd) / med(r, nr) }' "/tmp/vmm-bench-$f.txt"
 done
 if python3 -c "import torch" 2>/dev/null; then
   PYTHONPATH=$(dirname "$0")/../python python3 "$(dirname "$0")/../bench/torch_map_bench.py" "$mnt/b1g"

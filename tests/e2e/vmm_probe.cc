@@ -11,11 +11,16 @@
 //                                and the bytes stay as they were
 //   vmm-probe token PATH         prints the socket and a fresh token (hex)
 //   vmm-probe redeem SOCK HEX    presents a token; exit 0 if it is refused
-//   vmm-probe bench PATH [raw|map]  the raw fd receive + import + map + set
-//                                access, or libgpufs's cold map and warm map,
-//                                in microseconds (both, raw first, if no mode:
-//                                the raw teardown then slows the map); one
-//                                mode per process compares them fairly
+//   vmm-probe bench PATH [raw|map|map-idle]  the raw fd receive + import +
+//                                map + set access, or libgpufs's cold map and
+//                                warm map, in microseconds (both, raw first,
+//                                if no mode: the raw teardown then slows the
+//                                map). One mode per process compares them
+//                                fairly: raw's untimed getxattrs (its token)
+//                                wake the daemon, and `map` makes one untimed
+//                                stat of PATH to the same end; `map-idle`
+//                                does not (the daemon idle since the process
+//                                started: its wake-up is timed too)
 //   vmm-probe rewarm PATH        maps PATH twice (the 2nd warm: same mapping),
 //                                replaces it with write(2) (0x51 bytes), maps
 //                                again: the new bytes, while the old mapping
@@ -31,6 +36,7 @@
 //                                (a mapper across worker takeovers)
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -219,7 +225,9 @@ int main(int argc, char** argv) {
     (*api)->DevicePrimaryCtxRetain(&ctx, dev);
     ScopedContext scope(**api, ctx);
     const std::string mode = argc > 3 ? argv[3] : "both";
-    if (mode == "map") {
+    if (mode == "map" || mode == "map-idle") {
+      struct stat st;
+      if (mode == "map" && ::stat(path, &st) != 0) return Fail("stat");
       gpufs_buffer a, b;
       auto t2 = Clock::now();
       if (Map(path, &a) != 0) return 1;
