@@ -9,7 +9,10 @@
 //   worker -> supervisor, for as long as it lives:
 //     kInit / kInitAnswered  the kernel's raw FUSE_INIT, before and after it is answered
 //     kHandleOpen/Close  every open file handle, sent before the kernel gets
-//                        the reply that names it; kHandleUpdate adds flags (mapped)
+//                        the reply that names it; kHandleUpdate adds flags (mapped).
+//                        Only without a shared handle table (handle_table.h: an
+//                        older supervisor, or a full table); else the worker
+//                        writes the table instead
 //     kBlobSize  the live size of an unsealed blob (before the write's reply)
 //     kBlobAdd (BlobFd + 1 fd) / kBlobFree  blobs whose memory lives in an fd
 //                (GPU VMM); the bytes of the allocation come with the fd (the

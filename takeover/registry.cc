@@ -1,6 +1,7 @@
 #include "takeover/registry.h"
 
 #include <algorithm>
+#include <set>
 #include <vector>
 
 namespace gpufs::takeover {
@@ -42,7 +43,10 @@ Status Registry::Apply(Message m) {
     }
     case MsgType::kBlobSize: {
       GPUFS_ASSIGN_OR_RETURN(BlobSize bs, As<BlobSize>(m));
-      if (holders_.contains(bs.blob)) sizes_[bs.blob] = bs.size;
+      // A table handle's open is not a message: keep the size, and let
+      // PruneSizes drop it once no handle holds the blob.
+      if (holders_.contains(bs.blob) || table_ != nullptr) sizes_[bs.blob] = bs.size;
+      if (sizes_.size() >= prune_at_) PruneSizes();
       return Status::Ok();
     }
     case MsgType::kBlobAdd: {
@@ -87,7 +91,37 @@ void Registry::Release(uint64_t blob) {
   auto it = holders_.find(blob);
   if (it == holders_.end() || --it->second > 0) return;
   holders_.erase(it);
-  sizes_.erase(blob);
+  if (table_ == nullptr) sizes_.erase(blob);  // else a table handle may hold it: PruneSizes
+
+}
+
+Result<std::map<uint64_t, HandleRecord>> Registry::handle_records() const {
+  std::map<uint64_t, HandleRecord> all = handles_;
+  if (table_ == nullptr) return all;
+  // Unstable only while a worker writes; a few tries ride out a close.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    bool stable = false;
+    std::vector<HandleRecord> records = table_->Snapshot(&stable);
+    if (!stable) continue;
+    for (const HandleRecord& rec : records) all[rec.fh] = rec;
+    return all;
+  }
+  return Error(EAGAIN, "the handle table kept changing while it was read");
+}
+
+size_t Registry::handles() const {
+  auto all = handle_records();
+  return all.ok() ? all->size() : handles_.size();
+}
+
+void Registry::PruneSizes() {
+  auto all = handle_records();
+  if (all.ok()) {
+    std::set<uint64_t> held;
+    for (const auto& [fh, rec] : *all) held.insert(rec.blob);
+    std::erase_if(sizes_, [&](const auto& kv) { return !held.contains(kv.first); });
+  }
+  prune_at_ = std::max(kMinPruneAt, 2 * sizes_.size());
 }
 
 uint64_t Registry::blob_size(uint64_t blob) const {
@@ -121,9 +155,15 @@ Status Registry::SendHandover(int fd, uint32_t generation, int32_t supervisor_pi
   hello.restarts = generation - 1;
   hello.supervisor_pid = supervisor_pid;
   hello.init_answered = init_answered_ ? 1 : 0;
-  hello.handles = handles_.size();
+  // The worker is dead (or not started): the table holds still.
+  GPUFS_ASSIGN_OR_RETURN(auto handles, handle_records());
+  std::map<uint64_t, uint64_t> sizes;  // of the blobs a handle holds
+  for (const auto& [fh, rec] : handles) {
+    if (auto it = sizes_.find(rec.blob); it != sizes_.end()) sizes.insert(*it);
+  }
+  hello.handles = handles.size();
   hello.blobs = blobs_.size();
-  hello.sizes = sizes_.size();
+  hello.sizes = sizes.size();
   GPUFS_RETURN_IF_ERROR(Send(fd, MsgType::kHello, AsBytes(hello)));
   if (init_) GPUFS_RETURN_IF_ERROR(Send(fd, MsgType::kInit, std::as_bytes(std::span(*init_))));
   std::vector<HandleRecord> batch;
@@ -134,13 +174,13 @@ Status Registry::SendHandover(int fd, uint32_t generation, int32_t supervisor_pi
     batch.clear();
     return s;
   };
-  for (const auto& [fh, rec] : handles_) {
+  for (const auto& [fh, rec] : handles) {
     batch.push_back(rec);
     if (batch.size() == kHandlesPerMessage) GPUFS_RETURN_IF_ERROR(flush_handles());
   }
   GPUFS_RETURN_IF_ERROR(flush_handles());
   std::vector<BlobSize> size_batch;
-  for (const auto& [blob, size] : sizes_) size_batch.push_back({blob, size});
+  for (const auto& [blob, size] : sizes) size_batch.push_back({blob, size});
   for (size_t at = 0; at < size_batch.size(); at += kMaxPayload / sizeof(BlobSize)) {
     size_t n = std::min(size_batch.size() - at, kMaxPayload / sizeof(BlobSize));
     GPUFS_RETURN_IF_ERROR(

@@ -1,0 +1,188 @@
+// The shared handle table on a real memfd: a worker's records survive it (a
+// later attach adopts them), a SIGKILL at any instant leaves every slot whole
+// or empty, and the registry hands table handles (and the sizes of the blobs
+// they hold, only those) to the next worker.
+#include "takeover/handle_table.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <map>
+#include <random>
+
+#include "takeover/registry.h"
+
+namespace gpufs::takeover {
+namespace {
+
+UniqueFd Dup(int fd) { return UniqueFd(::dup(fd)); }
+
+// A record whose every field follows from fh: a torn one shows.
+HandleRecord RecordFor(uint64_t fh) {
+  return {.fh = fh,
+          .entry = fh * 3,
+          .blob = fh * 5,
+          .unique = fh * 7,
+          .flags = kHandleWritable,
+          .pid = static_cast<uint32_t>(fh & 0xffff)};
+}
+
+std::map<uint64_t, HandleRecord> ByFh(const std::vector<HandleRecord>& records) {
+  std::map<uint64_t, HandleRecord> out;
+  for (const HandleRecord& r : records) EXPECT_TRUE(out.emplace(r.fh, r).second) << r.fh;
+  return out;
+}
+
+TEST(HandleTableTest, PutFlagsRemoveAndFull) {
+  auto sup = HandleTable::Create(3);
+  ASSERT_TRUE(sup.ok()) << sup.status().ToString();
+  auto worker = HandleTable::Attach(Dup(sup->fd()));
+  ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+  EXPECT_TRUE(worker->Put(RecordFor(10)));
+  EXPECT_TRUE(worker->Put(RecordFor(11)));
+  EXPECT_TRUE(worker->Put(RecordFor(12)));
+  EXPECT_FALSE(worker->Put(RecordFor(13)));  // full: the caller sends a message
+  EXPECT_TRUE(worker->AddFlags(11, kHandleMapped));
+  EXPECT_FALSE(worker->AddFlags(13, kHandleMapped));
+  EXPECT_TRUE(worker->Remove(10));
+  EXPECT_FALSE(worker->Remove(10));
+  EXPECT_TRUE(worker->Put(RecordFor(13)));  // the freed slot
+  HandleRecord again = RecordFor(12);
+  again.unique = 5;
+  EXPECT_TRUE(worker->Put(again));  // same fh: replaced in place, not a second record
+
+  bool stable = false;
+  auto seen = ByFh(sup->Snapshot(&stable));
+  EXPECT_TRUE(stable);
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[11].flags, kHandleWritable | kHandleMapped);
+  EXPECT_EQ(seen[12].unique, 5u);
+  EXPECT_EQ(seen[13].blob, 65u);
+  EXPECT_FALSE(seen.contains(10));
+}
+
+TEST(HandleTableTest, NextWorkerAdoptsTheRecords) {
+  auto sup = HandleTable::Create(1000);
+  ASSERT_TRUE(sup.ok());
+  {
+    auto first = HandleTable::Attach(Dup(sup->fd()));
+    ASSERT_TRUE(first.ok());
+    for (uint64_t fh = 1; fh <= 5; ++fh) ASSERT_TRUE(first->Put(RecordFor(fh)));
+    ASSERT_TRUE(first->Remove(2));
+  }  // the worker is gone; its records stay
+  auto second = HandleTable::Attach(Dup(sup->fd()));
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(second->Remove(4));  // an inherited handle closes in the table
+  EXPECT_FALSE(second->Remove(2));
+  EXPECT_TRUE(second->AddFlags(5, kHandleMapped));
+  ASSERT_TRUE(second->Put(RecordFor(100)));
+  bool stable = false;
+  auto seen = ByFh(sup->Snapshot(&stable));
+  EXPECT_TRUE(stable);
+  ASSERT_EQ(seen.size(), 4u);  // 1, 3, 5, 100
+  EXPECT_EQ(seen[5].flags, kHandleWritable | kHandleMapped);
+  EXPECT_EQ(seen[100].entry, 300u);
+}
+
+TEST(HandleTableTest, NotATable) {
+  UniqueFd fd(::memfd_create("junk", MFD_CLOEXEC));
+  ASSERT_EQ(::ftruncate(fd.get(), 4096), 0);
+  auto attached = HandleTable::Attach(std::move(fd));
+  ASSERT_FALSE(attached.ok());
+  EXPECT_EQ(attached.status().code(), EPROTO);
+}
+
+// A child process churns the table (puts, flag updates, removes, reuse of
+// slots) and is SIGKILLed at an arbitrary instant: every record the table
+// then holds is whole, and a fresh attach goes on from it.
+TEST(HandleTableTest, SigkillLeavesEverySlotWholeOrEmpty) {
+  auto sup = HandleTable::Create(64);
+  ASSERT_TRUE(sup.ok());
+  // Operations the child has done, shared with this process.
+  auto* done = static_cast<std::atomic<uint64_t>*>(::mmap(
+      nullptr, sizeof(std::atomic<uint64_t>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+      -1, 0));
+  ASSERT_NE(done, MAP_FAILED);
+  std::mt19937_64 rng(12);
+  for (int round = 0; round < 20; ++round) {
+    done->store(0);
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      auto table = HandleTable::Attach(Dup(sup->fd()));
+      if (!table.ok()) ::_exit(2);
+      std::mt19937_64 child_rng(static_cast<uint64_t>(round) + 1);
+      for (uint64_t i = 0;; ++i) {
+        uint64_t fh = 1 + child_rng() % 200;
+        switch (child_rng() % 3) {
+          case 0: table->Put(RecordFor(fh)); break;
+          case 1: table->AddFlags(fh, kHandleMapped); break;
+          default: table->Remove(fh); break;
+        }
+        done->store(i + 1, std::memory_order_relaxed);
+      }
+    }
+    uint64_t kill_after = 1000 + rng() % 50000;
+    while (done->load(std::memory_order_relaxed) < kill_after) {
+      int status = 0;
+      ASSERT_EQ(::waitpid(pid, &status, WNOHANG), 0) << "the churning child ended early";
+    }
+    ASSERT_EQ(::kill(pid, SIGKILL), 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status));
+
+    bool stable = false;
+    std::vector<HandleRecord> records = sup->Snapshot(&stable);
+    EXPECT_TRUE(stable);
+    for (const HandleRecord& r : records) {
+      HandleRecord want = RecordFor(r.fh);
+      EXPECT_EQ(r.entry, want.entry);
+      EXPECT_EQ(r.blob, want.blob);
+      EXPECT_EQ(r.unique, want.unique);
+      EXPECT_EQ(r.pid, want.pid);
+      EXPECT_EQ(r.flags & ~kHandleMapped, kHandleWritable);
+    }
+    ByFh(records);  // no fh twice
+  }
+  ::munmap(done, sizeof(std::atomic<uint64_t>));
+}
+
+TEST(HandleTableTest, RegistryHandsOverTableHandlesAndTheirSizes) {
+  auto sup = HandleTable::Create(16);
+  ASSERT_TRUE(sup.ok());
+  Registry reg;
+  reg.set_table(&*sup);
+  auto worker = HandleTable::Attach(Dup(sup->fd()));
+  ASSERT_TRUE(worker.ok());
+  ASSERT_TRUE(worker->Put(RecordFor(1)));  // blob 5
+  ASSERT_TRUE(worker->Put(RecordFor(2)));  // blob 10
+  auto ch = MakeChannelPair();
+  ASSERT_TRUE(ch.ok());
+  for (BlobSize bs : {BlobSize{5, 500}, BlobSize{10, 1000}, BlobSize{99, 9}}) {
+    ASSERT_TRUE(Send(ch->second.get(), MsgType::kBlobSize, AsBytes(bs)).ok());
+    auto m = Receive(ch->first.get());
+    ASSERT_TRUE(m.ok());
+    ASSERT_TRUE(reg.Apply(std::move(*m)).ok());
+  }
+  ASSERT_TRUE(worker->Remove(2));  // blob 10 no longer held: its size is not handed over
+  EXPECT_EQ(reg.handles(), 1u);
+
+  auto next = MakeChannelPair();
+  ASSERT_TRUE(next.ok());
+  ASSERT_TRUE(reg.SendHandover(next->first.get(), 2, 1).ok());
+  auto h = ReceiveHandover(next->second.get());
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_EQ(h->handles.size(), 1u);
+  EXPECT_EQ(h->handles[0].fh, 1u);
+  EXPECT_EQ(h->handles[0].unique, 7u);
+  ASSERT_EQ(h->sizes.size(), 1u);
+  EXPECT_EQ(h->sizes[5], 500u);
+}
+
+}  // namespace
+}  // namespace gpufs::takeover
