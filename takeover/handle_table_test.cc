@@ -15,6 +15,7 @@
 #include <random>
 
 #include "takeover/registry.h"
+#include "takeover/worker_link.h"
 
 namespace gpufs::takeover {
 namespace {
@@ -182,6 +183,51 @@ TEST(HandleTableTest, RegistryHandsOverTableHandlesAndTheirSizes) {
   EXPECT_EQ(h->handles[0].unique, 7u);
   ASSERT_EQ(h->sizes.size(), 1u);
   EXPECT_EQ(h->sizes[5], 500u);
+}
+
+// A worker whose table is full reports the handles that do not fit by
+// message, as an older worker would: the next worker gets both kinds.
+TEST(HandleTableTest, WorkerLinkFallsBackToMessagesWhenTheTableIsFull) {
+  auto sup = HandleTable::Create(1);
+  ASSERT_TRUE(sup.ok());
+  Registry reg;
+  reg.set_table(&*sup);
+  auto ch = MakeChannelPair();
+  ASSERT_TRUE(ch.ok());
+  auto worker_table = HandleTable::Attach(Dup(sup->fd()));
+  ASSERT_TRUE(worker_table.ok());
+  UniqueFd supervisor_end = std::move(ch->first);
+  WorkerLink link(std::move(ch->second), -1, Handover{},
+                  std::make_unique<HandleTable>(std::move(*worker_table)));
+  auto apply_next = [&](MsgType want) {
+    auto m = Receive(supervisor_end.get());
+    ASSERT_TRUE(m.ok());
+    ASSERT_EQ(m->type, want);
+    ASSERT_TRUE(reg.Apply(std::move(*m)).ok());
+  };
+  link.HandleOpened(RecordFor(1));  // the table's one slot
+  link.HandleOpened(RecordFor(2));  // a message
+  apply_next(MsgType::kHandleOpen);
+  link.HandleMapped(1);
+  link.HandleMapped(2);
+  apply_next(MsgType::kHandleUpdate);
+  link.HandleOpened(RecordFor(3));  // a message
+  apply_next(MsgType::kHandleOpen);
+  link.HandleClosed(3);
+  apply_next(MsgType::kHandleClose);
+  bool stable = false;
+  EXPECT_EQ(sup->Snapshot(&stable).size(), 1u);  // nothing else went into the table
+
+  auto next = MakeChannelPair();
+  ASSERT_TRUE(next.ok());
+  ASSERT_TRUE(reg.SendHandover(next->first.get(), 2, 1).ok());
+  auto h = ReceiveHandover(next->second.get());
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  auto handed = ByFh(h->handles);
+  ASSERT_EQ(handed.size(), 2u);
+  EXPECT_EQ(handed[1].flags, kHandleWritable | kHandleMapped);
+  EXPECT_EQ(handed[2].flags, kHandleWritable | kHandleMapped);
+  EXPECT_EQ(handed[2].blob, 10u);
 }
 
 }  // namespace
