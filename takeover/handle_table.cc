@@ -156,6 +156,31 @@ bool HandleTable::Remove(uint64_t fh) {
   return true;
 }
 
+HandleTable::Slot* HandleTable::Find(uint64_t fh) const {
+  uint32_t high = std::min(header()->high_water.load(std::memory_order_acquire), capacity());
+  for (uint32_t i = 0; i < high; ++i) {
+    Slot* s = slot(i);
+    if ((s->word.load(std::memory_order_acquire) & 1) && s->fh.load(std::memory_order_relaxed) == fh) {
+      return s;
+    }
+  }
+  return nullptr;
+}
+
+bool HandleTable::RemoveFound(uint64_t fh) {
+  Slot* s = Find(fh);
+  if (s == nullptr) return false;
+  s->word.fetch_add(1, std::memory_order_release);  // odd -> even
+  return true;
+}
+
+bool HandleTable::AddFlagsFound(uint64_t fh, uint32_t flags) {
+  Slot* s = Find(fh);
+  if (s == nullptr) return false;
+  s->flags.fetch_or(flags, std::memory_order_release);
+  return true;
+}
+
 std::vector<HandleRecord> HandleTable::Snapshot(bool* stable) const {
   *stable = true;
   std::vector<HandleRecord> out;

@@ -68,6 +68,14 @@ class HandleTable {
   // Removes the record of `fh`; false when `fh` is not in the table.
   bool Remove(uint64_t fh);
 
+  // Supervisor side, for a worker that reports by message although the
+  // table holds records (an older gpufsd after a newer one: it received the
+  // table's records in its handover and closes or maps them by message).
+  // Only while that worker alone runs, which never writes the table. O(slots
+  // used). Close: false if no record of `fh`. Flags: false likewise.
+  bool RemoveFound(uint64_t fh);
+  bool AddFlagsFound(uint64_t fh, uint32_t flags);
+
   // Reader side: the records in the table. *stable is false when a slot
   // changed while it was read (only possible while a worker runs).
   std::vector<HandleRecord> Snapshot(bool* stable) const;
@@ -79,6 +87,7 @@ class HandleTable {
   Header* header() const;
   Slot* slot(uint32_t i) const;
   void AdoptRecords();  // fills fh_slot_/free_ from the mapped slots
+  Slot* Find(uint64_t fh) const;  // the committed slot of fh, or null
 
   UniqueFd fd_;
   void* map_ = nullptr;

@@ -185,6 +185,37 @@ TEST(HandleTableTest, RegistryHandsOverTableHandlesAndTheirSizes) {
   EXPECT_EQ(h->sizes[5], 500u);
 }
 
+// An older gpufsd after a newer one: handed the table's records, it maps
+// and closes them by message; the supervisor applies those to the table.
+TEST(HandleTableTest, MessagesOfAnOlderWorkerReachTheTable) {
+  auto sup = HandleTable::Create(8);
+  ASSERT_TRUE(sup.ok());
+  Registry reg;
+  reg.set_table(&*sup);
+  {
+    auto newer = HandleTable::Attach(Dup(sup->fd()));
+    ASSERT_TRUE(newer.ok());
+    ASSERT_TRUE(newer->Put(RecordFor(1)));
+    ASSERT_TRUE(newer->Put(RecordFor(2)));
+  }
+  auto ch = MakeChannelPair();
+  ASSERT_TRUE(ch.ok());
+  auto send_apply = [&](MsgType type, std::span<const std::byte> payload) {
+    ASSERT_TRUE(Send(ch->second.get(), type, payload).ok());
+    auto m = Receive(ch->first.get());
+    ASSERT_TRUE(m.ok());
+    ASSERT_TRUE(reg.Apply(std::move(*m)).ok());
+  };
+  HandleRecord mapped{.fh = 2, .flags = kHandleMapped};
+  send_apply(MsgType::kHandleUpdate, AsBytes(mapped));
+  uint64_t closed = 1;
+  send_apply(MsgType::kHandleClose, AsBytes(closed));
+  bool stable = false;
+  auto seen = ByFh(sup->Snapshot(&stable));
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[2].flags, kHandleWritable | kHandleMapped);
+}
+
 // A worker whose table is full reports the handles that do not fit by
 // message, as an older worker would: the next worker gets both kinds.
 TEST(HandleTableTest, WorkerLinkFallsBackToMessagesWhenTheTableIsFull) {

@@ -19,7 +19,11 @@ Status Registry::Apply(Message m) {
       return Status::Ok();
     case MsgType::kHandleUpdate: {  // flags to add to a recorded handle
       GPUFS_ASSIGN_OR_RETURN(HandleRecord rec, As<HandleRecord>(m));
-      if (auto it = handles_.find(rec.fh); it != handles_.end()) it->second.flags |= rec.flags;
+      if (auto it = handles_.find(rec.fh); it != handles_.end()) {
+        it->second.flags |= rec.flags;
+      } else if (table_ != nullptr) {
+        table_->AddFlagsFound(rec.fh, rec.flags);
+      }
       return Status::Ok();
     }
     case MsgType::kHandleOpen: {
@@ -38,6 +42,8 @@ Status Registry::Apply(Message m) {
       if (auto it = handles_.find(fh); it != handles_.end()) {
         Release(it->second.blob);
         handles_.erase(it);
+      } else if (table_ != nullptr) {
+        table_->RemoveFound(fh);
       }
       return Status::Ok();
     }

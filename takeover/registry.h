@@ -33,8 +33,10 @@ class Registry {
   Status Apply(Message message);
 
   // The table the workers record handles in (owned by the caller, outliving
-  // the registry); handles() and the handover include its records.
-  void set_table(const HandleTable* table) { table_ = table; }
+  // the registry); handles() and the handover include its records. A close
+  // or map message for an fh only the table holds (an older worker, handed
+  // the table's records) is applied to the table.
+  void set_table(HandleTable* table) { table_ = table; }
 
   // Sends the handover to a new worker on `fd` (kHello ... kHelloDone). The
   // registry keeps its fds: the worker receives duplicates.
@@ -74,7 +76,7 @@ class Registry {
   std::map<uint64_t, UniqueFd> blobs_;
   std::map<uint64_t, BlobFd> records_;  // blob -> where it is behind its fd
   std::map<uint64_t, UniqueFd> memories_;  // memory id -> its fd
-  const HandleTable* table_ = nullptr;
+  HandleTable* table_ = nullptr;
   size_t prune_at_ = kMinPruneAt;
   static constexpr size_t kMinPruneAt = 1024;
 };
