@@ -19,7 +19,7 @@ struct HandleTable::Header {
   uint32_t version;
   uint32_t slots;
   uint32_t slot_bytes;
-  uint32_t reserved;
+  std::atomic<uint32_t> writer_generation;  // the last worker that attached
   // Slots at or above it were never used (readers stop there; the worker
   // raises it, release, before it writes a slot above).
   std::atomic<uint32_t> high_water;
@@ -30,9 +30,11 @@ struct HandleTable::Header {
 // (the seqlock tells it whether what it read is whole).
 struct HandleTable::Slot {
   std::atomic<uint64_t> word;  // even: free; odd: holds a record
-  std::atomic<uint64_t> fh, entry, blob, unique;
+  std::atomic<uint64_t> fh;    // 0: the record is the live size of `blob`
+  std::atomic<uint64_t> entry, blob, unique;
   std::atomic<uint32_t> flags, pid;
-  uint8_t pad[64 - 48];
+  std::atomic<uint64_t> size;  // fh 0 only
+  uint8_t pad[64 - 56];
 };
 
 HandleTable::HandleTable(UniqueFd fd, void* map, size_t bytes)
@@ -43,6 +45,8 @@ HandleTable::HandleTable(HandleTable&& other) noexcept
       map_(std::exchange(other.map_, nullptr)),
       bytes_(std::exchange(other.bytes_, 0)),
       fh_slot_(std::move(other.fh_slot_)),
+      size_slot_(std::move(other.size_slot_)),
+      holders_(std::move(other.holders_)),
       free_(std::move(other.free_)) {}
 
 HandleTable::~HandleTable() {
@@ -77,7 +81,7 @@ Result<HandleTable> HandleTable::Create(uint32_t slots) {
   return table;
 }
 
-Result<HandleTable> HandleTable::Attach(UniqueFd fd) {
+Result<HandleTable> HandleTable::Attach(UniqueFd fd, uint32_t generation) {
   struct stat st{};
   if (::fstat(fd.get(), &st) != 0) return PosixError("fstat the handle table", errno);
   auto bytes = static_cast<size_t>(st.st_size);
@@ -92,36 +96,75 @@ Result<HandleTable> HandleTable::Attach(UniqueFd fd) {
     return Error(EPROTO, "not a gpufs handle table of version 1");
   }
   table.AdoptRecords();
+  table.header()->writer_generation.store(generation, std::memory_order_release);
   return table;
 }
 
 void HandleTable::AdoptRecords() {
   // No worker writes now (this one is starting, the last one is dead).
   uint32_t high = header()->high_water.load(std::memory_order_acquire);
+  std::vector<uint32_t> sizes;
   for (uint32_t i = high; i-- > 0;) {  // free_ pops the lowest slot first
     Slot* s = slot(i);
-    if (s->word.load(std::memory_order_acquire) & 1) {
-      fh_slot_[s->fh.load(std::memory_order_relaxed)] = i;
-    } else {
+    if ((s->word.load(std::memory_order_acquire) & 1) == 0) {
       free_.push_back(i);
+    } else if (uint64_t fh = s->fh.load(std::memory_order_relaxed); fh != 0) {
+      fh_slot_[fh] = i;
+      if (uint64_t blob = s->blob.load(std::memory_order_relaxed); blob != 0) holders_[blob]++;
+    } else {
+      sizes.push_back(i);
     }
+  }
+  for (uint32_t i : sizes) {
+    uint64_t blob = slot(i)->blob.load(std::memory_order_relaxed);
+    if (holders_.contains(blob) && !size_slot_.contains(blob)) {
+      size_slot_[blob] = i;
+    } else {
+      FreeSlot(i);  // a worker killed between a close and its size's
+    }
+  }
+}
+
+bool HandleTable::TakeSlot(uint32_t* i) {
+  if (!free_.empty()) {
+    *i = free_.back();
+    free_.pop_back();
+    return true;
+  }
+  uint32_t high = header()->high_water.load(std::memory_order_relaxed);
+  if (high == header()->slots) return false;
+  header()->high_water.store(high + 1, std::memory_order_release);
+  *i = high;
+  return true;
+}
+
+void HandleTable::FreeSlot(uint32_t i) {
+  slot(i)->word.fetch_add(1, std::memory_order_release);  // odd -> even
+  free_.push_back(i);
+}
+
+void HandleTable::Unhold(uint64_t blob) {
+  if (blob == 0) return;
+  auto it = holders_.find(blob);
+  if (it == holders_.end() || --it->second > 0) return;
+  holders_.erase(it);
+  if (auto size = size_slot_.find(blob); size != size_slot_.end()) {
+    FreeSlot(size->second);
+    size_slot_.erase(size);
   }
 }
 
 bool HandleTable::Put(const HandleRecord& rec) {
   std::lock_guard lock(mu_);
   uint32_t i;
+  uint64_t old_blob = 0;
   if (auto it = fh_slot_.find(rec.fh); it != fh_slot_.end()) {
     i = it->second;
     Slot* s = slot(i);
+    old_blob = s->blob.load(std::memory_order_relaxed);
     s->word.fetch_add(1, std::memory_order_release);  // odd -> even: not a record while rewritten
-  } else if (!free_.empty()) {
-    i = free_.back();
-    free_.pop_back();
-  } else {
-    i = header()->high_water.load(std::memory_order_relaxed);
-    if (i == header()->slots) return false;
-    header()->high_water.store(i + 1, std::memory_order_release);
+  } else if (!TakeSlot(&i)) {
+    return false;
   }
   Slot* s = slot(i);
   // Pairs with Snapshot's acquire fence: a reader that sees any field below
@@ -135,6 +178,8 @@ bool HandleTable::Put(const HandleRecord& rec) {
   s->pid.store(rec.pid, std::memory_order_relaxed);
   s->word.fetch_add(1, std::memory_order_release);  // even -> odd: the commit, last
   fh_slot_[rec.fh] = i;
+  if (rec.blob != 0) holders_[rec.blob]++;
+  Unhold(old_blob);
   return true;
 }
 
@@ -150,24 +195,57 @@ bool HandleTable::Remove(uint64_t fh) {
   std::lock_guard lock(mu_);
   auto it = fh_slot_.find(fh);
   if (it == fh_slot_.end()) return false;
-  slot(it->second)->word.fetch_add(1, std::memory_order_release);  // odd -> even
-  free_.push_back(it->second);
+  uint64_t blob = slot(it->second)->blob.load(std::memory_order_relaxed);
+  FreeSlot(it->second);
   fh_slot_.erase(it);
+  Unhold(blob);
   return true;
 }
 
-HandleTable::Slot* HandleTable::Find(uint64_t fh) const {
+bool HandleTable::SetSize(uint64_t blob, uint64_t size) {
+  std::lock_guard lock(mu_);
+  if (blob == 0 || !holders_.contains(blob)) return false;
+  if (auto it = size_slot_.find(blob); it != size_slot_.end()) {
+    slot(it->second)->size.store(size, std::memory_order_release);  // one store: whole
+    return true;
+  }
+  uint32_t i;
+  if (!TakeSlot(&i)) return false;
+  Slot* s = slot(i);
+  std::atomic_thread_fence(std::memory_order_release);  // as in Put
+  s->fh.store(0, std::memory_order_relaxed);
+  s->blob.store(blob, std::memory_order_relaxed);
+  s->size.store(size, std::memory_order_relaxed);
+  s->word.fetch_add(1, std::memory_order_release);  // even -> odd: the commit, last
+  size_slot_[blob] = i;
+  return true;
+}
+
+uint32_t HandleTable::writer_generation() const {
+  return header()->writer_generation.load(std::memory_order_acquire);
+}
+
+HandleTable::Slot* HandleTable::Find(uint64_t fh, uint64_t blob) const {
   uint32_t high = std::min(header()->high_water.load(std::memory_order_acquire), capacity());
   for (uint32_t i = 0; i < high; ++i) {
     Slot* s = slot(i);
-    if ((s->word.load(std::memory_order_acquire) & 1) && s->fh.load(std::memory_order_relaxed) == fh) {
+    if ((s->word.load(std::memory_order_acquire) & 1) && s->fh.load(std::memory_order_relaxed) == fh &&
+        (fh != 0 || s->blob.load(std::memory_order_relaxed) == blob)) {
       return s;
     }
   }
   return nullptr;
 }
 
+bool HandleTable::SetSizeFound(uint64_t blob, uint64_t size) {
+  Slot* s = Find(0, blob);
+  if (s == nullptr) return false;
+  s->size.store(size, std::memory_order_release);
+  return true;
+}
+
 bool HandleTable::RemoveFound(uint64_t fh) {
+  if (fh == 0) return false;
   Slot* s = Find(fh);
   if (s == nullptr) return false;
   s->word.fetch_add(1, std::memory_order_release);  // odd -> even
@@ -175,13 +253,15 @@ bool HandleTable::RemoveFound(uint64_t fh) {
 }
 
 bool HandleTable::AddFlagsFound(uint64_t fh, uint32_t flags) {
+  if (fh == 0) return false;
   Slot* s = Find(fh);
   if (s == nullptr) return false;
   s->flags.fetch_or(flags, std::memory_order_release);
   return true;
 }
 
-std::vector<HandleRecord> HandleTable::Snapshot(bool* stable) const {
+std::vector<HandleRecord> HandleTable::Snapshot(bool* stable,
+                                                std::map<uint64_t, uint64_t>* sizes) const {
   *stable = true;
   std::vector<HandleRecord> out;
   uint32_t high = std::min(header()->high_water.load(std::memory_order_acquire), capacity());
@@ -196,12 +276,17 @@ std::vector<HandleRecord> HandleTable::Snapshot(bool* stable) const {
     rec.unique = s->unique.load(std::memory_order_relaxed);
     rec.flags = s->flags.load(std::memory_order_relaxed);
     rec.pid = s->pid.load(std::memory_order_relaxed);
+    uint64_t size = s->size.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
     if (s->word.load(std::memory_order_relaxed) != before) {
       *stable = false;
       continue;
     }
-    out.push_back(rec);
+    if (rec.fh != 0) {
+      out.push_back(rec);
+    } else if (sizes != nullptr) {
+      (*sizes)[rec.blob] = size;
+    }
   }
   return out;
 }

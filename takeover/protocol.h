@@ -13,7 +13,9 @@
 //                        Only without a shared handle table (handle_table.h: an
 //                        older supervisor, or a full table); else the worker
 //                        writes the table instead
-//     kBlobSize  the live size of an unsealed blob (before the write's reply)
+//     kBlobSize  the live size of an unsealed blob (before the write's reply);
+//                only while no handle in the shared handle table holds the
+//                blob (else the worker writes the size into the table)
 //     kBlobAdd (BlobFd + 1 fd) / kBlobFree  blobs whose memory lives in an fd
 //                (GPU VMM); the bytes of the allocation come with the fd (the
 //                driver cannot tell an importer how large an allocation is)

@@ -21,7 +21,7 @@ Status Registry::Apply(Message m) {
       GPUFS_ASSIGN_OR_RETURN(HandleRecord rec, As<HandleRecord>(m));
       if (auto it = handles_.find(rec.fh); it != handles_.end()) {
         it->second.flags |= rec.flags;
-      } else if (table_ != nullptr) {
+      } else if (LegacyWorker()) {
         table_->AddFlagsFound(rec.fh, rec.flags);
       }
       return Status::Ok();
@@ -42,7 +42,7 @@ Status Registry::Apply(Message m) {
       if (auto it = handles_.find(fh); it != handles_.end()) {
         Release(it->second.blob);
         handles_.erase(it);
-      } else if (table_ != nullptr) {
+      } else if (LegacyWorker()) {
         table_->RemoveFound(fh);
       }
       return Status::Ok();
@@ -52,6 +52,7 @@ Status Registry::Apply(Message m) {
       // A table handle's open is not a message: keep the size, and let
       // PruneSizes drop it once no handle holds the blob.
       if (holders_.contains(bs.blob) || table_ != nullptr) sizes_[bs.blob] = bs.size;
+      if (LegacyWorker()) table_->SetSizeFound(bs.blob, bs.size);  // else the table's is newer
       if (sizes_.size() >= prune_at_) PruneSizes();
       return Status::Ok();
     }
@@ -101,18 +102,27 @@ void Registry::Release(uint64_t blob) {
 
 }
 
-Result<std::map<uint64_t, HandleRecord>> Registry::handle_records() const {
-  std::map<uint64_t, HandleRecord> all = handles_;
-  if (table_ == nullptr) return all;
+Status Registry::ReadAll(std::map<uint64_t, HandleRecord>* handles,
+                        std::map<uint64_t, uint64_t>* sizes) const {
+  *handles = handles_;
+  if (table_ == nullptr) return Status::Ok();
   // Unstable only while a worker writes; a few tries ride out a close.
   for (int attempt = 0; attempt < 100; ++attempt) {
     bool stable = false;
-    std::vector<HandleRecord> records = table_->Snapshot(&stable);
+    std::map<uint64_t, uint64_t> table_sizes;
+    std::vector<HandleRecord> records = table_->Snapshot(&stable, &table_sizes);
     if (!stable) continue;
-    for (const HandleRecord& rec : records) all[rec.fh] = rec;
-    return all;
+    for (const HandleRecord& rec : records) (*handles)[rec.fh] = rec;
+    if (sizes != nullptr) *sizes = std::move(table_sizes);
+    return Status::Ok();
   }
   return Error(EAGAIN, "the handle table kept changing while it was read");
+}
+
+Result<std::map<uint64_t, HandleRecord>> Registry::handle_records() const {
+  std::map<uint64_t, HandleRecord> all;
+  GPUFS_RETURN_IF_ERROR(ReadAll(&all, nullptr));
+  return all;
 }
 
 size_t Registry::handles() const {
@@ -155,17 +165,24 @@ int Registry::blob_fd(uint64_t blob) const {
   return it == blobs_.end() ? -1 : it->second.get();
 }
 
-Status Registry::SendHandover(int fd, uint32_t generation, int32_t supervisor_pid) const {
+Status Registry::SendHandover(int fd, uint32_t generation, int32_t supervisor_pid) {
+  worker_generation_ = generation;
   Hello hello;
   hello.generation = generation;
   hello.restarts = generation - 1;
   hello.supervisor_pid = supervisor_pid;
   hello.init_answered = init_answered_ ? 1 : 0;
   // The worker is dead (or not started): the table holds still.
-  GPUFS_ASSIGN_OR_RETURN(auto handles, handle_records());
-  std::map<uint64_t, uint64_t> sizes;  // of the blobs a handle holds
+  std::map<uint64_t, HandleRecord> handles;
+  std::map<uint64_t, uint64_t> table_sizes;
+  GPUFS_RETURN_IF_ERROR(ReadAll(&handles, &table_sizes));
+  std::map<uint64_t, uint64_t> sizes;  // of the blobs a handle holds; the table's first
   for (const auto& [fh, rec] : handles) {
-    if (auto it = sizes_.find(rec.blob); it != sizes_.end()) sizes.insert(*it);
+    if (auto it = table_sizes.find(rec.blob); it != table_sizes.end()) {
+      sizes.insert(*it);
+    } else if (auto it2 = sizes_.find(rec.blob); it2 != sizes_.end()) {
+      sizes.insert(*it2);
+    }
   }
   hello.handles = handles.size();
   hello.blobs = blobs_.size();

@@ -43,7 +43,7 @@ Result<std::unique_ptr<WorkerLink>> WorkerLink::FromEnvironment() {
   // After the handover: the supervisor read the table for it.
   std::unique_ptr<HandleTable> table;
   if (table_owner.valid()) {
-    auto attached = HandleTable::Attach(std::move(table_owner));
+    auto attached = HandleTable::Attach(std::move(table_owner), handover.hello.generation);
     if (attached.ok()) {
       table = std::make_unique<HandleTable>(std::move(*attached));
     } else {
@@ -110,6 +110,7 @@ void WorkerLink::HandleClosed(uint64_t fh) {
   Post(MsgType::kHandleClose, AsBytes(fh));
 }
 void WorkerLink::BlobSizeChanged(uint64_t blob, uint64_t size) {
+  if (table_ != nullptr && table_->SetSize(blob, size)) return;
   BlobSize bs{blob, size};
   Post(MsgType::kBlobSize, AsBytes(bs));
 }

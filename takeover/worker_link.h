@@ -53,7 +53,8 @@ class WorkerLink {
   // The handle took an IPC handle (GPUFS_IOC_MAP/ALLOC).
   void HandleMapped(uint64_t fh);
   void HandleClosed(uint64_t fh);
-  // Before the reply to a write that changed an unsealed blob's size.
+  // Before the reply to a write that changed an unsealed blob's size (into
+  // the table while a handle there holds the blob, else by message).
   void BlobSizeChanged(uint64_t blob, uint64_t size);
   // The supervisor keeps a duplicate of `fd` (where rec.blob is: `rec`) until
   // BlobFreed(rec.blob) or the next BlobAdded of that blob.
