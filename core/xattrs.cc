@@ -34,8 +34,8 @@ Status CheckTensorXattrs(Catalog& catalog, const Entry& entry, std::string_view 
     return std::optional<std::string>(std::move(*stored));
   };
   GPUFS_ASSIGN_OR_RETURN(auto dtype, current(xattr::kDtype));
-  GPUFS_ASSIGN_OR_RETURN(auto shape_text, current(xattr::kShape));
   if (!dtype) return Status::Ok();  // a shape alone says nothing about bytes
+  GPUFS_ASSIGN_OR_RETURN(auto shape_text, current(xattr::kShape));
   std::optional<std::vector<uint64_t>> shape;
   if (shape_text) {
     GPUFS_ASSIGN_OR_RETURN(shape, proto::ParseShape(*shape_text));
@@ -46,9 +46,11 @@ Status CheckTensorXattrs(Catalog& catalog, const Entry& entry, std::string_view 
 }  // namespace
 
 Status Namespace::CheckTensorAtSeal(EntryId entry_id, uint64_t size) {
-  auto entry = catalog_->GetEntry(entry_id);
-  if (!entry.ok()) return entry.status();
-  Status fits = CheckTensorXattrs(*catalog_, *entry, "", std::nullopt, size);
+  // Only the id is read: no catalog read of the entry (a plain member's seal
+  // costs one xattr read here, the dtype's absence).
+  Entry entry;
+  entry.id = entry_id;
+  Status fits = CheckTensorXattrs(*catalog_, entry, "", std::nullopt, size);
   if (fits.ok()) return fits;
   GPUFS_LOG(WARN) << PathOf(entry_id) << ": dropping user.gpufs.dtype and shape at seal: "
                   << fits.message();

@@ -9,8 +9,13 @@
 //   worker -> supervisor, for as long as it lives:
 //     kInit / kInitAnswered  the kernel's raw FUSE_INIT, before and after it is answered
 //     kHandleOpen/Close  every open file handle, sent before the kernel gets
-//                        the reply that names it; kHandleUpdate adds flags (mapped)
-//     kBlobSize  the live size of an unsealed blob (before the write's reply)
+//                        the reply that names it; kHandleUpdate adds flags (mapped).
+//                        Only without a shared handle table (handle_table.h: an
+//                        older supervisor, or a full table); else the worker
+//                        writes the table instead
+//     kBlobSize  the live size of an unsealed blob (before the write's reply);
+//                only while no handle in the shared handle table holds the
+//                blob (else the worker writes the size into the table)
 //     kBlobAdd (BlobFd + 1 fd) / kBlobFree  blobs whose memory lives in an fd
 //                (GPU VMM); the bytes of the allocation come with the fd (the
 //                driver cannot tell an importer how large an allocation is)

@@ -1,6 +1,7 @@
 #include "takeover/registry.h"
 
 #include <algorithm>
+#include <set>
 #include <vector>
 
 namespace gpufs::takeover {
@@ -18,7 +19,11 @@ Status Registry::Apply(Message m) {
       return Status::Ok();
     case MsgType::kHandleUpdate: {  // flags to add to a recorded handle
       GPUFS_ASSIGN_OR_RETURN(HandleRecord rec, As<HandleRecord>(m));
-      if (auto it = handles_.find(rec.fh); it != handles_.end()) it->second.flags |= rec.flags;
+      if (auto it = handles_.find(rec.fh); it != handles_.end()) {
+        it->second.flags |= rec.flags;
+      } else if (LegacyWorker()) {
+        table_->AddFlagsFound(rec.fh, rec.flags);
+      }
       return Status::Ok();
     }
     case MsgType::kHandleOpen: {
@@ -37,12 +42,18 @@ Status Registry::Apply(Message m) {
       if (auto it = handles_.find(fh); it != handles_.end()) {
         Release(it->second.blob);
         handles_.erase(it);
+      } else if (LegacyWorker()) {
+        table_->RemoveFound(fh);
       }
       return Status::Ok();
     }
     case MsgType::kBlobSize: {
       GPUFS_ASSIGN_OR_RETURN(BlobSize bs, As<BlobSize>(m));
-      if (holders_.contains(bs.blob)) sizes_[bs.blob] = bs.size;
+      // A table handle's open is not a message: keep the size, and let
+      // PruneSizes drop it once no handle holds the blob.
+      if (holders_.contains(bs.blob) || table_ != nullptr) sizes_[bs.blob] = bs.size;
+      if (LegacyWorker()) table_->SetSizeFound(bs.blob, bs.size);  // else the table's is newer
+      if (sizes_.size() >= prune_at_) PruneSizes();
       return Status::Ok();
     }
     case MsgType::kBlobAdd: {
@@ -87,7 +98,46 @@ void Registry::Release(uint64_t blob) {
   auto it = holders_.find(blob);
   if (it == holders_.end() || --it->second > 0) return;
   holders_.erase(it);
-  sizes_.erase(blob);
+  if (table_ == nullptr) sizes_.erase(blob);  // else a table handle may hold it: PruneSizes
+
+}
+
+Status Registry::ReadAll(std::map<uint64_t, HandleRecord>* handles,
+                        std::map<uint64_t, uint64_t>* sizes) const {
+  *handles = handles_;
+  if (table_ == nullptr) return Status::Ok();
+  // Unstable only while a worker writes; a few tries ride out a close.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    bool stable = false;
+    std::map<uint64_t, uint64_t> table_sizes;
+    std::vector<HandleRecord> records = table_->Snapshot(&stable, &table_sizes);
+    if (!stable) continue;
+    for (const HandleRecord& rec : records) (*handles)[rec.fh] = rec;
+    if (sizes != nullptr) *sizes = std::move(table_sizes);
+    return Status::Ok();
+  }
+  return Error(EAGAIN, "the handle table kept changing while it was read");
+}
+
+Result<std::map<uint64_t, HandleRecord>> Registry::handle_records() const {
+  std::map<uint64_t, HandleRecord> all;
+  GPUFS_RETURN_IF_ERROR(ReadAll(&all, nullptr));
+  return all;
+}
+
+size_t Registry::handles() const {
+  auto all = handle_records();
+  return all.ok() ? all->size() : handles_.size();
+}
+
+void Registry::PruneSizes() {
+  auto all = handle_records();
+  if (all.ok()) {
+    std::set<uint64_t> held;
+    for (const auto& [fh, rec] : *all) held.insert(rec.blob);
+    std::erase_if(sizes_, [&](const auto& kv) { return !held.contains(kv.first); });
+  }
+  prune_at_ = std::max(kMinPruneAt, 2 * sizes_.size());
 }
 
 uint64_t Registry::blob_size(uint64_t blob) const {
@@ -115,15 +165,28 @@ int Registry::blob_fd(uint64_t blob) const {
   return it == blobs_.end() ? -1 : it->second.get();
 }
 
-Status Registry::SendHandover(int fd, uint32_t generation, int32_t supervisor_pid) const {
+Status Registry::SendHandover(int fd, uint32_t generation, int32_t supervisor_pid) {
+  worker_generation_ = generation;
   Hello hello;
   hello.generation = generation;
   hello.restarts = generation - 1;
   hello.supervisor_pid = supervisor_pid;
   hello.init_answered = init_answered_ ? 1 : 0;
-  hello.handles = handles_.size();
+  // The worker is dead (or not started): the table holds still.
+  std::map<uint64_t, HandleRecord> handles;
+  std::map<uint64_t, uint64_t> table_sizes;
+  GPUFS_RETURN_IF_ERROR(ReadAll(&handles, &table_sizes));
+  std::map<uint64_t, uint64_t> sizes;  // of the blobs a handle holds; the table's first
+  for (const auto& [fh, rec] : handles) {
+    if (auto it = table_sizes.find(rec.blob); it != table_sizes.end()) {
+      sizes.insert(*it);
+    } else if (auto it2 = sizes_.find(rec.blob); it2 != sizes_.end()) {
+      sizes.insert(*it2);
+    }
+  }
+  hello.handles = handles.size();
   hello.blobs = blobs_.size();
-  hello.sizes = sizes_.size();
+  hello.sizes = sizes.size();
   GPUFS_RETURN_IF_ERROR(Send(fd, MsgType::kHello, AsBytes(hello)));
   if (init_) GPUFS_RETURN_IF_ERROR(Send(fd, MsgType::kInit, std::as_bytes(std::span(*init_))));
   std::vector<HandleRecord> batch;
@@ -134,13 +197,13 @@ Status Registry::SendHandover(int fd, uint32_t generation, int32_t supervisor_pi
     batch.clear();
     return s;
   };
-  for (const auto& [fh, rec] : handles_) {
+  for (const auto& [fh, rec] : handles) {
     batch.push_back(rec);
     if (batch.size() == kHandlesPerMessage) GPUFS_RETURN_IF_ERROR(flush_handles());
   }
   GPUFS_RETURN_IF_ERROR(flush_handles());
   std::vector<BlobSize> size_batch;
-  for (const auto& [blob, size] : sizes_) size_batch.push_back({blob, size});
+  for (const auto& [blob, size] : sizes) size_batch.push_back({blob, size});
   for (size_t at = 0; at < size_batch.size(); at += kMaxPayload / sizeof(BlobSize)) {
     size_t n = std::min(size_batch.size() - at, kMaxPayload / sizeof(BlobSize));
     GPUFS_RETURN_IF_ERROR(

@@ -1,9 +1,12 @@
 // Registry: what the supervisor keeps for the next worker, built only from
 // the messages the worker sends (takeover/protocol.h):
 // - the kernel's raw FUSE_INIT and whether it was answered;
-// - every open file handle (fh -> entry, blob, flags, pid, opening request);
+// - every open file handle (fh -> entry, blob, flags, pid, opening request):
+//   those the worker keeps in the shared handle table (handle_table.h) and
+//   those it reported by message (an older worker, or a full table);
 // - the live size of each unsealed blob a handle holds (a writer may write
-//   on after the takeover; the catalog learns the size only at seal);
+//   on after the takeover; the catalog learns the size only at seal): in the
+//   table too while a table handle holds the blob;
 // - an fd for every live blob whose memory is not in a file (a GPU VMM
 //   allocation exported as a POSIX fd): holding it keeps the memory alive
 //   while no worker runs;
@@ -17,6 +20,7 @@
 #include <optional>
 #include <string>
 
+#include "takeover/handle_table.h"
 #include "takeover/protocol.h"
 #include "util/status.h"
 #include "util/unique_fd.h"
@@ -29,18 +33,30 @@ class Registry {
   // unchanged); messages that are not about state (kReady, kFailed) are no-ops.
   Status Apply(Message message);
 
-  // Sends the handover to a new worker on `fd` (kHello ... kHelloDone). The
-  // registry keeps its fds: the worker receives duplicates.
-  Status SendHandover(int fd, uint32_t generation, int32_t supervisor_pid) const;
+  // The table the workers record handles in (owned by the caller, outliving
+  // the registry); handles() and the handover include its records and sizes
+  // (a size in the table is newer than one by message: the worker sends one
+  // only while no table handle holds the blob). Messages of a worker that
+  // did not attach the table (an older gpufsd, handed the table's records)
+  // are applied to the table's records.
+  void set_table(HandleTable* table) { table_ = table; }
 
-  size_t handles() const { return handles_.size(); }
+  // Sends the handover to a new worker on `fd` (kHello ... kHelloDone). The
+  // registry keeps its fds: the worker receives duplicates. From here on the
+  // messages applied are that worker's (generation `generation`).
+  Status SendHandover(int fd, uint32_t generation, int32_t supervisor_pid);
+
+  // Open handles, messages' and the table's.
+  size_t handles() const;
   size_t blobs() const { return blobs_.size(); }
   size_t memories() const { return memories_.size(); }
   // -1 when the registry holds no memory `memory`.
   int memory_fd(uint64_t memory) const;
   bool has_init() const { return init_.has_value(); }
   bool init_answered() const { return init_answered_; }
-  const std::map<uint64_t, HandleRecord>& handle_records() const { return handles_; }
+  // Every open handle by fh: the messages', then the table's (a stable
+  // snapshot: call it while no worker runs). EAGAIN if the table kept changing.
+  Result<std::map<uint64_t, HandleRecord>> handle_records() const;
   // -1 when `blob` has no fd here.
   int blob_fd(uint64_t blob) const;
   // 0 when unknown.
@@ -52,6 +68,18 @@ class Registry {
 
  private:
   void Release(uint64_t blob);  // one handle less holds `blob`
+  // The open handles by fh (messages', then the table's) and, if `sizes` is
+  // not null, the table's live sizes by blob. EAGAIN if the table kept
+  // changing while it was read.
+  Status ReadAll(std::map<uint64_t, HandleRecord>* handles,
+                 std::map<uint64_t, uint64_t>* sizes) const;
+  // The running worker does not write the table (see set_table).
+  bool LegacyWorker() const {
+    return table_ != nullptr && table_->writer_generation() != worker_generation_;
+  }
+  // Drops the sizes of blobs no handle holds any more (a table handle's
+  // close is not a message): amortized, when sizes_ has doubled.
+  void PruneSizes();
 
   std::optional<std::string> init_;
   bool init_answered_ = false;
@@ -61,6 +89,10 @@ class Registry {
   std::map<uint64_t, UniqueFd> blobs_;
   std::map<uint64_t, BlobFd> records_;  // blob -> where it is behind its fd
   std::map<uint64_t, UniqueFd> memories_;  // memory id -> its fd
+  HandleTable* table_ = nullptr;
+  uint32_t worker_generation_ = 0;  // of the last handover
+  size_t prune_at_ = kMinPruneAt;
+  static constexpr size_t kMinPruneAt = 1024;
 };
 
 // What a new worker receives: the handover, read from `fd` until kHelloDone.

@@ -19,6 +19,7 @@
 
 #include "fs/fuse_mount.h"
 #include "takeover/mount_guard.h"
+#include "takeover/handle_table.h"
 #include "takeover/registry.h"
 #include "util/log.h"
 
@@ -91,6 +92,16 @@ class Supervisor {
     if (!sigfd_.valid()) return PosixError("signalfd", errno);
     GPUFS_ASSIGN_OR_RETURN(mount_, FuseMount::Mount(config_.mountpoint, config_.fuse_options));
     OpenControl();
+    // Workers record their open handles here (takeover/handle_table.h);
+    // without it they send a message for each.
+    auto table = takeover::HandleTable::Create();
+    if (table.ok()) {
+      table_ = std::make_unique<takeover::HandleTable>(std::move(*table));
+      registry_.set_table(table_.get());
+    } else {
+      GPUFS_LOG(WARN) << "no shared handle table (" << table.status().ToString()
+                      << "): workers report handles by message";
+    }
     return Status::Ok();
   }
 
@@ -136,6 +147,10 @@ class Supervisor {
       int fuse = ::dup(mount_->fd());  // not close-on-exec
       ::setenv(kEnvChannelFd, std::to_string(pair->second.get()).c_str(), 1);
       ::setenv(kEnvFuseFd, std::to_string(fuse).c_str(), 1);
+      if (table_ != nullptr) {
+        int table = ::dup(table_->fd());  // not close-on-exec
+        ::setenv(takeover::kEnvHandleTableFd, std::to_string(table).c_str(), 1);
+      }
       sigset_t none;
       sigemptyset(&none);
       ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -296,6 +311,7 @@ class Supervisor {
   SupervisorConfig config_;
   UniqueFd lock_, sigfd_, control_, channel_;
   std::unique_ptr<FuseMount> mount_;
+  std::unique_ptr<takeover::HandleTable> table_;  // null: handles come by message
   takeover::Registry registry_;
   std::vector<UniqueFd> waiting_;  // `gpufs restart` clients waiting for the new worker
   pid_t worker_ = -1;

@@ -1,8 +1,10 @@
 // The worker's end of the takeover channel (takeover/protocol.h): reads the
 // handover at start and reports, as it happens, everything the next worker
-// will need. Every report is one sendmsg, made before the kernel can see the
-// effect (an open's reply, a blob's first use), so a worker killed at any
-// instant has left the supervisor an exact picture.
+// will need. Every report is made before the kernel can see the effect (an
+// open's reply, a blob's first use), so a worker killed at any instant has
+// left the supervisor an exact picture: open handles go into the shared
+// handle table (takeover/handle_table.h) when the supervisor gave one (a few
+// stores), everything else is one sendmsg.
 //
 // Thread-safe. A failed send means the supervisor is gone; the worker is
 // about to be killed (PR_SET_PDEATHSIG), so failures are only logged.
@@ -12,6 +14,7 @@
 #include <span>
 #include <string>
 
+#include "takeover/handle_table.h"
 #include "takeover/registry.h"
 #include "util/status.h"
 
@@ -22,8 +25,10 @@ class WorkerLink {
   // The link of a worker the supervisor started (GPUFS_TAKEOVER_FD and
   // GPUFS_FUSE_FD set): reads the handover. nullptr when not supervised.
   static Result<std::unique_ptr<WorkerLink>> FromEnvironment();
-  // For tests: a link over `channel` after the handover was read from it.
-  WorkerLink(UniqueFd channel, int fuse_fd, Handover handover);
+  // For tests: a link over `channel` after the handover was read from it;
+  // handles go to `table` when there is one, else by message.
+  WorkerLink(UniqueFd channel, int fuse_fd, Handover handover,
+             std::unique_ptr<HandleTable> table = nullptr);
 
   int fuse_fd() const { return fuse_fd_; }
   uint32_t generation() const { return handover_.hello.generation; }
@@ -48,7 +53,8 @@ class WorkerLink {
   // The handle took an IPC handle (GPUFS_IOC_MAP/ALLOC).
   void HandleMapped(uint64_t fh);
   void HandleClosed(uint64_t fh);
-  // Before the reply to a write that changed an unsealed blob's size.
+  // Before the reply to a write that changed an unsealed blob's size (into
+  // the table while a handle there holds the blob, else by message).
   void BlobSizeChanged(uint64_t blob, uint64_t size);
   // The supervisor keeps a duplicate of `fd` (where rec.blob is: `rec`) until
   // BlobFreed(rec.blob) or the next BlobAdded of that blob.
@@ -67,6 +73,7 @@ class WorkerLink {
   UniqueFd channel_;
   int fuse_fd_;
   Handover handover_;
+  std::unique_ptr<HandleTable> table_;  // null: handles by message
   std::map<uint64_t, const HandleRecord*> by_unique_;
 };
 
