@@ -323,14 +323,20 @@ void GpuBulkStore::ReleaseRetired(BlobId id) {
 Status GpuBulkStore::PlaceEmpty(BlobId id) {
   SharingKey key;
   uint32_t owner = 0;
+  bool sealed = false;
   {
     std::lock_guard lock(mu_);
     BlobRecord* rec = FindLocked(id);
     if (rec == nullptr || rec->place.alloc != 0) return Status::Ok();
     key = rec->key;
     owner = rec->owner;
+    sealed = rec->sealed;
   }
-  Result<Place> place = Packable(key, 0) ? AcquirePackPlace(key, 0) : AcquirePlace(owner, 0);
+  // Only a sealed blob may go into a pack: an unsealed one is exported to
+  // its producer writable (GPUFS_IOC_ALLOC of 0 bytes), so it gets an
+  // allocation of its own, as any blob being written.
+  Result<Place> place =
+      sealed && Packable(key, 0) ? AcquirePackPlace(key, 0) : AcquirePlace(owner, 0);
   GPUFS_RETURN_IF_ERROR(
       place.status().Prepend("gpu store " + device_ + ": a place for empty " + Describe(id)));
   Dropped dropped;  // freed after the lock is released

@@ -270,7 +270,8 @@ class GpuBulkStore final : public BulkStore {
   // into `dropped`, to be freed once mu_ is released.
   void ReleasePlaceLocked(const Place& place, Dropped* dropped);
   // An empty blob has no place (alloc 0) until it grows or is first
-  // exported: then it gets one, in a pack of its key where packs apply.
+  // exported: then it gets one, in a pack of its key where packs apply and
+  // the blob is sealed, else an allocation of its own.
   Status PlaceEmpty(BlobId id);
   // kVmm: a range of `bytes` (rounded to kPackAlignment) in a pack of `key`,
   // a new pack (one pooled granule) if none has room. Locks mu_ itself.

@@ -191,6 +191,13 @@ TEST_P(VmmStoreTest, EmptyBlobsHaveNoPlaceUntilTheyGrowOrAreExported) {
   ASSERT_TRUE(store_->Read(2, 0, back).ok());
   EXPECT_EQ(back, data);
   EXPECT_EQ(store_->dedicated_count(), dedicated + 1);
+  // An unsealed empty blob exported (to its producer, writable: ALLOC of 0
+  // bytes) gets an allocation of its own, never a range of the pack that
+  // sealed blob 1 of the same key lives in.
+  auto writable = store_->Export(3);
+  ASSERT_TRUE(writable.ok()) << writable.status().ToString();
+  EXPECT_NE(store_->PlaceOfForTesting(3).arena, store_->PlaceOfForTesting(1).arena);
+  EXPECT_EQ(store_->PlaceOfForTesting(3).offset, 0u);
   for (BlobId id = 1; id <= 50; ++id) store_->Free(id);
   EXPECT_EQ(store_->Usage().used, 0u);
   EXPECT_EQ(store_->dedicated_count() + store_->pack_count(), 0u);
