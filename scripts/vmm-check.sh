@@ -70,6 +70,17 @@ mkdir "$mnt/sec2" && chmod 755 "$mnt/sec2" && mv "$mnt/sec/spub" "$mnt/sec2/spub
 check  "after a rename into another object, spub's map reaches no byte of spub3" nobody "$probe" scan "$mnt/sec2/spub" 0x63
 check  "the renamed spub keeps its bytes" nobody "$probe" check "$mnt/sec2/spub" 0x61
 
+# A producer's writable map of a new empty member (gpufs_create of 0 bytes)
+# reaches no sealed small member of the same object, owner and mode: packs
+# hold sealed blobs only.
+mkdir "$mnt/np" && chmod 777 "$mnt/np"
+nobody sh -c "head -c 65536 /dev/zero | tr '\\0' e > '$mnt/np/small'" && nobody chmod 644 "$mnt/np/small"
+check  "nobody's writable map of a new empty member reaches no byte of its small sealed neighbour" \
+  nobody "$probe" create0 "$mnt/np/empty" 0x65
+nobody touch "$mnt/np/t0"
+check  "an empty member made by touch maps (0 bytes; no device memory until then)" \
+  nobody "$probe" check "$mnt/np/t0" 0x00
+
 # Freed memory: root's 0600 blob is removed; nobody's new blobs never show it.
 fill "$mnt/sec/gone" 8388608 Z && chmod 600 "$mnt/sec/gone"
 "$probe" check "$mnt/sec/gone" 0x5a >/dev/null && rm "$mnt/sec/gone"

@@ -7,6 +7,8 @@
 //                                the mapping reaches (its whole allocation)
 //   vmm-probe shares PATH BYTE   maps PATH; BYTE appears in the mapping
 //                                outside PATH's own bytes (a packed neighbour)
+//   vmm-probe create0 PATH BYTE  gpufs_create of 0 bytes at PATH (a writable
+//                                map); BYTE appears nowhere in all it reaches
 //   vmm-probe write PATH         maps PATH read-only; a device write is refused
 //                                and the bytes stay as they were
 //   vmm-probe token PATH         prints the socket and a fresh token (hex)
@@ -140,14 +142,19 @@ int Watch(const char* path) {
 
 int main(int argc, char** argv) {
   if (argc < 3) return Fail("usage: see the file comment");
-  const std::string cmd = argv[1];
+  std::string cmd = argv[1];
   const char* path = argv[2];
   if (cmd == "watch") return Watch(path);
-  if (cmd == "check" || cmd == "scan" || cmd == "shares") {
+  if (cmd == "check" || cmd == "scan" || cmd == "shares" || cmd == "create0") {
     if (argc < 4) return Fail("want BYTE");
     const uint8_t byte = static_cast<uint8_t>(std::strtoul(argv[3], nullptr, 0));
     gpufs_buffer buf;
-    if (Map(path, &buf) != 0) return 1;
+    if (cmd == "create0") {  // a producer's writable map of a new empty blob
+      if (gpufs_create(path, 0, &buf) != 0) return Fail(gpufs_last_error());
+      cmd = "scan";
+    } else if (Map(path, &buf) != 0) {
+      return 1;
+    }
     const Arena* arena = static_cast<const Arena*>(buf.internal);
     std::vector<uint8_t> bytes;
     if (cmd == "check") {
