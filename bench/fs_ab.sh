@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fs_ab.sh: the request-path rows of fs_bench.sh (creates of empty members,
-# open+fstat+ioctl+close back to back and after idle, and fs_probe's per-call
-# steps) for two builds of gpufs, interleaved round by round (A, B, A, B...)
+# creates of 2-byte files, open+fstat+ioctl+close back to back and after
+# idle, and fs_probe's per-call steps) for two builds of gpufs, interleaved round by round (A, B, A, B...)
 # so that the noise of a shared machine falls on both alike. Prints one line
 # per build and round, then the median of each figure per build.
 #
@@ -50,6 +50,11 @@ one_round() {  # one_round LABEL BUILD: appends "LABEL key=value ..." to $OUT
   t=$EPOCHREALTIME
   for ((i = 0; i < ENTRIES; i++)); do : > "$MNT/c/m$i"; done
   line="create_per_s=$(awk -v n="$ENTRIES" -v a="$t" -v b="$EPOCHREALTIME" \
+    'BEGIN { printf "%.0f", n / (b - a) }')"
+  mkdir "$MNT/w"
+  t=$EPOCHREALTIME
+  for ((i = 0; i < ENTRIES / 2; i++)); do echo x > "$MNT/w/m$i"; done  # create, write, close
+  line+=" write2b_per_s=$(awk -v n="$((ENTRIES / 2))" -v a="$t" -v b="$EPOCHREALTIME" \
     'BEGIN { printf "%.0f", n / (b - a) }')"
   dd if=/dev/zero of="$MNT/rt" bs=4k count=1 status=none
   "$probe" roundtrip "$MNT/rt" 10 0 >/dev/null

@@ -99,7 +99,6 @@ void Registry::Release(uint64_t blob) {
   if (it == holders_.end() || --it->second > 0) return;
   holders_.erase(it);
   if (table_ == nullptr) sizes_.erase(blob);  // else a table handle may hold it: PruneSizes
-
 }
 
 Status Registry::ReadAll(std::map<uint64_t, HandleRecord>* handles,

@@ -18,8 +18,8 @@
 #include <optional>
 
 #include "fs/fuse_mount.h"
-#include "takeover/mount_guard.h"
 #include "takeover/handle_table.h"
+#include "takeover/mount_guard.h"
 #include "takeover/registry.h"
 #include "util/log.h"
 
