@@ -124,7 +124,7 @@ sys.exit(1)"
 fill "$mnt/b2m" 2097152 C
 fill "$mnt/b1g" 1073741824 D
 # Each size: 9 fresh processes of each mode (raw; libgpufs after one
-# untimed request that wakes the daemon, as raw's untimed getxattrs do;
+# untimed getxattr that wakes the daemon, as raw's untimed getxattrs do;
 # libgpufs with the daemon idle since the process started), alternating;
 # each line one sample; then the medians. One mode per process: a process
 # that measured both would pay the first one's teardown in the second.

@@ -20,9 +20,11 @@
 //                                map). One mode per process compares them
 //                                fairly: raw's untimed getxattrs (its token)
 //                                wake the daemon, and `map` makes one untimed
-//                                stat of PATH to the same end; `map-idle`
-//                                does not (the daemon idle since the process
-//                                started: its wake-up is timed too)
+//                                getxattr of PATH to the same end (a stat
+//                                would not: the kernel answers it from its
+//                                cache); `map-idle` does not (the daemon
+//                                idle since the process started: its
+//                                wake-up is timed too)
 //   vmm-probe rewarm PATH        maps PATH twice (the 2nd warm: same mapping),
 //                                replaces it with write(2) (0x51 bytes), maps
 //                                again: the new bytes, while the old mapping
@@ -248,8 +250,10 @@ int main(int argc, char** argv) {
       return true;
     };
     if (mode == "map" || mode == "map-idle") {
-      struct stat st;
-      if (mode == "map" && ::stat(path, &st) != 0) return Fail("stat");
+      char sock[256];
+      if (mode == "map" && ::getxattr(path, GPUFS_XATTR_SOCKET, sock, sizeof sock) <= 0) {
+        return Fail("getxattr " GPUFS_XATTR_SOCKET);
+      }
       if (!map_twice()) return 1;
       std::printf("bench %s cold_map_us=%.1f warm_map_us=%.1f\n", path, cold_us, warm_us);
       return 0;
