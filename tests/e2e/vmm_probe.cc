@@ -40,7 +40,6 @@
 //                                (a mapper across worker takeovers)
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
