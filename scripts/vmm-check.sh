@@ -123,8 +123,8 @@ sys.exit(1)"
 # import + map + set access; warm map of an already mapped member.
 fill "$mnt/b2m" 2097152 C
 fill "$mnt/b1g" 1073741824 D
-# Each size: 9 fresh processes of each mode (raw; libgpufs after one
-# untimed getxattr that wakes the daemon, as raw's untimed getxattrs do;
+# Each size: 9 fresh processes of each mode (raw; libgpufs after the two
+# untimed getxattrs raw makes for its token and socket;
 # libgpufs with the daemon idle since the process started), alternating;
 # each line one sample; then the medians. One mode per process: a process
 # that measured both would pay the first one's teardown in the second.
