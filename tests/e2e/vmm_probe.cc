@@ -23,6 +23,9 @@
 //                                `map-idle` does not (its first requests
 //                                are timed). $GPUFS_BENCH_PREP=N: N more
 //                                untimed getxattrs first, in every mode
+//   vmm-probe ioctls PATH [cuda] (a diagnosis) open, GPUFS_IOC_MAP, close, 4
+//                                times, each timed; with `cuda` after the
+//                                process's CUDA context is made
 //   vmm-probe rewarm PATH        maps PATH twice (the 2nd warm: same mapping),
 //                                replaces it with write(2) (0x51 bytes), maps
 //                                again: the new bytes, while the old mapping
@@ -38,6 +41,7 @@
 //                                (a mapper across worker takeovers)
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -219,6 +223,37 @@ int main(int argc, char** argv) {
     if (fd.ok()) return Fail("the daemon handed out the fd of someone else's token");
     std::printf("refused: %s\n", fd.status().ToString().c_str());
     return fd.status().code() == EACCES ? 0 : 3;
+  }
+  if (cmd == "ioctls") {  // a diagnosis: open / MAP ioctl / close, 4 times, µs each
+    using Clock = std::chrono::steady_clock;
+    if (argc > 3 && std::string(argv[3]) == "cuda") {
+      auto api = LoadDriver();
+      if (!api.ok()) return Fail(api.status().ToString());
+      CUdevice dev;
+      CUcontext ctx;
+      (*api)->DeviceGet(&dev, 0);
+      (*api)->DevicePrimaryCtxRetain(&ctx, dev);
+    }
+    char sock[256];
+    for (int i = 0; i < 2; ++i) ::getxattr(path, GPUFS_XATTR_SOCKET, sock, sizeof sock);
+    std::string line = "ioctls";
+    for (int i = 0; i < 4; ++i) {
+      auto t0 = Clock::now();
+      int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+      auto t1 = Clock::now();
+      gpufs_ipc_info info{};
+      int r = ::ioctl(fd, GPUFS_IOC_MAP, &info);
+      auto t2 = Clock::now();
+      ::close(fd);
+      auto t3 = Clock::now();
+      if (fd < 0 || r != 0) return Fail("open/ioctl");
+      char part[96];
+      std::snprintf(part, sizeof part, " open=%.1f ioctl=%.1f close=%.1f", Micros(t0, t1),
+                    Micros(t1, t2), Micros(t2, t3));
+      line += part;
+    }
+    std::printf("%s\n", line.c_str());
+    return 0;
   }
   if (cmd == "bench") {
     using Clock = std::chrono::steady_clock;
