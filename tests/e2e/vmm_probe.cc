@@ -83,6 +83,23 @@ Status Fetch(const gpufs_buffer& buf, CUdeviceptr src, std::vector<uint8_t>* out
   return r == CUDA_SUCCESS ? Status::Ok() : CudaError(*api, "cuMemcpyDtoH", r);
 }
 
+// The driver and device 0's primary context (retained for the process's life),
+// or null after printing why.
+const DriverApi* PrimaryContext(CUcontext* ctx) {
+  auto api = LoadDriver();
+  if (!api.ok()) {
+    Fail(api.status().ToString());
+    return nullptr;
+  }
+  CUdevice dev;
+  if ((*api)->DeviceGet(&dev, 0) != CUDA_SUCCESS ||
+      (*api)->DevicePrimaryCtxRetain(ctx, dev) != CUDA_SUCCESS) {
+    Fail("no CUDA device 0");
+    return nullptr;
+  }
+  return *api;
+}
+
 int Map(const char* path, gpufs_buffer* buf) {
   if (gpufs_map(path, buf) != 0) {
     std::fprintf(stderr, "vmm-probe: gpufs_map %s: %s\n", path, gpufs_last_error());
@@ -226,14 +243,8 @@ int main(int argc, char** argv) {
   }
   if (cmd == "ioctls") {  // a diagnosis: open / MAP ioctl / close, 4 times, µs each
     using Clock = std::chrono::steady_clock;
-    if (argc > 3 && std::string(argv[3]) == "cuda") {
-      auto api = LoadDriver();
-      if (!api.ok()) return Fail(api.status().ToString());
-      CUdevice dev;
-      CUcontext ctx;
-      (*api)->DeviceGet(&dev, 0);
-      (*api)->DevicePrimaryCtxRetain(&ctx, dev);
-    }
+    CUcontext ctx;
+    if (argc > 3 && std::string(argv[3]) == "cuda" && PrimaryContext(&ctx) == nullptr) return 1;
     char sock[256];
     for (int i = 0; i < 2; ++i) ::getxattr(path, GPUFS_XATTR_SOCKET, sock, sizeof sock);
     std::string line = "ioctls";
@@ -257,14 +268,11 @@ int main(int argc, char** argv) {
   }
   if (cmd == "bench") {
     using Clock = std::chrono::steady_clock;
-    auto api = LoadDriver();
-    if (!api.ok()) return Fail(api.status().ToString());
     // The process's CUDA context first: its ~150 ms is the same for any way.
-    CUdevice dev;
     CUcontext ctx;
-    (*api)->DeviceGet(&dev, 0);
-    (*api)->DevicePrimaryCtxRetain(&ctx, dev);
-    ScopedContext scope(**api, ctx);
+    const DriverApi* api = PrimaryContext(&ctx);
+    if (api == nullptr) return 1;
+    ScopedContext scope(*api, ctx);
     const std::string mode = argc > 3 ? argv[3] : "both";
     const char* prep = std::getenv("GPUFS_BENCH_PREP");
     for (long i = prep != nullptr ? std::strtol(prep, nullptr, 10) : 0; i > 0; --i) {
@@ -311,16 +319,16 @@ int main(int argc, char** argv) {
     if (!fd.ok()) return Fail(fd.status().ToString());
     CUmemGenericAllocationHandle h;
     CUdeviceptr va;
-    (*api)->MemImportFromShareableHandle(&h,
+    api->MemImportFromShareableHandle(&h,
                                          reinterpret_cast<void*>(static_cast<uintptr_t>(fd->get())),
                                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-    (*api)->MemAddressReserve(&va, info.alloc_size, 0, 0, 0);
-    (*api)->MemMap(va, info.alloc_size, 0, h, 0);
+    api->MemAddressReserve(&va, info.alloc_size, 0, 0, 0);
+    api->MemMap(va, info.alloc_size, 0, h, 0);
     CUmemAccessDesc access{};
     access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     access.location.id = 0;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READ;
-    CUresult r = (*api)->MemSetAccess(va, info.alloc_size, &access, 1);
+    CUresult r = api->MemSetAccess(va, info.alloc_size, &access, 1);
     auto t1 = Clock::now();
     if (r != CUDA_SUCCESS) return Fail("raw import failed");
     if (mode == "raw") {
@@ -328,9 +336,9 @@ int main(int argc, char** argv) {
                   static_cast<unsigned long long>(info.alloc_size), Micros(t0, t1));
       return 0;  // the process's exit tears the mapping down
     }
-    (*api)->MemUnmap(va, info.alloc_size);
-    (*api)->MemAddressFree(va, info.alloc_size);
-    (*api)->MemRelease(h);
+    api->MemUnmap(va, info.alloc_size);
+    api->MemAddressFree(va, info.alloc_size);
+    api->MemRelease(h);
     if (!map_twice()) return 1;
     std::printf(
         "bench %s alloc_size=%llu raw_us=%.1f cold_map_us=%.1f warm_map_us=%.1f ratio=%.2f\n", path,
@@ -365,27 +373,24 @@ int main(int argc, char** argv) {
     using Clock = std::chrono::steady_clock;
     if (argc < 4) return Fail("want DIR MIB");
     const size_t bytes = std::strtoull(argv[3], nullptr, 10) << 20;
-    auto api = LoadDriver();
-    if (!api.ok()) return Fail(api.status().ToString());
-    CUdevice dev;
     CUcontext ctx;
-    (*api)->DeviceGet(&dev, 0);
-    (*api)->DevicePrimaryCtxRetain(&ctx, dev);
-    ScopedContext scope(**api, ctx);
+    const DriverApi* api = PrimaryContext(&ctx);
+    if (api == nullptr) return 1;
+    ScopedContext scope(*api, ctx);
     CUdeviceptr src = 0, dst = 0;
-    if ((*api)->MemAlloc(&src, bytes) != CUDA_SUCCESS ||
-        (*api)->MemAlloc(&dst, bytes) != CUDA_SUCCESS) {
+    if (api->MemAlloc(&src, bytes) != CUDA_SUCCESS ||
+        api->MemAlloc(&dst, bytes) != CUDA_SUCCESS) {
       return Fail("cuMemAlloc");
     }
-    (*api)->MemsetD8(src, 0x5c, bytes);
-    (*api)->CtxSynchronize();
+    api->MemsetD8(src, 0x5c, bytes);
+    api->CtxSynchronize();
     std::vector<double> put, d2d, create_us, copy_us, seal_us;
     // The baseline first, on its own: the daemon's pool may be making the
     // next allocation after a put's seal, which would slow a copy then.
     for (int rep = 0; rep < 6; ++rep) {
       auto t1 = Clock::now();
-      (*api)->MemcpyAsync(dst, src, bytes, nullptr);
-      (*api)->CtxSynchronize();
+      api->MemcpyAsync(dst, src, bytes, nullptr);
+      api->CtxSynchronize();
       auto t2 = Clock::now();
       if (rep > 0) d2d.push_back(bytes / (Micros(t1, t2) * 1e3));
     }
@@ -395,8 +400,8 @@ int main(int argc, char** argv) {
       auto t0 = Clock::now();
       if (gpufs_create(target.c_str(), bytes, &buf) != 0) return Fail(gpufs_last_error());
       auto tc = Clock::now();
-      (*api)->MemcpyAsync(reinterpret_cast<CUdeviceptr>(buf.ptr), src, bytes, nullptr);
-      (*api)->CtxSynchronize();
+      api->MemcpyAsync(reinterpret_cast<CUdeviceptr>(buf.ptr), src, bytes, nullptr);
+      api->CtxSynchronize();
       auto tk = Clock::now();
       if (gpufs_seal(&buf) != 0) return Fail(gpufs_last_error());
       auto t1 = Clock::now();
