@@ -323,25 +323,31 @@ void GpuBulkStore::ReleaseRetired(BlobId id) {
 Status GpuBulkStore::PlaceEmpty(BlobId id) {
   SharingKey key;
   uint32_t owner = 0;
-  bool sealed = false;
+  bool packed = false;
+  uint64_t need = 0;
   {
     std::lock_guard lock(mu_);
     BlobRecord* rec = FindLocked(id);
     if (rec == nullptr || rec->place.alloc != 0) return Status::Ok();
     key = rec->key;
     owner = rec->owner;
-    sealed = rec->sealed;
+    // Only a sealed blob may go into a pack: an unsealed one is exported to
+    // its producer writable (GPUFS_IOC_ALLOC of 0 bytes), so it gets an
+    // allocation of its own, as any blob being written.
+    packed = rec->sealed && Packable(key, 0);
+    need = packed ? gpu_bulk_store_internal::kPackAlignment : Units(0);
+    if (need > RoomLocked(0)) {
+      return FullLocked("gpu store " + device_ + ": a place for empty " + Describe(id), need);
+    }
+    used_ += need;  // reserved now, so that concurrent calls cannot take it
   }
-  // Only a sealed blob may go into a pack: an unsealed one is exported to
-  // its producer writable (GPUFS_IOC_ALLOC of 0 bytes), so it gets an
-  // allocation of its own, as any blob being written.
-  Result<Place> place =
-      sealed && Packable(key, 0) ? AcquirePackPlace(key, 0) : AcquirePlace(owner, 0);
-  GPUFS_RETURN_IF_ERROR(
-      place.status().Prepend("gpu store " + device_ + ": a place for empty " + Describe(id)));
+  Result<Place> place = packed ? AcquirePackPlace(key, 0) : AcquirePlace(owner, 0);
   Dropped dropped;  // freed after the lock is released
   {
     std::lock_guard lock(mu_);
+    used_ -= need;
+    GPUFS_RETURN_IF_ERROR(
+        place.status().Prepend("gpu store " + device_ + ": a place for empty " + Describe(id)));
     BlobRecord* rec = FindLocked(id);
     if (rec == nullptr || rec->place.alloc != 0 || rec->size != 0) {  // placed meanwhile
       ReleasePlaceLocked(*place, &dropped);
