@@ -126,18 +126,20 @@ Status Namespace::MakeRoom(const std::string& device, uint64_t need) {
 }
 
 Status Namespace::FaultBack(EntryId entry, const std::shared_ptr<ActiveBlob>& blob) {
+  {
+    // On a GPU already (every map but the first after a spill): no need to
+    // know its home, which costs catalog reads up the tree.
+    std::shared_lock io(blob->io_mu);
+    if (blob->rec.state != BlobState::kSealed || IsGpuTier(blob->rec.device)) {
+      return Status::Ok();
+    }
+  }
   std::string home;
   {
     std::lock_guard lock(mu_);
     home = HomeDevice(entry);
   }
   if (home.empty()) return Status::Ok();
-  {
-    std::shared_lock io(blob->io_mu);
-    if (blob->rec.state != BlobState::kSealed || IsGpuTier(blob->rec.device)) {
-      return Status::Ok();
-    }
-  }
   return MigrateBlob(entry, home, MoveKind::kFaultBack);
 }
 
