@@ -13,8 +13,9 @@
  *   bind-mounts it elsewhere), else the path in info.handle (NUL-terminated;
  *   the daemon puts it there when it is shorter than 64 bytes), else the
  *   path in the xattr GPUFS_XATTR_SOCKET of the mount's root. Send a struct
- *   gpufs_fd_request carrying info.token, and receive a struct gpufs_fd_reply with the allocation's POSIX fd attached
- *   (SCM_RIGHTS). Then cuMemImportFromShareableHandle(fd,
+ *   gpufs_fd_request carrying info.token, and receive a struct
+ *   gpufs_fd_reply with the allocation's POSIX fd attached (SCM_RIGHTS).
+ *   Then cuMemImportFromShareableHandle(fd,
  *   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), cuMemAddressReserve +
  *   cuMemMap(alloc_size) and cuMemSetAccess with CU_MEM_ACCESS_FLAGS_PROT_READ
  *   (PROT_READWRITE only for GPUFS_INFO_WRITABLE, i.e. GPUFS_IOC_ALLOC). The
