@@ -54,7 +54,8 @@ bool Empty(const UsageFigures& usage) {
 
 }  // namespace
 
-UsageCatalog::UsageCatalog(std::unique_ptr<Catalog> inner) : inner_(std::move(inner)) {}
+UsageCatalog::UsageCatalog(std::unique_ptr<Catalog> inner)
+    : ForwardingCatalog(std::move(inner)) {}
 
 UsageFigures UsageCatalog::Contribution(const Blob& blob) {
   UsageFigures usage;

@@ -44,7 +44,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "meta/catalog.h"
+#include "meta/forwarding_catalog.h"
 
 namespace gpufs {
 
@@ -63,7 +63,7 @@ struct UsageFigures {
   bool operator==(const UsageFigures&) const = default;
 };
 
-class UsageCatalog final : public Catalog {
+class UsageCatalog final : public ForwardingCatalog {
  public:
   explicit UsageCatalog(std::unique_ptr<Catalog> inner);
 
@@ -82,51 +82,19 @@ class UsageCatalog final : public Catalog {
   // start-up Rebuild unless a fallback happened): for tests.
   uint64_t rebuilds() const { return rebuilds_; }
 
-  // --- Catalog: forwarded; see meta/catalog.h --------------------------------
-  Result<Entry> GetEntry(EntryId id) override { return inner_->GetEntry(id); }
-  Result<Entry> Lookup(EntryId parent, std::string_view name) override {
-    return inner_->Lookup(parent, name);
-  }
-  Result<std::vector<Entry>> ListChildren(EntryId parent, EntryId after, size_t limit) override {
-    return inner_->ListChildren(parent, after, limit);
-  }
-  Result<bool> HasChildren(EntryId parent) override { return inner_->HasChildren(parent); }
-  Result<uint64_t> CountChildObjects(EntryId parent) override {
-    return inner_->CountChildObjects(parent);
-  }
-  Result<uint64_t> CountEntries() override { return inner_->CountEntries(); }
+  // --- Catalog: the changes that move figures; the rest is forwarded
+  // (ForwardingCatalog). See meta/catalog.h.
   Result<Entry> CreateEntry(const Entry& entry, const std::optional<Blob>& blob) override;
-  Status UpdateEntryAttrs(const Entry& entry) override { return inner_->UpdateEntryAttrs(entry); }
   Status Detach(EntryId id, int64_t now_ns) override;
   Result<EntryId> Move(EntryId id, EntryId new_parent, std::string_view new_name,
                        int64_t now_ns) override;
   Result<std::optional<Blob>> Purge(EntryId id) override;
-  Result<std::vector<EntryId>> ListDetached() override { return inner_->ListDetached(); }
-
   Result<Blob> LinkNewBlob(EntryId entry, const Blob& blob, BlobId* old_blob) override;
   Result<Blob> CreateBlob(const Blob& blob) override;
   Result<BlobId> LinkBlob(EntryId entry, BlobId blob) override;
-  Result<Blob> GetBlob(BlobId id) override { return inner_->GetBlob(id); }
   Status UpdateBlob(const Blob& blob) override;
   Status UpdateBlobAndEntryAttrs(const Blob& blob, const Entry& entry) override;
   Status DeleteBlob(BlobId id) override;
-  Result<std::vector<Blob>> ListBlobs() override { return inner_->ListBlobs(); }
-  Result<std::vector<BlobId>> ListUnlinkedBlobs() override { return inner_->ListUnlinkedBlobs(); }
-  Result<EntryId> EntryOfBlob(BlobId blob) override { return inner_->EntryOfBlob(blob); }
-
-  Result<std::string> GetXattr(EntryId id, std::string_view name) override {
-    return inner_->GetXattr(id, name);
-  }
-  Status SetXattr(EntryId id, std::string_view name, std::string_view value, int flags) override {
-    return inner_->SetXattr(id, name, value, flags);
-  }
-  Result<std::vector<std::string>> ListXattrs(EntryId id) override {
-    return inner_->ListXattrs(id);
-  }
-  Status RemoveXattr(EntryId id, std::string_view name) override {
-    return inner_->RemoveXattr(id, name);
-  }
-  Result<uint64_t> NextGeneration() override { return inner_->NextGeneration(); }
 
  private:
   // What one blob row adds to the figures.
@@ -150,7 +118,6 @@ class UsageCatalog final : public Catalog {
   // The change succeeded but the figures cannot follow it: drop them.
   void Drop(const Status& why);
 
-  std::unique_ptr<Catalog> inner_;
   bool live_ = false;  // the figures below match the catalog
   uint64_t rebuilds_ = 0;
   // Objects with members below them (their subtree) and top-level blob
