@@ -15,6 +15,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <span>
 
 #include "takeover/registry.h"
 #include "takeover/worker_link.h"
@@ -40,6 +41,34 @@ void StartWorker(Registry& reg, uint32_t generation) {
   ASSERT_TRUE(ch.ok());
   ASSERT_TRUE(reg.SendHandover(ch->first.get(), generation, 1).ok());
   ASSERT_TRUE(ReceiveHandover(ch->second.get()).ok());
+}
+
+// Applies the next message on `from` (the supervisor's end) to `reg`; it
+// must be of type `want`.
+void ApplyNext(int from, Registry& reg, MsgType want) {
+  auto m = Receive(from);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->type, want);
+  Status applied = reg.Apply(std::move(*m));
+  ASSERT_TRUE(applied.ok()) << applied.ToString();
+}
+
+// Sends a message on `to` (a worker's end) and applies it from `from`.
+void SendApply(int to, int from, Registry& reg, MsgType type,
+               std::span<const std::byte> payload) {
+  ASSERT_TRUE(Send(to, type, payload).ok());
+  ApplyNext(from, reg, type);
+}
+
+// What `reg` hands over to worker 2.
+Handover HandoverToNext(Registry& reg) {
+  auto next = MakeChannelPair();
+  EXPECT_TRUE(next.ok());
+  if (!next.ok()) return {};
+  EXPECT_TRUE(reg.SendHandover(next->first.get(), 2, 1).ok());
+  auto h = ReceiveHandover(next->second.get());
+  EXPECT_TRUE(h.ok()) << h.status().ToString();
+  return h.ok() ? std::move(*h) : Handover{};
 }
 
 std::map<uint64_t, HandleRecord> ByFh(const std::vector<HandleRecord>& records) {
@@ -204,23 +233,16 @@ TEST(HandleTableTest, RegistryHandsOverTableHandlesAndTheirSizes) {
   ASSERT_TRUE(ch.ok());
   // By message: sizes reported while no table handle held the blob.
   for (BlobSize bs : {BlobSize{5, 500}, BlobSize{10, 1000}, BlobSize{15, 3}, BlobSize{99, 9}}) {
-    ASSERT_TRUE(Send(ch->second.get(), MsgType::kBlobSize, AsBytes(bs)).ok());
-    auto m = Receive(ch->first.get());
-    ASSERT_TRUE(m.ok());
-    ASSERT_TRUE(reg.Apply(std::move(*m)).ok());
+    SendApply(ch->second.get(), ch->first.get(), reg, MsgType::kBlobSize, AsBytes(bs));
   }
   ASSERT_TRUE(worker->Remove(2));  // blob 10 no longer held: its size is not handed over
   EXPECT_EQ(reg.handles(), 2u);
 
-  auto next = MakeChannelPair();
-  ASSERT_TRUE(next.ok());
-  ASSERT_TRUE(reg.SendHandover(next->first.get(), 2, 1).ok());
-  auto h = ReceiveHandover(next->second.get());
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
-  auto handed = ByFh(h->handles);
+  Handover h = HandoverToNext(reg);
+  auto handed = ByFh(h.handles);
   ASSERT_EQ(handed.size(), 2u);
   EXPECT_EQ(handed[1].unique, 7u);
-  EXPECT_EQ(h->sizes, (std::map<uint64_t, uint64_t>{{5, 500}, {15, 1500}}));
+  EXPECT_EQ(h.sizes, (std::map<uint64_t, uint64_t>{{5, 500}, {15, 1500}}));
 }
 
 // An older gpufsd after a newer one: handed the table's records, it maps
@@ -242,10 +264,7 @@ TEST(HandleTableTest, MessagesOfAnOlderWorkerReachTheTable) {
   auto ch = MakeChannelPair();
   ASSERT_TRUE(ch.ok());
   auto send_apply = [&](MsgType type, std::span<const std::byte> payload) {
-    ASSERT_TRUE(Send(ch->second.get(), type, payload).ok());
-    auto m = Receive(ch->first.get());
-    ASSERT_TRUE(m.ok());
-    ASSERT_TRUE(reg.Apply(std::move(*m)).ok());
+    SendApply(ch->second.get(), ch->first.get(), reg, type, payload);
   };
   HandleRecord mapped{.fh = 2, .flags = kHandleMapped};
   send_apply(MsgType::kHandleUpdate, AsBytes(mapped));
@@ -276,12 +295,7 @@ TEST(HandleTableTest, WorkerLinkFallsBackToMessagesWhenTheTableIsFull) {
   UniqueFd supervisor_end = std::move(ch->first);
   WorkerLink link(std::move(ch->second), -1, Handover{},
                   std::make_unique<HandleTable>(std::move(*worker_table)));
-  auto apply_next = [&](MsgType want) {
-    auto m = Receive(supervisor_end.get());
-    ASSERT_TRUE(m.ok());
-    ASSERT_EQ(m->type, want);
-    ASSERT_TRUE(reg.Apply(std::move(*m)).ok());
-  };
+  auto apply_next = [&](MsgType want) { ApplyNext(supervisor_end.get(), reg, want); };
   link.HandleOpened(RecordFor(1));  // the table's one slot
   link.HandleOpened(RecordFor(2));  // a message
   apply_next(MsgType::kHandleOpen);
@@ -301,17 +315,13 @@ TEST(HandleTableTest, WorkerLinkFallsBackToMessagesWhenTheTableIsFull) {
   bool stable = false;
   EXPECT_EQ(sup->Snapshot(&stable).size(), 1u);  // nothing else went into the table
 
-  auto next = MakeChannelPair();
-  ASSERT_TRUE(next.ok());
-  ASSERT_TRUE(reg.SendHandover(next->first.get(), 2, 1).ok());
-  auto h = ReceiveHandover(next->second.get());
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
-  auto handed = ByFh(h->handles);
+  Handover h = HandoverToNext(reg);
+  auto handed = ByFh(h.handles);
   ASSERT_EQ(handed.size(), 2u);
   EXPECT_EQ(handed[1].flags, kHandleWritable | kHandleMapped);
   EXPECT_EQ(handed[2].flags, kHandleWritable | kHandleMapped);
   EXPECT_EQ(handed[2].blob, 10u);
-  EXPECT_EQ(h->sizes, (std::map<uint64_t, uint64_t>{{5, 123}, {10, 456}}));
+  EXPECT_EQ(h.sizes, (std::map<uint64_t, uint64_t>{{5, 123}, {10, 456}}));
 }
 
 }  // namespace
