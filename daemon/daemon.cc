@@ -22,6 +22,7 @@
 #include "core/namespace.h"
 #include "fs/fd_server.h"
 #include "fs/fuse_server.h"
+#include "meta/caching_catalog.h"
 #include "meta/sqlite_catalog.h"
 #include "store/store_factory.h"
 #include "takeover/blob_sink.h"
@@ -151,7 +152,9 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   if (!catalog.ok()) return fail(catalog.status());
 
   NamespaceOptions options;
-  options.catalog = std::move(*catalog);
+  // The daemon is the catalog's only writer (exclusive locking): its reads
+  // come from memory (meta/caching_catalog.h).
+  options.catalog = std::make_unique<CachingCatalog>(std::move(*catalog));
   options.stores = std::move(stores->stores);
   options.default_device = stores->default_device;
   options.persist_all = config.persist;

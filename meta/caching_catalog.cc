@@ -1,0 +1,445 @@
+// CachingCatalog (see the header for the contract). Each write mirrors, on
+// success, the SQL that meta/sqlite_catalog*.cc ran for it; a write whose
+// effect on a row it does not hold is unknown here forgets that row.
+#include "meta/caching_catalog.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+
+namespace gpufs {
+
+namespace {
+
+Status Absent(int code, std::string context, const char* what) {
+  return Error(code, std::move(context) + ": " + what);
+}
+
+}  // namespace
+
+size_t CachingCatalog::RowsForTesting() {
+  std::lock_guard lock(mu_);
+  return entries_.size() + names_.size() + blobs_.size() + xattrs_.size() + xattr_lists_.size() +
+         child_objects_.size();
+}
+
+void CachingCatalog::Clear() {
+  entries_.clear();
+  names_.clear();
+  blobs_.clear();
+  xattrs_.clear();
+  xattr_lists_.clear();
+  child_objects_.clear();
+}
+
+void CachingCatalog::MakeRoom() {
+  size_t rows = entries_.size() + names_.size() + blobs_.size() + xattrs_.size() +
+                xattr_lists_.size() + child_objects_.size();
+  if (rows >= max_rows_) Clear();
+}
+
+void CachingCatalog::AfterFailedWrite(const Status& status) {
+  switch (status.code()) {
+    case EEXIST:
+    case ENOENT:
+    case EBUSY:
+    case ENOTEMPTY:
+    case EINVAL:
+    case EISDIR:
+    case ENODATA:
+      return;
+    default:
+      Clear();
+  }
+}
+
+void CachingCatalog::Remember(const Entry& entry) {
+  MakeRoom();
+  if (auto old = entries_.find(entry.id); old != entries_.end() && old->second.parent != 0) {
+    auto name = names_.find(Key{old->second.parent, old->second.name});
+    if (name != names_.end() && name->second == entry.id) names_.erase(name);
+  }
+  entries_[entry.id] = entry;
+  if (entry.parent != 0) names_[Key{entry.parent, entry.name}] = entry.id;
+}
+
+void CachingCatalog::Touch(EntryId parent, int64_t t) {
+  if (auto it = entries_.find(parent); it != entries_.end()) {
+    it->second.mtime_ns = t;
+    it->second.ctime_ns = t;
+  }
+}
+
+void CachingCatalog::ForgetEntry(EntryId id) {
+  if (auto it = entries_.find(id); it != entries_.end()) {
+    if (it->second.parent != 0) {
+      auto name = names_.find(Key{it->second.parent, it->second.name});
+      if (name != names_.end() && name->second == id) names_.erase(name);
+    }
+    entries_.erase(it);
+  }
+  xattrs_.erase(id);
+  xattr_lists_.erase(id);
+  child_objects_.erase(id);
+}
+
+// --- entries -------------------------------------------------------------------
+
+Result<Entry> CachingCatalog::GetEntry(EntryId id) {
+  std::lock_guard lock(mu_);
+  if (auto it = entries_.find(id); it != entries_.end()) return it->second;
+  Result<Entry> entry = inner_->GetEntry(id);
+  if (entry.ok()) Remember(*entry);
+  return entry;
+}
+
+Result<Entry> CachingCatalog::Lookup(EntryId parent, std::string_view name) {
+  std::lock_guard lock(mu_);
+  if (auto it = names_.find(Key{parent, std::string(name)}); it != names_.end()) {
+    if (it->second == 0) {
+      return Absent(ENOENT, "lookup " + std::to_string(parent) + "/" + std::string(name),
+                    "no such entry");
+    }
+    if (auto entry = entries_.find(it->second); entry != entries_.end()) return entry->second;
+  }
+  Result<Entry> entry = inner_->Lookup(parent, name);
+  if (entry.ok()) {
+    Remember(*entry);
+  } else if (entry.status().code() == ENOENT && parent != 0) {
+    MakeRoom();
+    names_[Key{parent, std::string(name)}] = 0;
+  }
+  return entry;
+}
+
+Result<std::vector<Entry>> CachingCatalog::ListChildren(EntryId parent, EntryId after,
+                                                       size_t limit) {
+  std::lock_guard lock(mu_);
+  Result<std::vector<Entry>> children = inner_->ListChildren(parent, after, limit);
+  if (children.ok()) {
+    for (const Entry& child : *children) Remember(child);
+  }
+  return children;
+}
+
+Result<bool> CachingCatalog::HasChildren(EntryId parent) {
+  std::lock_guard lock(mu_);
+  return inner_->HasChildren(parent);
+}
+
+Result<uint64_t> CachingCatalog::CountChildObjects(EntryId parent) {
+  std::lock_guard lock(mu_);
+  if (auto it = child_objects_.find(parent); it != child_objects_.end()) return it->second;
+  Result<uint64_t> count = inner_->CountChildObjects(parent);
+  if (count.ok() && parent != 0) {
+    MakeRoom();
+    child_objects_[parent] = *count;
+  }
+  return count;
+}
+
+Result<uint64_t> CachingCatalog::CountEntries() {
+  std::lock_guard lock(mu_);
+  return inner_->CountEntries();
+}
+
+Result<Entry> CachingCatalog::CreateEntry(const Entry& entry, const std::optional<Blob>& blob) {
+  std::lock_guard lock(mu_);
+  Result<Entry> stored = inner_->CreateEntry(entry, blob);
+  if (!stored.ok()) {
+    AfterFailedWrite(stored.status());
+    return stored;
+  }
+  Remember(*stored);
+  xattr_lists_[stored->id] = {};  // a new entry has no attributes
+  if (stored->kind == EntryKind::kObject) {
+    child_objects_[stored->id] = 0;
+    if (auto it = child_objects_.find(stored->parent); it != child_objects_.end()) ++it->second;
+  }
+  if (blob) {
+    Blob row = *blob;
+    row.id = stored->blob;
+    blobs_[row.id] = std::move(row);
+  }
+  Touch(stored->parent, entry.ctime_ns);
+  return stored;
+}
+
+Status CachingCatalog::UpdateEntryAttrs(const Entry& entry) {
+  std::lock_guard lock(mu_);
+  Status updated = inner_->UpdateEntryAttrs(entry);
+  if (!updated.ok()) {
+    AfterFailedWrite(updated);
+    return updated;
+  }
+  if (auto it = entries_.find(entry.id); it != entries_.end()) {
+    Entry& row = it->second;
+    row.mode = (row.mode & S_IFMT) | (entry.mode & ~static_cast<uint32_t>(S_IFMT));
+    row.uid = entry.uid;
+    row.gid = entry.gid;
+    row.atime_ns = entry.atime_ns;
+    row.mtime_ns = entry.mtime_ns;
+    row.ctime_ns = entry.ctime_ns;
+  }
+  return updated;
+}
+
+Status CachingCatalog::Detach(EntryId id, int64_t now_ns) {
+  std::lock_guard lock(mu_);
+  Status detached = inner_->Detach(id, now_ns);
+  if (!detached.ok()) {
+    AfterFailedWrite(detached);
+    return detached;
+  }
+  auto it = entries_.find(id);
+  if (it == entries_.end()) {
+    Clear();  // its parent and name are unknown here
+    return detached;
+  }
+  Entry& row = it->second;
+  names_[Key{row.parent, row.name}] = 0;
+  Touch(row.parent, now_ns);
+  if (row.kind == EntryKind::kObject) {
+    if (auto count = child_objects_.find(row.parent); count != child_objects_.end()) {
+      --count->second;
+    }
+  }
+  row.parent = 0;
+  return detached;
+}
+
+Result<EntryId> CachingCatalog::Move(EntryId id, EntryId new_parent, std::string_view new_name,
+                                     int64_t now_ns) {
+  std::lock_guard lock(mu_);
+  Result<EntryId> replaced = inner_->Move(id, new_parent, new_name, now_ns);
+  if (!replaced.ok()) {
+    AfterFailedWrite(replaced.status());
+    return replaced;
+  }
+  auto it = entries_.find(id);
+  if (it == entries_.end()) {
+    Clear();  // its old parent and name are unknown here
+    return replaced;
+  }
+  Entry moved = it->second;
+  if (moved.parent == new_parent && moved.name == new_name) return replaced;  // nothing changed
+  if (*replaced != 0) {
+    if (auto target = entries_.find(*replaced); target != entries_.end()) {
+      target->second.parent = 0;
+    }
+  }
+  names_[Key{moved.parent, moved.name}] = 0;
+  child_objects_.erase(moved.parent);
+  child_objects_.erase(new_parent);
+  Touch(moved.parent, now_ns);
+  Touch(new_parent, now_ns);
+  moved.parent = new_parent;
+  moved.name = std::string(new_name);
+  moved.ctime_ns = now_ns;
+  entries_.erase(it);
+  Remember(moved);
+  return replaced;
+}
+
+Result<std::optional<Blob>> CachingCatalog::Purge(EntryId id) {
+  std::lock_guard lock(mu_);
+  Result<std::optional<Blob>> purged = inner_->Purge(id);
+  if (!purged.ok()) {
+    AfterFailedWrite(purged.status());
+    return purged;
+  }
+  ForgetEntry(id);
+  if (*purged) blobs_.erase((*purged)->id);
+  return purged;
+}
+
+Result<std::vector<EntryId>> CachingCatalog::ListDetached() {
+  std::lock_guard lock(mu_);
+  return inner_->ListDetached();
+}
+
+// --- blobs -----------------------------------------------------------------------
+
+Result<Blob> CachingCatalog::LinkNewBlob(EntryId entry, const Blob& blob, BlobId* old_blob) {
+  std::lock_guard lock(mu_);
+  Result<Blob> stored = inner_->LinkNewBlob(entry, blob, old_blob);
+  if (!stored.ok()) {
+    AfterFailedWrite(stored.status());
+    return stored;
+  }
+  MakeRoom();
+  blobs_[stored->id] = *stored;
+  if (auto it = entries_.find(entry); it != entries_.end()) it->second.blob = stored->id;
+  return stored;
+}
+
+Result<Blob> CachingCatalog::CreateBlob(const Blob& blob) {
+  std::lock_guard lock(mu_);
+  Result<Blob> stored = inner_->CreateBlob(blob);
+  if (!stored.ok()) {
+    AfterFailedWrite(stored.status());
+    return stored;
+  }
+  MakeRoom();
+  blobs_[stored->id] = *stored;
+  return stored;
+}
+
+Result<BlobId> CachingCatalog::LinkBlob(EntryId entry, BlobId blob) {
+  std::lock_guard lock(mu_);
+  Result<BlobId> old = inner_->LinkBlob(entry, blob);
+  if (!old.ok()) {
+    AfterFailedWrite(old.status());
+    return old;
+  }
+  if (auto it = entries_.find(entry); it != entries_.end()) it->second.blob = blob;
+  return old;
+}
+
+Result<Blob> CachingCatalog::GetBlob(BlobId id) {
+  std::lock_guard lock(mu_);
+  if (auto it = blobs_.find(id); it != blobs_.end()) return it->second;
+  Result<Blob> blob = inner_->GetBlob(id);
+  if (blob.ok()) {
+    MakeRoom();
+    blobs_[id] = *blob;
+  }
+  return blob;
+}
+
+Status CachingCatalog::UpdateBlob(const Blob& blob) {
+  std::lock_guard lock(mu_);
+  Status updated = inner_->UpdateBlob(blob);
+  if (!updated.ok()) {
+    AfterFailedWrite(updated);
+    return updated;
+  }
+  MakeRoom();
+  blobs_[blob.id] = blob;
+  return updated;
+}
+
+Status CachingCatalog::UpdateBlobAndEntryAttrs(const Blob& blob, const Entry& entry) {
+  std::lock_guard lock(mu_);
+  Status updated = inner_->UpdateBlobAndEntryAttrs(blob, entry);
+  if (!updated.ok()) {
+    AfterFailedWrite(updated);
+    return updated;
+  }
+  MakeRoom();
+  blobs_[blob.id] = blob;
+  if (auto it = entries_.find(entry.id); it != entries_.end()) {
+    Entry& row = it->second;
+    row.mode = (row.mode & S_IFMT) | (entry.mode & ~static_cast<uint32_t>(S_IFMT));
+    row.uid = entry.uid;
+    row.gid = entry.gid;
+    row.atime_ns = entry.atime_ns;
+    row.mtime_ns = entry.mtime_ns;
+    row.ctime_ns = entry.ctime_ns;
+  }
+  return updated;
+}
+
+Status CachingCatalog::DeleteBlob(BlobId id) {
+  std::lock_guard lock(mu_);
+  Status deleted = inner_->DeleteBlob(id);
+  if (!deleted.ok()) {
+    AfterFailedWrite(deleted);
+    return deleted;
+  }
+  blobs_.erase(id);
+  return deleted;
+}
+
+Result<std::vector<Blob>> CachingCatalog::ListBlobs() {
+  std::lock_guard lock(mu_);
+  return inner_->ListBlobs();
+}
+
+Result<std::vector<BlobId>> CachingCatalog::ListUnlinkedBlobs() {
+  std::lock_guard lock(mu_);
+  return inner_->ListUnlinkedBlobs();
+}
+
+Result<EntryId> CachingCatalog::EntryOfBlob(BlobId blob) {
+  std::lock_guard lock(mu_);
+  return inner_->EntryOfBlob(blob);
+}
+
+// --- extended attributes ----------------------------------------------------------
+
+Result<std::string> CachingCatalog::GetXattr(EntryId id, std::string_view name) {
+  std::lock_guard lock(mu_);
+  auto absent = [&] {
+    return Absent(ENODATA, "get xattr " + std::string(name) + " of " + std::to_string(id),
+                  "no such attribute");
+  };
+  if (auto attrs = xattrs_.find(id); attrs != xattrs_.end()) {
+    if (auto it = attrs->second.find(std::string(name)); it != attrs->second.end()) {
+      if (!it->second) return absent();
+      return *it->second;
+    }
+  }
+  if (auto list = xattr_lists_.find(id); list != xattr_lists_.end()) {
+    if (std::find(list->second.begin(), list->second.end(), name) == list->second.end()) {
+      return absent();
+    }
+  }
+  Result<std::string> value = inner_->GetXattr(id, name);
+  if (value.ok() || value.status().code() == ENODATA) {
+    MakeRoom();
+    auto& slot = xattrs_[id][std::string(name)];
+    if (value.ok()) {
+      slot = *value;
+    } else {
+      slot.reset();
+    }
+  }
+  return value;
+}
+
+Status CachingCatalog::SetXattr(EntryId id, std::string_view name, std::string_view value,
+                                int flags) {
+  std::lock_guard lock(mu_);
+  Status set = inner_->SetXattr(id, name, value, flags);
+  if (!set.ok()) {
+    AfterFailedWrite(set);
+    return set;
+  }
+  MakeRoom();
+  xattrs_[id][std::string(name)] = std::string(value);
+  xattr_lists_.erase(id);
+  return set;
+}
+
+Result<std::vector<std::string>> CachingCatalog::ListXattrs(EntryId id) {
+  std::lock_guard lock(mu_);
+  if (auto it = xattr_lists_.find(id); it != xattr_lists_.end()) return it->second;
+  Result<std::vector<std::string>> names = inner_->ListXattrs(id);
+  if (names.ok()) {
+    MakeRoom();
+    xattr_lists_[id] = *names;
+  }
+  return names;
+}
+
+Status CachingCatalog::RemoveXattr(EntryId id, std::string_view name) {
+  std::lock_guard lock(mu_);
+  Status removed = inner_->RemoveXattr(id, name);
+  if (!removed.ok()) {
+    AfterFailedWrite(removed);
+    return removed;
+  }
+  MakeRoom();
+  xattrs_[id][std::string(name)].reset();
+  xattr_lists_.erase(id);
+  return removed;
+}
+
+Result<uint64_t> CachingCatalog::NextGeneration() {
+  std::lock_guard lock(mu_);
+  return inner_->NextGeneration();
+}
+
+}  // namespace gpufs
