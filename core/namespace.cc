@@ -4,6 +4,7 @@
 #include "core/namespace.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -92,7 +93,10 @@ Result<std::unique_ptr<Namespace>> Namespace::Open(NamespaceOptions options) {
     ns->unsealed_sizes_.clear();
   }
   if (ns->stores_.contains("disk"))
-    ns->persister_ = std::thread([p = ns.get()] { p->PersistLoop(); });
+    ns->persister_ = std::thread([p = ns.get()] {
+      pthread_setname_np(pthread_self(), "gpufs-persist");
+      p->PersistLoop();
+    });
   return ns;
 }
 

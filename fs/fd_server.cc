@@ -1,5 +1,6 @@
 #include "fs/fd_server.h"
 
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -56,7 +57,10 @@ Result<std::unique_ptr<FdServer>> FdServer::Start(const std::string& requested,
   }
   std::unique_ptr<FdServer> server(new FdServer(path, made_dir, std::move(listener),
                                                 std::move(wake), std::move(epoll), tokens));
-  server->loop_ = std::thread([s = server.get()] { s->Loop(); });
+  server->loop_ = std::thread([s = server.get()] {
+    pthread_setname_np(pthread_self(), "gpufs-fd");
+    s->Loop();
+  });
   GPUFS_LOG(INFO) << "fd socket at " << path;
   return server;
 }

@@ -187,6 +187,7 @@ class Loop {
   }
 
   void Work() {
+    pthread_setname_np(pthread_self(), "gpufs-fuse");
     fuse_buf buf{};
     void* mapping = PrefaultedBuffer();
     if (mapping != nullptr) buf.mem = static_cast<char*>(mapping) + 4096 - kWriteHeader;

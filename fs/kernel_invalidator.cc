@@ -1,5 +1,7 @@
 #include "fs/kernel_invalidator.h"
 
+#include <pthread.h>
+
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
@@ -28,7 +30,10 @@ bool KernelChange::Covers(uint64_t parent, std::string_view name) {
 }
 
 KernelInvalidator::KernelInvalidator(fuse_session* session)
-    : session_(session), sender_([this] { Run(); }) {}
+    : session_(session), sender_([this] {
+        pthread_setname_np(pthread_self(), "gpufs-inval");
+        Run();
+      }) {}
 
 KernelInvalidator::~KernelInvalidator() {
   {

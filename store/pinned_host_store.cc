@@ -1,6 +1,7 @@
 #include "store/pinned_host_store.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,7 +18,10 @@
 namespace gpufs {
 
 PinnedHostStore::PinnedHostStore(const PinnedHostOptions& options)
-    : options_(options), zeroer_([this] { ZeroInBackground(); }) {}
+    : options_(options), zeroer_([this] {
+        pthread_setname_np(pthread_self(), "gpufs-zeroer");
+        ZeroInBackground();
+      }) {}
 
 // Slabs outlive the store where the sink holds them.
 PinnedHostStore::~PinnedHostStore() {

@@ -2,6 +2,7 @@
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 
 #include <condition_variable>
 #include <deque>
@@ -94,6 +95,7 @@ class Reaper {
  private:
   Reaper() {
     std::thread([this] {
+      pthread_setname_np(pthread_self(), "gpufs-vmm-free");
       for (;;) {
         std::unique_ptr<VmmMemory> m;
         {

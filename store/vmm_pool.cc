@@ -1,11 +1,16 @@
 #include "store/vmm_pool.h"
 
+#include <pthread.h>
+
 #include "util/log.h"
 
 namespace gpufs {
 
 VmmPool::VmmPool(int ordinal, uint64_t budget) : ordinal_(ordinal), budget_(budget) {
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "gpufs-vmm-pool");
+    Run();
+  });
 }
 
 VmmPool::~VmmPool() {
