@@ -21,7 +21,7 @@ Status Absent(int code, std::string context, const char* what) {
 size_t CachingCatalog::RowsForTesting() {
   std::lock_guard lock(mu_);
   return entries_.size() + names_.size() + blobs_.size() + xattrs_.size() + xattr_lists_.size() +
-         child_objects_.size();
+         child_objects_.size() + complete_.size();
 }
 
 void CachingCatalog::Clear() {
@@ -31,11 +31,12 @@ void CachingCatalog::Clear() {
   xattrs_.clear();
   xattr_lists_.clear();
   child_objects_.clear();
+  complete_.clear();
 }
 
 void CachingCatalog::MakeRoom() {
   size_t rows = entries_.size() + names_.size() + blobs_.size() + xattrs_.size() +
-                xattr_lists_.size() + child_objects_.size();
+                xattr_lists_.size() + child_objects_.size() + complete_.size();
   if (rows >= max_rows_) Clear();
 }
 
@@ -74,6 +75,7 @@ void CachingCatalog::Touch(EntryId parent, int64_t t) {
 void CachingCatalog::ForgetEntry(EntryId id) {
   if (auto it = entries_.find(id); it != entries_.end()) {
     if (it->second.parent != 0) {
+      complete_.erase(it->second.parent);
       auto name = names_.find(Key{it->second.parent, it->second.name});
       if (name != names_.end() && name->second == id) names_.erase(name);
     }
@@ -82,6 +84,7 @@ void CachingCatalog::ForgetEntry(EntryId id) {
   xattrs_.erase(id);
   xattr_lists_.erase(id);
   child_objects_.erase(id);
+  complete_.erase(id);
 }
 
 // --- entries -------------------------------------------------------------------
@@ -102,6 +105,9 @@ Result<Entry> CachingCatalog::Lookup(EntryId parent, std::string_view name) {
                     "no such entry");
     }
     if (auto entry = entries_.find(it->second); entry != entries_.end()) return entry->second;
+  } else if (complete_.contains(parent)) {
+    return Absent(ENOENT, "lookup " + std::to_string(parent) + "/" + std::string(name),
+                  "no such entry");
   }
   Result<Entry> entry = inner_->Lookup(parent, name);
   if (entry.ok()) {
@@ -155,6 +161,7 @@ Result<Entry> CachingCatalog::CreateEntry(const Entry& entry, const std::optiona
   xattr_lists_[stored->id] = {};  // a new entry has no attributes
   if (stored->kind == EntryKind::kObject) {
     child_objects_[stored->id] = 0;
+    complete_.insert(stored->id);  // no children yet
     if (auto it = child_objects_.find(stored->parent); it != child_objects_.end()) ++it->second;
   }
   if (blob) {

@@ -18,7 +18,9 @@
 //
 // What is kept: entries by id, names (parent, name) -> id and the names
 // known absent, blob rows, single attributes (present and known absent), an
-// entry's attribute list, and an object's count of subobjects. Reads that
+// entry's attribute list, and an object's count of subobjects. An object
+// created through the cache has all its children in it (until they are
+// dropped): a name not among them is absent without a query. Reads that
 // scan (ListBlobs, ListDetached, ListUnlinkedBlobs, HasChildren) go to SQLite;
 // ListChildren fills the cache with what it returns (a readdirplus is
 // followed by a GETATTR or LISTXATTR per name).
@@ -36,6 +38,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "meta/forwarding_catalog.h"
@@ -118,6 +121,8 @@ class CachingCatalog : public ForwardingCatalog {
   std::unordered_map<EntryId, std::unordered_map<std::string, std::optional<std::string>>> xattrs_;
   std::unordered_map<EntryId, std::vector<std::string>> xattr_lists_;
   std::unordered_map<EntryId, uint64_t> child_objects_;
+  // Objects whose every attached child is in entries_ and names_.
+  std::unordered_set<EntryId> complete_;
 };
 
 }  // namespace gpufs
