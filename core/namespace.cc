@@ -296,9 +296,16 @@ Status Namespace::Unlink(uint64_t parent, std::string_view name) {
   if (entry.kind != EntryKind::kBlob) {
     return Error(EISDIR, PathOf(entry.id) + " is an object: use rmdir");
   }
-  GPUFS_RETURN_IF_ERROR(catalog_->Detach(entry.id, Now()));
+  if (entry_opens_.contains(entry.id)) {
+    // Held open: readable by id until its last close (CollectEntry).
+    GPUFS_RETURN_IF_ERROR(catalog_->Detach(entry.id, Now()));
+    NotifyEntry(parent, name);  // perf (issue 12)
+    return Status::Ok();
+  }
+  // Nobody holds it: detached and purged in one transaction.
+  GPUFS_ASSIGN_OR_RETURN(std::optional<Blob> blob, catalog_->Remove(entry.id, Now()));
   NotifyEntry(parent, name);  // perf (issue 12)
-  CollectEntry(entry.id);
+  if (blob && !active_.contains(blob->id)) FreeBlob(*blob);
   return Status::Ok();
 }
 

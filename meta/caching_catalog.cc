@@ -199,10 +199,15 @@ Status CachingCatalog::Detach(EntryId id, int64_t now_ns) {
     AfterFailedWrite(detached);
     return detached;
   }
+  Detached(id, now_ns);
+  return detached;
+}
+
+bool CachingCatalog::Detached(EntryId id, int64_t now_ns) {
   auto it = entries_.find(id);
   if (it == entries_.end()) {
-    Clear();  // its parent and name are unknown here
-    return detached;
+    Clear();
+    return false;
   }
   Entry& row = it->second;
   names_[Key{row.parent, row.name}] = 0;
@@ -213,7 +218,7 @@ Status CachingCatalog::Detach(EntryId id, int64_t now_ns) {
     }
   }
   row.parent = 0;
-  return detached;
+  return true;
 }
 
 Result<EntryId> CachingCatalog::Move(EntryId id, EntryId new_parent, std::string_view new_name,
@@ -259,6 +264,18 @@ Result<std::optional<Blob>> CachingCatalog::Purge(EntryId id) {
   ForgetEntry(id);
   if (*purged) blobs_.erase((*purged)->id);
   return purged;
+}
+
+Result<std::optional<Blob>> CachingCatalog::Remove(EntryId id, int64_t now_ns) {
+  std::lock_guard lock(mu_);
+  Result<std::optional<Blob>> removed = inner_->Remove(id, now_ns);
+  if (!removed.ok()) {
+    AfterFailedWrite(removed.status());
+    return removed;
+  }
+  if (Detached(id, now_ns)) ForgetEntry(id);
+  if (*removed) blobs_.erase((*removed)->id);
+  return removed;
 }
 
 Result<std::vector<EntryId>> CachingCatalog::ListDetached() {

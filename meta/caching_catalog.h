@@ -64,6 +64,7 @@ class CachingCatalog : public ForwardingCatalog {
   Result<EntryId> Move(EntryId id, EntryId new_parent, std::string_view new_name,
                        int64_t now_ns) override;
   Result<std::optional<Blob>> Purge(EntryId id) override;
+  Result<std::optional<Blob>> Remove(EntryId id, int64_t now_ns) override;
   Result<std::vector<EntryId>> ListDetached() override;
 
   Result<Blob> LinkNewBlob(EntryId entry, const Blob& blob, BlobId* old_blob) override;
@@ -106,6 +107,9 @@ class CachingCatalog : public ForwardingCatalog {
   // Forgets everything that names or describes entry `id`: the entry, its
   // name, its attributes and its subobject count.
   void ForgetEntry(EntryId id);
+  // Applies a successful Detach of `id`: false when `id` is not held (then
+  // its parent and name are unknown here and the cache starts afresh).
+  bool Detached(EntryId id, int64_t now_ns);
   // A write that failed for a reason other than the catalog's own checks
   // (EEXIST, ENOENT, ...: rolled back before anything changed) may have
   // left rows uncertain: start afresh.

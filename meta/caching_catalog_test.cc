@@ -113,7 +113,7 @@ class Differential {
     std::string where = " id " + std::to_string(id) + " parent " + std::to_string(parent) + " " +
                         name + " blob " + std::to_string(blob_id);
 
-    switch (pick(23)) {
+    switch (pick(24)) {
       case 0:
       case 1:
       case 2: {
@@ -182,6 +182,7 @@ class Differential {
         Same("remove xattr" + where + attr, [&](Catalog& c) { return c.RemoveXattr(id, attr); });
         break;
       case 22: Same("has children" + where, [&](Catalog& c) { return c.HasChildren(parent); }); break;
+      case 23: Same("remove" + where, [&](Catalog& c) { return c.Remove(id, now); }); break;
     }
   }
 

@@ -101,6 +101,11 @@ class Catalog {
   // Deletes a detached entry, its xattrs and the blob it links. Returns that
   // blob (for the store to free), if any. EBUSY if the entry is attached.
   virtual Result<std::optional<Blob>> Purge(EntryId id) = 0;
+  // Detach and Purge in one transaction, for an entry nobody holds open (an
+  // unlink's common case). Returns the blob to free, if any. EBUSY for the
+  // root, ENOENT when detached already, ENOTEMPTY for an object with children;
+  // on any error nothing changed.
+  virtual Result<std::optional<Blob>> Remove(EntryId id, int64_t now_ns) = 0;
 
   // Detached entries (to purge at start-up).
   virtual Result<std::vector<EntryId>> ListDetached() = 0;

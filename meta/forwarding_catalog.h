@@ -41,6 +41,9 @@ class ForwardingCatalog : public Catalog {
     return inner_->Move(id, new_parent, new_name, now_ns);
   }
   Result<std::optional<Blob>> Purge(EntryId id) override { return inner_->Purge(id); }
+  Result<std::optional<Blob>> Remove(EntryId id, int64_t now_ns) override {
+    return inner_->Remove(id, now_ns);
+  }
   Result<std::vector<EntryId>> ListDetached() override { return inner_->ListDetached(); }
 
   Result<Blob> LinkNewBlob(EntryId entry, const Blob& blob, BlobId* old_blob) override {

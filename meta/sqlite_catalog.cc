@@ -77,16 +77,21 @@ Result<Entry> DoCreateEntry(Db& db, const Entry& entry, const std::optional<Blob
   return stored;
 }
 
-Status DoDetach(Db& db, EntryId id, int64_t now_ns) {
+// Inside a write transaction.
+Status DetachRows(Db& db, EntryId id, int64_t now_ns) {
   if (id == kRootEntryId) return Error(EBUSY, "the root cannot be detached");
-  Transaction txn(db);
-  GPUFS_RETURN_IF_ERROR(txn.Begin());
   GPUFS_ASSIGN_OR_RETURN(Entry entry, RequireEntry(db, id));
   if (IsDetached(entry)) return Error(ENOENT, "already detached");
   GPUFS_ASSIGN_OR_RETURN(Statement stmt, db.GetCachedStatement(kDetachEntrySql));
   stmt.BindInt64(0, I64(id));
   GPUFS_RETURN_IF_ERROR(stmt.Run());
-  GPUFS_RETURN_IF_ERROR(TouchEntry(db, entry.parent, now_ns));
+  return TouchEntry(db, entry.parent, now_ns);
+}
+
+Status DoDetach(Db& db, EntryId id, int64_t now_ns) {
+  Transaction txn(db);
+  GPUFS_RETURN_IF_ERROR(txn.Begin());
+  GPUFS_RETURN_IF_ERROR(DetachRows(db, id, now_ns));
   return txn.Commit();
 }
 
@@ -131,10 +136,9 @@ Result<EntryId> DoMove(Db& db, EntryId id, EntryId new_parent, std::string_view 
   return replaced;
 }
 
-Result<std::optional<Blob>> DoPurge(Db& db, EntryId id) {
+// Inside a write transaction.
+Result<std::optional<Blob>> PurgeRows(Db& db, EntryId id) {
   if (id == kRootEntryId) return Error(EBUSY, "the root cannot be purged");
-  Transaction txn(db);
-  GPUFS_RETURN_IF_ERROR(txn.Begin());
   GPUFS_ASSIGN_OR_RETURN(Entry entry, RequireEntry(db, id));
   if (!IsDetached(entry)) return Error(EBUSY, "entry is attached");
   {
@@ -157,6 +161,22 @@ Result<std::optional<Blob>> DoPurge(Db& db, EntryId id) {
     stmt.BindInt64(0, I64(blob->id));
     GPUFS_RETURN_IF_ERROR(stmt.Run());
   }
+  return blob;
+}
+
+Result<std::optional<Blob>> DoPurge(Db& db, EntryId id) {
+  Transaction txn(db);
+  GPUFS_RETURN_IF_ERROR(txn.Begin());
+  GPUFS_ASSIGN_OR_RETURN(std::optional<Blob> blob, PurgeRows(db, id));
+  GPUFS_RETURN_IF_ERROR(txn.Commit());
+  return blob;
+}
+
+Result<std::optional<Blob>> DoRemove(Db& db, EntryId id, int64_t now_ns) {
+  Transaction txn(db);
+  GPUFS_RETURN_IF_ERROR(txn.Begin());
+  GPUFS_RETURN_IF_ERROR(DetachRows(db, id, now_ns));
+  GPUFS_ASSIGN_OR_RETURN(std::optional<Blob> blob, PurgeRows(db, id));
   GPUFS_RETURN_IF_ERROR(txn.Commit());
   return blob;
 }
@@ -270,6 +290,12 @@ Result<EntryId> SqliteCatalog::Move(EntryId id, EntryId new_parent, std::string_
 
 Result<std::optional<Blob>> SqliteCatalog::Purge(EntryId id) {
   return Annotated(DoPurge(*db_, id), [&] { return "purge " + std::to_string(id); });
+}
+
+Result<std::optional<Blob>> SqliteCatalog::Remove(EntryId id, int64_t now_ns) {
+  Result<std::optional<Blob>> removed = DoRemove(*db_, id, now_ns);
+  if (removed.ok() && attached_) --*attached_;
+  return Annotated(std::move(removed), [&] { return "remove " + std::to_string(id); });
 }
 
 Result<std::vector<EntryId>> SqliteCatalog::ListDetached() {

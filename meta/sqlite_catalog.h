@@ -61,6 +61,7 @@ class SqliteCatalog final : public Catalog {
   Result<EntryId> Move(EntryId id, EntryId new_parent, std::string_view new_name,
                        int64_t now_ns) override;
   Result<std::optional<Blob>> Purge(EntryId id) override;
+  Result<std::optional<Blob>> Remove(EntryId id, int64_t now_ns) override;
   Result<std::vector<EntryId>> ListDetached() override;
 
   Result<Blob> LinkNewBlob(EntryId entry, const Blob& blob, BlobId* old_blob) override;

@@ -211,6 +211,43 @@ TEST_F(SqliteCatalogTest, PurgeRefusesAttachedRootAndNonEmpty) {
   EXPECT_EQ(catalog_->Purge(12345).status().code(), ENOENT);
 }
 
+TEST_F(SqliteCatalogTest, RemoveDetachesAndPurgesInOneTransaction) {
+  Entry dir = Create(kRootEntryId, "dir");
+  Entry file = Create(dir.id, "file", EntryKind::kBlob, MakeBlob(64));
+  Create(dir.id, "other", EntryKind::kBlob);
+  ASSERT_TRUE(catalog_->SetXattr(file.id, "user.a", "1", 0).ok());
+  ASSERT_EQ(*catalog_->CountEntries(), 4u);
+
+  auto removed = catalog_->Remove(file.id, 900);
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  ASSERT_TRUE(removed->has_value());
+  EXPECT_EQ((*removed)->id, file.blob);
+  EXPECT_EQ((*removed)->size, 64u);
+  EXPECT_EQ(catalog_->GetEntry(file.id).status().code(), ENOENT);
+  EXPECT_EQ(catalog_->GetBlob(file.blob).status().code(), ENOENT);
+  EXPECT_EQ(catalog_->Lookup(dir.id, "file").status().code(), ENOENT);
+  EXPECT_EQ(catalog_->GetEntry(dir.id)->mtime_ns, 900);
+  EXPECT_EQ(CountRows("xattrs"), 0);
+  EXPECT_TRUE(catalog_->ListDetached()->empty());
+  EXPECT_EQ(*catalog_->CountEntries(), 3u);
+
+  // Refusals change nothing: the root, a gone entry, a non-empty object.
+  EXPECT_EQ(catalog_->Remove(kRootEntryId, 1).status().code(), EBUSY);
+  EXPECT_EQ(catalog_->Remove(file.id, 1).status().code(), ENOENT);
+  auto refused = catalog_->Remove(dir.id, 1);
+  EXPECT_EQ(refused.status().code(), ENOTEMPTY);
+  EXPECT_NE(refused.status().message().find("remove"), std::string::npos);
+  auto kept = catalog_->GetEntry(dir.id);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->parent, kRootEntryId);  // the detach was rolled back with the purge
+  EXPECT_EQ(kept->mtime_ns, 900);
+  EXPECT_EQ(*catalog_->CountEntries(), 3u);
+
+  Entry held = Create(dir.id, "held", EntryKind::kBlob);
+  ASSERT_TRUE(catalog_->Detach(held.id, 2).ok());
+  EXPECT_EQ(catalog_->Remove(held.id, 3).status().code(), ENOENT);  // already detached
+}
+
 TEST_F(SqliteCatalogTest, Move) {
   Entry src = Create(kRootEntryId, "src");
   Entry dst = Create(kRootEntryId, "dst");

@@ -308,6 +308,25 @@ Result<std::optional<Blob>> UsageCatalog::Purge(EntryId id) {
   return purged;
 }
 
+Result<std::optional<Blob>> UsageCatalog::Remove(EntryId id, int64_t now_ns) {
+  if (!live_) return inner_->Remove(id, now_ns);
+  // Read first: afterwards the entry and its blob row are gone.
+  Result<Entry> before = inner_->GetEntry(id);
+  Result<UsageFigures> gone =
+      before.ok() ? SubtreeOf(*before) : Result<UsageFigures>(before.status());
+  Result<std::optional<Blob>> removed = inner_->Remove(id, now_ns);
+  if (!removed.ok() || !live_) return removed;
+  if (!gone.ok()) {
+    Drop(gone.status());
+    return removed;
+  }
+  ApplyBelow(*before, before->parent, *gone, false);  // as Detach
+  if (*removed) ApplyToTiers(Contribution(**removed), false);  // as Purge
+  figures_.erase(id);
+  parents_.erase(id);
+  return removed;
+}
+
 Result<Blob> UsageCatalog::LinkNewBlob(EntryId entry, const Blob& blob, BlobId* old_blob) {
   if (!live_) return inner_->LinkNewBlob(entry, blob, old_blob);
   Result<Entry> before = inner_->GetEntry(entry);

@@ -89,6 +89,7 @@ class UsageCatalog final : public ForwardingCatalog {
   Result<EntryId> Move(EntryId id, EntryId new_parent, std::string_view new_name,
                        int64_t now_ns) override;
   Result<std::optional<Blob>> Purge(EntryId id) override;
+  Result<std::optional<Blob>> Remove(EntryId id, int64_t now_ns) override;
   Result<Blob> LinkNewBlob(EntryId entry, const Blob& blob, BlobId* old_blob) override;
   Result<Blob> CreateBlob(const Blob& blob) override;
   Result<BlobId> LinkBlob(EntryId entry, BlobId blob) override;

@@ -312,7 +312,7 @@ TEST_F(UsageCatalogTest, RandomChangesMatchACountFromScratch) {
       }
       const Entry& parent = objects[pick(objects.size())];
       std::string what;
-      switch (pick(11)) {
+      switch (pick(12)) {
         case 0: {
           what = "mkdir";
           Object(parent.id, "o" + std::to_string(++names));
@@ -390,6 +390,12 @@ TEST_F(UsageCatalogTest, RandomChangesMatchACountFromScratch) {
           if (!blob_entries.empty() && pick(2)) {
             (void)catalog_->LinkBlob(blob_entries[pick(blob_entries.size())], made->id);
           }
+          break;
+        }
+        case 11: {
+          what = "remove";
+          if (attached.empty()) break;
+          (void)catalog_->Remove(attached[pick(attached.size())].id, step);  // ENOTEMPTY
           break;
         }
         case 10: {
