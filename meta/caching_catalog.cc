@@ -65,6 +65,18 @@ void CachingCatalog::Remember(const Entry& entry) {
   if (entry.parent != 0) names_[Key{entry.parent, entry.name}] = entry.id;
 }
 
+void CachingCatalog::SetAttrs(const Entry& entry) {
+  auto it = entries_.find(entry.id);
+  if (it == entries_.end()) return;
+  Entry& row = it->second;
+  row.mode = (row.mode & S_IFMT) | (entry.mode & ~static_cast<uint32_t>(S_IFMT));
+  row.uid = entry.uid;
+  row.gid = entry.gid;
+  row.atime_ns = entry.atime_ns;
+  row.mtime_ns = entry.mtime_ns;
+  row.ctime_ns = entry.ctime_ns;
+}
+
 void CachingCatalog::Touch(EntryId parent, int64_t t) {
   if (auto it = entries_.find(parent); it != entries_.end()) {
     it->second.mtime_ns = t;
@@ -180,15 +192,7 @@ Status CachingCatalog::UpdateEntryAttrs(const Entry& entry) {
     AfterFailedWrite(updated);
     return updated;
   }
-  if (auto it = entries_.find(entry.id); it != entries_.end()) {
-    Entry& row = it->second;
-    row.mode = (row.mode & S_IFMT) | (entry.mode & ~static_cast<uint32_t>(S_IFMT));
-    row.uid = entry.uid;
-    row.gid = entry.gid;
-    row.atime_ns = entry.atime_ns;
-    row.mtime_ns = entry.mtime_ns;
-    row.ctime_ns = entry.ctime_ns;
-  }
+  SetAttrs(entry);
   return updated;
 }
 
@@ -353,15 +357,7 @@ Status CachingCatalog::UpdateBlobAndEntryAttrs(const Blob& blob, const Entry& en
   }
   MakeRoom();
   blobs_[blob.id] = blob;
-  if (auto it = entries_.find(entry.id); it != entries_.end()) {
-    Entry& row = it->second;
-    row.mode = (row.mode & S_IFMT) | (entry.mode & ~static_cast<uint32_t>(S_IFMT));
-    row.uid = entry.uid;
-    row.gid = entry.gid;
-    row.atime_ns = entry.atime_ns;
-    row.mtime_ns = entry.mtime_ns;
-    row.ctime_ns = entry.ctime_ns;
-  }
+  SetAttrs(entry);
   return updated;
 }
 

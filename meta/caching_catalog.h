@@ -102,6 +102,8 @@ class CachingCatalog : public ForwardingCatalog {
   void Clear();
   void MakeRoom();  // before an insert: starts afresh at max_rows_
   void Remember(const Entry& entry);
+  // Applies UpdateEntryAttrs's SQL: the permission bits, owner and times.
+  void SetAttrs(const Entry& entry);
   // Applies "UPDATE entries SET mtime_ns = t, ctime_ns = t WHERE id = parent".
   void Touch(EntryId parent, int64_t t);
   // Forgets everything that names or describes entry `id`: the entry, its

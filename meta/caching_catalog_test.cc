@@ -226,6 +226,15 @@ class Differential {
   int failures_ = 0;
 };
 
+Entry ChildOfRoot(std::string name, EntryKind kind) {
+  Entry entry;
+  entry.parent = kRootEntryId;
+  entry.name = std::move(name);
+  entry.kind = kind;
+  entry.mode = kind == EntryKind::kObject ? 0755 : 0644;
+  return entry;
+}
+
 void RunDifferential(size_t max_rows, uint64_t seed, int steps) {
   Differential diff(max_rows);
   std::mt19937_64 rng(seed);
@@ -254,14 +263,9 @@ TEST(CachingCatalogTest, RepeatedReadsAreServedFromMemory) {
   auto opened = SqliteCatalog::Open(path, 1000, 100, 0755, Locking::kShared);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   CachingCatalog cache(std::move(*opened));
-  Entry entry;
-  entry.parent = kRootEntryId;
-  entry.name = "m";
-  entry.kind = EntryKind::kBlob;
-  entry.mode = 0644;
   Blob blob;
   blob.device = "host";
-  auto made = cache.CreateEntry(entry, blob);
+  auto made = cache.CreateEntry(ChildOfRoot("m", EntryKind::kBlob), blob);
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   ASSERT_TRUE(cache.Lookup(kRootEntryId, "missing").status().code() == ENOENT);
 
@@ -290,13 +294,8 @@ TEST(CachingCatalogTest, DetachedObjectLeavesTheCount) {
   auto opened = SqliteCatalog::Open(dir.path() + "/c.db", 1000, 100, 0755);
   ASSERT_TRUE(opened.ok());
   CachingCatalog cache(std::move(*opened));
-  Entry o;
-  o.parent = kRootEntryId;
-  o.name = "o";
-  o.kind = EntryKind::kObject;
-  o.mode = 0755;
   ASSERT_EQ(*cache.CountChildObjects(kRootEntryId), 0u);
-  auto made = cache.CreateEntry(o, std::nullopt);
+  auto made = cache.CreateEntry(ChildOfRoot("o", EntryKind::kObject), std::nullopt);
   ASSERT_TRUE(made.ok());
   ASSERT_EQ(*cache.CountChildObjects(kRootEntryId), 1u);
   ASSERT_TRUE(cache.Detach(made->id, 5).ok());
