@@ -302,5 +302,20 @@ TEST(CachingCatalogTest, DetachedObjectLeavesTheCount) {
   ASSERT_EQ(*cache.CountChildObjects(kRootEntryId), 0u);
 }
 
+// Another the random walk reaches seldom: a blob made, read, then deleted.
+TEST(CachingCatalogTest, DeletedBlobIsGone) {
+  TempDir dir;
+  auto opened = SqliteCatalog::Open(dir.path() + "/c.db", 1000, 100, 0755);
+  ASSERT_TRUE(opened.ok());
+  CachingCatalog cache(std::move(*opened));
+  Blob blob;
+  blob.device = "host";
+  auto made = cache.CreateBlob(blob);
+  ASSERT_TRUE(made.ok());
+  ASSERT_TRUE(cache.GetBlob(made->id).ok());
+  ASSERT_TRUE(cache.DeleteBlob(made->id).ok());
+  EXPECT_EQ(cache.GetBlob(made->id).status().code(), ENOENT);
+}
+
 }  // namespace
 }  // namespace gpufs::meta_test
