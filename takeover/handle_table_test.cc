@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <span>
@@ -59,6 +60,20 @@ void SendApply(int to, int from, Registry& reg, MsgType type,
   ASSERT_TRUE(Send(to, type, payload).ok());
   ApplyNext(from, reg, type);
 }
+
+// A supervisor's table of `slots` slots and its registry, worker 1 started.
+struct Supervisor {
+  explicit Supervisor(size_t slots) {
+    auto made = HandleTable::Create(slots);
+    EXPECT_TRUE(made.ok()) << made.status().ToString();
+    if (!made.ok()) return;
+    table = std::make_unique<HandleTable>(std::move(*made));
+    reg.set_table(table.get());
+    StartWorker(reg, 1);
+  }
+  std::unique_ptr<HandleTable> table;  // null when Create failed
+  Registry reg;
+};
 
 // What `reg` hands over to worker 2.
 Handover HandoverToNext(Registry& reg) {
@@ -218,11 +233,10 @@ TEST(HandleTableTest, SigkillLeavesEverySlotWholeOrEmpty) {
 }
 
 TEST(HandleTableTest, RegistryHandsOverTableHandlesAndTheirSizes) {
-  auto sup = HandleTable::Create(16);
-  ASSERT_TRUE(sup.ok());
-  Registry reg;
-  reg.set_table(&*sup);
-  StartWorker(reg, 1);
+  Supervisor rig(16);
+  ASSERT_TRUE(rig.table);
+  HandleTable* sup = rig.table.get();
+  Registry& reg = rig.reg;
   auto worker = HandleTable::Attach(Dup(sup->fd()), 1);
   ASSERT_TRUE(worker.ok());
   ASSERT_TRUE(worker->Put(RecordFor(1)));  // blob 5
@@ -248,11 +262,10 @@ TEST(HandleTableTest, RegistryHandsOverTableHandlesAndTheirSizes) {
 // An older gpufsd after a newer one: handed the table's records, it maps
 // and closes them by message; the supervisor applies those to the table.
 TEST(HandleTableTest, MessagesOfAnOlderWorkerReachTheTable) {
-  auto sup = HandleTable::Create(8);
-  ASSERT_TRUE(sup.ok());
-  Registry reg;
-  reg.set_table(&*sup);
-  StartWorker(reg, 1);
+  Supervisor rig(8);
+  ASSERT_TRUE(rig.table);
+  HandleTable* sup = rig.table.get();
+  Registry& reg = rig.reg;
   {
     auto newer = HandleTable::Attach(Dup(sup->fd()), 1);
     ASSERT_TRUE(newer.ok());
@@ -283,11 +296,10 @@ TEST(HandleTableTest, MessagesOfAnOlderWorkerReachTheTable) {
 // A worker whose table is full reports the handles that do not fit by
 // message, as an older worker would: the next worker gets both kinds.
 TEST(HandleTableTest, WorkerLinkFallsBackToMessagesWhenTheTableIsFull) {
-  auto sup = HandleTable::Create(1);
-  ASSERT_TRUE(sup.ok());
-  Registry reg;
-  reg.set_table(&*sup);
-  StartWorker(reg, 1);
+  Supervisor rig(1);
+  ASSERT_TRUE(rig.table);
+  HandleTable* sup = rig.table.get();
+  Registry& reg = rig.reg;
   auto ch = MakeChannelPair();
   ASSERT_TRUE(ch.ok());
   auto worker_table = HandleTable::Attach(Dup(sup->fd()), 1);
