@@ -23,6 +23,7 @@
 #include "client/driver.h"
 #include "client/mapper.h"
 #include "client/trace.h"
+#include "proto/xattr_names.h"
 
 namespace gpufs::client {
 
@@ -119,10 +120,11 @@ namespace {
 
 // One attribute of `fd` into out[cap], NUL-terminated; *len its length, or
 // -1 when it is not set.
-Status ReadAttribute(int fd, const char* name, char* out, size_t cap, int32_t* len) {
+Status ReadAttribute(int fd, std::string_view attr, char* out, size_t cap, int32_t* len) {
+  const std::string name(attr);
   ssize_t n;
   do {
-    n = ::fgetxattr(fd, name, out, cap - 1);
+    n = ::fgetxattr(fd, name.c_str(), out, cap - 1);
   } while (n < 0 && errno == EINTR);
   if (n < 0) {
     int err = errno;
@@ -132,10 +134,10 @@ Status ReadAttribute(int fd, const char* name, char* out, size_t cap, int32_t* l
       return Status::Ok();
     }
     if (err == ERANGE) {
-      return Error(ERANGE, std::string(name) + " is longer than " + std::to_string(cap - 1) +
+      return Error(ERANGE, name + " is longer than " + std::to_string(cap - 1) +
                                " bytes");
     }
-    return PosixError(std::string("getxattr ") + name, err);
+    return PosixError("getxattr " + name, err);
   }
   out[n] = '\0';
   *len = static_cast<int32_t>(n);
@@ -143,10 +145,9 @@ Status ReadAttribute(int fd, const char* name, char* out, size_t cap, int32_t* l
 }
 
 Status ReadDescription(int fd, gpufs_description* desc) {
-  GPUFS_RETURN_IF_ERROR(ReadAttribute(fd, "user.gpufs.dtype", desc->dtype, sizeof desc->dtype,
+  GPUFS_RETURN_IF_ERROR(ReadAttribute(fd, xattr::kDtype, desc->dtype, sizeof desc->dtype,
                                       &desc->dtype_len));
-  return ReadAttribute(fd, "user.gpufs.shape", desc->shape, sizeof desc->shape,
-                       &desc->shape_len);
+  return ReadAttribute(fd, xattr::kShape, desc->shape, sizeof desc->shape, &desc->shape_len);
 }
 
 }  // namespace

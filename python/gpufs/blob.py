@@ -148,10 +148,12 @@ class Blob:
         # since (libgpufs then reuses the mapping too); otherwise libgpufs
         # reads it while it maps (gpufs_map_described), through the very
         # file it maps.
-        try:
-            key = _stat_key(os.stat(path))
-        except OSError:
-            key = None  # the map reports it
+        key = None
+        if _described:  # a stat (a round trip) only when there is something to match
+            try:
+                key = _stat_key(os.stat(path))
+            except OSError:
+                pass  # the map reports it
         known = _known_description(key)
         raw = None
         if known is None and _lib.has("gpufs_map_described"):

@@ -200,10 +200,6 @@ class NumpyInteropTest(unittest.TestCase):
                 pass
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class CDestructorTest(unittest.TestCase):
     """wrap_managed with libgpufs's C capsule destructor: an unconsumed
     capsule runs its tensor's deleter once, a consumed one leaves the tensor
@@ -267,3 +263,6 @@ class CDestructorTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         # Every capsule's deleter ran, in C, while the interpreter shut down.
         self.assertEqual(r.stdout, "exiting\n" + "\n" * 100)
+
+if __name__ == "__main__":
+    unittest.main()

@@ -137,10 +137,6 @@ class RealLibraryTest(unittest.TestCase):
         self.assertEqual(_lib.call("gpufs_unmap", ctypes.byref(buf)), 0)
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class TraceTest(unittest.TestCase):
     """GPUFS_TRACE=1 makes libgpufs print where a map's time went."""
 
@@ -158,3 +154,6 @@ class TraceTest(unittest.TestCase):
         lines = [l for l in r.stderr.splitlines() if l.startswith("gpufs trace: map:")]
         self.assertEqual(len(lines), 1, r.stderr)
         self.assertRegex(lines[0], r" stat [0-9.]+ open [0-9.]+ total [0-9.]+$")
+
+if __name__ == "__main__":
+    unittest.main()
