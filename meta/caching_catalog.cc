@@ -18,10 +18,9 @@ Status Absent(int code, std::string context, const char* what) {
 
 }  // namespace
 
-size_t CachingCatalog::RowsForTesting() {
-  std::lock_guard lock(mu_);
+size_t CachingCatalog::Rows() const {
   return entries_.size() + names_.size() + blobs_.size() + xattrs_.size() + xattr_lists_.size() +
-         child_objects_.size() + complete_.size();
+         child_objects_.size() + complete_.size() + owners_.size();
 }
 
 void CachingCatalog::Clear() {
@@ -32,12 +31,11 @@ void CachingCatalog::Clear() {
   xattr_lists_.clear();
   child_objects_.clear();
   complete_.clear();
+  owners_.clear();
 }
 
 void CachingCatalog::MakeRoom() {
-  size_t rows = entries_.size() + names_.size() + blobs_.size() + xattrs_.size() +
-                xattr_lists_.size() + child_objects_.size() + complete_.size();
-  if (rows >= max_rows_) Clear();
+  if (Rows() >= max_rows_) Clear();
 }
 
 void CachingCatalog::AfterFailedWrite(const Status& status) {
@@ -63,6 +61,7 @@ void CachingCatalog::Remember(const Entry& entry) {
   }
   entries_[entry.id] = entry;
   if (entry.parent != 0) names_[Key{entry.parent, entry.name}] = entry.id;
+  if (entry.blob != 0) owners_[entry.blob] = entry.id;
 }
 
 void CachingCatalog::SetAttrs(const Entry& entry) {
@@ -102,7 +101,6 @@ void CachingCatalog::ForgetEntry(EntryId id) {
 // --- entries -------------------------------------------------------------------
 
 Result<Entry> CachingCatalog::GetEntry(EntryId id) {
-  std::lock_guard lock(mu_);
   if (auto it = entries_.find(id); it != entries_.end()) return it->second;
   Result<Entry> entry = inner_->GetEntry(id);
   if (entry.ok()) Remember(*entry);
@@ -110,7 +108,6 @@ Result<Entry> CachingCatalog::GetEntry(EntryId id) {
 }
 
 Result<Entry> CachingCatalog::Lookup(EntryId parent, std::string_view name) {
-  std::lock_guard lock(mu_);
   if (auto it = names_.find(Key{parent, std::string(name)}); it != names_.end()) {
     if (it->second == 0) {
       return Absent(ENOENT, "lookup " + std::to_string(parent) + "/" + std::string(name),
@@ -133,7 +130,6 @@ Result<Entry> CachingCatalog::Lookup(EntryId parent, std::string_view name) {
 
 Result<std::vector<Entry>> CachingCatalog::ListChildren(EntryId parent, EntryId after,
                                                        size_t limit) {
-  std::lock_guard lock(mu_);
   Result<std::vector<Entry>> children = inner_->ListChildren(parent, after, limit);
   if (children.ok()) {
     for (const Entry& child : *children) Remember(child);
@@ -141,13 +137,7 @@ Result<std::vector<Entry>> CachingCatalog::ListChildren(EntryId parent, EntryId 
   return children;
 }
 
-Result<bool> CachingCatalog::HasChildren(EntryId parent) {
-  std::lock_guard lock(mu_);
-  return inner_->HasChildren(parent);
-}
-
 Result<uint64_t> CachingCatalog::CountChildObjects(EntryId parent) {
-  std::lock_guard lock(mu_);
   if (auto it = child_objects_.find(parent); it != child_objects_.end()) return it->second;
   Result<uint64_t> count = inner_->CountChildObjects(parent);
   if (count.ok() && parent != 0) {
@@ -157,13 +147,7 @@ Result<uint64_t> CachingCatalog::CountChildObjects(EntryId parent) {
   return count;
 }
 
-Result<uint64_t> CachingCatalog::CountEntries() {
-  std::lock_guard lock(mu_);
-  return inner_->CountEntries();
-}
-
 Result<Entry> CachingCatalog::CreateEntry(const Entry& entry, const std::optional<Blob>& blob) {
-  std::lock_guard lock(mu_);
   Result<Entry> stored = inner_->CreateEntry(entry, blob);
   if (!stored.ok()) {
     AfterFailedWrite(stored.status());
@@ -186,7 +170,6 @@ Result<Entry> CachingCatalog::CreateEntry(const Entry& entry, const std::optiona
 }
 
 Status CachingCatalog::UpdateEntryAttrs(const Entry& entry) {
-  std::lock_guard lock(mu_);
   Status updated = inner_->UpdateEntryAttrs(entry);
   if (!updated.ok()) {
     AfterFailedWrite(updated);
@@ -197,7 +180,6 @@ Status CachingCatalog::UpdateEntryAttrs(const Entry& entry) {
 }
 
 Status CachingCatalog::Detach(EntryId id, int64_t now_ns) {
-  std::lock_guard lock(mu_);
   Status detached = inner_->Detach(id, now_ns);
   if (!detached.ok()) {
     AfterFailedWrite(detached);
@@ -227,7 +209,6 @@ bool CachingCatalog::Detached(EntryId id, int64_t now_ns) {
 
 Result<EntryId> CachingCatalog::Move(EntryId id, EntryId new_parent, std::string_view new_name,
                                      int64_t now_ns) {
-  std::lock_guard lock(mu_);
   Result<EntryId> replaced = inner_->Move(id, new_parent, new_name, now_ns);
   if (!replaced.ok()) {
     AfterFailedWrite(replaced.status());
@@ -259,7 +240,6 @@ Result<EntryId> CachingCatalog::Move(EntryId id, EntryId new_parent, std::string
 }
 
 Result<std::optional<Blob>> CachingCatalog::Purge(EntryId id) {
-  std::lock_guard lock(mu_);
   Result<std::optional<Blob>> purged = inner_->Purge(id);
   if (!purged.ok()) {
     AfterFailedWrite(purged.status());
@@ -271,7 +251,6 @@ Result<std::optional<Blob>> CachingCatalog::Purge(EntryId id) {
 }
 
 Result<std::optional<Blob>> CachingCatalog::Remove(EntryId id, int64_t now_ns) {
-  std::lock_guard lock(mu_);
   Result<std::optional<Blob>> removed = inner_->Remove(id, now_ns);
   if (!removed.ok()) {
     AfterFailedWrite(removed.status());
@@ -282,15 +261,9 @@ Result<std::optional<Blob>> CachingCatalog::Remove(EntryId id, int64_t now_ns) {
   return removed;
 }
 
-Result<std::vector<EntryId>> CachingCatalog::ListDetached() {
-  std::lock_guard lock(mu_);
-  return inner_->ListDetached();
-}
-
 // --- blobs -----------------------------------------------------------------------
 
 Result<Blob> CachingCatalog::LinkNewBlob(EntryId entry, const Blob& blob, BlobId* old_blob) {
-  std::lock_guard lock(mu_);
   Result<Blob> stored = inner_->LinkNewBlob(entry, blob, old_blob);
   if (!stored.ok()) {
     AfterFailedWrite(stored.status());
@@ -298,12 +271,14 @@ Result<Blob> CachingCatalog::LinkNewBlob(EntryId entry, const Blob& blob, BlobId
   }
   MakeRoom();
   blobs_[stored->id] = *stored;
-  if (auto it = entries_.find(entry); it != entries_.end()) it->second.blob = stored->id;
+  if (auto it = entries_.find(entry); it != entries_.end()) {
+    it->second.blob = stored->id;
+    owners_[stored->id] = entry;
+  }
   return stored;
 }
 
 Result<Blob> CachingCatalog::CreateBlob(const Blob& blob) {
-  std::lock_guard lock(mu_);
   Result<Blob> stored = inner_->CreateBlob(blob);
   if (!stored.ok()) {
     AfterFailedWrite(stored.status());
@@ -315,18 +290,19 @@ Result<Blob> CachingCatalog::CreateBlob(const Blob& blob) {
 }
 
 Result<BlobId> CachingCatalog::LinkBlob(EntryId entry, BlobId blob) {
-  std::lock_guard lock(mu_);
   Result<BlobId> old = inner_->LinkBlob(entry, blob);
   if (!old.ok()) {
     AfterFailedWrite(old.status());
     return old;
   }
-  if (auto it = entries_.find(entry); it != entries_.end()) it->second.blob = blob;
+  if (auto it = entries_.find(entry); it != entries_.end()) {
+    it->second.blob = blob;
+    owners_[blob] = entry;
+  }
   return old;
 }
 
 Result<Blob> CachingCatalog::GetBlob(BlobId id) {
-  std::lock_guard lock(mu_);
   if (auto it = blobs_.find(id); it != blobs_.end()) return it->second;
   Result<Blob> blob = inner_->GetBlob(id);
   if (blob.ok()) {
@@ -337,7 +313,6 @@ Result<Blob> CachingCatalog::GetBlob(BlobId id) {
 }
 
 Status CachingCatalog::UpdateBlob(const Blob& blob) {
-  std::lock_guard lock(mu_);
   Status updated = inner_->UpdateBlob(blob);
   if (!updated.ok()) {
     AfterFailedWrite(updated);
@@ -349,7 +324,6 @@ Status CachingCatalog::UpdateBlob(const Blob& blob) {
 }
 
 Status CachingCatalog::UpdateBlobAndEntryAttrs(const Blob& blob, const Entry& entry) {
-  std::lock_guard lock(mu_);
   Status updated = inner_->UpdateBlobAndEntryAttrs(blob, entry);
   if (!updated.ok()) {
     AfterFailedWrite(updated);
@@ -362,7 +336,6 @@ Status CachingCatalog::UpdateBlobAndEntryAttrs(const Blob& blob, const Entry& en
 }
 
 Status CachingCatalog::DeleteBlob(BlobId id) {
-  std::lock_guard lock(mu_);
   Status deleted = inner_->DeleteBlob(id);
   if (!deleted.ok()) {
     AfterFailedWrite(deleted);
@@ -372,25 +345,19 @@ Status CachingCatalog::DeleteBlob(BlobId id) {
   return deleted;
 }
 
-Result<std::vector<Blob>> CachingCatalog::ListBlobs() {
-  std::lock_guard lock(mu_);
-  return inner_->ListBlobs();
-}
-
-Result<std::vector<BlobId>> CachingCatalog::ListUnlinkedBlobs() {
-  std::lock_guard lock(mu_);
-  return inner_->ListUnlinkedBlobs();
-}
-
 Result<EntryId> CachingCatalog::EntryOfBlob(BlobId blob) {
-  std::lock_guard lock(mu_);
+  // A blob is linked from one entry at most: a held entry that links it is
+  // the answer (owners_ may name an entry that has moved on since: checked).
+  if (auto owner = owners_.find(blob); owner != owners_.end()) {
+    auto entry = entries_.find(owner->second);
+    if (entry != entries_.end() && entry->second.blob == blob) return entry->first;
+  }
   return inner_->EntryOfBlob(blob);
 }
 
 // --- extended attributes ----------------------------------------------------------
 
 Result<std::string> CachingCatalog::GetXattr(EntryId id, std::string_view name) {
-  std::lock_guard lock(mu_);
   auto absent = [&] {
     return Absent(ENODATA, "get xattr " + std::string(name) + " of " + std::to_string(id),
                   "no such attribute");
@@ -421,7 +388,6 @@ Result<std::string> CachingCatalog::GetXattr(EntryId id, std::string_view name) 
 
 Status CachingCatalog::SetXattr(EntryId id, std::string_view name, std::string_view value,
                                 int flags) {
-  std::lock_guard lock(mu_);
   Status set = inner_->SetXattr(id, name, value, flags);
   if (!set.ok()) {
     AfterFailedWrite(set);
@@ -434,7 +400,6 @@ Status CachingCatalog::SetXattr(EntryId id, std::string_view name, std::string_v
 }
 
 Result<std::vector<std::string>> CachingCatalog::ListXattrs(EntryId id) {
-  std::lock_guard lock(mu_);
   if (auto it = xattr_lists_.find(id); it != xattr_lists_.end()) return it->second;
   Result<std::vector<std::string>> names = inner_->ListXattrs(id);
   if (names.ok()) {
@@ -445,7 +410,6 @@ Result<std::vector<std::string>> CachingCatalog::ListXattrs(EntryId id) {
 }
 
 Status CachingCatalog::RemoveXattr(EntryId id, std::string_view name) {
-  std::lock_guard lock(mu_);
   Status removed = inner_->RemoveXattr(id, name);
   if (!removed.ok()) {
     AfterFailedWrite(removed);
@@ -455,11 +419,6 @@ Status CachingCatalog::RemoveXattr(EntryId id, std::string_view name) {
   xattrs_[id][std::string(name)].reset();
   xattr_lists_.erase(id);
   return removed;
-}
-
-Result<uint64_t> CachingCatalog::NextGeneration() {
-  std::lock_guard lock(mu_);
-  return inner_->NextGeneration();
 }
 
 }  // namespace gpufs

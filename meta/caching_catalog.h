@@ -26,14 +26,13 @@
 // followed by a GETATTR or LISTXATTR per name).
 //
 // Memory: at most `max_rows` rows of all kinds; beyond that it starts
-// afresh (no recency bookkeeping on the hot path). Thread-safe: one mutex
-// over each call, taken after the caller's own lock.
+// afresh (no recency bookkeeping on the hot path). Not thread-safe, like
+// every Catalog: callers serialise (the core's mu_).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -55,9 +54,7 @@ class CachingCatalog : public ForwardingCatalog {
   Result<Entry> GetEntry(EntryId id) override;
   Result<Entry> Lookup(EntryId parent, std::string_view name) override;
   Result<std::vector<Entry>> ListChildren(EntryId parent, EntryId after, size_t limit) override;
-  Result<bool> HasChildren(EntryId parent) override;
   Result<uint64_t> CountChildObjects(EntryId parent) override;
-  Result<uint64_t> CountEntries() override;
   Result<Entry> CreateEntry(const Entry& entry, const std::optional<Blob>& blob) override;
   Status UpdateEntryAttrs(const Entry& entry) override;
   Status Detach(EntryId id, int64_t now_ns) override;
@@ -65,7 +62,6 @@ class CachingCatalog : public ForwardingCatalog {
                        int64_t now_ns) override;
   Result<std::optional<Blob>> Purge(EntryId id) override;
   Result<std::optional<Blob>> Remove(EntryId id, int64_t now_ns) override;
-  Result<std::vector<EntryId>> ListDetached() override;
 
   Result<Blob> LinkNewBlob(EntryId entry, const Blob& blob, BlobId* old_blob) override;
   Result<Blob> CreateBlob(const Blob& blob) override;
@@ -74,18 +70,15 @@ class CachingCatalog : public ForwardingCatalog {
   Status UpdateBlob(const Blob& blob) override;
   Status UpdateBlobAndEntryAttrs(const Blob& blob, const Entry& entry) override;
   Status DeleteBlob(BlobId id) override;
-  Result<std::vector<Blob>> ListBlobs() override;
-  Result<std::vector<BlobId>> ListUnlinkedBlobs() override;
   Result<EntryId> EntryOfBlob(BlobId blob) override;
 
   Result<std::string> GetXattr(EntryId id, std::string_view name) override;
   Status SetXattr(EntryId id, std::string_view name, std::string_view value, int flags) override;
   Result<std::vector<std::string>> ListXattrs(EntryId id) override;
   Status RemoveXattr(EntryId id, std::string_view name) override;
-  Result<uint64_t> NextGeneration() override;
 
   // Rows held now (tests).
-  size_t RowsForTesting();
+  size_t RowsForTesting() const { return Rows(); }
 
  private:
   struct Key {  // (parent, name)
@@ -99,6 +92,7 @@ class CachingCatalog : public ForwardingCatalog {
     }
   };
 
+  size_t Rows() const;
   void Clear();
   void MakeRoom();  // before an insert: starts afresh at max_rows_
   void Remember(const Entry& entry);
@@ -117,7 +111,6 @@ class CachingCatalog : public ForwardingCatalog {
   // left rows uncertain: start afresh.
   void AfterFailedWrite(const Status& status);
 
-  std::mutex mu_;
   const size_t max_rows_;
   std::unordered_map<EntryId, Entry> entries_;
   std::unordered_map<Key, EntryId, KeyHash> names_;  // 0: known absent
@@ -129,6 +122,8 @@ class CachingCatalog : public ForwardingCatalog {
   std::unordered_map<EntryId, uint64_t> child_objects_;
   // Objects whose every attached child is in entries_ and names_.
   std::unordered_set<EntryId> complete_;
+  // Blob -> the entry last seen linking it (EntryOfBlob checks it still does).
+  std::unordered_map<BlobId, EntryId> owners_;
 };
 
 }  // namespace gpufs

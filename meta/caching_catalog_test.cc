@@ -113,7 +113,7 @@ class Differential {
     std::string where = " id " + std::to_string(id) + " parent " + std::to_string(parent) + " " +
                         name + " blob " + std::to_string(blob_id);
 
-    switch (pick(24)) {
+    switch (pick(25)) {
       case 0:
       case 1:
       case 2: {
@@ -183,6 +183,7 @@ class Differential {
         break;
       case 22: Same("has children" + where, [&](Catalog& c) { return c.HasChildren(parent); }); break;
       case 23: Same("remove" + where, [&](Catalog& c) { return c.Remove(id, now); }); break;
+      case 24: Same("entry of blob" + where, [&](Catalog& c) { return c.EntryOfBlob(blob_id); }); break;
     }
   }
 
@@ -202,6 +203,7 @@ class Differential {
     }
     for (BlobId id = 0; id <= max_blob_ + 1; ++id) {
       Same("final blob " + std::to_string(id), [&](Catalog& c) { return c.GetBlob(id); });
+      Same("final owner " + std::to_string(id), [&](Catalog& c) { return c.EntryOfBlob(id); });
     }
     Same("final entries", [&](Catalog& c) { return c.CountEntries(); });
     Same("final detached", [&](Catalog& c) { return c.ListDetached(); });

@@ -345,7 +345,16 @@ TEST_F(UsageCatalogTest, RandomChangesMatchACountFromScratch) {
               row.closed = !row.closed;
               break;  // no figure moves
           }
-          ASSERT_TRUE(catalog_->UpdateBlob(row).ok());
+          if (pick(2)) {
+            ASSERT_TRUE(catalog_->UpdateBlob(row).ok());
+          } else {  // a seal: the row and its member's times together
+            auto owner = catalog_->EntryOfBlob(row.id);
+            if (!owner.ok()) break;
+            auto member = catalog_->GetEntry(*owner);
+            ASSERT_TRUE(member.ok());
+            member->mtime_ns = member->ctime_ns = step;
+            ASSERT_TRUE(catalog_->UpdateBlobAndEntryAttrs(row, *member).ok());
+          }
           break;
         }
         case 4:
