@@ -102,7 +102,17 @@ Status GpuBulkStore::AllocateDedicated(Allocation* alloc, uint64_t bytes, bool p
       alloc->filling = producer_fills;
     }
     if (!alloc->vmm) {
-      GPUFS_ASSIGN_OR_RETURN(alloc->vmm, VmmMemory::Create(ordinal_, bytes));
+      Result<std::unique_ptr<VmmMemory>> made = VmmMemory::Create(ordinal_, bytes);
+      if (!made.ok()) {
+        // Not shared yet: its fill ends here, or the pool's count of fills
+        // in progress would stay one too high and defer refills for good.
+        if (alloc->filling) {
+          alloc->filling = false;
+          pool_->Filled();
+        }
+        return made.status();
+      }
+      alloc->vmm = std::move(*made);
     }
     return Status::Ok();
   }

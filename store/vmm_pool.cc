@@ -36,7 +36,7 @@ std::unique_ptr<VmmMemory> VmmPool::Take(uint64_t bytes, bool producer_fills) {
     deferred_.push_back(bytes);
   }
   if (producer_fills) ++filling_;
-  if (filling_ != 1) StartDeferredLocked();
+  if (!producer_fills || filling_ != 1) StartDeferredLocked();  // a second Take, or none filling
   return got;
 }
 

@@ -39,6 +39,11 @@ TEST(VmmPoolTest, ATakeTheDaemonFillsItselfIsRefilledAtOnce) {
   VmmPool pool(0, 64 * kMiB);
   pool.Take(2 * kMiB, false);
   EXPECT_EQ(pool.DeferredForTesting(), 0u);
+  // Also while a producer's fill is in progress: it is a second Take.
+  pool.Take(2 * kMiB, true);
+  EXPECT_EQ(pool.DeferredForTesting(), 1u);
+  pool.Take(4 * kMiB, false);
+  EXPECT_EQ(pool.DeferredForTesting(), 0u);
 }
 
 TEST(VmmPoolTest, TheBudgetBoundsWhatIsWanted) {
