@@ -149,7 +149,7 @@ Result<PinnedHostStore::Place> PinnedHostStore::Acquire(uint64_t bytes) {
       break;
     }
   }
-  if (want > room) want = std::max(room / kDataAlignment * kDataAlignment, room / kUnit * kUnit);
+  if (want > room) want = room / kUnit * kUnit;
   if (want < bytes) {
     Status full =
         Error(ENOSPC, "host tier: no run of " + FormatSize(bytes) + " free in its slabs (" +
@@ -260,7 +260,6 @@ Status PinnedHostStore::Resize(BlobId id, uint64_t old_size, uint64_t new_size) 
   std::memcpy(place.slab->data() + place.offset, old.slab->data() + old.offset, old_size);
   lock.lock();
   place.slab->Name(place.offset, id, place.reserved);
-  Store(old.slab->slot(old.offset).blob, 0);
   rec.place = place;
   rec.size = new_size;
   ZeroLaterLocked(old, old_size);

@@ -12,6 +12,7 @@
 
 #include "store/pinned_host_store.h"
 #include "store/pinned_host_store_internal.h"
+#include "util/file_io.h"
 #include "util/log.h"
 #include "util/size.h"
 
@@ -172,14 +173,7 @@ bool PinnedHostStore::ImportFile(const StoredBlob& blob) {
   }
   Status imported = Allocate(blob.id, SharingKey(), blob.size);
   std::span<std::byte> into = imported.ok() ? HostBytes(blob.id) : std::span<std::byte>();
-  for (size_t done = 0; imported.ok() && done < into.size();) {
-    ssize_t n = ::pread(fd.get(), into.data() + done, into.size() - done, static_cast<off_t>(done));
-    if (n <= 0) {
-      imported = n == 0 ? Error(EIO, "short file") : PosixError("pread", errno);
-    } else {
-      done += static_cast<size_t>(n);
-    }
-  }
+  if (imported.ok()) imported = ReadAll(fd.get(), 0, into, path);
   if (!imported.ok()) {
     GPUFS_LOG(WARN) << "host tier: cannot take blob " << blob.id << " from " << path << ": "
                     << imported.ToString();
