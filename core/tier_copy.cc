@@ -75,7 +75,7 @@ Result<uint32_t> CopyBetweenTiers(const TierCopy& copy,
   if (copy.size == 0) return 0;
   if (auto direct = CopyInPlace(copy)) return std::move(*direct);
   const size_t chunk =
-      static_cast<size_t>(std::clamp<uint64_t>(copy.size, 1, std::max<uint64_t>(copy.chunk, 1)));
+      static_cast<size_t>(std::min<uint64_t>(copy.size, std::max<uint64_t>(copy.chunk, 1)));
   HostBuffer a = buffer(chunk);
   HostBuffer b = buffer(chunk);
   // Runs last (declared after the buffers): hands them back for reuse.
@@ -101,7 +101,6 @@ Result<uint32_t> CopyBetweenTiers(const TierCopy& copy,
     if (copy.checksum) crc = Crc32c(crc, bytes);
     return copy.target ? copy.target->Write(copy.id, off, bytes) : Status::Ok();
   };
-  if (copy.size == 0) return crc;
   if (copy.source_is_gpu && copy.target_is_gpu) {  // GPU to GPU: all on this thread
     for (uint64_t off = 0; off < copy.size; off += chunk) {
       GPUFS_RETURN_IF_ERROR(copy.source->Read(copy.id, off, span_at(0, off)));

@@ -16,17 +16,17 @@
 namespace gpufs {
 namespace {
 
-// The dtype and shape `entry` would have with `name` set to `value`; checked
+// The dtype and shape entry `id` would have with `name` set to `value`; checked
 // against `size` once the dtype is known (the daemon is the one place that
 // checks: the CLI, libgpufs and Python only report its EINVAL).
-Status CheckTensorXattrs(Catalog& catalog, const Entry& entry, std::string_view name,
+Status CheckTensorXattrs(Catalog& catalog, EntryId id, std::string_view name,
                          std::optional<std::string_view> value, uint64_t size) {
   auto current = [&](std::string_view which) -> Result<std::optional<std::string>> {
     if (which == name) {
       if (!value) return std::optional<std::string>();
       return std::optional<std::string>(std::string(*value));
     }
-    auto stored = catalog.GetXattr(entry.id, which);
+    auto stored = catalog.GetXattr(id, which);
     if (!stored.ok()) {
       if (stored.status().code() == ENODATA) return std::optional<std::string>();
       return stored.status();
@@ -46,11 +46,9 @@ Status CheckTensorXattrs(Catalog& catalog, const Entry& entry, std::string_view 
 }  // namespace
 
 Status Namespace::CheckTensorAtSeal(EntryId entry_id, uint64_t size) {
-  // Only the id is read: no catalog read of the entry (a plain member's seal
-  // costs one xattr read here, the dtype's absence).
-  Entry entry;
-  entry.id = entry_id;
-  Status fits = CheckTensorXattrs(*catalog_, entry, "", std::nullopt, size);
+  // No catalog read of the entry: a plain member's seal costs one xattr read
+  // here, the dtype's absence.
+  Status fits = CheckTensorXattrs(*catalog_, entry_id, "", std::nullopt, size);
   if (fits.ok()) return fits;
   GPUFS_LOG(WARN) << PathOf(entry_id) << ": dropping user.gpufs.dtype and shape at seal: "
                   << fits.message();
@@ -156,7 +154,7 @@ Status Namespace::SetXattr(uint64_t ino, std::string_view name, std::string_view
     // does not fit, with a log line).
     GPUFS_ASSIGN_OR_RETURN(Blob rec, catalog_->GetBlob(entry.blob));
     if (rec.state == BlobState::kSealed) {
-      Status fits = CheckTensorXattrs(*catalog_, entry, name, value, rec.size);
+      Status fits = CheckTensorXattrs(*catalog_, entry.id, name, value, rec.size);
       if (!fits.ok()) return fits.Prepend("setxattr " + std::string(name) + " on " + path);
     }
   } else if (name == xattr::kPersist) {
