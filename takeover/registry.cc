@@ -6,6 +6,31 @@
 
 namespace gpufs::takeover {
 
+namespace {
+
+// Sends the fds of `held` (id -> fd) as messages of `type`, kMaxFds to a
+// message, each with the records `record(id)` in the same order.
+template <typename Record, typename Held, typename MakeRecord>
+Status SendWithFds(int fd, MsgType type, const Held& held, MakeRecord record) {
+  std::vector<Record> records;
+  std::vector<int> fds;
+  auto flush = [&]() -> Status {
+    if (records.empty()) return Status::Ok();
+    Status sent = Send(fd, type, std::as_bytes(std::span(records)), fds);
+    records.clear();
+    fds.clear();
+    return sent;
+  };
+  for (const auto& [id, id_fd] : held) {
+    records.push_back(record(id));
+    fds.push_back(id_fd.get());
+    if (fds.size() == kMaxFds) GPUFS_RETURN_IF_ERROR(flush());
+  }
+  return flush();
+}
+
+}  // namespace
+
 Status Registry::Apply(Message m) {
   switch (m.type) {
     case MsgType::kInit:
@@ -208,35 +233,10 @@ Status Registry::SendHandover(int fd, uint32_t generation, int32_t supervisor_pi
     GPUFS_RETURN_IF_ERROR(
         Send(fd, MsgType::kSizes, std::as_bytes(std::span(size_batch.data() + at, n))));
   }
-  std::vector<BlobFd> ids;
-  std::vector<int> fds;
-  auto flush_blobs = [&]() -> Status {
-    if (ids.empty()) return Status::Ok();
-    Status s = Send(fd, MsgType::kBlobs, std::as_bytes(std::span(ids)), fds);
-    ids.clear();
-    fds.clear();
-    return s;
-  };
-  for (const auto& [blob, blob_fd] : blobs_) {
-    ids.push_back(blob_record(blob));
-    fds.push_back(blob_fd.get());
-    if (ids.size() == kMaxFds) GPUFS_RETURN_IF_ERROR(flush_blobs());
-  }
-  GPUFS_RETURN_IF_ERROR(flush_blobs());
-  std::vector<uint64_t> memory_ids;
-  for (const auto& [memory, memory_fd] : memories_) {
-    memory_ids.push_back(memory);
-    fds.push_back(memory_fd.get());
-    if (fds.size() == kMaxFds) {
-      GPUFS_RETURN_IF_ERROR(
-          Send(fd, MsgType::kMemories, std::as_bytes(std::span(memory_ids)), fds));
-      memory_ids.clear();
-      fds.clear();
-    }
-  }
-  if (!fds.empty()) {
-    GPUFS_RETURN_IF_ERROR(Send(fd, MsgType::kMemories, std::as_bytes(std::span(memory_ids)), fds));
-  }
+  GPUFS_RETURN_IF_ERROR(SendWithFds<BlobFd>(fd, MsgType::kBlobs, blobs_,
+                                             [&](uint64_t blob) { return blob_record(blob); }));
+  GPUFS_RETURN_IF_ERROR(
+      SendWithFds<uint64_t>(fd, MsgType::kMemories, memories_, [](uint64_t id) { return id; }));
   return Send(fd, MsgType::kHelloDone, {});
 }
 
