@@ -120,6 +120,13 @@ void Namespace::CollectEntry(EntryId id) {
   if (*blob && !active_.contains((*blob)->id)) FreeBlob(**blob);
 }
 
+Status Namespace::DetachAndCollect(EntryId id) {
+  if (entry_opens_.contains(id)) return catalog_->Detach(id, Now());  // until its last close
+  GPUFS_ASSIGN_OR_RETURN(std::optional<Blob> blob, catalog_->Remove(id, Now()));
+  if (blob && !active_.contains(blob->id)) FreeBlob(*blob);
+  return Status::Ok();
+}
+
 // A full tier: make room below it and try once more (outside mu_).
 Result<OpenResult> Namespace::AddOpenHandle(const Caller& caller, const Entry& entry,
                                             const Blob& blob, int flags) {
@@ -187,8 +194,8 @@ Result<OpenResult> Namespace::CreateOnce(const Caller& caller, uint64_t parent,
   Status recorded =
       stored.ok() ? store->Allocate(entry.blob, SharingKeyOf(entry), 0) : stored.status();
   if (!recorded.ok()) {
-    Status detached = catalog_->Detach(entry.id, now);
-    if (detached.ok()) CollectEntry(entry.id);
+    Status dropped = DetachAndCollect(entry.id);
+    if (!dropped.ok()) GPUFS_LOG(ERROR) << "drop " << path() << ": " << dropped.ToString();
     return recorded.Prepend("create " + path());
   }
   return AddOpenHandle(caller, entry, *stored, flags);

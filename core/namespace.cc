@@ -280,9 +280,8 @@ Status Namespace::Rmdir(uint64_t parent, std::string_view name) {
   if (entry.kind != EntryKind::kObject) return Error(ENOTDIR, PathOf(entry.id) + " is a blob");
   GPUFS_ASSIGN_OR_RETURN(bool has_children, catalog_->HasChildren(entry.id));
   if (has_children) return Error(ENOTEMPTY, PathOf(entry.id) + " has members");
-  GPUFS_RETURN_IF_ERROR(catalog_->Detach(entry.id, Now()));
+  GPUFS_RETURN_IF_ERROR(DetachAndCollect(entry.id));
   NotifyEntry(parent, name);  // perf (issue 12)
-  CollectEntry(entry.id);
   return Status::Ok();
 }
 
@@ -296,16 +295,8 @@ Status Namespace::Unlink(uint64_t parent, std::string_view name) {
   if (entry.kind != EntryKind::kBlob) {
     return Error(EISDIR, PathOf(entry.id) + " is an object: use rmdir");
   }
-  if (entry_opens_.contains(entry.id)) {
-    // Held open: readable by id until its last close (CollectEntry).
-    GPUFS_RETURN_IF_ERROR(catalog_->Detach(entry.id, Now()));
-    NotifyEntry(parent, name);  // perf (issue 12)
-    return Status::Ok();
-  }
-  // Nobody holds it: detached and purged in one transaction.
-  GPUFS_ASSIGN_OR_RETURN(std::optional<Blob> blob, catalog_->Remove(entry.id, Now()));
+  GPUFS_RETURN_IF_ERROR(DetachAndCollect(entry.id));
   NotifyEntry(parent, name);  // perf (issue 12)
-  if (blob && !active_.contains(blob->id)) FreeBlob(*blob);
   return Status::Ok();
 }
 

@@ -370,6 +370,9 @@ class Namespace {
                          std::string_view new_name, unsigned flags);
   // Purges `id` if it is detached and nobody holds it; frees its blob.
   void CollectEntry(EntryId id);
+  // Detaches attached entry `id`; when nobody holds it open, purges it in the
+  // same transaction (Catalog::Remove) and frees its blob. mu_ held.
+  Status DetachAndCollect(EntryId id);
   // Deletes and frees `blob` if no entry links it and nobody holds it.
   void CollectBlob(BlobId blob);
   void FreeBlob(const Blob& blob);

@@ -37,8 +37,7 @@ Status Namespace::Recover() {
     if (entry.ok()) {
       GPUFS_LOG(WARN) << "discarding " << PathOf(*entry)
                       << ": it was still being written when the previous daemon stopped";
-      GPUFS_RETURN_IF_ERROR(catalog_->Detach(*entry, Now()));
-      GPUFS_RETURN_IF_ERROR(catalog_->Purge(*entry).status());
+      GPUFS_RETURN_IF_ERROR(catalog_->Remove(*entry, Now()).status());
     }
   }
   GPUFS_ASSIGN_OR_RETURN(auto unlinked, catalog_->ListUnlinkedBlobs());
