@@ -31,15 +31,6 @@ namespace {
 // Bounds the work of one stats read on a huge namespace.
 constexpr size_t kMaxObjects = 1000;
 
-// What blob row `row` adds to the figures, at `size` bytes on `device`.
-UsageFigures RowUsage(const Blob& row, uint64_t size, const std::string& device) {
-  UsageFigures usage;
-  usage.blobs = 1;
-  usage.bytes = size;
-  if (row.state != BlobState::kLost) usage.tiers[device] = {1, size};
-  return usage;
-}
-
 void SubtractTiers(std::map<std::string, TierUsage>* tiers,
                    const std::map<std::string, TierUsage>& gone) {
   for (const auto& [device, g] : gone) {
@@ -145,8 +136,11 @@ void Namespace::AddLiveUsage(StatsView* view) {
     const std::string& device = blob->rec.device;
     auto row = catalog_->GetBlob(id);
     if (!row.ok() || (row->size == size && row->device == device)) continue;
-    const UsageFigures was = RowUsage(*row, row->size, row->device);
-    const UsageFigures now = RowUsage(*row, size, device);
+    const UsageFigures was = UsageCatalog::Contribution(*row);
+    Blob live = *row;
+    live.size = size;
+    live.device = device;
+    const UsageFigures now = UsageCatalog::Contribution(live);
     SubtractTiers(&tiers, was.tiers);
     AddTiers(&tiers, now.tiers);
     auto entry = catalog_->EntryOfBlob(id);

@@ -78,6 +78,8 @@ class UsageCatalog final : public ForwardingCatalog {
   // The top-level entry (a child of the root) at or above `id`; 0 for the
   // root and for entries that are not attached.
   Result<EntryId> TopOf(EntryId id);
+  // What one blob row adds to the figures.
+  static UsageFigures Contribution(const Blob& blob);
   // How many times the figures were counted from the catalog (1 after the
   // start-up Rebuild unless a fallback happened): for tests.
   uint64_t rebuilds() const { return rebuilds_; }
@@ -98,8 +100,6 @@ class UsageCatalog final : public ForwardingCatalog {
   Status DeleteBlob(BlobId id) override;
 
  private:
-  // What one blob row adds to the figures.
-  static UsageFigures Contribution(const Blob& blob);
   // The figures of `entry`'s subtree as they stand (a blob member: its blob).
   Result<UsageFigures> SubtreeOf(const Entry& entry);
   // Objects from `object` up to the root, the root last; empty when
