@@ -264,17 +264,16 @@ Result<EntryId> UsageCatalog::Move(EntryId id, EntryId new_parent, std::string_v
                                    int64_t now_ns) {
   if (!live_) return inner_->Move(id, new_parent, new_name, now_ns);
   Result<Entry> before = inner_->GetEntry(id);
-  Result<Entry> target = inner_->Lookup(new_parent, new_name);
   Result<EntryId> moved = inner_->Move(id, new_parent, new_name, now_ns);
   if (!moved.ok()) return moved;
   if (!before.ok()) {
     Drop(before.status());
     return moved;
   }
-  if (*moved != 0) {  // the entry it replaced is detached
-    if (!target.ok() || target->id != *moved) {
-      Drop(target.ok() ? Error(EIO, "move replaced an entry it did not find first")
-                       : target.status());
+  if (*moved != 0) {  // the entry it replaced is detached, readable by id
+    Result<Entry> target = inner_->GetEntry(*moved);
+    if (!target.ok()) {
+      Drop(target.status());
       return moved;
     }
     Result<UsageFigures> replaced = SubtreeOf(*target);
