@@ -154,10 +154,11 @@ Result<std::vector<BlobId>> PinnedHostStore::Recover(std::span<const StoredBlob>
     if (!Allocate(id, SharingKey(), 0).ok()) lost.push_back(id);
   }
   if (!options_.files_dir.empty()) {
+    std::unordered_map<BlobId, const StoredBlob*> by_id;  // one pass, not one per lost blob
+    for (const StoredBlob& blob : live) by_id.emplace(blob.id, &blob);
     std::erase_if(lost, [&](BlobId id) {
-      auto blob =
-          std::find_if(live.begin(), live.end(), [id](const auto& b) { return b.id == id; });
-      return blob != live.end() && ImportFile(*blob);
+      auto blob = by_id.find(id);
+      return blob != by_id.end() && ImportFile(*blob->second);
     });
   }
   return lost;
