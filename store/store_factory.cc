@@ -19,35 +19,18 @@
 namespace gpufs {
 namespace {
 
-// Half the RAM, bounded by what the disk under `dir` (if any) can hold: its
-// free space plus what the store's own files already take.
-uint64_t DefaultHostCapacity(const std::string& dir) {
-  uint64_t ram = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
-                 static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
-  uint64_t capacity = ram / 2;
-  if (dir.empty()) return capacity;
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  struct statvfs st {};
-  if (statvfs(dir.c_str(), &st) == 0) {
-    uint64_t held = 0;
-    for (const auto& file : std::filesystem::directory_iterator(dir, ec)) {
-      std::error_code size_ec;
-      uint64_t size = file.file_size(size_ec);
-      if (!size_ec) held += size;
-    }
-    uint64_t disk = static_cast<uint64_t>(st.f_bavail) * st.f_frsize / 10 * 9 + held;
-    capacity = std::min(capacity, disk);
-  }
-  return capacity;
+uint64_t PhysicalRam() {
+  return static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+         static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
 }
 
-// 90% of the free space under `dir`, plus what the store's files take.
-uint64_t DefaultDiskCapacity(const std::string& dir) {
+// 90% of the free space under `dir`, plus what the store's files take;
+// nullopt when the file system cannot be asked.
+std::optional<uint64_t> DiskRoom(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   struct statvfs st {};
-  if (statvfs(dir.c_str(), &st) != 0) return 0;
+  if (statvfs(dir.c_str(), &st) != 0) return std::nullopt;
   uint64_t held = 0;
   for (const auto& file : std::filesystem::directory_iterator(dir, ec)) {
     std::error_code size_ec;
@@ -55,6 +38,11 @@ uint64_t DefaultDiskCapacity(const std::string& dir) {
     if (!size_ec) held += size;
   }
   return static_cast<uint64_t>(st.f_bavail) * st.f_frsize / 10 * 9 + held;
+}
+
+// Half the RAM, bounded by what the disk under `dir` can hold.
+uint64_t DefaultHostCapacity(const std::string& dir) {
+  return std::min(PhysicalRam() / 2, DiskRoom(dir).value_or(UINT64_MAX));
 }
 
 }  // namespace
@@ -92,7 +80,7 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
   if (!host_capacity && !use_gpu) host_capacity = config.capacity;
   if (host_in_memory) {
     PinnedHostOptions options;
-    options.capacity = host_capacity.value_or(DefaultHostCapacity("") / 2);
+    options.capacity = host_capacity.value_or(PhysicalRam() / 4);
     options.fd_sink = config.fd_sink;
     options.inherited = config.inherited_memory;
     options.files_dir = config.host_dir;  // host blobs a files host tier left
@@ -117,7 +105,7 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
   }
   out.default_device = "host";
   if (!config.disk_dir.empty()) {
-    uint64_t disk_capacity = tier_capacity("disk").value_or(DefaultDiskCapacity(config.disk_dir));
+    uint64_t disk_capacity = tier_capacity("disk").value_or(DiskRoom(config.disk_dir).value_or(0));
     GPUFS_ASSIGN_OR_RETURN(auto disk, HostBulkStore::Open(config.disk_dir, disk_capacity));
     disk->ServeAsDiskTier();
     GPUFS_LOG(INFO) << "store disk: " << FormatSize(disk_capacity) << " under " << config.disk_dir;
