@@ -151,6 +151,7 @@ Result<gpufs_ipc_info> Namespace::AllocDevice(HandleId id, uint64_t size, const 
   rec = next;
   blob->size = size;
   blob->needs_explicit_seal = true;
+  blob->closed_in_catalog = false;  // the row just written has no close mark
   auto info = Export(rec, id, caller, true);
   if (!info.ok()) return info.status().Prepend(path);
   std::lock_guard lock(mu_);

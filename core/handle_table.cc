@@ -10,6 +10,10 @@ std::shared_ptr<Namespace::ActiveBlob> Namespace::Activate(const Blob& blob, boo
     slot = std::make_shared<ActiveBlob>();
     slot->rec = blob;
     slot->size = blob.size;
+    // The close mark lives in closed_in_catalog; rec, which writes of the
+    // row start from (ReopenForWriting, AllocDevice), never carries it.
+    slot->closed_in_catalog = blob.closed;
+    slot->rec.closed = false;
   }
   if (use) eviction_->Touch(blob.id);
   return slot;

@@ -270,7 +270,8 @@ class Namespace {
     std::atomic<int> broken{0};
     // Set by AllocDevice: released unsealed, the blob is discarded.
     std::atomic<bool> needs_explicit_seal{false};
-    // Guarded by io_mu: the catalog's row is marked closed (a Flush did it).
+    // Guarded by io_mu: the catalog's row is marked closed (a Flush did it,
+    // maybe in the worker before a takeover). rec.closed is always false.
     bool closed_in_catalog = false;
     // Guarded by mu_:
     int handles = 0;

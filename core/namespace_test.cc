@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -31,14 +32,26 @@ class NamespaceTest : public ::testing::Test {
 
   // Drops the namespace (as a daemon exit would, open handles included) and
   // opens a new one on the same state.
-  void Reopen(uint64_t capacity = 1 << 20) {
+  void Reopen(uint64_t capacity = 1 << 20) { Start(capacity, {}); }
+
+  // A new worker of the same mount taking over `adopted` handles (the
+  // kernel's open files) from the one that died, as the supervisor starts it.
+  void TakeOver(std::vector<AdoptedHandle> adopted, std::map<uint64_t, uint64_t> unsealed_sizes) {
+    NamespaceOptions options;
+    options.takeover = true;
+    options.adopted = std::move(adopted);
+    options.unsealed_sizes = std::move(unsealed_sizes);
+    options.first_handle = 1000;
+    Start(1 << 20, std::move(options));
+  }
+
+  void Start(uint64_t capacity, NamespaceOptions options) {
     ns_.reset();
     auto catalog = SqliteCatalog::Open(dir_ + "/catalog.db", 0, 0, 0755);
     ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
     auto store = HostBulkStore::Open(dir_ + "/host", capacity);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     host_ = store->get();
-    NamespaceOptions options;
     options.catalog = std::move(*catalog);
     options.stores.push_back(std::move(*store));
     auto ns = Namespace::Open(std::move(options));
@@ -350,6 +363,22 @@ TEST_F(NamespaceTest, RestartSealsWhatAWritersCloseRecorded) {
   EXPECT_EQ(Cat(m->ino), "complete");
   EXPECT_EQ(ns_->Open(caller_, m->ino, O_WRONLY).status().code(), EPERM);  // sealed
   EXPECT_EQ(ns_->Lookup(kRootEntryId, "reopened").status().code(), ENOENT);
+}
+
+// A worker that took over a writer's handle after its close() was recorded
+// takes the mark back at the next write, like the worker that recorded it:
+// killed after that write, the member is discarded, never sealed half-written.
+TEST_F(NamespaceTest, TakenOverWriterTakesTheCloseMarkBackAtItsNextWrite) {
+  auto w = ns_->Create(caller_, kRootEntryId, "m", 0644, O_WRONLY);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(ns_->Write(w->handle, 0, Bytes("first")).ok());
+  ASSERT_TRUE(ns_->Flush(w->handle).ok());  // one descriptor closed: recorded
+
+  TakeOver({AdoptedHandle{w->handle, w->attr.ino, w->blob, /*writable=*/true}}, {{w->blob, 5}});
+  ASSERT_TRUE(ns_->Write(w->handle, 5, Bytes(" and more")).ok());  // a dup writes on
+
+  Reopen();  // the new worker is killed before any close
+  EXPECT_EQ(ns_->Lookup(kRootEntryId, "m").status().code(), ENOENT);
 }
 
 TEST_F(NamespaceTest, LostBytesGiveEio) {

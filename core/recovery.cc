@@ -164,8 +164,6 @@ Status Namespace::Adopt(const std::vector<AdoptedHandle>& adopted) {
           it != unsealed_sizes_.end() && rec->state == BlobState::kUnsealed) {
         handle.blob->size = std::max(it->second, rec->size);
       }
-      // A Flush marked it closed; a later write takes the mark back.
-      handle.blob->closed_in_catalog = rec->closed;
       if (a.mapped) handle.blob->mapped++;
     }
     AddHandle(std::move(handle), a.id);
