@@ -14,6 +14,7 @@
 #include <cstdlib>
 
 #include "client/driver.h"
+#include "util/fd_connections.h"
 #include "util/fd_protocol.h"
 
 namespace gpufs::client {
@@ -55,12 +56,12 @@ Status CheckRange(const Arena& arena, const struct gpufs_ipc_info& info) {
 }
 
 Status OpenVmm(const DriverApi& api, Arena* arena, const struct gpufs_ipc_info& info,
-               int member_fd);
+               int member_fd, UniqueFd pushed);
 
 // Opens `arena` (key and device filled in): retains the primary context and
 // opens the IPC handle inside it. On failure nothing stays open.
 Status Open(const DriverApi& api, Arena* arena, const struct gpufs_ipc_info& info,
-            int member_fd) {
+            int member_fd, UniqueFd pushed) {
   CUresult r = api.DevicePrimaryCtxRetain(&arena->context, arena->device);
   if (r != CUDA_SUCCESS) return CudaError(api, "cuDevicePrimaryCtxRetain", r);
   Status status;
@@ -69,7 +70,7 @@ Status Open(const DriverApi& api, Arena* arena, const struct gpufs_ipc_info& inf
     status = scope.status();
     trace::Mark("context");
     if (status.ok() && arena->key.vmm_blob != 0) {
-      status = OpenVmm(api, arena, info, member_fd);
+      status = OpenVmm(api, arena, info, member_fd, std::move(pushed));
     } else if (status.ok()) {
       CUipcMemHandle handle;
       std::memcpy(&handle, arena->key.handle.data(), sizeof(handle));
@@ -102,19 +103,19 @@ Status Open(const DriverApi& api, Arena* arena, const struct gpufs_ipc_info& inf
 
 // The daemon's fd socket for the mount holding `member_fd`, in uapi.h's
 // order: $GPUFS_SOCKET, the path the daemon put in info.handle, the xattr.
+// What is found is remembered for the mount, for later pushes.
 Result<std::string> SocketPath(int member_fd, const struct gpufs_ipc_info& info) {
   if (const char* env = std::getenv("GPUFS_SOCKET"); env != nullptr && *env != '\0') return std::string(env);
+  struct stat st;
+  if (::fstat(member_fd, &st) != 0) return PosixError("fstat", errno);
   if (info.handle[0] != 0) {
     const void* end = std::memchr(info.handle, 0, sizeof info.handle);
     if (end == nullptr) return Error(EPROTO, "the socket path in the daemon's reply is not terminated");
-    return std::string(reinterpret_cast<const char*>(info.handle));
+    std::string path(reinterpret_cast<const char*>(info.handle));
+    FdSocketConnections().Learn(st.st_dev, path);
+    return path;
   }
-  // One lookup per mount (by st_dev) and process; called under the cache's
-  // mutex, which guards `known` too.
-  static std::map<dev_t, std::string>* known = new std::map<dev_t, std::string>;
-  struct stat st;
-  if (::fstat(member_fd, &st) != 0) return PosixError("fstat", errno);
-  if (auto it = known->find(st.st_dev); it != known->end()) return it->second;
+  if (auto known = FdSocketConnections().Learned(st.st_dev)) return *known;
   char path[256];
   ssize_t n = ::fgetxattr(member_fd, GPUFS_XATTR_SOCKET, path, sizeof path - 1);
   if (n <= 0) {
@@ -122,53 +123,9 @@ Result<std::string> SocketPath(int member_fd, const struct gpufs_ipc_info& info)
                  "the member has no " GPUFS_XATTR_SOCKET " attribute (set $GPUFS_SOCKET to the "
                  "daemon's fd socket)");
   }
-  return (*known)[st.st_dev] = std::string(path, static_cast<size_t>(n));
-}
-
-// The process's connections to fd sockets, kept open: a connection costs a
-// connect and a daemon thread, more than the redemption itself. The daemon
-// binds a connection to the credentials (pid, uid, gid) of the connect, so a
-// connection is reused only by the process that made it with the same
-// effective ids (not by a forked child, nor after setuid). Called under the
-// cache's mutex, which guards the table.
-class FdSockets {
- public:
-  Result<UniqueFd> Fetch(const std::string& path, const uint8_t* token, gpufs_fd_reply* reply) {
-    const Owner now{::getpid(), ::geteuid(), ::getegid()};
-    auto it = conns_.find(path);
-    if (it != conns_.end() && !(it->second.owner == now)) {
-      // Another process (a fork) owns it in the end: close only our copy.
-      conns_.erase(it);
-      it = conns_.end();
-    }
-    if (it != conns_.end()) {
-      Result<UniqueFd> fd = FetchBlobFdOn(it->second.sock.get(), token, reply);
-      if (fd.ok() || (fd.status().code() != EPIPE && fd.status().code() != ECONNRESET)) return fd;
-      conns_.erase(it);  // the daemon went away (restarted?): connect again, once
-    }
-    GPUFS_ASSIGN_OR_RETURN(UniqueFd sock, ConnectFdSocket(path));
-    Result<UniqueFd> fd = FetchBlobFdOn(sock.get(), token, reply);
-    if (fd.ok()) conns_.emplace(path, Conn{now, std::move(sock)});
-    return fd;
-  }
-
- private:
-  struct Owner {
-    pid_t pid;
-    uid_t uid;
-    gid_t gid;
-    bool operator==(const Owner&) const = default;
-  };
-  struct Conn {
-    Owner owner;
-    UniqueFd sock;
-  };
-  std::map<std::string, Conn> conns_;
-};
-
-FdSockets& KeptSockets() {
-  static FdSockets* sockets = new FdSockets;  // never destroyed, like the cache
-  return *sockets;
+  std::string found(path, static_cast<size_t>(n));
+  FdSocketConnections().Learn(st.st_dev, found);
+  return found;
 }
 
 CUmemAccessDesc Access(const Arena& arena, bool writable) {
@@ -179,19 +136,23 @@ CUmemAccessDesc Access(const Arena& arena, bool writable) {
   return access;
 }
 
-// VMM: receives the blob's fd for info.token, imports and maps it inside the
-// primary context (already retained). On failure nothing stays mapped.
+// VMM: the blob's fd (`pushed`, or received for info.token), imported and
+// mapped inside the primary context (already retained). On failure nothing
+// stays mapped.
 Status OpenVmm(const DriverApi& api, Arena* arena, const struct gpufs_ipc_info& info,
-               int member_fd) {
-  GPUFS_ASSIGN_OR_RETURN(std::string socket, SocketPath(member_fd, info));
-  trace::Mark("socket-path");
-  gpufs_fd_reply reply{};
-  GPUFS_ASSIGN_OR_RETURN(UniqueFd fd, KeptSockets().Fetch(socket, info.token, &reply));
-  trace::Mark("fd-fetch");
-  if (reply.blob_id != info.blob_id || reply.alloc_size != info.alloc_size ||
-      info.alloc_size == 0) {
-    return Error(EPROTO, "the fd socket answered for another blob");
+               int member_fd, UniqueFd pushed) {
+  UniqueFd fd = std::move(pushed);
+  if (!fd.valid()) {
+    GPUFS_ASSIGN_OR_RETURN(std::string socket, SocketPath(member_fd, info));
+    trace::Mark("socket-path");
+    gpufs_fd_reply reply{};
+    GPUFS_ASSIGN_OR_RETURN(fd, FdSocketConnections().Fetch(socket, info.token, &reply));
+    trace::Mark("fd-fetch");
+    if (reply.blob_id != info.blob_id || reply.alloc_size != info.alloc_size) {
+      return Error(EPROTO, "the fd socket answered for another blob");
+    }
   }
+  if (info.alloc_size == 0) return Error(EPROTO, "a VMM blob of 0 bytes of allocation");
   CUmemGenericAllocationHandle handle = 0;
   CUresult r = api.MemImportFromShareableHandle(
       &handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fd.get())),
@@ -271,7 +232,13 @@ ArenaCache& ArenaCache::Instance() {
   return *cache;
 }
 
-Result<Arena*> ArenaCache::Acquire(const struct gpufs_ipc_info& info, int member_fd) {
+FdConnections& FdSocketConnections() {
+  static FdConnections* connections = new FdConnections;  // never destroyed, like the cache
+  return *connections;
+}
+
+Result<Arena*> ArenaCache::Acquire(const struct gpufs_ipc_info& info, int member_fd,
+                                   UniqueFd pushed) {
   ArenaKey key;
   std::memcpy(key.device_uuid.data(), info.device_uuid, sizeof(info.device_uuid));
   std::memcpy(key.handle.data(), info.handle, sizeof(info.handle));
@@ -302,7 +269,7 @@ Result<Arena*> ArenaCache::Acquire(const struct gpufs_ipc_info& info, int member
   arena->ordinal = device.first;
   arena->device = device.second;
   auto it = arenas_.emplace(key, std::move(entry)).first;
-  Status status = Open(*api, arena, info, member_fd);
+  Status status = Open(*api, arena, info, member_fd, std::move(pushed));
   if (status.ok()) {
     status = CheckRange(*arena, info);
     if (!status.ok()) (void)Close(*api, arena);

@@ -30,7 +30,9 @@
 #include <string>
 
 #include "gpufs/uapi.h"
+#include "util/fd_connections.h"
 #include "util/status.h"
+#include "util/unique_fd.h"
 
 namespace gpufs::client {
 
@@ -80,11 +82,13 @@ class ArenaCache {
   // caller owns one reference (give it back with Release). Errors: ENODEV (no
   // driver, or the GPU is not visible to this process), EPROTO (the blob is
   // not inside the arena), the errno of the failing CUDA call otherwise.
-  // VMM blobs (info.handle_type GPUFS_HANDLE_VMM_FD): the token is redeemed
-  // on the daemon's fd socket ($GPUFS_SOCKET, the path in info.handle, or
-  // fgetxattr(member_fd, GPUFS_XATTR_SOCKET)) and the fd imported and mapped
-  // read-only, or read-write when info.flags has GPUFS_INFO_WRITABLE.
-  Result<Arena*> Acquire(const struct gpufs_ipc_info& info, int member_fd);
+  // VMM blobs (info.handle_type GPUFS_HANDLE_VMM_FD): the fd is `pushed`
+  // (GPUFS_IOC_MAP_PUSH) or else received for info.token on the daemon's fd
+  // socket ($GPUFS_SOCKET, the path in info.handle, or
+  // fgetxattr(member_fd, GPUFS_XATTR_SOCKET)); it is imported and mapped
+  // read-only, or read-write when info.flags has GPUFS_INFO_WRITABLE. An
+  // arena already open needs no fd: `pushed` is then just closed.
+  Result<Arena*> Acquire(const struct gpufs_ipc_info& info, int member_fd, UniqueFd pushed = {});
 
   // The warm path of gpufs_map: the read-only VMM arena mapped from the
   // member `st` describes (same device and inode, and still the same ctime,
@@ -125,5 +129,8 @@ class ArenaCache {
 
 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L shows it.
 std::string FormatUuid(const uint8_t uuid[16]);
+
+// The process's connections to fd sockets (never destroyed, like the cache).
+FdConnections& FdSocketConnections();
 
 }  // namespace gpufs::client

@@ -12,6 +12,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -48,6 +49,25 @@ Status CheckNotDirectory(int fd) {
   return Status::Ok();
 }
 
+// What a failed GPUFS_IOC_MAP (or _PUSH) on `fd` with errno `err` means.
+Status MapError(int fd, int err) {
+  switch (err) {
+    case ENOTTY:
+      GPUFS_RETURN_IF_ERROR(CheckNotDirectory(fd));  // only now: a stat costs a round trip
+      return Error(ENOTTY,
+                   "not a gpufs member: the file is not on a gpufs mount "
+                   "(ioctl GPUFS_IOC_MAP: inappropriate ioctl for device)");
+    case ENODEV:
+      return Error(ENODEV,
+                   "the blob has no GPU handle: it is in host memory (read it with read(2), "
+                   "or move it with `gpufs migrate PATH --to cuda:N`)");
+    case EBUSY:
+      return Error(EBUSY, "the blob is still being written (not sealed yet)");
+    default:
+      return PosixError("ioctl GPUFS_IOC_MAP", err);
+  }
+}
+
 // The daemon's description of the blob open as `fd` (GPUFS_IOC_MAP).
 Result<struct gpufs_ipc_info> ReadInfo(int fd) {
   struct gpufs_ipc_info info;
@@ -56,26 +76,51 @@ Result<struct gpufs_ipc_info> ReadInfo(int fd) {
   do {
     r = ::ioctl(fd, GPUFS_IOC_MAP, &info);
   } while (r < 0 && errno == EINTR);
-  if (r < 0) {
-    int err = errno;
-    switch (err) {
-      case ENOTTY:
-        GPUFS_RETURN_IF_ERROR(CheckNotDirectory(fd));  // only now: a stat costs a round trip
-        return Error(ENOTTY,
-                     "not a gpufs member: the file is not on a gpufs mount "
-                     "(ioctl GPUFS_IOC_MAP: inappropriate ioctl for device)");
-      case ENODEV:
-        return Error(ENODEV,
-                     "the blob has no GPU handle: it is in host memory (read it with read(2), "
-                     "or move it with `gpufs migrate PATH --to cuda:N`)");
-      case EBUSY:
-        return Error(EBUSY, "the blob is still being written (not sealed yet)");
-      default:
-        return PosixError("ioctl GPUFS_IOC_MAP", err);
-    }
-  }
+  if (r < 0) return MapError(fd, errno);
   GPUFS_RETURN_IF_ERROR(CheckInfo(info, EPROTO).Prepend("the daemon's reply to GPUFS_IOC_MAP"));
   return info;
+}
+
+// The daemon's description of the blob open as `fd` and, when it could send
+// it on this process's connection (GPUFS_IOC_MAP_PUSH), the blob's fd too:
+// no round trip to the fd socket after the ioctl. Falls back to
+// GPUFS_IOC_MAP where no socket is known for the mount before the first
+// map, the connection fails, or the daemon does not know the ioctl.
+struct Asked {
+  struct gpufs_ipc_info info;
+  UniqueFd pushed;
+};
+Result<Asked> AskToMap(int fd) {
+  struct stat st;
+  std::optional<std::string> socket;
+  if (::fstat(fd, &st) == 0) socket = FdSocketConnections().SocketFor(st.st_dev);
+  if (socket) {
+    int ioctl_err = -1;  // -1: the ioctl was not made (no connection)
+    auto pushed = FdSocketConnections().Push(
+        *socket, [&](const Token& cookie) -> Result<struct gpufs_ipc_info> {
+          struct gpufs_map_push req;
+          std::memset(&req, 0, sizeof(req));
+          std::memcpy(req.cookie, cookie.data(), sizeof(req.cookie));
+          int r;
+          do {
+            r = ::ioctl(fd, GPUFS_IOC_MAP_PUSH, &req);
+          } while (r < 0 && errno == EINTR);
+          ioctl_err = r < 0 ? errno : 0;
+          if (r < 0) return PosixError("ioctl GPUFS_IOC_MAP_PUSH", ioctl_err);
+          GPUFS_RETURN_IF_ERROR(
+              CheckInfo(req.info, EPROTO).Prepend("the daemon's reply to GPUFS_IOC_MAP_PUSH"));
+          return req.info;
+        });
+    if (pushed.ok()) {
+      trace::Mark((pushed->info.flags & GPUFS_INFO_FD_SENT) ? "ioctl+fd-pushed" : "ioctl-push");
+      return Asked{pushed->info, std::move(pushed->fd)};
+    }
+    if (ioctl_err == 0) return pushed.status();  // the ioctl worked; the fd did not come
+    if (ioctl_err > 0 && ioctl_err != ENOTTY) return MapError(fd, ioctl_err);
+  }
+  GPUFS_ASSIGN_OR_RETURN(struct gpufs_ipc_info info, ReadInfo(fd));
+  trace::Mark("ioctl");
+  return Asked{info, UniqueFd()};
 }
 
 // A member this process has mapped already and that has not changed since
@@ -111,9 +156,8 @@ Status MapPath(const char* path, gpufs_buffer* buf) {
   trace::Mark("stat");
   GPUFS_ASSIGN_OR_RETURN(UniqueFd fd, OpenMember(path, O_RDONLY | O_CLOEXEC));
   trace::Mark("open");
-  GPUFS_ASSIGN_OR_RETURN(struct gpufs_ipc_info info, ReadInfo(fd.get()));
-  trace::Mark("ioctl");
-  return MapInfo(std::move(fd), info, 0, buf);
+  GPUFS_ASSIGN_OR_RETURN(Asked asked, AskToMap(fd.get()));
+  return MapInfo(std::move(fd), asked.info, 0, buf, std::move(asked.pushed));
 }
 
 namespace {
@@ -181,9 +225,8 @@ Status MapPathDescribed(const char* path, gpufs_buffer* buf, gpufs_description* 
         }
       }
       mapped = [&]() -> Status {
-        GPUFS_ASSIGN_OR_RETURN(struct gpufs_ipc_info info, ReadInfo(fd.get()));
-        trace::Mark("ioctl");
-        return MapInfo(std::move(fd), info, 0, buf);
+        GPUFS_ASSIGN_OR_RETURN(Asked asked, AskToMap(fd.get()));
+        return MapInfo(std::move(fd), asked.info, 0, buf, std::move(asked.pushed));
       }();
       if (reader.joinable()) {
         reader.join();
@@ -206,15 +249,16 @@ Status MapFd(int fd, gpufs_buffer* buf) {
   if (fd < 0) return Error(EBADF, "not an open file descriptor");
   UniqueFd own(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
   if (!own.valid()) return PosixError("fcntl F_DUPFD_CLOEXEC", errno);
-  GPUFS_ASSIGN_OR_RETURN(struct gpufs_ipc_info info, ReadInfo(own.get()));
-  return MapInfo(std::move(own), info, 0, buf);
+  GPUFS_ASSIGN_OR_RETURN(Asked asked, AskToMap(own.get()));
+  return MapInfo(std::move(own), asked.info, 0, buf, std::move(asked.pushed));
 }
 
 Status MapHandle(const char* path, const struct gpufs_ipc_info* given, gpufs_buffer* buf) {
   if (given == nullptr) return Error(EINVAL, "info is NULL");
   GPUFS_RETURN_IF_ERROR(CheckInfo(*given, EINVAL).Prepend("the handle given"));
   GPUFS_ASSIGN_OR_RETURN(UniqueFd fd, OpenMember(path, O_RDONLY | O_CLOEXEC));
-  GPUFS_ASSIGN_OR_RETURN(struct gpufs_ipc_info live, ReadInfo(fd.get()));
+  GPUFS_ASSIGN_OR_RETURN(Asked asked, AskToMap(fd.get()));
+  const struct gpufs_ipc_info& live = asked.info;
   if (live.blob_id != given->blob_id || live.generation != given->generation) {
     return Error(ESTALE,
                  "handle is stale: the member was replaced or the daemon restarted "
@@ -226,7 +270,7 @@ Status MapHandle(const char* path, const struct gpufs_ipc_info* given, gpufs_buf
   }
   // The live reply is what gets mapped: it is the daemon's word now (the same
   // blob may, say, have moved to another GPU since the handle was read).
-  return MapInfo(std::move(fd), live, 0, buf);
+  return MapInfo(std::move(fd), live, 0, buf, std::move(asked.pushed));
 }
 
 Status IpcInfo(const char* path, struct gpufs_ipc_info* info) {
@@ -305,8 +349,10 @@ Status ShareBuffer(const gpufs_buffer& from, gpufs_buffer* out) {
   return Status::Ok();
 }
 
-Status MapInfo(UniqueFd fd, const struct gpufs_ipc_info& info, uint32_t flags, gpufs_buffer* buf) {
-  GPUFS_ASSIGN_OR_RETURN(Arena * arena, ArenaCache::Instance().Acquire(info, fd.get()));
+Status MapInfo(UniqueFd fd, const struct gpufs_ipc_info& info, uint32_t flags, gpufs_buffer* buf,
+               UniqueFd pushed) {
+  GPUFS_ASSIGN_OR_RETURN(Arena * arena,
+                         ArenaCache::Instance().Acquire(info, fd.get(), std::move(pushed)));
   gpufs_buffer out{};
   out.ptr = reinterpret_cast<void*>(static_cast<uintptr_t>(arena->base + info.offset));
   out.size = info.size;

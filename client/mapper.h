@@ -20,7 +20,9 @@ Status CheckInfo(const struct gpufs_ipc_info& info, int code);
 // Maps the blob `info` describes into `*buf` (ptr, size, device, fd, flags,
 // blob_id, generation, internal), the buffer owning `fd` from then on. On
 // failure `fd` is closed and `*buf` is left as it was.
-Status MapInfo(UniqueFd fd, const struct gpufs_ipc_info& info, uint32_t flags, gpufs_buffer* buf);
+// `pushed`: the blob's fd, when GPUFS_IOC_MAP_PUSH brought it.
+Status MapInfo(UniqueFd fd, const struct gpufs_ipc_info& info, uint32_t flags, gpufs_buffer* buf,
+               UniqueFd pushed = {});
 
 // A second buffer over the mapping `from` holds (a duplicate of its fd and
 // one more reference to its arena), with no request to the daemon: what a

@@ -21,6 +21,10 @@ static_assert(sizeof(gpufs_alloc) == 176);
 static_assert(GPUFS_IOC_MAP == 0x80A84701u);
 static_assert(GPUFS_IOC_ALLOC == 0xC0B04702u);
 static_assert(GPUFS_IOC_SEAL == 0x00004703u);
+static_assert(sizeof(struct gpufs_map_push) == 200);
+static_assert(offsetof(struct gpufs_map_push, info) == 32);
+static_assert(GPUFS_IOC_MAP_PUSH == 0xC0C84704u);
+static_assert(sizeof(struct gpufs_fd_hello) == 40);
 
 TEST(Uapi, IpcInfoLayout) {
   EXPECT_EQ(sizeof(struct gpufs_ipc_info), 168u);

@@ -21,6 +21,7 @@
 
 #include "core/namespace.h"
 #include "fs/fd_server.h"
+#include "fs/socket_registry.h"
 #include "fs/fuse_server.h"
 #include "meta/caching_catalog.h"
 #include "meta/sqlite_catalog.h"
@@ -195,8 +196,24 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   for (const auto& [memory, fd] : inherited_memory) link.MemoryFreed(memory);
   inherited_memory.clear();
 
+  // Clients that have not mapped yet find the socket there (uapi.h).
+  SocketRegistration registered;
+  Result<SocketRegistration> made = Error(EPERM, "not root");
+  if (geteuid() == 0) {
+    Result<dev_t> dev = MountDevice(config.mountpoint);
+    made = dev.ok() ? SocketRegistration::Make(GPUFS_SOCKET_DIR, *dev, (*fd_server)->path())
+                    : Result<SocketRegistration>(dev.status());
+  }
+  if (made.ok()) {
+    registered = std::move(*made);
+  } else {
+    GPUFS_LOG(INFO) << "fd socket not registered in " GPUFS_SOCKET_DIR " ("
+                    << made.status().ToString() << "): a process finds it at its first map";
+  }
+
   FuseOptions fuse;
   fuse.debug = config.debug;
+  fuse.fd_server = fd_server->get();
   auto on_ready = [&]() {
     if (config.foreground) return;
     int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);

@@ -36,7 +36,8 @@ Result<std::unique_ptr<FdServer>> FdServer::Start(const std::string& requested,
     return Error(ENAMETOOLONG, "fd socket path '" + path + "' is too long");
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  UniqueFd listener(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  // Non-blocking: Push drains it from request threads, whatever is waiting.
+  UniqueFd listener(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!listener.valid()) return PosixError("socket", errno);
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ::unlink(path.c_str());
@@ -78,7 +79,11 @@ FdServer::~FdServer() {
   uint64_t one = 1;
   if (::write(wake_.get(), &one, sizeof one) < 0) GPUFS_LOG(WARN) << "fd server: wake failed";
   if (loop_.joinable()) loop_.join();
-  conns_.clear();  // closes every connection
+  {
+    std::lock_guard lock(mu_);
+    named_.clear();
+    conns_.clear();  // closes every connection
+  }
   ::unlink(path_.c_str());
   if (!made_dir_.empty()) ::rmdir(made_dir_.c_str());
 }
@@ -92,72 +97,87 @@ void FdServer::Loop() {
       GPUFS_LOG(ERROR) << "fd server: epoll_wait: " << std::strerror(errno);
       return;
     }
+    std::lock_guard lock(mu_);
     for (int i = 0; i < n; ++i) {
       int fd = events[static_cast<size_t>(i)].data.fd;
       if (fd == wake_.get()) return;
       if (fd == listener_.get()) {
-        Accept();
+        AcceptLocked(false);
         continue;
       }
       auto it = conns_.find(fd);
-      if (it == conns_.end()) continue;
-      if (!Serve(fd, it->second.second)) conns_.erase(it);  // closing drops it from epoll
+      if (it == conns_.end()) continue;  // closed by an earlier event of this round
+      if (!ServeLocked(it->second)) CloseLocked(fd);
     }
   }
 }
 
-void FdServer::Accept() {
+void FdServer::AcceptLocked(bool all) {
   for (;;) {
-    int conn = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (conn < 0) {
+    int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
       if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) {
         GPUFS_LOG(WARN) << "fd server: accept: " << std::strerror(errno);
       }
       if (errno == EINTR || errno == ECONNABORTED) continue;
       return;
     }
-    UniqueFd owned(conn);
-    ucred peer{};
-    socklen_t len = sizeof peer;
-    if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) {
+    Conn conn;
+    conn.fd.reset(fd);
+    socklen_t len = sizeof conn.peer;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &conn.peer, &len) != 0) {
       GPUFS_LOG(WARN) << "fd server: SO_PEERCRED: " << std::strerror(errno);
       continue;
     }
     epoll_event ev{};
     ev.events = EPOLLIN;
-    ev.data.fd = conn;
-    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, conn, &ev) != 0) {
+    ev.data.fd = fd;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
       GPUFS_LOG(WARN) << "fd server: epoll_ctl: " << std::strerror(errno);
       continue;
     }
-    // A client sends its first request right after connecting: answer what
-    // is there now rather than after another epoll round.
-    if (!Serve(conn, peer)) {
-      ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, conn, nullptr);
-      return;
-    }
-    conns_[conn] = {std::move(owned), peer};
-    // The listener is level-triggered: one connection per wake-up keeps a
-    // burst of connects from starving the replies of the others.
-    return;
+    Conn& added = conns_.emplace(fd, std::move(conn)).first->second;
+    // A client sends its hello or first request right after connecting:
+    // answer what is there now rather than after another epoll round.
+    if (!ServeLocked(added)) CloseLocked(fd);
+    if (!all) return;
   }
 }
 
-bool FdServer::Serve(int conn, const ucred& peer) {
+void FdServer::CloseLocked(int fd) {
+  auto it = conns_.find(fd);
+  if (it == conns_.end()) return;
+  if (it->second.named) named_.erase(it->second.cookie);
+  conns_.erase(it);  // closing drops it from epoll
+}
+
+bool FdServer::ServeLocked(Conn& conn) {
+  const ucred& peer = conn.peer;
   for (;;) {
     std::array<std::byte, sizeof(gpufs_fd_request) + 1> buf;
-    Result<size_t> n = ReceiveMessage(conn, buf, nullptr);
+    Result<size_t> n = ReceiveMessage(conn.fd.get(), buf, nullptr);
     if (!n.ok()) return n.status().code() == EAGAIN;  // EAGAIN: all answered
     if (*n == 0) return false;                         // the peer closed
-    Result<Token> token = DecodeRequest(std::span(buf.data(), *n));
+    Result<FdMessage> message = DecodeMessage(std::span(buf.data(), *n));
+    if (message.ok() && message->hello) {
+      if (conn.named || named_.contains(message->bytes)) {
+        GPUFS_LOG(WARN) << "fd server: pid " << peer.pid
+                        << " sent a second hello, or a cookie in use: disconnected";
+        return false;
+      }
+      conn.named = true;
+      conn.cookie = message->bytes;
+      named_.emplace(conn.cookie, conn.fd.get());
+      continue;  // a hello is not answered
+    }
     gpufs_fd_reply reply;
     int fd = -1;
     TokenGrant grant;
-    if (!token.ok()) {
-      reply = EncodeReply(token.status().code(), 0, 0, token.status().message());
+    if (!message.ok()) {
+      reply = EncodeReply(message.status().code(), 0, 0, message.status().message());
     } else {
       Result<TokenGrant> redeemed =
-          tokens_->Redeem(*token, peer.uid, static_cast<uint32_t>(peer.pid));
+          tokens_->Redeem(message->bytes, peer.uid, static_cast<uint32_t>(peer.pid));
       if (redeemed.ok()) {
         grant = std::move(*redeemed);
         fd = grant.fd ? grant.fd->get() : -1;
@@ -170,13 +190,38 @@ bool FdServer::Serve(int conn, const ucred& peer) {
       GPUFS_LOG(WARN) << "fd server: refused uid " << peer.uid << " pid " << peer.pid << ": "
                       << reply.message;
     }
-    Status sent = SendMessage(conn, std::as_bytes(std::span(&reply, 1)), fd);
+    Status sent = SendMessage(conn.fd.get(), std::as_bytes(std::span(&reply, 1)), fd);
     if (!sent.ok()) {
       GPUFS_LOG(WARN) << "fd server: pid " << peer.pid << " does not take its replies ("
                       << sent.ToString() << "): disconnected";
       return false;
     }
   }
+}
+
+Status FdServer::Push(const Token& cookie, const Token& token) {
+  std::lock_guard lock(mu_);
+  auto named = named_.find(cookie);
+  if (named == named_.end()) {
+    // The client connects and says hello just before its ioctl; the loop
+    // thread may not have run since.
+    AcceptLocked(true);
+    named = named_.find(cookie);
+  }
+  if (named == named_.end()) return Error(ENOENT, "no connection with that cookie");
+  const int fd = named->second;
+  Conn& conn = conns_.at(fd);
+  GPUFS_ASSIGN_OR_RETURN(TokenGrant grant, tokens_->Redeem(token, conn.peer.uid,
+                                                           static_cast<uint32_t>(conn.peer.pid)));
+  gpufs_fd_reply reply = EncodeReply(0, grant.blob_id, grant.alloc_size, "");
+  Status sent = SendMessage(fd, std::as_bytes(std::span(&reply, 1)), grant.fd ? grant.fd->get() : -1);
+  if (!sent.ok()) {
+    GPUFS_LOG(WARN) << "fd server: pid " << conn.peer.pid << " does not take its fds ("
+                    << sent.ToString() << "): disconnected";
+    CloseLocked(fd);
+    return sent;
+  }
+  return Status::Ok();
 }
 
 }  // namespace gpufs

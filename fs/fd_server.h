@@ -8,12 +8,20 @@
 //
 // The socket is world-connectable (0666): what a connection can get is
 // decided per token, never by reaching the socket.
+//
+// Push (GPUFS_IOC_MAP_PUSH): a connection that began with a hello is named by
+// its cookie, and Push, called on the FUSE thread that answers the ioctl,
+// redeems the ioctl's token for that connection's peer and sends the fd
+// there before the ioctl returns: the client's next recvmsg finds it, and
+// this server's thread, which may be asleep, is not in the way. Push takes
+// in connections that are still waiting to be accepted itself.
 #pragma once
 
 #include <sys/socket.h>
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -37,13 +45,29 @@ class FdServer {
 
   const std::string& path() const { return path_; }
 
+  // Redeems `token` for the connection whose hello carried `cookie` and sends
+  // it the fd. ENOENT: no such connection (the token is left unspent).
+  // Otherwise the token is spent: EACCES and the like as Redeem says, or the
+  // connection's send error.
+  Status Push(const Token& cookie, const Token& token);
+
  private:
+  struct Conn {
+    UniqueFd fd;
+    ucred peer{};
+    bool named = false;  // a hello registered a cookie for it
+    Token cookie{};
+  };
   FdServer(std::string path, std::string made_dir, UniqueFd listener, UniqueFd wake,
            UniqueFd epoll, TokenTable* tokens);
   void Loop();
-  void Accept();
-  // Answers the requests waiting on `conn`; false when it is to be closed.
-  bool Serve(int conn, const ucred& peer);
+  // Takes in the connections waiting on the listener: all of them (Push), or
+  // one (the loop: a burst of connects must not starve the others' replies).
+  void AcceptLocked(bool all);
+  // Answers the requests waiting on `conn` and registers its hello; false
+  // when it is to be closed.
+  bool ServeLocked(Conn& conn);
+  void CloseLocked(int fd);
 
   const std::string path_;
   const std::string made_dir_;  // removed at exit when not empty
@@ -51,7 +75,9 @@ class FdServer {
   UniqueFd wake_;  // eventfd: written to stop the loop
   UniqueFd epoll_;
   TokenTable* const tokens_;
-  std::map<int, std::pair<UniqueFd, ucred>> conns_;  // touched by the loop thread only
+  std::mutex mu_;
+  std::map<int, Conn> conns_;   // GUARDED_BY(mu_)
+  std::map<Token, int> named_;  // cookie -> connection; GUARDED_BY(mu_)
   std::thread loop_;
 };
 

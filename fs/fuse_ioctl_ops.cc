@@ -1,13 +1,42 @@
-// The ioctl adapter: GPUFS_IOC_MAP, GPUFS_IOC_ALLOC and GPUFS_IOC_SEAL on an
-// open blob (include/gpufs/uapi.h); anything else is ENOTTY.
+// The ioctl adapter: GPUFS_IOC_MAP, GPUFS_IOC_MAP_PUSH, GPUFS_IOC_ALLOC and
+// GPUFS_IOC_SEAL on an open blob (include/gpufs/uapi.h); anything else is
+// ENOTTY.
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 
+#include "fs/fd_server.h"
 #include "fs/fuse_ops.h"
 #include "gpufs/uapi.h"
 
 namespace gpufs::fuse_ops {
+namespace {
+
+// GPUFS_IOC_MAP's answer, or an error already replied (nullopt).
+std::optional<gpufs_ipc_info> MapOrReply(fuse_req_t req, HandleId handle, size_t out_bufsz,
+                                         size_t want) {
+  if (handle == 0) {
+    ReplyError(req, "ioctl MAP", Error(ENOTTY, "not a blob"));
+    return std::nullopt;
+  }
+  if (out_bufsz < want) {
+    ReplyError(req, "ioctl MAP", Error(EINVAL, "short buffer"));
+    return std::nullopt;
+  }
+  auto info = Ns(req).MapHandle(handle, CallerOf(req));
+  // ENODEV: the member is in host memory, not a GPU's. Loaders that map
+  // what they can and read the rest meet it on every host member, so it
+  // is routine (a debug line), like ENODATA for an unset attribute.
+  if (!info.ok()) {
+    ReplyError(req, "ioctl MAP", info.status(), info.status().code() == ENODEV);
+    return std::nullopt;
+  }
+  Link(req).HandleMapped(handle);
+  return *info;
+}
+
+}  // namespace
 
 void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info* fi,
              unsigned flags, const void* in_buf, size_t in_bufsz, size_t out_bufsz) {
@@ -27,19 +56,33 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
   }
   switch (cmd) {
     case GPUFS_IOC_MAP: {
-      if (handle == 0) return ReplyError(req, "ioctl MAP", Error(ENOTTY, "not a blob"));
-      if (out_bufsz < sizeof(gpufs_ipc_info)) {
-        return ReplyError(req, "ioctl MAP", Error(EINVAL, "short buffer"));
+      auto info = MapOrReply(req, handle, out_bufsz, sizeof(gpufs_ipc_info));
+      if (info) fuse_reply_ioctl(req, 0, &*info, sizeof *info);
+      return;
+    }
+    case GPUFS_IOC_MAP_PUSH: {
+      if (in_bufsz < sizeof(gpufs_map_push)) {
+        return ReplyError(req, "ioctl MAP_PUSH", Error(EINVAL, "short buffer"));
       }
-      auto info = Ns(req).MapHandle(handle, CallerOf(req));
-      // ENODEV: the member is in host memory, not a GPU's. Loaders that map
-      // what they can and read the rest meet it on every host member, so it
-      // is routine (a debug line), like ENODATA for an unset attribute.
-      if (!info.ok()) {
-        return ReplyError(req, "ioctl MAP", info.status(), info.status().code() == ENODEV);
+      gpufs_map_push push{};
+      std::memcpy(push.cookie, in_buf, sizeof push.cookie);
+      auto info = MapOrReply(req, handle, out_bufsz, sizeof push);
+      if (!info) return;
+      push.info = *info;
+      FdServer* fds = Fds(req);
+      if (fds != nullptr && info->handle_type == GPUFS_HANDLE_VMM_FD) {
+        Token cookie, token;
+        std::memcpy(cookie.data(), push.cookie, cookie.size());
+        std::memcpy(token.data(), info->token, token.size());
+        Status pushed = fds->Push(cookie, token);
+        if (pushed.ok()) {
+          push.info.flags |= GPUFS_INFO_FD_SENT;
+          std::memset(push.info.token, 0, sizeof push.info.token);
+        } else if (pushed.code() != ENOENT) {
+          return ReplyError(req, "ioctl MAP_PUSH", pushed);  // the token is spent
+        }
       }
-      Link(req).HandleMapped(handle);
-      fuse_reply_ioctl(req, 0, &*info, sizeof *info);
+      fuse_reply_ioctl(req, 0, &push, sizeof push);
       return;
     }
     case GPUFS_IOC_ALLOC: {

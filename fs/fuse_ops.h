@@ -15,6 +15,10 @@
 #include "takeover/worker_link.h"
 #include "util/status.h"
 
+namespace gpufs {
+class FdServer;
+}
+
 namespace gpufs::fuse_ops {
 
 constexpr double kAttrTimeout = 1.0;
@@ -25,12 +29,14 @@ constexpr uint32_t kMaxIo = 1u << 20;  // the largest read/write the kernel send
 struct Server {
   Namespace* ns;
   takeover::WorkerLink* link;
+  FdServer* fd_server;  // may be null
 };
 
 // --- shared by the adapters (fs/fuse_request.cc) -------------------------------
 
 Namespace& Ns(fuse_req_t req);
 takeover::WorkerLink& Link(fuse_req_t req);
+FdServer* Fds(fuse_req_t req);
 
 // Takeover bookkeeping of requests: fs/fuse_takeover.h.
 void RecordOpen(fuse_req_t req, const OpenResult& opened, int flags);

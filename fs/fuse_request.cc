@@ -18,6 +18,8 @@ takeover::WorkerLink& Link(fuse_req_t req) {
   return *static_cast<Server*>(fuse_req_userdata(req))->link;
 }
 
+FdServer* Fds(fuse_req_t req) { return static_cast<Server*>(fuse_req_userdata(req))->fd_server; }
+
 void RecordOpen(fuse_req_t req, const OpenResult& opened, int flags) {
   takeover::HandleRecord rec;
   rec.fh = opened.handle;

@@ -96,7 +96,7 @@ int ServeFuse(Namespace& ns, takeover::WorkerLink& link, const FuseOptions& opti
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
   fuse_lowlevel_ops ops = MakeOps();
   static Server server;  // outlives the loop threads, which may outlive this call
-  server = Server{&ns, &link};
+  server = Server{&ns, &link, options.fd_server};
   fuse_session* se = fuse_session_new(&args, &ops, sizeof ops, &server);
   fuse_opt_free_args(&args);
   if (se == nullptr) {

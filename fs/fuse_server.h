@@ -12,9 +12,14 @@
 
 namespace gpufs {
 
+class FdServer;
+
 struct FuseOptions {
   bool debug = false;  // libfuse's request trace on stderr
   int threads = 16;    // request loops
+  // Where GPUFS_IOC_MAP_PUSH sends fds; null: that ioctl answers as
+  // GPUFS_IOC_MAP does.
+  FdServer* fd_server = nullptr;
 };
 
 // Serves the link's FUSE connection until it is unmounted (returns 0) or a

@@ -1,6 +1,7 @@
 #include "util/fd_protocol.h"
 
 #include <sys/socket.h>
+#include <sys/sysmacros.h>
 #include <sys/un.h>
 
 #include <array>
@@ -11,6 +12,7 @@ namespace gpufs {
 
 static_assert(sizeof(gpufs_fd_request) == 40, "gpufs_fd_request is part of the stable ABI");
 static_assert(sizeof(gpufs_fd_reply) == 136, "gpufs_fd_reply is part of the stable ABI");
+static_assert(sizeof(gpufs_fd_hello) == 40, "gpufs_fd_hello is part of the stable ABI");
 
 gpufs_fd_request EncodeRequest(const uint8_t token[GPUFS_TOKEN_BYTES]) {
   gpufs_fd_request req{};
@@ -34,6 +36,44 @@ Result<Token> DecodeRequest(std::span<const std::byte> bytes) {
   Token token;
   std::memcpy(token.data(), req.token, token.size());
   return token;
+}
+
+gpufs_fd_hello EncodeHello(const Token& cookie) {
+  gpufs_fd_hello hello{};
+  hello.magic = GPUFS_FD_HELLO_MAGIC;
+  hello.version = GPUFS_UAPI_VERSION;
+  std::memcpy(hello.cookie, cookie.data(), cookie.size());
+  return hello;
+}
+
+Result<FdMessage> DecodeMessage(std::span<const std::byte> bytes) {
+  static_assert(sizeof(gpufs_fd_hello) == sizeof(gpufs_fd_request));
+  uint32_t magic = 0;
+  if (bytes.size() >= sizeof magic) std::memcpy(&magic, bytes.data(), sizeof magic);
+  if (magic != GPUFS_FD_HELLO_MAGIC) {
+    GPUFS_ASSIGN_OR_RETURN(Token token, DecodeRequest(bytes));
+    return FdMessage{false, token};
+  }
+  gpufs_fd_hello hello{};
+  if (bytes.size() != sizeof hello) {
+    return Error(EPROTO, "fd hello of " + std::to_string(bytes.size()) + " bytes (want " +
+                             std::to_string(sizeof hello) + ")");
+  }
+  std::memcpy(&hello, bytes.data(), sizeof hello);
+  if (hello.version < 2) {
+    return Error(EPROTO, "fd hello of version " + std::to_string(hello.version) + " (want 2)");
+  }
+  FdMessage message{true, {}};
+  std::memcpy(message.bytes.data(), hello.cookie, message.bytes.size());
+  return message;
+}
+
+std::string RegisteredSocketName(dev_t dev) {
+  return std::to_string(major(dev)) + ":" + std::to_string(minor(dev));
+}
+
+std::string RegisteredSocketPath(dev_t dev) {
+  return std::string(GPUFS_SOCKET_DIR) + "/" + RegisteredSocketName(dev);
 }
 
 gpufs_fd_reply EncodeReply(int error, uint64_t blob_id, uint64_t alloc_size,
@@ -83,7 +123,7 @@ Status SendMessage(int sock, std::span<const std::byte> msg, int fd) {
   return Status::Ok();
 }
 
-Result<size_t> ReceiveMessage(int sock, std::span<std::byte> buf, UniqueFd* fd) {
+Result<size_t> ReceiveMessage(int sock, std::span<std::byte> buf, UniqueFd* fd, int flags) {
   iovec iov{buf.data(), buf.size()};
   msghdr hdr{};
   hdr.msg_iov = &iov;
@@ -93,7 +133,7 @@ Result<size_t> ReceiveMessage(int sock, std::span<std::byte> buf, UniqueFd* fd) 
   hdr.msg_controllen = sizeof control;
   ssize_t n;
   do {
-    n = ::recvmsg(sock, &hdr, MSG_CMSG_CLOEXEC);
+    n = ::recvmsg(sock, &hdr, MSG_CMSG_CLOEXEC | flags);
   } while (n < 0 && errno == EINTR);
   if (n < 0) return PosixError("recvmsg", errno);
   bool extra = false;
@@ -137,9 +177,13 @@ Result<UniqueFd> FetchBlobFdOn(int sock, const uint8_t token[GPUFS_TOKEN_BYTES],
                                gpufs_fd_reply* reply) {
   gpufs_fd_request req = EncodeRequest(token);
   GPUFS_RETURN_IF_ERROR(SendMessage(sock, std::as_bytes(std::span(&req, 1)), -1));
+  return ReceiveBlobFd(sock, reply);
+}
+
+Result<UniqueFd> ReceiveBlobFd(int sock, gpufs_fd_reply* reply, bool wait) {
   std::array<std::byte, sizeof(gpufs_fd_reply) + 1> buf;
   UniqueFd fd;
-  GPUFS_ASSIGN_OR_RETURN(size_t n, ReceiveMessage(sock, buf, &fd));
+  GPUFS_ASSIGN_OR_RETURN(size_t n, ReceiveMessage(sock, buf, &fd, wait ? 0 : MSG_DONTWAIT));
   if (n == 0) return Error(ECONNRESET, "the daemon closed the fd socket without a reply");
   GPUFS_ASSIGN_OR_RETURN(*reply, DecodeReply(std::span(buf.data(), n)));
   if (reply->error != 0) {

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <span>
+#include <sys/types.h>
 #include <string>
 
 #include "gpufs/uapi.h"
@@ -20,6 +21,21 @@ gpufs_fd_request EncodeRequest(const uint8_t token[GPUFS_TOKEN_BYTES]);
 // EPROTO unless `bytes` is exactly one well-formed request.
 Result<Token> DecodeRequest(std::span<const std::byte> bytes);
 
+// A connection's hello (GPUFS_IOC_MAP_PUSH), and what the daemon makes of a
+// message: a request (a token to redeem) or a hello (the cookie to register).
+gpufs_fd_hello EncodeHello(const Token& cookie);
+struct FdMessage {
+  bool hello = false;
+  Token bytes{};  // the token, or the hello's cookie
+};
+// EPROTO unless `bytes` is exactly one well-formed request or hello.
+Result<FdMessage> DecodeMessage(std::span<const std::byte> bytes);
+
+// GPUFS_SOCKET_DIR's entry for the fd socket of the mount whose st_dev is
+// `dev`: its name ("MAJOR:MINOR") and its path.
+std::string RegisteredSocketName(dev_t dev);
+std::string RegisteredSocketPath(dev_t dev);
+
 // A reply; `message` is cut to fit.
 gpufs_fd_reply EncodeReply(int error, uint64_t blob_id, uint64_t alloc_size,
                            const std::string& message);
@@ -30,8 +46,9 @@ Result<gpufs_fd_reply> DecodeReply(std::span<const std::byte> bytes);
 // One message on a SOCK_SEQPACKET socket, with `fd` attached when >= 0.
 Status SendMessage(int sock, std::span<const std::byte> msg, int fd);
 // One message into `buf` (returns its length; EMSGSIZE if it was longer), an
-// attached fd (at most one; more are closed and EPROTO) into *fd.
-Result<size_t> ReceiveMessage(int sock, std::span<std::byte> buf, UniqueFd* fd);
+// attached fd (at most one; more are closed and EPROTO) into *fd. `flags`:
+// for recvmsg (MSG_DONTWAIT).
+Result<size_t> ReceiveMessage(int sock, std::span<std::byte> buf, UniqueFd* fd, int flags = 0);
 
 // Client side: connects to `socket_path`, redeems `token` and returns the
 // blob's fd. The daemon's refusal comes back with its errno and message;
@@ -47,5 +64,8 @@ Result<UniqueFd> FetchBlobFd(const std::string& socket_path, const uint8_t token
 Result<UniqueFd> ConnectFdSocket(const std::string& socket_path);
 Result<UniqueFd> FetchBlobFdOn(int sock, const uint8_t token[GPUFS_TOKEN_BYTES],
                                gpufs_fd_reply* reply);
+// The reply half of FetchBlobFdOn: also how a pushed fd is taken, which is
+// there already (`wait` false: EAGAIN when it is not).
+Result<UniqueFd> ReceiveBlobFd(int sock, gpufs_fd_reply* reply, bool wait = true);
 
 }  // namespace gpufs

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <cstring>
 
@@ -29,6 +30,33 @@ TEST(FdProtocolTest, MalformedRequestsAreEproto) {
   req = EncodeRequest(token);
   req.version = 1;
   EXPECT_EQ(DecodeRequest(std::as_bytes(std::span(&req, 1))).status().code(), EPROTO);
+}
+
+TEST(FdProtocolTest, AMessageIsARequestOrAHello) {
+  Token cookie;
+  for (size_t i = 0; i < cookie.size(); ++i) cookie[i] = static_cast<uint8_t>(255 - i);
+  gpufs_fd_hello hello = EncodeHello(cookie);
+  auto decoded = DecodeMessage(std::as_bytes(std::span(&hello, 1)));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_TRUE(decoded->hello);
+  EXPECT_EQ(decoded->bytes, cookie);
+  gpufs_fd_request req = EncodeRequest(cookie.data());
+  decoded = DecodeMessage(std::as_bytes(std::span(&req, 1)));
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_FALSE(decoded->hello);
+  EXPECT_EQ(decoded->bytes, cookie);
+  // Short, old or unknown: EPROTO.
+  EXPECT_EQ(DecodeMessage(std::as_bytes(std::span(&hello, 1)).first(12)).status().code(), EPROTO);
+  hello.version = 1;
+  EXPECT_EQ(DecodeMessage(std::as_bytes(std::span(&hello, 1))).status().code(), EPROTO);
+  hello.magic = 0x12345678;
+  EXPECT_EQ(DecodeMessage(std::as_bytes(std::span(&hello, 1))).status().code(), EPROTO);
+  EXPECT_EQ(DecodeMessage({}).status().code(), EPROTO);
+}
+
+TEST(FdProtocolTest, TheRegistryNamesAMountByItsDevice) {
+  EXPECT_EQ(RegisteredSocketName(makedev(0, 53)), "0:53");
+  EXPECT_EQ(RegisteredSocketPath(makedev(259, 1)), std::string(GPUFS_SOCKET_DIR) + "/259:1");
 }
 
 TEST(FdProtocolTest, ReplyRoundTripsAndCutsTheMessage) {

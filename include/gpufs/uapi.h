@@ -24,6 +24,13 @@
  *   ioctl, while the file it was issued on stays open, for
  *   GPUFS_TOKEN_TTL_SECONDS; the daemon checks SO_PEERCRED. The fd lets the
  *   process map exactly the bytes of that one blob: no neighbour shares it.
+ *   One round trip fewer (GPUFS_IOC_MAP_PUSH): connect first, send a struct
+ *   gpufs_fd_hello with a random cookie, then ask with GPUFS_IOC_MAP_PUSH
+ *   and that cookie; when the reply's info.flags has GPUFS_INFO_FD_SENT, the
+ *   struct gpufs_fd_reply and the fd are already waiting on the connection
+ *   (the token was spent on it and is zero). Without the flag, redeem
+ *   info.token as above. A process that has not mapped yet finds the socket
+ *   before any request through GPUFS_SOCKET_DIR.
  * - GPUFS_HANDLE_LEGACY (daemon started with --ipc legacy): info.handle is a
  *   cudaIpcMemHandle_t of an allocation holding only this blob;
  *   cudaIpcOpenMemHandle(&base, handle, ...), blob at base + info.offset.
@@ -55,6 +62,13 @@
 #define GPUFS_HANDLE_LEGACY 2u  /* handle[] is a cudaIpcMemHandle_t */
 /* gpufs_ipc_info.flags */
 #define GPUFS_INFO_WRITABLE 1u  /* the producer's mapping (GPUFS_IOC_ALLOC) */
+#define GPUFS_INFO_FD_SENT 2u   /* GPUFS_IOC_MAP_PUSH: the fd is on the caller's connection */
+
+/* Where a daemon running as root registers its fd socket: a symbolic link
+ * named MAJOR:MINOR (decimal, of the mount's st_dev) to the socket. Trust it
+ * only while the directory is owned by root and writable by nobody else.
+ * Absent (other daemons, containers without it): use the other ways above. */
+#define GPUFS_SOCKET_DIR "/run/gpufs"
 
 #define GPUFS_TOKEN_BYTES 32
 #define GPUFS_TOKEN_TTL_SECONDS 30
@@ -84,6 +98,15 @@ struct gpufs_fd_request {
   uint32_t version; /* GPUFS_UAPI_VERSION */
   uint8_t token[GPUFS_TOKEN_BYTES];
 };
+/* Sent first on a connection that will take fds for GPUFS_IOC_MAP_PUSH; not
+ * answered. The cookie is the connection's name in those ioctls: random,
+ * and used only by the process that connected. */
+#define GPUFS_FD_HELLO_MAGIC 0x4f4c4548u /* "HELO" */
+struct gpufs_fd_hello {
+  uint32_t magic;   /* GPUFS_FD_HELLO_MAGIC */
+  uint32_t version; /* GPUFS_UAPI_VERSION */
+  uint8_t cookie[GPUFS_TOKEN_BYTES];
+};
 struct gpufs_fd_reply {
   uint32_t magic;     /* GPUFS_FD_MAGIC */
   int32_t error;      /* 0, or an errno: EACCES (wrong uid/process, or the file
@@ -102,6 +125,13 @@ struct gpufs_alloc {
   struct gpufs_ipc_info info;  /* out */
 };
 
+/* GPUFS_IOC_MAP_PUSH: GPUFS_IOC_MAP, and the fd sent at once on the caller's
+ * connection to the fd socket named by `cookie` (see the top). */
+struct gpufs_map_push {
+  uint8_t cookie[GPUFS_TOKEN_BYTES]; /* in: as in the connection's gpufs_fd_hello */
+  struct gpufs_ipc_info info;        /* out */
+};
+
 /* Handle of a sealed GPU blob. ENODEV: the blob is in host memory. EBUSY: it
  * is still being written (not sealed after a short wait). */
 #define GPUFS_IOC_MAP _IOR('G', 1, struct gpufs_ipc_info)
@@ -113,5 +143,9 @@ struct gpufs_alloc {
  * (its producer died or gave up). Blobs written with write(2) are sealed by
  * their last close. */
 #define GPUFS_IOC_SEAL _IO('G', 3)
+/* As GPUFS_IOC_MAP; the same errors. No connection with that cookie from the
+ * calling process (not accepted yet, closed, another process's): the reply
+ * has no GPUFS_INFO_FD_SENT and carries a token as GPUFS_IOC_MAP's does. */
+#define GPUFS_IOC_MAP_PUSH _IOWR('G', 4, struct gpufs_map_push)
 
 #endif /* GPUFS_UAPI_H_ */

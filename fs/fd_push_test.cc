@@ -1,0 +1,165 @@
+// GPUFS_IOC_MAP_PUSH's socket half: FdServer::Push (what the ioctl handler
+// calls) against libgpufs's FdConnections, over a real Unix socket, with a
+// plain file standing in for the exported VMM fd.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "fs/fd_server.h"
+#include "tests/support/temp_dir.h"
+#include "util/fd_connections.h"
+#include "util/fd_protocol.h"
+
+namespace gpufs {
+namespace {
+
+std::shared_ptr<const UniqueFd> SomeFile() {
+  return std::make_shared<const UniqueFd>(::open("/proc/self/exe", O_RDONLY | O_CLOEXEC));
+}
+
+ino_t InodeOf(int fd) {
+  struct stat st;
+  return ::fstat(fd, &st) == 0 ? st.st_ino : 0;
+}
+
+class FdPushTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto server = FdServer::Start("", &tokens_);
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+  }
+
+  Token Issue(uint64_t blob, uint32_t pid = static_cast<uint32_t>(::getpid())) {
+    auto token = tokens_.Issue(TokenGrant{
+        .handle = 1, .uid = ::getuid(), .pid = pid, .blob_id = blob, .alloc_size = 2 << 20,
+        .fd = file_});
+    EXPECT_TRUE(token.ok());
+    return token.ok() ? *token : Token{};
+  }
+
+  // What the ioctl handler answers for `token`: the info, flagged when Push
+  // sent the fd.
+  FdConnections::Ask Handler(const Token& token, uint64_t blob, Status* pushed) {
+    return [this, token, blob, pushed](const Token& cookie) -> Result<gpufs_ipc_info> {
+      gpufs_ipc_info info{};
+      info.magic = GPUFS_MAGIC;
+      info.version = GPUFS_UAPI_VERSION;
+      info.handle_type = GPUFS_HANDLE_VMM_FD;
+      info.blob_id = blob;
+      info.alloc_size = 2 << 20;
+      *pushed = server_->Push(cookie, token);
+      if (pushed->ok()) info.flags |= GPUFS_INFO_FD_SENT;
+      return info;
+    };
+  }
+
+  TokenTable tokens_;
+  std::unique_ptr<FdServer> server_;
+  std::shared_ptr<const UniqueFd> file_ = SomeFile();
+  test_support::TempDir no_registry_;
+};
+
+TEST_F(FdPushTest, TheFdComesOnTheConnectionTheCookieNamesAndSpendsTheToken) {
+  FdConnections conns(no_registry_ / "none");
+  for (uint64_t blob : {5u, 6u}) {  // the first on a new connection, the second on it again
+    Token token = Issue(blob);
+    Status pushed;
+    auto got = conns.Push(server_->path(), Handler(token, blob, &pushed));
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_TRUE(pushed.ok()) << pushed.ToString();
+    EXPECT_EQ(got->info.blob_id, blob);
+    ASSERT_TRUE(got->fd.valid());
+    EXPECT_EQ(InodeOf(got->fd.get()), InodeOf(file_->get()));
+    gpufs_fd_reply reply{};
+    EXPECT_EQ(FetchBlobFd(server_->path(), token.data(), &reply).status().code(), ENOENT);
+  }
+  // Pulls go on working on the same connection.
+  Token token = Issue(7);
+  gpufs_fd_reply reply{};
+  auto fd = conns.Fetch(server_->path(), token.data(), &reply);
+  ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+  EXPECT_EQ(reply.blob_id, 7u);
+}
+
+TEST_F(FdPushTest, AnUnknownCookieLeavesTheTokenForThePull) {
+  Token token = Issue(5);
+  Token cookie{};
+  cookie[0] = 1;
+  EXPECT_EQ(server_->Push(cookie, token).code(), ENOENT);
+  gpufs_fd_reply reply{};
+  auto fd = FetchBlobFd(server_->path(), token.data(), &reply);
+  EXPECT_TRUE(fd.ok()) << fd.status().ToString();
+}
+
+// A cookie names a connection, it does not make one anybody's: another
+// process's connection gets no fd of this process's token.
+TEST_F(FdPushTest, AnotherProcesssConnectionGetsNothing) {
+  Token cookie{};
+  cookie[0] = 42;
+  int ready[2], done[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(done), 0);
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto sock = ConnectFdSocket(server_->path());
+    gpufs_fd_hello hello = EncodeHello(cookie);
+    if (!sock.ok() || ::send(sock->get(), &hello, sizeof hello, 0) != sizeof hello) ::_exit(2);
+    char c = 0;
+    if (::write(ready[1], &c, 1) != 1 || ::read(done[0], &c, 1) != 1) ::_exit(3);
+    char buf[256];
+    ssize_t n = ::recv(sock->get(), buf, sizeof buf, MSG_DONTWAIT);
+    ::_exit(n < 0 && errno == EAGAIN ? 0 : 1);  // nothing came
+  }
+  char c;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  Token token = Issue(5);
+  EXPECT_EQ(server_->Push(cookie, token).code(), EACCES);
+  ASSERT_EQ(::write(done[1], &c, 1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  for (int fd : {ready[0], ready[1], done[0], done[1]}) ::close(fd);
+}
+
+TEST_F(FdPushTest, ACookieInUseOrASecondHelloDisconnects) {
+  Token cookie{};
+  cookie[0] = 9;
+  auto first = ConnectFdSocket(server_->path());
+  auto second = ConnectFdSocket(server_->path());
+  ASSERT_TRUE(first.ok() && second.ok());
+  gpufs_fd_hello hello = EncodeHello(cookie);
+  ASSERT_EQ(::send(first->get(), &hello, sizeof hello, 0), (ssize_t)sizeof hello);
+  EXPECT_EQ(server_->Push(cookie, Token{}).code(), ENOENT);  // named now, but an unknown token
+  ASSERT_EQ(::send(second->get(), &hello, sizeof hello, 0), (ssize_t)sizeof hello);
+  char buf[8];
+  EXPECT_EQ(::recv(second->get(), buf, sizeof buf, 0), 0);  // closed by the server
+  Token token = Issue(5);
+  ASSERT_TRUE(server_->Push(cookie, token).ok());
+  gpufs_fd_reply reply{};
+  ASSERT_TRUE(ReceiveBlobFd(first->get(), &reply).ok());
+  EXPECT_EQ(reply.blob_id, 5u);
+}
+
+TEST_F(FdPushTest, TheRegistryIsTrustedOnlyWhileItIsRootsAlone) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (a root-owned directory)";
+  test_support::TempDir dir;
+  const dev_t dev = makedev(0, 77);
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  EXPECT_EQ(FdConnections(dir.path()).SocketFor(dev), dir.path() + "/0:77");
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0775), 0);
+  EXPECT_EQ(FdConnections(dir.path()).SocketFor(dev), std::nullopt);
+  FdConnections conns(dir.path());
+  conns.Learn(dev, "/learned.sock");
+  EXPECT_EQ(conns.SocketFor(dev), "/learned.sock");
+}
+
+}  // namespace
+}  // namespace gpufs

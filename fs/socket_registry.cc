@@ -1,0 +1,130 @@
+#include "fs/socket_registry.h"
+
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "util/fd_protocol.h"
+
+namespace gpufs {
+namespace {
+
+// mountinfo escapes space, tab, newline and backslash as \ooo.
+std::string Unescape(const std::string& field) {
+  std::string out;
+  for (size_t i = 0; i < field.size(); ++i) {
+    if (field[i] == '\\' && i + 3 < field.size()) {
+      int v = 0;
+      bool octal = true;
+      for (size_t k = 1; k <= 3; ++k) {
+        char c = field[i + k];
+        octal = octal && c >= '0' && c <= '7';
+        v = v * 8 + (c - '0');
+      }
+      if (octal) {
+        out += static_cast<char>(v);
+        i += 3;
+        continue;
+      }
+    }
+    out += field[i];
+  }
+  return out;
+}
+
+// Whether `dir` is a directory of root's that nobody else may write to.
+Status CheckDir(const std::string& dir) {
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) != 0) return PosixError("lstat " + dir, errno);
+  if (!S_ISDIR(st.st_mode)) return Error(ENOTDIR, dir + " is not a directory");
+  if (st.st_uid != 0 || (st.st_mode & 022) != 0) {
+    return Error(EACCES, dir + " is not root's alone (owner or mode): not registering there");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<dev_t> MountDevice(const std::string& mountinfo, const std::string& mountpoint) {
+  std::istringstream lines(mountinfo);
+  std::string line;
+  std::optional<dev_t> found;
+  while (std::getline(lines, line)) {
+    // id parent major:minor root mountpoint options [optional...] - fstype source super
+    std::istringstream fields(line);
+    std::vector<std::string> f;
+    for (std::string w; fields >> w;) f.push_back(w);
+    size_t dash = 0;
+    while (dash < f.size() && f[dash] != "-") ++dash;
+    if (f.size() < 5 || dash + 1 >= f.size()) continue;
+    const std::string& type = f[dash + 1];
+    if (type != "fuse.gpufs" || Unescape(f[4]) != mountpoint) continue;
+    unsigned maj = 0, min = 0;
+    if (std::sscanf(f[2].c_str(), "%u:%u", &maj, &min) != 2) continue;
+    found = makedev(maj, min);
+  }
+  if (!found) return Error(ENOENT, "no gpufs mount at " + mountpoint + " in mountinfo");
+  return *found;
+}
+
+Result<dev_t> MountDevice(const std::string& mountpoint) {
+  std::ifstream in("/proc/self/mountinfo");
+  if (!in) return PosixError("open /proc/self/mountinfo", errno);
+  std::stringstream text;
+  text << in.rdbuf();
+  return MountDevice(text.str(), mountpoint);
+}
+
+Result<SocketRegistration> SocketRegistration::Make(const std::string& dir, dev_t dev,
+                                                    const std::string& socket) {
+  if (::geteuid() != 0) return Error(EPERM, "only a daemon running as root registers its socket");
+  if (::mkdir(dir.c_str(), 0755) == 0) {
+    ::chmod(dir.c_str(), 0755);  // whatever the umask: every user's maps look here
+  } else if (errno != EEXIST) {
+    return PosixError("mkdir " + dir, errno);
+  }
+  GPUFS_RETURN_IF_ERROR(CheckDir(dir));
+  const std::string name = dir + "/" + RegisteredSocketName(dev);
+  const std::string temp = name + ".new." + std::to_string(::getpid());
+  ::unlink(temp.c_str());
+  if (::symlink(socket.c_str(), temp.c_str()) != 0) return PosixError("symlink " + temp, errno);
+  if (::rename(temp.c_str(), name.c_str()) != 0) {
+    int err = errno;
+    ::unlink(temp.c_str());
+    return PosixError("rename " + temp, err);
+  }
+  SocketRegistration made;
+  made.link_ = name;
+  made.target_ = socket;
+  return made;
+}
+
+SocketRegistration::SocketRegistration(SocketRegistration&& other) noexcept
+    : link_(std::exchange(other.link_, {})), target_(std::exchange(other.target_, {})) {}
+
+SocketRegistration& SocketRegistration::operator=(SocketRegistration&& other) noexcept {
+  if (this != &other) {
+    SocketRegistration old(std::move(*this));
+    link_ = std::exchange(other.link_, {});
+    target_ = std::exchange(other.target_, {});
+  }
+  return *this;
+}
+
+SocketRegistration::~SocketRegistration() {
+  if (link_.empty()) return;
+  // Another mount with our st_dev may have replaced it since: leave that.
+  std::vector<char> buf(target_.size() + 2);
+  ssize_t n = ::readlink(link_.c_str(), buf.data(), buf.size());
+  if (n >= 0 && std::string(buf.data(), static_cast<size_t>(n)) == target_) ::unlink(link_.c_str());
+}
+
+}  // namespace gpufs

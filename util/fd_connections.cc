@@ -1,0 +1,127 @@
+#include "util/fd_connections.h"
+
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <utility>
+
+namespace gpufs {
+namespace {
+
+Result<Token> RandomCookie() {
+  Token cookie;
+  size_t got = 0;
+  while (got < cookie.size()) {
+    ssize_t n = ::getrandom(cookie.data() + got, cookie.size() - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return PosixError("getrandom", errno);
+    }
+    got += static_cast<size_t>(n);
+  }
+  return cookie;
+}
+
+}  // namespace
+
+FdConnections::FdConnections(std::string registry_dir) : registry_dir_(std::move(registry_dir)) {}
+
+FdConnections::Owner FdConnections::Me() { return Owner{::getpid(), ::geteuid(), ::getegid()}; }
+
+std::optional<std::string> FdConnections::SocketFor(dev_t dev) {
+  if (const char* env = std::getenv("GPUFS_SOCKET"); env != nullptr && *env != '\0') return env;
+  std::lock_guard lock(mu_);
+  if (auto it = paths_.find(dev); it != paths_.end()) return it->second;
+  if (!registry_trusted_) {
+    struct stat st;
+    registry_trusted_ = ::lstat(registry_dir_.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+                        st.st_uid == 0 && (st.st_mode & 022) == 0;
+  }
+  if (!*registry_trusted_) return std::nullopt;
+  return registry_dir_ + "/" + RegisteredSocketName(dev);
+}
+
+void FdConnections::Learn(dev_t dev, const std::string& path) {
+  std::lock_guard lock(mu_);
+  paths_[dev] = path;
+}
+
+std::optional<std::string> FdConnections::Learned(dev_t dev) {
+  std::lock_guard lock(mu_);
+  auto it = paths_.find(dev);
+  if (it == paths_.end()) return std::nullopt;
+  return it->second;
+}
+
+Result<FdConnections::Conn*> FdConnections::ConnectionLocked(const std::string& path) {
+  auto it = conns_.find(path);
+  if (it != conns_.end() && it->second.owner == Me()) return &it->second;
+  if (it != conns_.end()) conns_.erase(it);  // a fork's copy: close only ours
+  Conn conn;
+  conn.owner = Me();
+  GPUFS_ASSIGN_OR_RETURN(conn.sock, ConnectFdSocket(path));
+  GPUFS_ASSIGN_OR_RETURN(conn.cookie, RandomCookie());
+  gpufs_fd_hello hello = EncodeHello(conn.cookie);
+  GPUFS_RETURN_IF_ERROR(SendMessage(conn.sock.get(), std::as_bytes(std::span(&hello, 1)), -1));
+  return &conns_.insert_or_assign(path, std::move(conn)).first->second;
+}
+
+Result<UniqueFd> FdConnections::Fetch(const std::string& path,
+                                      const uint8_t token[GPUFS_TOKEN_BYTES],
+                                      gpufs_fd_reply* reply) {
+  std::lock_guard lock(mu_);
+  for (int attempt = 0;; ++attempt) {
+    auto known = conns_.find(path);
+    const bool fresh = known == conns_.end() || !(known->second.owner == Me());
+    GPUFS_ASSIGN_OR_RETURN(Conn * conn, ConnectionLocked(path));
+    *reply = gpufs_fd_reply{};
+    Result<UniqueFd> fd = FetchBlobFdOn(conn->sock.get(), token, reply);
+    if (!fd.ok() && !conn->in_step && reply->magic == GPUFS_FD_MAGIC && reply->error == EPROTO) {
+      // A daemon older than hellos refused ours; its answer to the token follows.
+      fd = ReceiveBlobFd(conn->sock.get(), reply);
+    }
+    const int code = fd.ok() ? 0 : fd.status().code();
+    if (code != EPIPE && code != ECONNRESET) {
+      conn->in_step = true;
+      return fd;
+    }
+    conns_.erase(path);  // the daemon went away (restarted?): connect again, once
+    if (fresh || attempt > 0) return fd;
+  }
+}
+
+Result<FdConnections::Pushed> FdConnections::Push(const std::string& path, const Ask& ask) {
+  std::lock_guard lock(mu_);
+  GPUFS_ASSIGN_OR_RETURN(Conn * conn, ConnectionLocked(path));
+  Pushed out;
+  Result<gpufs_ipc_info> info = ask(conn->cookie);
+  if (!info.ok()) {
+    if (info.status().code() == ENOTTY && !conn->in_step) conns_.erase(path);
+    return info.status();
+  }
+  conn->in_step = true;  // a daemon that knows the ioctl took the hello silently
+  out.info = *info;
+  if ((out.info.flags & GPUFS_INFO_FD_SENT) == 0) return out;
+  // The daemon sends the fd before it answers the ioctl: it is there now,
+  // or it never comes (never wait for it).
+  gpufs_fd_reply reply{};
+  Result<UniqueFd> fd = ReceiveBlobFd(conn->sock.get(), &reply, /*wait=*/false);
+  if (!fd.ok()) {
+    conns_.erase(path);  // out of step with the daemon now
+    if (fd.status().code() == EAGAIN) {
+      return Error(EPROTO, "the daemon said it sent the blob's fd, but none came");
+    }
+    return fd.status().Prepend("the fd the daemon pushed");
+  }
+  if (reply.blob_id != out.info.blob_id || reply.alloc_size != out.info.alloc_size) {
+    conns_.erase(path);
+    return Error(EPROTO, "the fd socket pushed the fd of another blob");
+  }
+  out.fd = std::move(*fd);
+  return out;
+}
+
+}  // namespace gpufs
