@@ -98,6 +98,7 @@ Result<Asked> AskToMap(int fd) {
     int ioctl_err = -1;  // -1: the ioctl was not made (no connection)
     auto pushed = FdSocketConnections().Push(
         *socket, [&](const Token& cookie) -> Result<struct gpufs_ipc_info> {
+          trace::Mark("socket");
           struct gpufs_map_push req;
           std::memset(&req, 0, sizeof(req));
           std::memcpy(req.cookie, cookie.data(), sizeof(req.cookie));
@@ -121,6 +122,19 @@ Result<Asked> AskToMap(int fd) {
   GPUFS_ASSIGN_OR_RETURN(struct gpufs_ipc_info info, ReadInfo(fd));
   trace::Mark("ioctl");
   return Asked{info, UniqueFd()};
+}
+
+// Before a cold map's open: this process's connection to the fd socket of
+// the mount holding `path`, made now if the socket is known, so that the
+// daemon takes in the connection and its hello while the open is under way
+// and GPUFS_IOC_MAP_PUSH finds it ready. The stat is answered from the
+// kernel's caches when the member was looked up before.
+void PrepareFdSocket(const char* path) {
+  struct stat st;
+  if (path == nullptr || ::stat(path, &st) != 0) return;
+  if (auto socket = FdSocketConnections().SocketFor(st.st_dev)) {
+    FdSocketConnections().Prepare(*socket);
+  }
 }
 
 // A member this process has mapped already and that has not changed since
@@ -154,6 +168,8 @@ Status MapPath(const char* path, gpufs_buffer* buf) {
     return Status::Ok();
   }
   trace::Mark("stat");
+  PrepareFdSocket(path);
+  trace::Mark("connect");
   GPUFS_ASSIGN_OR_RETURN(UniqueFd fd, OpenMember(path, O_RDONLY | O_CLOEXEC));
   trace::Mark("open");
   GPUFS_ASSIGN_OR_RETURN(Asked asked, AskToMap(fd.get()));
@@ -207,6 +223,8 @@ Status MapPathDescribed(const char* path, gpufs_buffer* buf, gpufs_description* 
       trace::Mark("description");
     } else {
       trace::Mark("stat");
+      PrepareFdSocket(path);
+      trace::Mark("connect");
       GPUFS_ASSIGN_OR_RETURN(UniqueFd fd, OpenMember(path, O_RDONLY | O_CLOEXEC));
       trace::Mark("open");
       // The description's round trips run on a thread of their own, through

@@ -153,6 +153,8 @@ TEST_F(FdPushTest, TheRegistryIsTrustedOnlyWhileItIsRootsAlone) {
   test_support::TempDir dir;
   const dev_t dev = makedev(0, 77);
   ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  EXPECT_EQ(FdConnections(dir.path()).SocketFor(dev), std::nullopt);  // no entry: not gpufs
+  ASSERT_EQ(::symlink("/some.sock", (dir / "0:77").c_str()), 0);
   EXPECT_EQ(FdConnections(dir.path()).SocketFor(dev), dir.path() + "/0:77");
   ASSERT_EQ(::chmod(dir.path().c_str(), 0775), 0);
   EXPECT_EQ(FdConnections(dir.path()).SocketFor(dev), std::nullopt);

@@ -204,8 +204,14 @@ Status FdServer::Push(const Token& cookie, const Token& token) {
   auto named = named_.find(cookie);
   if (named == named_.end()) {
     // The client connects and says hello just before its ioctl; the loop
-    // thread may not have run since.
+    // thread may not have run since, or taken the connection in before the
+    // hello came.
     AcceptLocked(true);
+    for (auto it = conns_.begin(); it != conns_.end();) {
+      auto next = std::next(it);
+      if (!it->second.named && !ServeLocked(it->second)) CloseLocked(it->first);
+      it = next;
+    }
     named = named_.find(cookie);
   }
   if (named == named_.end()) return Error(ENOENT, "no connection with that cookie");

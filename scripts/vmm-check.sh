@@ -95,7 +95,7 @@ check "a consumer in its own PID namespace maps and sees the bytes" \
 check "nobody in its own PID namespace too" \
   unshare --pid --fork --mount-proc setpriv --reuid=65534 --regid=65534 --clear-groups "$probe" check "$mnt/sec/pub" 0x41
 
-pushed() { GPUFS_TRACE=1 "$@" 2>&1 | grep -q 'ioctl+fd-pushed'; }
+pushed() { local out; out=$(GPUFS_TRACE=1 "$@" 2>&1) && grep -q 'ioctl+fd-pushed' <<< "$out"; }
 check "a map's fd comes with its ioctl (GPUFS_IOC_MAP_PUSH, socket found in /run/gpufs)" \
   pushed "$probe" check "$mnt/sec/pub" 0x41
 check "nobody's too" pushed nobody "$probe" check "$mnt/sec/pub" 0x41

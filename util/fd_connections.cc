@@ -41,7 +41,10 @@ std::optional<std::string> FdConnections::SocketFor(dev_t dev) {
                         st.st_uid == 0 && (st.st_mode & 022) == 0;
   }
   if (!*registry_trusted_) return std::nullopt;
-  return registry_dir_ + "/" + RegisteredSocketName(dev);
+  std::string entry = registry_dir_ + "/" + RegisteredSocketName(dev);
+  struct stat st;
+  if (::lstat(entry.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return std::nullopt;  // not gpufs
+  return entry;
 }
 
 void FdConnections::Learn(dev_t dev, const std::string& path) {
@@ -67,6 +70,11 @@ Result<FdConnections::Conn*> FdConnections::ConnectionLocked(const std::string& 
   gpufs_fd_hello hello = EncodeHello(conn.cookie);
   GPUFS_RETURN_IF_ERROR(SendMessage(conn.sock.get(), std::as_bytes(std::span(&hello, 1)), -1));
   return &conns_.insert_or_assign(path, std::move(conn)).first->second;
+}
+
+void FdConnections::Prepare(const std::string& path) {
+  std::lock_guard lock(mu_);
+  (void)ConnectionLocked(path);
 }
 
 Result<UniqueFd> FdConnections::Fetch(const std::string& path,
