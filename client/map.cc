@@ -90,51 +90,99 @@ struct Asked {
   struct gpufs_ipc_info info;
   UniqueFd pushed;
 };
+// GPUFS_IOC_MAP_PUSH on member `*fd` for the connection named `cookie`;
+// *err: -1 while the ioctl was not made, then its errno (0: it worked).
+Result<struct gpufs_ipc_info> MapPush(const int* fd, const Token& cookie, int* err) {
+  trace::Mark("socket");
+  struct gpufs_map_push req;
+  std::memset(&req, 0, sizeof(req));
+  std::memcpy(req.cookie, cookie.data(), sizeof(req.cookie));
+  int r;
+  do {
+    r = ::ioctl(*fd, GPUFS_IOC_MAP_PUSH, &req);
+  } while (r < 0 && errno == EINTR);
+  *err = r < 0 ? errno : 0;
+  if (r < 0) return PosixError("ioctl GPUFS_IOC_MAP_PUSH", *err);
+  GPUFS_RETURN_IF_ERROR(
+      CheckInfo(req.info, EPROTO).Prepend("the daemon's reply to GPUFS_IOC_MAP_PUSH"));
+  return req.info;
+}
+
+// What came of a push (at the open, or with the ioctl) on member `fd`: the
+// answer, or nullopt when the caller is to ask with GPUFS_IOC_MAP (no
+// socket, or a daemon without the ioctl).
+Result<std::optional<Asked>> PushOutcome(Result<FdConnections::Pushed> pushed, int fd,
+                                         int ioctl_err) {
+  if (pushed.ok()) {
+    if (pushed->info.magic == 0) return std::optional<Asked>();  // no connection
+    trace::Mark((pushed->info.flags & GPUFS_INFO_FD_SENT) ? "fd-pushed" : "no-push");
+    return std::optional<Asked>(Asked{pushed->info, std::move(pushed->fd)});
+  }
+  if (ioctl_err == 0) return pushed.status();  // the ioctl worked; the fd did not come
+  if (ioctl_err > 0 && ioctl_err != ENOTTY) return MapError(fd, ioctl_err);
+  return std::optional<Asked>();
+}
+
 Result<Asked> AskToMap(int fd) {
   struct stat st;
   std::optional<std::string> socket;
   if (::fstat(fd, &st) == 0) socket = FdSocketConnections().SocketFor(st.st_dev);
   if (socket) {
-    int ioctl_err = -1;  // -1: the ioctl was not made (no connection)
+    int ioctl_err = -1;
     auto pushed = FdSocketConnections().Push(
-        *socket, [&](const Token& cookie) -> Result<struct gpufs_ipc_info> {
-          trace::Mark("socket");
-          struct gpufs_map_push req;
-          std::memset(&req, 0, sizeof(req));
-          std::memcpy(req.cookie, cookie.data(), sizeof(req.cookie));
-          int r;
-          do {
-            r = ::ioctl(fd, GPUFS_IOC_MAP_PUSH, &req);
-          } while (r < 0 && errno == EINTR);
-          ioctl_err = r < 0 ? errno : 0;
-          if (r < 0) return PosixError("ioctl GPUFS_IOC_MAP_PUSH", ioctl_err);
-          GPUFS_RETURN_IF_ERROR(
-              CheckInfo(req.info, EPROTO).Prepend("the daemon's reply to GPUFS_IOC_MAP_PUSH"));
-          return req.info;
-        });
-    if (pushed.ok()) {
-      trace::Mark((pushed->info.flags & GPUFS_INFO_FD_SENT) ? "ioctl+fd-pushed" : "ioctl-push");
-      return Asked{pushed->info, std::move(pushed->fd)};
-    }
-    if (ioctl_err == 0) return pushed.status();  // the ioctl worked; the fd did not come
-    if (ioctl_err > 0 && ioctl_err != ENOTTY) return MapError(fd, ioctl_err);
+        *socket, [&](const Token& cookie) { return MapPush(&fd, cookie, &ioctl_err); });
+    GPUFS_ASSIGN_OR_RETURN(std::optional<Asked> asked, PushOutcome(std::move(pushed), fd, ioctl_err));
+    if (asked) return std::move(*asked);
   }
   GPUFS_ASSIGN_OR_RETURN(struct gpufs_ipc_info info, ReadInfo(fd));
   trace::Mark("ioctl");
   return Asked{info, UniqueFd()};
 }
 
-// Before a cold map's open: this process's connection to the fd socket of
-// the mount holding `path`, made now if the socket is known, so that the
-// daemon takes in the connection and its hello while the open is under way
-// and GPUFS_IOC_MAP_PUSH finds it ready. The stat is answered from the
-// kernel's caches when the member was looked up before.
-void PrepareFdSocket(const char* path) {
+// A cold map's open and ask: where the mount's socket is known, the
+// connection is armed for this thread's open of the member (uapi.h,
+// GPUFS_FD_ARM) and the map comes with the open, no ioctl; otherwise, or
+// when nothing came, as AskToMap. The stat is answered from the kernel's
+// caches when the member was looked up before.
+struct OpenedToMap {
+  UniqueFd member;
+  Asked asked;
+};
+Result<OpenedToMap> OpenToMap(const char* path) {
+  OpenedToMap out;
   struct stat st;
-  if (path == nullptr || ::stat(path, &st) != 0) return;
-  if (auto socket = FdSocketConnections().SocketFor(st.st_dev)) {
-    FdSocketConnections().Prepare(*socket);
+  std::optional<std::string> socket;
+  if (path != nullptr && ::stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+    socket = FdSocketConnections().SocketFor(st.st_dev);
   }
+  trace::Mark("stat");
+  if (socket) {
+    int ioctl_err = -1;
+    auto pushed = FdSocketConnections().MapAtOpen(
+        *socket, st.st_ino,
+        [&]() -> Status {
+          GPUFS_ASSIGN_OR_RETURN(out.member, OpenMember(path, O_RDONLY | O_CLOEXEC));
+          trace::Mark("open");
+          return Status::Ok();
+        },
+        [&](const Token& cookie) {
+          int fd = out.member.get();
+          return MapPush(&fd, cookie, &ioctl_err);
+        });
+    if (!pushed.ok() && !out.member.valid()) return pushed.status();  // the open failed
+    GPUFS_ASSIGN_OR_RETURN(std::optional<Asked> asked,
+                           PushOutcome(std::move(pushed), out.member.get(), ioctl_err));
+    if (asked) {
+      out.asked = std::move(*asked);
+      return out;
+    }
+  } else {
+    GPUFS_ASSIGN_OR_RETURN(out.member, OpenMember(path, O_RDONLY | O_CLOEXEC));
+    trace::Mark("open");
+  }
+  GPUFS_ASSIGN_OR_RETURN(out.asked.info, ReadInfo(out.member.get()));
+  trace::Mark("ioctl");
+  return out;
 }
 
 // A member this process has mapped already and that has not changed since
@@ -167,13 +215,10 @@ Status MapPath(const char* path, gpufs_buffer* buf) {
     trace::Mark("warm");
     return Status::Ok();
   }
-  trace::Mark("stat");
-  PrepareFdSocket(path);
-  trace::Mark("connect");
-  GPUFS_ASSIGN_OR_RETURN(UniqueFd fd, OpenMember(path, O_RDONLY | O_CLOEXEC));
-  trace::Mark("open");
-  GPUFS_ASSIGN_OR_RETURN(Asked asked, AskToMap(fd.get()));
-  return MapInfo(std::move(fd), asked.info, 0, buf, std::move(asked.pushed));
+  trace::Mark("warm-check");
+  GPUFS_ASSIGN_OR_RETURN(OpenedToMap opened, OpenToMap(path));
+  return MapInfo(std::move(opened.member), opened.asked.info, 0, buf,
+                 std::move(opened.asked.pushed));
 }
 
 namespace {
@@ -222,14 +267,12 @@ Status MapPathDescribed(const char* path, gpufs_buffer* buf, gpufs_description* 
       described = ReadDescription(buf->fd, desc);
       trace::Mark("description");
     } else {
-      trace::Mark("stat");
-      PrepareFdSocket(path);
-      trace::Mark("connect");
-      GPUFS_ASSIGN_OR_RETURN(UniqueFd fd, OpenMember(path, O_RDONLY | O_CLOEXEC));
-      trace::Mark("open");
+      trace::Mark("warm-check");
+      GPUFS_ASSIGN_OR_RETURN(OpenedToMap opened, OpenToMap(path));
+      UniqueFd fd = std::move(opened.member);
       // The description's round trips run on a thread of their own, through
       // a duplicate of the fd (whatever happens to this one meanwhile),
-      // while this thread asks for the handle, fetches and imports the blob.
+      // while this thread imports and maps the blob.
       int dup = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0);
       std::thread reader;
       if (dup >= 0) {
@@ -242,10 +285,7 @@ Status MapPathDescribed(const char* path, gpufs_buffer* buf, gpufs_description* 
           ::close(dup);  // no thread to be had: read it below
         }
       }
-      mapped = [&]() -> Status {
-        GPUFS_ASSIGN_OR_RETURN(Asked asked, AskToMap(fd.get()));
-        return MapInfo(std::move(fd), asked.info, 0, buf, std::move(asked.pushed));
-      }();
+      mapped = MapInfo(std::move(fd), opened.asked.info, 0, buf, std::move(opened.asked.pushed));
       if (reader.joinable()) {
         reader.join();
         trace::Mark("description-wait");

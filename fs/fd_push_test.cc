@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <thread>
 
 #include "fs/fd_server.h"
 #include "tests/support/temp_dir.h"
@@ -146,6 +147,91 @@ TEST_F(FdPushTest, ACookieInUseOrASecondHelloDisconnects) {
   gpufs_fd_reply reply{};
   ASSERT_TRUE(ReceiveBlobFd(first->get(), &reply).ok());
   EXPECT_EQ(reply.blob_id, 5u);
+}
+
+// What an open handler does for a read-only open of `ino` by `tid`.
+Status OpenSeen(FdServer& server, TokenTable& tokens, uint64_t ino, uint32_t tid, uint64_t blob,
+                std::shared_ptr<const UniqueFd> file) {
+  return server.PushAtOpen(ino, tid, [&]() -> Result<gpufs_ipc_info> {
+    GPUFS_ASSIGN_OR_RETURN(Token token,
+                           tokens.Issue(TokenGrant{.handle = 1, .uid = ::getuid(), .pid = tid,
+                                                   .blob_id = blob, .alloc_size = 2 << 20,
+                                                   .fd = file}));
+    gpufs_ipc_info info{};
+    info.magic = GPUFS_MAGIC;
+    info.version = GPUFS_UAPI_VERSION;
+    info.handle_type = GPUFS_HANDLE_VMM_FD;
+    info.blob_id = blob;
+    info.alloc_size = 2 << 20;
+    std::memcpy(info.token, token.data(), token.size());
+    return info;
+  });
+}
+
+TEST_F(FdPushTest, AnArmedOpenBringsTheMapWithNoAsking) {
+  FdConnections conns(no_registry_ / "none");
+  const uint32_t me = static_cast<uint32_t>(::gettid());
+  for (uint64_t blob : {5u, 6u}) {
+    Status at_open;
+    bool asked = false;
+    auto got = conns.MapAtOpen(
+        server_->path(), /*ino=*/40 + blob,
+        [&] {
+          at_open = OpenSeen(*server_, tokens_, 40 + blob, me, blob, file_);
+          return Status::Ok();
+        },
+        [&](const Token&) -> Result<gpufs_ipc_info> {
+          asked = true;
+          return Error(EIO, "not to be asked");
+        });
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_TRUE(at_open.ok()) << at_open.ToString();
+    EXPECT_FALSE(asked);
+    EXPECT_EQ(got->info.blob_id, blob);
+    EXPECT_TRUE(got->info.flags & GPUFS_INFO_FD_SENT);
+    ASSERT_TRUE(got->fd.valid());
+    EXPECT_EQ(InodeOf(got->fd.get()), InodeOf(file_->get()));
+  }
+}
+
+// An arm names the member and the thread: another member's open, another
+// thread's, or one after the arm was used bring nothing, and the map is
+// asked for (the ioctl).
+TEST_F(FdPushTest, AnArmServesOnlyItsMembersOpenByItsThread) {
+  FdConnections conns(no_registry_ / "none");
+  const uint32_t me = static_cast<uint32_t>(::gettid());
+  uint32_t other = 0;
+  std::thread([&] { other = static_cast<uint32_t>(::gettid()); }).join();
+  Status wrong_ino, wrong_thread;
+  bool asked = false;
+  auto got = conns.MapAtOpen(
+      server_->path(), 50,
+      [&] {
+        wrong_ino = OpenSeen(*server_, tokens_, 51, me, 5, file_);
+        wrong_thread = OpenSeen(*server_, tokens_, 50, other, 5, file_);
+        return Status::Ok();
+      },
+      [&](const Token&) -> Result<gpufs_ipc_info> {
+        asked = true;
+        gpufs_ipc_info info{};
+        info.magic = GPUFS_MAGIC;
+        info.version = GPUFS_UAPI_VERSION;
+        info.blob_id = 5;
+        return info;  // as a daemon that could not push answers
+      });
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(wrong_ino.code(), ENOENT);
+  EXPECT_EQ(wrong_thread.code(), ENOENT);
+  EXPECT_TRUE(asked);
+  EXPECT_FALSE(got->fd.valid());
+  // Disarmed when nothing came: a later open of the member brings nothing.
+  EXPECT_EQ(OpenSeen(*server_, tokens_, 50, me, 5, file_).code(), ENOENT);
+  // And a failed open disarms too.
+  auto failed = conns.MapAtOpen(
+      server_->path(), 60, [] { return Error(EACCES, "denied"); },
+      [](const Token&) -> Result<gpufs_ipc_info> { return Error(EIO, "not to be asked"); });
+  EXPECT_EQ(failed.status().code(), EACCES);
+  EXPECT_EQ(OpenSeen(*server_, tokens_, 60, me, 5, file_).code(), ENOENT);
 }
 
 TEST_F(FdPushTest, TheRegistryIsTrustedOnlyWhileItIsRootsAlone) {

@@ -98,18 +98,31 @@ void FdServer::Loop() {
       return;
     }
     std::lock_guard lock(mu_);
-    for (int i = 0; i < n; ++i) {
-      int fd = events[static_cast<size_t>(i)].data.fd;
-      if (fd == wake_.get()) return;
-      if (fd == listener_.get()) {
-        AcceptLocked(false);
-        continue;
-      }
-      auto it = conns_.find(fd);
-      if (it == conns_.end()) continue;  // closed by an earlier event of this round
-      if (!ServeLocked(it->second)) CloseLocked(fd);
-    }
+    if (!HandleLocked(events.data(), n)) return;
   }
+}
+
+bool FdServer::HandleLocked(const epoll_event* events, int n) {
+  for (int i = 0; i < n; ++i) {
+    int fd = events[i].data.fd;
+    if (fd == wake_.get()) return false;
+    if (fd == listener_.get()) {
+      AcceptLocked(false);
+      continue;
+    }
+    auto it = conns_.find(fd);
+    if (it == conns_.end()) continue;  // closed by an earlier event of this round
+    if (!ServeLocked(it->second)) CloseLocked(fd);
+  }
+  return true;
+}
+
+void FdServer::PollLocked() {
+  std::array<epoll_event, 64> events;
+  int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), 0);
+  if (n <= 0) return;
+  // The stop event is the loop's to see: it is level-triggered, still there.
+  (void)HandleLocked(events.data(), n);
 }
 
 void FdServer::AcceptLocked(bool all) {
@@ -124,6 +137,7 @@ void FdServer::AcceptLocked(bool all) {
     }
     Conn conn;
     conn.fd.reset(fd);
+    conn.serial = next_serial_++;
     socklen_t len = sizeof conn.peer;
     if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &conn.peer, &len) != 0) {
       GPUFS_LOG(WARN) << "fd server: SO_PEERCRED: " << std::strerror(errno);
@@ -159,7 +173,15 @@ bool FdServer::ServeLocked(Conn& conn) {
     if (!n.ok()) return n.status().code() == EAGAIN;  // EAGAIN: all answered
     if (*n == 0) return false;                         // the peer closed
     Result<FdMessage> message = DecodeMessage(std::span(buf.data(), *n));
-    if (message.ok() && message->hello) {
+    if (message.ok() && message->kind == FdMessage::kArm) {
+      if (message->arm.ino == 0) {
+        conn.arm.reset();
+      } else {
+        conn.arm = message->arm;
+      }
+      continue;  // an arm is not answered
+    }
+    if (message.ok() && message->kind == FdMessage::kHello) {
       if (conn.named || named_.contains(message->bytes)) {
         GPUFS_LOG(WARN) << "fd server: pid " << peer.pid
                         << " sent a second hello, or a cookie in use: disconnected";
@@ -228,6 +250,57 @@ Status FdServer::Push(const Token& cookie, const Token& token) {
     return sent;
   }
   return Status::Ok();
+}
+
+Status FdServer::PushAtOpen(uint64_t ino, uint32_t tid, const MapFn& map) {
+  int fd = -1;
+  Conn armed;  // a copy of what is needed once the lock is dropped
+  uint32_t seq = 0;
+  {
+    std::lock_guard lock(mu_);
+    PollLocked();
+    for (auto& [k, conn] : conns_) {
+      if (!conn.arm || conn.arm->ino != ino || conn.arm->tid != tid) continue;
+      seq = conn.arm->seq;
+      conn.arm.reset();
+      fd = k;
+      armed.peer = conn.peer;
+      armed.serial = conn.serial;
+      break;
+    }
+  }
+  if (fd < 0) return Error(ENOENT, "no connection armed for this open");
+  // The thread must be the connection's process's (uapi.h); Redeem checks
+  // it too, but only after the map's work.
+  if (!SameProcessByProc(tid, static_cast<uint32_t>(armed.peer.pid))) {
+    return Error(EACCES, "an arm for thread " + std::to_string(tid) + " from pid " +
+                             std::to_string(armed.peer.pid));
+  }
+  // The map runs without the lock: it may wait for the blob (fault back).
+  GPUFS_ASSIGN_OR_RETURN(gpufs_ipc_info info, map());
+  if (info.handle_type != GPUFS_HANDLE_VMM_FD) return Error(ENOTSUP, "not a VMM blob");
+  Token token;
+  std::memcpy(token.data(), info.token, token.size());
+  std::lock_guard lock(mu_);
+  auto it = conns_.find(fd);
+  if (it == conns_.end() || it->second.serial != armed.serial) {
+    return Error(ECONNRESET, "the armed connection closed");
+  }
+  GPUFS_ASSIGN_OR_RETURN(TokenGrant grant,
+                         tokens_->Redeem(token, armed.peer.uid, static_cast<uint32_t>(armed.peer.pid)));
+  gpufs_fd_mapped mapped{};
+  mapped.magic = GPUFS_FD_MAPPED_MAGIC;
+  mapped.seq = seq;
+  mapped.info = info;
+  mapped.info.flags |= GPUFS_INFO_FD_SENT;
+  std::memset(mapped.info.token, 0, sizeof mapped.info.token);
+  Status sent = SendMessage(fd, std::as_bytes(std::span(&mapped, 1)), grant.fd ? grant.fd->get() : -1);
+  if (!sent.ok()) {
+    GPUFS_LOG(WARN) << "fd server: pid " << armed.peer.pid << " does not take its fds ("
+                    << sent.ToString() << "): disconnected";
+    CloseLocked(fd);
+  }
+  return sent;
 }
 
 }  // namespace gpufs

@@ -17,15 +17,19 @@
 // in connections that are still waiting to be accepted itself.
 #pragma once
 
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "core/ipc_tokens.h"
+#include "gpufs/uapi.h"
 #include "util/status.h"
 #include "util/unique_fd.h"
 
@@ -51,16 +55,31 @@ class FdServer {
   // connection's send error.
   Status Push(const Token& cookie, const Token& token);
 
+  // Called by a read-only open of member `ino` by thread `tid` (as FUSE says),
+  // before it is answered: when a connection of tid's process armed itself
+  // for that (uapi.h, GPUFS_FD_ARM), runs `map` (GPUFS_IOC_MAP's work for the
+  // new open file) and sends the connection a gpufs_fd_mapped with the fd.
+  // ENOENT: nothing armed for it (the common case: one epoll_wait and a
+  // scan of the connections).
+  using MapFn = std::function<Result<gpufs_ipc_info>()>;
+  Status PushAtOpen(uint64_t ino, uint32_t tid, const MapFn& map);
+
  private:
   struct Conn {
     UniqueFd fd;
     ucred peer{};
-    bool named = false;  // a hello registered a cookie for it
+    uint64_t serial = 0;  // tells it from a later connection with the same fd
+    bool named = false;   // a hello registered a cookie for it
     Token cookie{};
+    std::optional<gpufs_fd_arm> arm;
   };
   FdServer(std::string path, std::string made_dir, UniqueFd listener, UniqueFd wake,
            UniqueFd epoll, TokenTable* tokens);
   void Loop();
+  // Handles `n` events of the epoll set; false when the stop was asked for.
+  bool HandleLocked(const epoll_event* events, int n);
+  // What is waiting now (accepts, hellos, arms, requests), without waiting.
+  void PollLocked();
   // Takes in the connections waiting on the listener: all of them (Push), or
   // one (the loop: a burst of connects must not starve the others' replies).
   void AcceptLocked(bool all);
@@ -78,6 +97,7 @@ class FdServer {
   std::mutex mu_;
   std::map<int, Conn> conns_;   // GUARDED_BY(mu_)
   std::map<Token, int> named_;  // cookie -> connection; GUARDED_BY(mu_)
+  uint64_t next_serial_ = 1;     // GUARDED_BY(mu_)
   std::thread loop_;
 };
 

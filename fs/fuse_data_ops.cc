@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "fs/fd_server.h"
 #include "fs/fuse_ops.h"
 #include "fs/fuse_takeover.h"
 #include "util/log.h"
@@ -46,6 +47,25 @@ void OnCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   if (fuse_reply_create(req, &e, fi) != 0) Unopen(req, opened->handle);
 }
 
+namespace {
+
+// A libgpufs map by path armed its fd-socket connection for this open
+// (uapi.h, GPUFS_FD_ARM): the map goes with the open, before its reply.
+void PushMapAtOpen(fuse_req_t req, fuse_ino_t ino, HandleId handle) {
+  FdServer* fds = Fds(req);
+  if (fds == nullptr) return;
+  Status pushed = fds->PushAtOpen(ino, fuse_req_ctx(req)->pid, [&]() -> Result<gpufs_ipc_info> {
+    auto info = Ns(req).MapHandle(handle, CallerOf(req));
+    if (info.ok()) Link(req).HandleMapped(handle);
+    return info;
+  });
+  // ENOENT: nothing armed, every other open. The rest: the client asks with
+  // the ioctl, which says why (ENODEV for a host member, say).
+  if (!pushed.ok() && pushed.code() != ENOENT) LogFailure("map at open", pushed, true);
+}
+
+}  // namespace
+
 void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fi->direct_io = 1;
   fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY;  // FLUSH does nothing for readers
@@ -58,6 +78,7 @@ void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (!opened.ok()) return ReplyError(req, "open", opened.status());
   fi->fh = opened->handle;
   RecordOpen(req, *opened, fi->flags);
+  if ((fi->flags & O_ACCMODE) == O_RDONLY && opened->blob != 0) PushMapAtOpen(req, ino, opened->handle);
   if (fuse_reply_open(req, fi) != 0) Unopen(req, opened->handle);
 }
 

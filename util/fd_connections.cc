@@ -1,10 +1,13 @@
 #include "util/fd_connections.h"
 
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
+#include <cstring>
 #include <cstdlib>
 #include <utility>
 
@@ -59,9 +62,25 @@ std::optional<std::string> FdConnections::Learned(dev_t dev) {
   return it->second;
 }
 
+// Reads and drops what waits on `sock`; false when the daemon closed it.
+bool Drain(int sock) {
+  for (;;) {
+    std::array<std::byte, sizeof(gpufs_fd_mapped) + 1> buf;
+    UniqueFd fd;
+    Result<size_t> n = ReceiveMessage(sock, buf, &fd, MSG_DONTWAIT);
+    if (!n.ok()) return n.status().code() == EAGAIN || n.status().code() == EPROTO ||
+                        n.status().code() == EMSGSIZE;
+    if (*n == 0) return false;
+  }
+}
+
 Result<FdConnections::Conn*> FdConnections::ConnectionLocked(const std::string& path) {
   auto it = conns_.find(path);
-  if (it != conns_.end() && it->second.owner == Me()) return &it->second;
+  if (it != conns_.end() && it->second.owner == Me()) {
+    if (Drain(it->second.sock.get())) return &it->second;
+    conns_.erase(it);  // the daemon closed it (restarted?): a new one
+    it = conns_.end();
+  }
   if (it != conns_.end()) conns_.erase(it);  // a fork's copy: close only ours
   Conn conn;
   conn.owner = Me();
@@ -103,6 +122,55 @@ Result<UniqueFd> FdConnections::Fetch(const std::string& path,
 
 Result<FdConnections::Pushed> FdConnections::Push(const std::string& path, const Ask& ask) {
   std::lock_guard lock(mu_);
+  return PushLocked(path, ask);
+}
+
+Result<FdConnections::Pushed> FdConnections::MapAtOpen(const std::string& path, uint64_t ino,
+                                                       const std::function<Status()>& open,
+                                                       const Ask& ask) {
+  std::lock_guard lock(mu_);
+  Result<Conn*> made = ConnectionLocked(path);
+  if (!made.ok()) {
+    GPUFS_RETURN_IF_ERROR(open());
+    return Pushed{};
+  }
+  Conn* conn = *made;
+  const uint32_t seq = ++conn->seq;
+  gpufs_fd_arm arm = EncodeArm(ino, static_cast<uint32_t>(::gettid()), seq);
+  if (!SendMessage(conn->sock.get(), std::as_bytes(std::span(&arm, 1)), -1).ok()) {
+    conns_.erase(path);  // gone: the open, then the ioctl on a new connection
+    GPUFS_RETURN_IF_ERROR(open());
+    return PushLocked(path, ask);
+  }
+  Status opened = open();
+  gpufs_fd_arm disarm = EncodeArm(0, 0, seq);
+  if (!opened.ok()) {
+    (void)SendMessage(conn->sock.get(), std::as_bytes(std::span(&disarm, 1)), -1);
+    return opened;
+  }
+  // The daemon sends the map before it answers the open: here now, or never.
+  std::array<std::byte, sizeof(gpufs_fd_mapped) + 1> buf;
+  UniqueFd fd;
+  Result<size_t> n = ReceiveMessage(conn->sock.get(), buf, &fd, MSG_DONTWAIT);
+  if (n.ok() && *n == sizeof(gpufs_fd_mapped) && fd.valid()) {
+    gpufs_fd_mapped mapped;
+    std::memcpy(&mapped, buf.data(), sizeof mapped);
+    if (mapped.magic == GPUFS_FD_MAPPED_MAGIC && mapped.seq == seq &&
+        mapped.info.magic == GPUFS_MAGIC && (mapped.info.flags & GPUFS_INFO_FD_SENT) != 0) {
+      conn->in_step = true;
+      Pushed out;
+      out.info = mapped.info;
+      out.fd = std::move(fd);
+      return out;
+    }
+  }
+  // Nothing came (or something else, dropped now): the arm must not serve a
+  // later open of this thread's, and the ioctl asks.
+  (void)SendMessage(conn->sock.get(), std::as_bytes(std::span(&disarm, 1)), -1);
+  return PushLocked(path, ask);
+}
+
+Result<FdConnections::Pushed> FdConnections::PushLocked(const std::string& path, const Ask& ask) {
   GPUFS_ASSIGN_OR_RETURN(Conn * conn, ConnectionLocked(path));
   Pushed out;
   Result<gpufs_ipc_info> info = ask(conn->cookie);

@@ -70,6 +70,17 @@ class FdConnections {
   // may be waiting there) also drops the connection.
   Result<Pushed> Push(const std::string& path, const Ask& ask);
 
+  // A map by path with no request of its own (uapi.h, GPUFS_FD_ARM): arms
+  // this process's connection to `path` for the calling thread's next open
+  // of member `ino`, runs `open`, and takes the map the daemon sent with that
+  // open. When none came (not a sealed GPU blob, replaced since the caller's
+  // stat, a daemon without arms, a process in another PID namespace), runs
+  // `ask` as Push does. `open`'s failure comes back as it is. When no
+  // connection can be made, `open` runs all the same, nothing is asked, and
+  // the result's info.magic is 0.
+  Result<Pushed> MapAtOpen(const std::string& path, uint64_t ino,
+                           const std::function<Status()>& open, const Ask& ask);
+
  private:
   struct Owner {
     pid_t pid;
@@ -84,10 +95,14 @@ class FdConnections {
     // The daemon has answered on it, so no answer to the hello (from a daemon
     // older than hellos) can be waiting.
     bool in_step = false;
+    uint32_t seq = 0;  // of the last arm
   };
   static Owner Me();
-  // This process's live connection to `path`, made (with its hello) if need be.
+  // This process's live connection to `path`, made (with its hello) if need
+  // be, with nothing left on it from earlier exchanges (a map an unused arm
+  // brought, say).
   Result<Conn*> ConnectionLocked(const std::string& path);
+  Result<Pushed> PushLocked(const std::string& path, const Ask& ask);
 
   const std::string registry_dir_;
   std::mutex mu_;

@@ -13,6 +13,8 @@ namespace gpufs {
 static_assert(sizeof(gpufs_fd_request) == 40, "gpufs_fd_request is part of the stable ABI");
 static_assert(sizeof(gpufs_fd_reply) == 136, "gpufs_fd_reply is part of the stable ABI");
 static_assert(sizeof(gpufs_fd_hello) == 40, "gpufs_fd_hello is part of the stable ABI");
+static_assert(sizeof(gpufs_fd_arm) == 24, "gpufs_fd_arm is part of the stable ABI");
+static_assert(sizeof(gpufs_fd_mapped) == 176, "gpufs_fd_mapped is part of the stable ABI");
 
 gpufs_fd_request EncodeRequest(const uint8_t token[GPUFS_TOKEN_BYTES]) {
   gpufs_fd_request req{};
@@ -46,13 +48,36 @@ gpufs_fd_hello EncodeHello(const Token& cookie) {
   return hello;
 }
 
+gpufs_fd_arm EncodeArm(uint64_t ino, uint32_t tid, uint32_t seq) {
+  gpufs_fd_arm arm{};
+  arm.magic = GPUFS_FD_ARM_MAGIC;
+  arm.version = GPUFS_UAPI_VERSION;
+  arm.ino = ino;
+  arm.tid = tid;
+  arm.seq = seq;
+  return arm;
+}
+
 Result<FdMessage> DecodeMessage(std::span<const std::byte> bytes) {
   static_assert(sizeof(gpufs_fd_hello) == sizeof(gpufs_fd_request));
   uint32_t magic = 0;
   if (bytes.size() >= sizeof magic) std::memcpy(&magic, bytes.data(), sizeof magic);
+  if (magic == GPUFS_FD_ARM_MAGIC) {
+    FdMessage message;
+    message.kind = FdMessage::kArm;
+    if (bytes.size() != sizeof message.arm) {
+      return Error(EPROTO, "fd arm of " + std::to_string(bytes.size()) + " bytes (want " +
+                               std::to_string(sizeof message.arm) + ")");
+    }
+    std::memcpy(&message.arm, bytes.data(), sizeof message.arm);
+    if (message.arm.version < 2) return Error(EPROTO, "fd arm of version " + std::to_string(message.arm.version));
+    return message;
+  }
   if (magic != GPUFS_FD_HELLO_MAGIC) {
     GPUFS_ASSIGN_OR_RETURN(Token token, DecodeRequest(bytes));
-    return FdMessage{false, token};
+    FdMessage message;
+    message.bytes = token;
+    return message;
   }
   gpufs_fd_hello hello{};
   if (bytes.size() != sizeof hello) {
@@ -63,7 +88,8 @@ Result<FdMessage> DecodeMessage(std::span<const std::byte> bytes) {
   if (hello.version < 2) {
     return Error(EPROTO, "fd hello of version " + std::to_string(hello.version) + " (want 2)");
   }
-  FdMessage message{true, {}};
+  FdMessage message;
+  message.kind = FdMessage::kHello;
   std::memcpy(message.bytes.data(), hello.cookie, message.bytes.size());
   return message;
 }

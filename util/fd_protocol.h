@@ -24,11 +24,13 @@ Result<Token> DecodeRequest(std::span<const std::byte> bytes);
 // A connection's hello (GPUFS_IOC_MAP_PUSH), and what the daemon makes of a
 // message: a request (a token to redeem) or a hello (the cookie to register).
 gpufs_fd_hello EncodeHello(const Token& cookie);
+gpufs_fd_arm EncodeArm(uint64_t ino, uint32_t tid, uint32_t seq);
 struct FdMessage {
-  bool hello = false;
+  enum Kind { kRequest, kHello, kArm } kind = kRequest;
   Token bytes{};  // the token, or the hello's cookie
+  gpufs_fd_arm arm{};
 };
-// EPROTO unless `bytes` is exactly one well-formed request or hello.
+// EPROTO unless `bytes` is exactly one well-formed request, hello or arm.
 Result<FdMessage> DecodeMessage(std::span<const std::byte> bytes);
 
 // GPUFS_SOCKET_DIR's entry for the fd socket of the mount whose st_dev is

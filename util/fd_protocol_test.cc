@@ -38,13 +38,21 @@ TEST(FdProtocolTest, AMessageIsARequestOrAHello) {
   gpufs_fd_hello hello = EncodeHello(cookie);
   auto decoded = DecodeMessage(std::as_bytes(std::span(&hello, 1)));
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
-  EXPECT_TRUE(decoded->hello);
+  EXPECT_EQ(decoded->kind, FdMessage::kHello);
   EXPECT_EQ(decoded->bytes, cookie);
   gpufs_fd_request req = EncodeRequest(cookie.data());
   decoded = DecodeMessage(std::as_bytes(std::span(&req, 1)));
   ASSERT_TRUE(decoded.ok());
-  EXPECT_FALSE(decoded->hello);
+  EXPECT_EQ(decoded->kind, FdMessage::kRequest);
   EXPECT_EQ(decoded->bytes, cookie);
+  gpufs_fd_arm arm = EncodeArm(77, 1234, 9);
+  decoded = DecodeMessage(std::as_bytes(std::span(&arm, 1)));
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ(decoded->kind, FdMessage::kArm);
+  EXPECT_EQ(decoded->arm.ino, 77u);
+  EXPECT_EQ(decoded->arm.tid, 1234u);
+  EXPECT_EQ(decoded->arm.seq, 9u);
+  EXPECT_EQ(DecodeMessage(std::as_bytes(std::span(&arm, 1)).first(20)).status().code(), EPROTO);
   // Short, old or unknown: EPROTO.
   EXPECT_EQ(DecodeMessage(std::as_bytes(std::span(&hello, 1)).first(12)).status().code(), EPROTO);
   hello.version = 1;

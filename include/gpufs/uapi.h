@@ -31,6 +31,15 @@
  *   (the token was spent on it and is zero). Without the flag, redeem
  *   info.token as above. A process that has not mapped yet finds the socket
  *   before any request through GPUFS_SOCKET_DIR.
+ *   No ioctl at all (what libgpufs does for a map by path): on a connection
+ *   that said hello, send a struct gpufs_fd_arm naming the member (st_ino
+ *   from a stat) and the calling thread, then open the member read-only in
+ *   that thread: the daemon answers that open after sending a struct
+ *   gpufs_fd_mapped (the blob's info, its token spent, and the fd) with the
+ *   arm's seq. Nothing there once open returns (the member is not a sealed
+ *   GPU blob, or was replaced since the stat, or the daemon does not know
+ *   arms): ask with GPUFS_IOC_MAP_PUSH. A new arm on a connection replaces
+ *   its last; drain what a connection holds before arming it again.
  * - GPUFS_HANDLE_LEGACY (daemon started with --ipc legacy): info.handle is a
  *   cudaIpcMemHandle_t of an allocation holding only this blob;
  *   cudaIpcOpenMemHandle(&base, handle, ...), blob at base + info.offset.
@@ -106,6 +115,24 @@ struct gpufs_fd_hello {
   uint32_t magic;   /* GPUFS_FD_HELLO_MAGIC */
   uint32_t version; /* GPUFS_UAPI_VERSION */
   uint8_t cookie[GPUFS_TOKEN_BYTES];
+};
+/* GPUFS_FD_ARM: the sender's next read-only open of member `ino` by thread
+ * `tid` (a thread of the process that connected, by gettid(); a process in
+ * another PID namespace than the daemon's never matches and asks with the
+ * ioctl) brings its map; not answered. ino 0 disarms. */
+#define GPUFS_FD_ARM_MAGIC 0x4d524147u /* "GARM" */
+struct gpufs_fd_arm {
+  uint32_t magic;   /* GPUFS_FD_ARM_MAGIC */
+  uint32_t version; /* GPUFS_UAPI_VERSION */
+  uint64_t ino;
+  uint32_t tid;
+  uint32_t seq;     /* echoed in the struct gpufs_fd_mapped it brings */
+};
+#define GPUFS_FD_MAPPED_MAGIC 0x5050414du /* "MAPP" */
+struct gpufs_fd_mapped {
+  uint32_t magic;              /* GPUFS_FD_MAPPED_MAGIC */
+  uint32_t seq;                /* the arm's */
+  struct gpufs_ipc_info info;  /* flags has GPUFS_INFO_FD_SENT; the fd is attached */
 };
 struct gpufs_fd_reply {
   uint32_t magic;     /* GPUFS_FD_MAGIC */

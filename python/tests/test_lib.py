@@ -153,7 +153,7 @@ class TraceTest(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         lines = [l for l in r.stderr.splitlines() if l.startswith("gpufs trace: map:")]
         self.assertEqual(len(lines), 1, r.stderr)
-        self.assertRegex(lines[0], r" stat [0-9.]+ connect [0-9.]+ open [0-9.]+ total [0-9.]+$")
+        self.assertRegex(lines[0], r" warm-check [0-9.]+ stat [0-9.]+ open [0-9.]+ total [0-9.]+$")
 
 if __name__ == "__main__":
     unittest.main()
