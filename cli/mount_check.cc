@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "util/mountinfo.h"
+
 namespace gpufs {
 namespace {
 
@@ -18,29 +20,6 @@ constexpr long kFuseSuperMagic = 0x65735546;
 #else
 constexpr long kFuseSuperMagic = FUSE_SUPER_MAGIC;
 #endif
-
-// mountinfo escapes space, tab, newline and backslash as \ooo.
-std::string Unescape(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 3 < s.size()) {
-      int v = 0;
-      bool ok = true;
-      for (size_t k = 1; k <= 3; ++k) {
-        char c = s[i + k];
-        if (c < '0' || c > '7') ok = false;
-        v = v * 8 + (c - '0');
-      }
-      if (ok) {
-        out += static_cast<char>(v);
-        i += 3;
-        continue;
-      }
-    }
-    out += s[i];
-  }
-  return out;
-}
 
 bool Under(const std::string& path, const std::string& mountpoint) {
   if (mountpoint == "/") return true;
@@ -86,7 +65,7 @@ Result<MountOf> FindMountOf(const std::string& path) {
         break;
       }
     }
-    mountpoint = Unescape(mountpoint);
+    mountpoint = UnescapeMountField(mountpoint);
     // Later entries stack on earlier ones at the same point: >= keeps the last.
     if (Under(real, mountpoint) && mountpoint.size() >= best.mountpoint.size()) {
       best = {mountpoint, fstype};

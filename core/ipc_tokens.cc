@@ -1,12 +1,12 @@
 #include "core/ipc_tokens.h"
 
-#include <sys/random.h>
 #include <sys/stat.h>
 
 #include <cerrno>
 #include <cstring>
 #include <string>
 
+#include "util/fd_protocol.h"
 #include "util/log.h"
 
 namespace gpufs {
@@ -33,16 +33,7 @@ void TokenTable::ExpireLocked(Clock::time_point now) {
 }
 
 Result<Token> TokenTable::Issue(TokenGrant grant) {
-  Token token;
-  size_t got = 0;
-  while (got < token.size()) {
-    ssize_t n = ::getrandom(token.data() + got, token.size() - got, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return PosixError("getrandom", errno);
-    }
-    got += static_cast<size_t>(n);
-  }
+  GPUFS_ASSIGN_OR_RETURN(Token token, RandomToken());
   const Clock::time_point now = now_();
   std::lock_guard lock(mu_);
   ExpireLocked(now);

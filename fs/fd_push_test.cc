@@ -24,6 +24,17 @@ std::shared_ptr<const UniqueFd> SomeFile() {
   return std::make_shared<const UniqueFd>(::open("/proc/self/exe", O_RDONLY | O_CLOEXEC));
 }
 
+// What GPUFS_IOC_MAP answers for a VMM blob.
+gpufs_ipc_info VmmInfo(uint64_t blob) {
+  gpufs_ipc_info info{};
+  info.magic = GPUFS_MAGIC;
+  info.version = GPUFS_UAPI_VERSION;
+  info.handle_type = GPUFS_HANDLE_VMM_FD;
+  info.blob_id = blob;
+  info.alloc_size = 2 << 20;
+  return info;
+}
+
 ino_t InodeOf(int fd) {
   struct stat st;
   return ::fstat(fd, &st) == 0 ? st.st_ino : 0;
@@ -49,12 +60,7 @@ class FdPushTest : public ::testing::Test {
   // sent the fd.
   FdConnections::Ask Handler(const Token& token, uint64_t blob, Status* pushed) {
     return [this, token, blob, pushed](const Token& cookie) -> Result<gpufs_ipc_info> {
-      gpufs_ipc_info info{};
-      info.magic = GPUFS_MAGIC;
-      info.version = GPUFS_UAPI_VERSION;
-      info.handle_type = GPUFS_HANDLE_VMM_FD;
-      info.blob_id = blob;
-      info.alloc_size = 2 << 20;
+      gpufs_ipc_info info = VmmInfo(blob);
       *pushed = server_->Push(cookie, token);
       if (pushed->ok()) info.flags |= GPUFS_INFO_FD_SENT;
       return info;
@@ -157,12 +163,7 @@ Status OpenSeen(FdServer& server, TokenTable& tokens, uint64_t ino, uint32_t tid
                            tokens.Issue(TokenGrant{.handle = 1, .uid = ::getuid(), .pid = tid,
                                                    .blob_id = blob, .alloc_size = 2 << 20,
                                                    .fd = file}));
-    gpufs_ipc_info info{};
-    info.magic = GPUFS_MAGIC;
-    info.version = GPUFS_UAPI_VERSION;
-    info.handle_type = GPUFS_HANDLE_VMM_FD;
-    info.blob_id = blob;
-    info.alloc_size = 2 << 20;
+    gpufs_ipc_info info = VmmInfo(blob);
     std::memcpy(info.token, token.data(), token.size());
     return info;
   });
@@ -213,11 +214,7 @@ TEST_F(FdPushTest, AnArmServesOnlyItsMembersOpenByItsThread) {
       },
       [&](const Token&) -> Result<gpufs_ipc_info> {
         asked = true;
-        gpufs_ipc_info info{};
-        info.magic = GPUFS_MAGIC;
-        info.version = GPUFS_UAPI_VERSION;
-        info.blob_id = 5;
-        return info;  // as a daemon that could not push answers
+        return VmmInfo(5);  // as a daemon that could not push answers: no GPUFS_INFO_FD_SENT
       });
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(wrong_ino.code(), ENOENT);

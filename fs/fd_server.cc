@@ -242,14 +242,18 @@ Status FdServer::Push(const Token& cookie, const Token& token) {
   GPUFS_ASSIGN_OR_RETURN(TokenGrant grant, tokens_->Redeem(token, conn.peer.uid,
                                                            static_cast<uint32_t>(conn.peer.pid)));
   gpufs_fd_reply reply = EncodeReply(0, grant.blob_id, grant.alloc_size, "");
-  Status sent = SendMessage(fd, std::as_bytes(std::span(&reply, 1)), grant.fd ? grant.fd->get() : -1);
+  return SendFdLocked(fd, conn.peer, std::as_bytes(std::span(&reply, 1)), grant);
+}
+
+Status FdServer::SendFdLocked(int fd, const ucred& peer, std::span<const std::byte> message,
+                              const TokenGrant& grant) {
+  Status sent = SendMessage(fd, message, grant.fd ? grant.fd->get() : -1);
   if (!sent.ok()) {
-    GPUFS_LOG(WARN) << "fd server: pid " << conn.peer.pid << " does not take its fds ("
+    GPUFS_LOG(WARN) << "fd server: pid " << peer.pid << " does not take its fds ("
                     << sent.ToString() << "): disconnected";
     CloseLocked(fd);
-    return sent;
   }
-  return Status::Ok();
+  return sent;
 }
 
 Status FdServer::PushAtOpen(uint64_t ino, uint32_t tid, const MapFn& map) {
@@ -294,13 +298,7 @@ Status FdServer::PushAtOpen(uint64_t ino, uint32_t tid, const MapFn& map) {
   mapped.info = info;
   mapped.info.flags |= GPUFS_INFO_FD_SENT;
   std::memset(mapped.info.token, 0, sizeof mapped.info.token);
-  Status sent = SendMessage(fd, std::as_bytes(std::span(&mapped, 1)), grant.fd ? grant.fd->get() : -1);
-  if (!sent.ok()) {
-    GPUFS_LOG(WARN) << "fd server: pid " << armed.peer.pid << " does not take its fds ("
-                    << sent.ToString() << "): disconnected";
-    CloseLocked(fd);
-  }
-  return sent;
+  return SendFdLocked(fd, armed.peer, std::as_bytes(std::span(&mapped, 1)), grant);
 }
 
 }  // namespace gpufs

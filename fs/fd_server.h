@@ -25,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 
@@ -87,6 +88,10 @@ class FdServer {
   // when it is to be closed.
   bool ServeLocked(Conn& conn);
   void CloseLocked(int fd);
+  // Sends `message` with the grant's fd on connection `fd`; one that does
+  // not take it is closed.
+  Status SendFdLocked(int fd, const ucred& peer, std::span<const std::byte> message,
+                      const TokenGrant& grant);
 
   const std::string path_;
   const std::string made_dir_;  // removed at exit when not empty

@@ -13,32 +13,10 @@
 #include <vector>
 
 #include "util/fd_protocol.h"
+#include "util/mountinfo.h"
 
 namespace gpufs {
 namespace {
-
-// mountinfo escapes space, tab, newline and backslash as \ooo.
-std::string Unescape(const std::string& field) {
-  std::string out;
-  for (size_t i = 0; i < field.size(); ++i) {
-    if (field[i] == '\\' && i + 3 < field.size()) {
-      int v = 0;
-      bool octal = true;
-      for (size_t k = 1; k <= 3; ++k) {
-        char c = field[i + k];
-        octal = octal && c >= '0' && c <= '7';
-        v = v * 8 + (c - '0');
-      }
-      if (octal) {
-        out += static_cast<char>(v);
-        i += 3;
-        continue;
-      }
-    }
-    out += field[i];
-  }
-  return out;
-}
 
 // Whether `dir` is a directory of root's that nobody else may write to.
 Status CheckDir(const std::string& dir) {
@@ -66,7 +44,7 @@ Result<dev_t> MountDevice(const std::string& mountinfo, const std::string& mount
     while (dash < f.size() && f[dash] != "-") ++dash;
     if (f.size() < 5 || dash + 1 >= f.size()) continue;
     const std::string& type = f[dash + 1];
-    if (type != "fuse.gpufs" || Unescape(f[4]) != mountpoint) continue;
+    if (type != "fuse.gpufs" || UnescapeMountField(f[4]) != mountpoint) continue;
     unsigned maj = 0, min = 0;
     if (std::sscanf(f[2].c_str(), "%u:%u", &maj, &min) != 2) continue;
     found = makedev(maj, min);

@@ -1,6 +1,5 @@
 #include "util/fd_connections.h"
 
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,23 +11,6 @@
 #include <utility>
 
 namespace gpufs {
-namespace {
-
-Result<Token> RandomCookie() {
-  Token cookie;
-  size_t got = 0;
-  while (got < cookie.size()) {
-    ssize_t n = ::getrandom(cookie.data() + got, cookie.size() - got, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return PosixError("getrandom", errno);
-    }
-    got += static_cast<size_t>(n);
-  }
-  return cookie;
-}
-
-}  // namespace
 
 FdConnections::FdConnections(std::string registry_dir) : registry_dir_(std::move(registry_dir)) {}
 
@@ -85,7 +67,7 @@ Result<FdConnections::Conn*> FdConnections::ConnectionLocked(const std::string& 
   Conn conn;
   conn.owner = Me();
   GPUFS_ASSIGN_OR_RETURN(conn.sock, ConnectFdSocket(path));
-  GPUFS_ASSIGN_OR_RETURN(conn.cookie, RandomCookie());
+  GPUFS_ASSIGN_OR_RETURN(conn.cookie, RandomToken());
   gpufs_fd_hello hello = EncodeHello(conn.cookie);
   GPUFS_RETURN_IF_ERROR(SendMessage(conn.sock.get(), std::as_bytes(std::span(&hello, 1)), -1));
   return &conns_.insert_or_assign(path, std::move(conn)).first->second;

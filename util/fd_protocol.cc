@@ -1,5 +1,6 @@
 #include "util/fd_protocol.h"
 
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/sysmacros.h>
 #include <sys/un.h>
@@ -15,6 +16,20 @@ static_assert(sizeof(gpufs_fd_reply) == 136, "gpufs_fd_reply is part of the stab
 static_assert(sizeof(gpufs_fd_hello) == 40, "gpufs_fd_hello is part of the stable ABI");
 static_assert(sizeof(gpufs_fd_arm) == 24, "gpufs_fd_arm is part of the stable ABI");
 static_assert(sizeof(gpufs_fd_mapped) == 176, "gpufs_fd_mapped is part of the stable ABI");
+
+Result<Token> RandomToken() {
+  Token token;
+  size_t got = 0;
+  while (got < token.size()) {
+    ssize_t n = ::getrandom(token.data() + got, token.size() - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return PosixError("getrandom", errno);
+    }
+    got += static_cast<size_t>(n);
+  }
+  return token;
+}
 
 gpufs_fd_request EncodeRequest(const uint8_t token[GPUFS_TOKEN_BYTES]) {
   gpufs_fd_request req{};

@@ -17,6 +17,9 @@ namespace gpufs {
 
 using Token = std::array<uint8_t, GPUFS_TOKEN_BYTES>;  // also in core/ipc_tokens.h
 
+// 32 bytes from getrandom(2): a token, or a connection's cookie.
+Result<Token> RandomToken();
+
 gpufs_fd_request EncodeRequest(const uint8_t token[GPUFS_TOKEN_BYTES]);
 // EPROTO unless `bytes` is exactly one well-formed request.
 Result<Token> DecodeRequest(std::span<const std::byte> bytes);
