@@ -116,6 +116,8 @@ TEST_F(FdPushTest, AnotherProcesssConnectionGetsNothing) {
   pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
+    ::close(ready[0]);  // each side keeps only its ends: a peer's death is EOF
+    ::close(done[1]);
     auto sock = ConnectFdSocket(server_->path());
     gpufs_fd_hello hello = EncodeHello(cookie);
     if (!sock.ok() || ::send(sock->get(), &hello, sizeof hello, 0) != sizeof hello) ::_exit(2);
@@ -125,6 +127,8 @@ TEST_F(FdPushTest, AnotherProcesssConnectionGetsNothing) {
     ssize_t n = ::recv(sock->get(), buf, sizeof buf, MSG_DONTWAIT);
     ::_exit(n < 0 && errno == EAGAIN ? 0 : 1);  // nothing came
   }
+  ::close(ready[1]);
+  ::close(done[0]);
   char c;
   ASSERT_EQ(::read(ready[0], &c, 1), 1);
   Token token = Issue(5);
@@ -133,7 +137,8 @@ TEST_F(FdPushTest, AnotherProcesssConnectionGetsNothing) {
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  for (int fd : {ready[0], ready[1], done[0], done[1]}) ::close(fd);
+  ::close(ready[0]);
+  ::close(done[1]);
 }
 
 TEST_F(FdPushTest, ACookieInUseOrASecondHelloDisconnects) {
@@ -229,6 +234,51 @@ TEST_F(FdPushTest, AnArmServesOnlyItsMembersOpenByItsThread) {
       [](const Token&) -> Result<gpufs_ipc_info> { return Error(EIO, "not to be asked"); });
   EXPECT_EQ(failed.status().code(), EACCES);
   EXPECT_EQ(OpenSeen(*server_, tokens_, 60, me, 5, file_).code(), ENOENT);
+}
+
+// Another process's arm naming this thread is passed over: it gets nothing,
+// and this process's own arm still brings the map.
+TEST_F(FdPushTest, AnotherProcesssArmForThisThreadIsPassedOver) {
+  const uint32_t me = static_cast<uint32_t>(::gettid());
+  int ready[2], done[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(done), 0);
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(ready[0]);  // each side keeps only its ends: a peer's death is EOF
+    ::close(done[1]);
+    auto sock = ConnectFdSocket(server_->path());
+    gpufs_fd_arm arm = EncodeArm(70, me, 1);
+    if (!sock.ok() || ::send(sock->get(), &arm, sizeof arm, 0) != sizeof arm) ::_exit(2);
+    char c = 0;
+    if (::write(ready[1], &c, 1) != 1 || ::read(done[0], &c, 1) != 1) ::_exit(3);
+    char buf[256];
+    ssize_t n = ::recv(sock->get(), buf, sizeof buf, MSG_DONTWAIT);
+    ::_exit(n < 0 && errno == EAGAIN ? 0 : 1);  // nothing came
+  }
+  ::close(ready[1]);
+  ::close(done[0]);
+  char c;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  FdConnections conns(no_registry_ / "none");
+  Status at_open;
+  auto got = conns.MapAtOpen(
+      server_->path(), 70,
+      [&] {
+        at_open = OpenSeen(*server_, tokens_, 70, me, 5, file_);
+        return Status::Ok();
+      },
+      [](const Token&) -> Result<gpufs_ipc_info> { return Error(EIO, "not to be asked"); });
+  EXPECT_TRUE(at_open.ok()) << at_open.ToString();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(got->fd.valid());
+  ASSERT_EQ(::write(done[1], &c, 1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ::close(ready[0]);
+  ::close(done[1]);
 }
 
 TEST_F(FdPushTest, TheRegistryIsTrustedOnlyWhileItIsRootsAlone) {

@@ -98,16 +98,16 @@ void FdServer::Loop() {
       return;
     }
     std::lock_guard lock(mu_);
-    if (!HandleLocked(events.data(), n)) return;
+    if (!HandleLocked(events.data(), n, /*accept_all=*/false)) return;
   }
 }
 
-bool FdServer::HandleLocked(const epoll_event* events, int n) {
+bool FdServer::HandleLocked(const epoll_event* events, int n, bool accept_all) {
   for (int i = 0; i < n; ++i) {
     int fd = events[i].data.fd;
     if (fd == wake_.get()) return false;
     if (fd == listener_.get()) {
-      AcceptLocked(false);
+      AcceptLocked(accept_all);
       continue;
     }
     auto it = conns_.find(fd);
@@ -122,7 +122,9 @@ void FdServer::PollLocked() {
   int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), 0);
   if (n <= 0) return;
   // The stop event is the loop's to see: it is level-triggered, still there.
-  (void)HandleLocked(events.data(), n);
+  // Every waiting connection is taken in: the one armed for this open may
+  // be behind others.
+  (void)HandleLocked(events.data(), n, /*accept_all=*/true);
 }
 
 void FdServer::AcceptLocked(bool all) {
@@ -265,6 +267,9 @@ Status FdServer::PushAtOpen(uint64_t ino, uint32_t tid, const MapFn& map) {
     PollLocked();
     for (auto& [k, conn] : conns_) {
       if (!conn.arm || conn.arm->ino != ino || conn.arm->tid != tid) continue;
+      // The thread must be the connection's process's (uapi.h): another
+      // process's arm naming it is passed over, not used up.
+      if (!SameProcessByProc(tid, static_cast<uint32_t>(conn.peer.pid))) continue;
       seq = conn.arm->seq;
       conn.arm.reset();
       fd = k;
@@ -274,12 +279,6 @@ Status FdServer::PushAtOpen(uint64_t ino, uint32_t tid, const MapFn& map) {
     }
   }
   if (fd < 0) return Error(ENOENT, "no connection armed for this open");
-  // The thread must be the connection's process's (uapi.h); Redeem checks
-  // it too, but only after the map's work.
-  if (!SameProcessByProc(tid, static_cast<uint32_t>(armed.peer.pid))) {
-    return Error(EACCES, "an arm for thread " + std::to_string(tid) + " from pid " +
-                             std::to_string(armed.peer.pid));
-  }
   // The map runs without the lock: it may wait for the blob (fault back).
   GPUFS_ASSIGN_OR_RETURN(gpufs_ipc_info info, map());
   if (info.handle_type != GPUFS_HANDLE_VMM_FD) return Error(ENOTSUP, "not a VMM blob");

@@ -78,7 +78,7 @@ class FdServer {
            UniqueFd epoll, TokenTable* tokens);
   void Loop();
   // Handles `n` events of the epoll set; false when the stop was asked for.
-  bool HandleLocked(const epoll_event* events, int n);
+  bool HandleLocked(const epoll_event* events, int n, bool accept_all);
   // What is waiting now (accepts, hellos, arms, requests), without waiting.
   void PollLocked();
   // Takes in the connections waiting on the listener: all of them (Push), or
