@@ -44,6 +44,8 @@ std::optional<std::string> FdConnections::Learned(dev_t dev) {
   return it->second;
 }
 
+namespace {
+
 // Reads and drops what waits on `sock`; false when the daemon closed it.
 bool Drain(int sock) {
   for (;;) {
@@ -55,6 +57,8 @@ bool Drain(int sock) {
     if (*n == 0) return false;
   }
 }
+
+}  // namespace
 
 Result<FdConnections::Conn*> FdConnections::ConnectionLocked(const std::string& path) {
   auto it = conns_.find(path);
@@ -71,11 +75,6 @@ Result<FdConnections::Conn*> FdConnections::ConnectionLocked(const std::string& 
   gpufs_fd_hello hello = EncodeHello(conn.cookie);
   GPUFS_RETURN_IF_ERROR(SendMessage(conn.sock.get(), std::as_bytes(std::span(&hello, 1)), -1));
   return &conns_.insert_or_assign(path, std::move(conn)).first->second;
-}
-
-void FdConnections::Prepare(const std::string& path) {
-  std::lock_guard lock(mu_);
-  (void)ConnectionLocked(path);
 }
 
 Result<UniqueFd> FdConnections::Fetch(const std::string& path,

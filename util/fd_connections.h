@@ -53,11 +53,6 @@ class FdConnections {
   void Learn(dev_t dev, const std::string& path);
   std::optional<std::string> Learned(dev_t dev);
 
-  // Makes this process's connection to `path` now, if there is none, so that
-  // the daemon takes it in while the caller does something else (opens the
-  // member). Failures are left for the exchange that follows to meet.
-  void Prepare(const std::string& path);
-
   // Redeems `token` on this process's connection to `path` (made on first
   // use; made again, once, if the daemon closed it).
   Result<UniqueFd> Fetch(const std::string& path, const uint8_t token[GPUFS_TOKEN_BYTES],
