@@ -81,25 +81,21 @@ Result<struct gpufs_ipc_info> ReadInfo(int fd) {
   return info;
 }
 
-// The daemon's description of the blob open as `fd` and, when it could send
-// it on this process's connection (GPUFS_IOC_MAP_PUSH), the blob's fd too:
-// no round trip to the fd socket after the ioctl. Falls back to
-// GPUFS_IOC_MAP where no socket is known for the mount before the first
-// map, the connection fails, or the daemon does not know the ioctl.
+// The daemon's answer for a member, and the blob's fd when it came with it.
 struct Asked {
   struct gpufs_ipc_info info;
   UniqueFd pushed;
 };
-// GPUFS_IOC_MAP_PUSH on member `*fd` for the connection named `cookie`;
+// GPUFS_IOC_MAP_PUSH on member `fd` for the connection named `cookie`;
 // *err: -1 while the ioctl was not made, then its errno (0: it worked).
-Result<struct gpufs_ipc_info> MapPush(const int* fd, const Token& cookie, int* err) {
+Result<struct gpufs_ipc_info> MapPush(int fd, const Token& cookie, int* err) {
   trace::Mark("socket");
   struct gpufs_map_push req;
   std::memset(&req, 0, sizeof(req));
   std::memcpy(req.cookie, cookie.data(), sizeof(req.cookie));
   int r;
   do {
-    r = ::ioctl(*fd, GPUFS_IOC_MAP_PUSH, &req);
+    r = ::ioctl(fd, GPUFS_IOC_MAP_PUSH, &req);
   } while (r < 0 && errno == EINTR);
   *err = r < 0 ? errno : 0;
   if (r < 0) return PosixError("ioctl GPUFS_IOC_MAP_PUSH", *err);
@@ -123,6 +119,11 @@ Result<std::optional<Asked>> PushOutcome(Result<FdConnections::Pushed> pushed, i
   return std::optional<Asked>();
 }
 
+// The daemon's description of the blob open as `fd` and, when it could send
+// it on this process's connection (GPUFS_IOC_MAP_PUSH), the blob's fd too:
+// no round trip to the fd socket after the ioctl. Falls back to
+// GPUFS_IOC_MAP where no socket is known for the mount before the first
+// map, the connection fails, or the daemon does not know the ioctl.
 Result<Asked> AskToMap(int fd) {
   struct stat st;
   std::optional<std::string> socket;
@@ -130,7 +131,7 @@ Result<Asked> AskToMap(int fd) {
   if (socket) {
     int ioctl_err = -1;
     auto pushed = FdSocketConnections().Push(
-        *socket, [&](const Token& cookie) { return MapPush(&fd, cookie, &ioctl_err); });
+        *socket, [&](const Token& cookie) { return MapPush(fd, cookie, &ioctl_err); });
     GPUFS_ASSIGN_OR_RETURN(std::optional<Asked> asked, PushOutcome(std::move(pushed), fd, ioctl_err));
     if (asked) return std::move(*asked);
   }
@@ -165,10 +166,7 @@ Result<OpenedToMap> OpenToMap(const char* path) {
           trace::Mark("open");
           return Status::Ok();
         },
-        [&](const Token& cookie) {
-          int fd = out.member.get();
-          return MapPush(&fd, cookie, &ioctl_err);
-        });
+        [&](const Token& cookie) { return MapPush(out.member.get(), cookie, &ioctl_err); });
     if (!pushed.ok() && !out.member.valid()) return pushed.status();  // the open failed
     GPUFS_ASSIGN_OR_RETURN(std::optional<Asked> asked,
                            PushOutcome(std::move(pushed), out.member.get(), ioctl_err));
