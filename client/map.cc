@@ -132,7 +132,8 @@ Result<Asked> AskToMap(int fd) {
     int ioctl_err = -1;
     auto pushed = FdSocketConnections().Push(
         *socket, [&](const Token& cookie) { return MapPush(fd, cookie, &ioctl_err); });
-    GPUFS_ASSIGN_OR_RETURN(std::optional<Asked> asked, PushOutcome(std::move(pushed), fd, ioctl_err));
+    GPUFS_ASSIGN_OR_RETURN(std::optional<Asked> asked,
+                           PushOutcome(std::move(pushed), fd, ioctl_err));
     if (asked) return std::move(*asked);
   }
   GPUFS_ASSIGN_OR_RETURN(struct gpufs_ipc_info info, ReadInfo(fd));
@@ -237,8 +238,7 @@ Status ReadAttribute(int fd, std::string_view attr, char* out, size_t cap, int32
       return Status::Ok();
     }
     if (err == ERANGE) {
-      return Error(ERANGE, name + " is longer than " + std::to_string(cap - 1) +
-                               " bytes");
+      return Error(ERANGE, name + " is longer than " + std::to_string(cap - 1) + " bytes");
     }
     return PosixError("getxattr " + name, err);
   }
@@ -248,8 +248,8 @@ Status ReadAttribute(int fd, std::string_view attr, char* out, size_t cap, int32
 }
 
 Status ReadDescription(int fd, gpufs_description* desc) {
-  GPUFS_RETURN_IF_ERROR(ReadAttribute(fd, xattr::kDtype, desc->dtype, sizeof desc->dtype,
-                                      &desc->dtype_len));
+  GPUFS_RETURN_IF_ERROR(
+      ReadAttribute(fd, xattr::kDtype, desc->dtype, sizeof desc->dtype, &desc->dtype_len));
   return ReadAttribute(fd, xattr::kShape, desc->shape, sizeof desc->shape, &desc->shape_len);
 }
 

@@ -49,9 +49,12 @@ class FdPushTest : public ::testing::Test {
   }
 
   Token Issue(uint64_t blob, uint32_t pid = static_cast<uint32_t>(::getpid())) {
-    auto token = tokens_.Issue(TokenGrant{
-        .handle = 1, .uid = ::getuid(), .pid = pid, .blob_id = blob, .alloc_size = 2 << 20,
-        .fd = file_});
+    auto token = tokens_.Issue(TokenGrant{.handle = 1,
+                                          .uid = ::getuid(),
+                                          .pid = pid,
+                                          .blob_id = blob,
+                                          .alloc_size = 2 << 20,
+                                          .fd = file_});
     EXPECT_TRUE(token.ok());
     return token.ok() ? *token : Token{};
   }
@@ -164,10 +167,12 @@ TEST_F(FdPushTest, ACookieInUseOrASecondHelloDisconnects) {
 Status OpenSeen(FdServer& server, TokenTable& tokens, uint64_t ino, uint32_t tid, uint64_t blob,
                 std::shared_ptr<const UniqueFd> file) {
   return server.PushAtOpen(ino, tid, [&]() -> Result<gpufs_ipc_info> {
-    GPUFS_ASSIGN_OR_RETURN(Token token,
-                           tokens.Issue(TokenGrant{.handle = 1, .uid = ::getuid(), .pid = tid,
-                                                   .blob_id = blob, .alloc_size = 2 << 20,
-                                                   .fd = file}));
+    GPUFS_ASSIGN_OR_RETURN(Token token, tokens.Issue(TokenGrant{.handle = 1,
+                                                                .uid = ::getuid(),
+                                                                .pid = tid,
+                                                                .blob_id = blob,
+                                                                .alloc_size = 2 << 20,
+                                                                .fd = file}));
     gpufs_ipc_info info = VmmInfo(blob);
     std::memcpy(info.token, token.data(), token.size());
     return info;

@@ -54,10 +54,11 @@ Result<std::unique_ptr<FdServer>> FdServer::Start(const std::string& requested,
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
-    if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return PosixError("epoll_ctl", errno);
+    if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
+      return PosixError("epoll_ctl", errno);
   }
-  std::unique_ptr<FdServer> server(new FdServer(path, made_dir, std::move(listener),
-                                                std::move(wake), std::move(epoll), tokens));
+  std::unique_ptr<FdServer> server(
+      new FdServer(path, made_dir, std::move(listener), std::move(wake), std::move(epoll), tokens));
   server->loop_ = std::thread([s = server.get()] {
     pthread_setname_np(pthread_self(), "gpufs-fd");
     s->Loop();
@@ -173,7 +174,7 @@ bool FdServer::ServeLocked(Conn& conn) {
     std::array<std::byte, sizeof(gpufs_fd_request) + 1> buf;
     Result<size_t> n = ReceiveMessage(conn.fd.get(), buf, nullptr);
     if (!n.ok()) return n.status().code() == EAGAIN;  // EAGAIN: all answered
-    if (*n == 0) return false;                         // the peer closed
+    if (*n == 0) return false;                        // the peer closed
     Result<FdMessage> message = DecodeMessage(std::span(buf.data(), *n));
     if (message.ok() && message->kind == FdMessage::kArm) {
       if (message->arm.ino == 0) {
@@ -289,8 +290,8 @@ Status FdServer::PushAtOpen(uint64_t ino, uint32_t tid, const MapFn& map) {
   if (it == conns_.end() || it->second.serial != armed.serial) {
     return Error(ECONNRESET, "the armed connection closed");
   }
-  GPUFS_ASSIGN_OR_RETURN(TokenGrant grant,
-                         tokens_->Redeem(token, armed.peer.uid, static_cast<uint32_t>(armed.peer.pid)));
+  GPUFS_ASSIGN_OR_RETURN(TokenGrant grant, tokens_->Redeem(token, armed.peer.uid,
+                                                           static_cast<uint32_t>(armed.peer.pid)));
   gpufs_fd_mapped mapped{};
   mapped.magic = GPUFS_FD_MAPPED_MAGIC;
   mapped.seq = seq;

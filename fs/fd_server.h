@@ -74,8 +74,8 @@ class FdServer {
     Token cookie{};
     std::optional<gpufs_fd_arm> arm;
   };
-  FdServer(std::string path, std::string made_dir, UniqueFd listener, UniqueFd wake,
-           UniqueFd epoll, TokenTable* tokens);
+  FdServer(std::string path, std::string made_dir, UniqueFd listener, UniqueFd wake, UniqueFd epoll,
+           TokenTable* tokens);
   void Loop();
   // Handles `n` events of the epoll set; false when the stop was asked for.
   bool HandleLocked(const epoll_event* events, int n, bool accept_all);
@@ -102,7 +102,7 @@ class FdServer {
   std::mutex mu_;
   std::map<int, Conn> conns_;   // GUARDED_BY(mu_)
   std::map<Token, int> named_;  // cookie -> connection; GUARDED_BY(mu_)
-  uint64_t next_serial_ = 1;     // GUARDED_BY(mu_)
+  uint64_t next_serial_ = 1;    // GUARDED_BY(mu_)
   std::thread loop_;
 };
 

@@ -78,7 +78,9 @@ void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (!opened.ok()) return ReplyError(req, "open", opened.status());
   fi->fh = opened->handle;
   RecordOpen(req, *opened, fi->flags);
-  if ((fi->flags & O_ACCMODE) == O_RDONLY && opened->blob != 0) PushMapAtOpen(req, ino, opened->handle);
+  if ((fi->flags & O_ACCMODE) == O_RDONLY && opened->blob != 0) {
+    PushMapAtOpen(req, ino, opened->handle);
+  }
   if (fuse_reply_open(req, fi) != 0) Unopen(req, opened->handle);
 }
 

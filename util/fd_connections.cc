@@ -6,8 +6,8 @@
 
 #include <array>
 #include <cerrno>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <utility>
 
 namespace gpufs {
@@ -52,8 +52,9 @@ bool Drain(int sock) {
     std::array<std::byte, sizeof(gpufs_fd_mapped) + 1> buf;
     UniqueFd fd;
     Result<size_t> n = ReceiveMessage(sock, buf, &fd, MSG_DONTWAIT);
-    if (!n.ok()) return n.status().code() == EAGAIN || n.status().code() == EPROTO ||
-                        n.status().code() == EMSGSIZE;
+    if (!n.ok())
+      return n.status().code() == EAGAIN || n.status().code() == EPROTO ||
+             n.status().code() == EMSGSIZE;
     if (*n == 0) return false;
   }
 }

@@ -101,9 +101,9 @@ class FdConnections {
 
   const std::string registry_dir_;
   std::mutex mu_;
-  std::map<std::string, Conn> conns_;    // by socket path; GUARDED_BY(mu_)
-  std::map<dev_t, std::string> paths_;   // learned; GUARDED_BY(mu_)
-  std::optional<bool> registry_trusted_; // checked once; GUARDED_BY(mu_)
+  std::map<std::string, Conn> conns_;     // by socket path; GUARDED_BY(mu_)
+  std::map<dev_t, std::string> paths_;    // learned; GUARDED_BY(mu_)
+  std::optional<bool> registry_trusted_;  // checked once; GUARDED_BY(mu_)
 };
 
 }  // namespace gpufs

@@ -85,7 +85,8 @@ Result<FdMessage> DecodeMessage(std::span<const std::byte> bytes) {
                                std::to_string(sizeof message.arm) + ")");
     }
     std::memcpy(&message.arm, bytes.data(), sizeof message.arm);
-    if (message.arm.version < 2) return Error(EPROTO, "fd arm of version " + std::to_string(message.arm.version));
+    if (message.arm.version < 2)
+      return Error(EPROTO, "fd arm of version " + std::to_string(message.arm.version));
     return message;
   }
   if (magic != GPUFS_FD_HELLO_MAGIC) {

@@ -3,10 +3,11 @@
 // server (fs/fd_server) and libgpufs. No CUDA, no FUSE.
 #pragma once
 
+#include <sys/types.h>
+
 #include <array>
 #include <cstdint>
 #include <span>
-#include <sys/types.h>
 #include <string>
 
 #include "gpufs/uapi.h"
