@@ -170,9 +170,10 @@ struct gpufs_map_push {
  * (its producer died or gave up). Blobs written with write(2) are sealed by
  * their last close. */
 #define GPUFS_IOC_SEAL _IO('G', 3)
-/* As GPUFS_IOC_MAP; the same errors. No connection with that cookie from the
- * calling process (not accepted yet, closed, another process's): the reply
- * has no GPUFS_INFO_FD_SENT and carries a token as GPUFS_IOC_MAP's does. */
+/* As GPUFS_IOC_MAP; the same errors. No connection with that cookie (closed,
+ * never made): the reply has no GPUFS_INFO_FD_SENT and carries a token as
+ * GPUFS_IOC_MAP's does. The cookie of another uid's or process's
+ * connection: EACCES, and the token is spent. */
 #define GPUFS_IOC_MAP_PUSH _IOWR('G', 4, struct gpufs_map_push)
 
 #endif /* GPUFS_UAPI_H_ */
