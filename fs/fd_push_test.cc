@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <span>
 #include <thread>
 
 #include "fs/fd_server.h"
@@ -39,6 +40,54 @@ ino_t InodeOf(int fd) {
   struct stat st;
   return ::fstat(fd, &st) == 0 ? st.st_ino : 0;
 }
+
+// Another process: connects to `path`, sends `message`, and reports at
+// Finish whether anything came back on its connection meanwhile (it must
+// not). Each side keeps only its pipe ends, so a peer's death is EOF.
+class Stranger {
+ public:
+  Stranger(const std::string& path, std::span<const std::byte> message) {
+    if (::pipe(ready_) != 0 || ::pipe(done_) != 0) return;
+    pid_ = ::fork();
+    if (pid_ != 0) {
+      ::close(ready_[1]);
+      ::close(done_[0]);
+      return;
+    }
+    ::close(ready_[0]);
+    ::close(done_[1]);
+    auto sock = ConnectFdSocket(path);
+    if (!sock.ok() || ::send(sock->get(), message.data(), message.size(), 0) !=
+                          static_cast<ssize_t>(message.size())) {
+      ::_exit(2);
+    }
+    char c = 0;
+    if (::write(ready_[1], &c, 1) != 1 || ::read(done_[0], &c, 1) != 1) ::_exit(3);
+    char buf[256];
+    ssize_t n = ::recv(sock->get(), buf, sizeof buf, MSG_DONTWAIT);
+    ::_exit(n < 0 && errno == EAGAIN ? 0 : 1);  // nothing came
+  }
+  // Its message is on its connection now.
+  bool Ready() {
+    char c;
+    return pid_ > 0 && ::read(ready_[0], &c, 1) == 1;
+  }
+  // True when nothing came to it.
+  bool Finish() {
+    char c = 0;
+    int status = 0;
+    bool told = ::write(done_[1], &c, 1) == 1;
+    bool waited = ::waitpid(pid_, &status, 0) == pid_;
+    ::close(ready_[0]);
+    ::close(done_[1]);
+    return told && waited && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+
+ private:
+  int ready_[2] = {-1, -1};
+  int done_[2] = {-1, -1};
+  pid_t pid_ = -1;
+};
 
 class FdPushTest : public ::testing::Test {
  protected:
@@ -113,35 +162,12 @@ TEST_F(FdPushTest, AnUnknownCookieLeavesTheTokenForThePull) {
 TEST_F(FdPushTest, AnotherProcesssConnectionGetsNothing) {
   Token cookie{};
   cookie[0] = 42;
-  int ready[2], done[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  ASSERT_EQ(::pipe(done), 0);
-  pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::close(ready[0]);  // each side keeps only its ends: a peer's death is EOF
-    ::close(done[1]);
-    auto sock = ConnectFdSocket(server_->path());
-    gpufs_fd_hello hello = EncodeHello(cookie);
-    if (!sock.ok() || ::send(sock->get(), &hello, sizeof hello, 0) != sizeof hello) ::_exit(2);
-    char c = 0;
-    if (::write(ready[1], &c, 1) != 1 || ::read(done[0], &c, 1) != 1) ::_exit(3);
-    char buf[256];
-    ssize_t n = ::recv(sock->get(), buf, sizeof buf, MSG_DONTWAIT);
-    ::_exit(n < 0 && errno == EAGAIN ? 0 : 1);  // nothing came
-  }
-  ::close(ready[1]);
-  ::close(done[0]);
-  char c;
-  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  gpufs_fd_hello hello = EncodeHello(cookie);
+  Stranger stranger(server_->path(), std::as_bytes(std::span(&hello, 1)));
+  ASSERT_TRUE(stranger.Ready());
   Token token = Issue(5);
   EXPECT_EQ(server_->Push(cookie, token).code(), EACCES);
-  ASSERT_EQ(::write(done[1], &c, 1), 1);
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  ::close(ready[0]);
-  ::close(done[1]);
+  EXPECT_TRUE(stranger.Finish());
 }
 
 TEST_F(FdPushTest, ACookieInUseOrASecondHelloDisconnects) {
@@ -245,27 +271,9 @@ TEST_F(FdPushTest, AnArmServesOnlyItsMembersOpenByItsThread) {
 // and this process's own arm still brings the map.
 TEST_F(FdPushTest, AnotherProcesssArmForThisThreadIsPassedOver) {
   const uint32_t me = static_cast<uint32_t>(::gettid());
-  int ready[2], done[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  ASSERT_EQ(::pipe(done), 0);
-  pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::close(ready[0]);  // each side keeps only its ends: a peer's death is EOF
-    ::close(done[1]);
-    auto sock = ConnectFdSocket(server_->path());
-    gpufs_fd_arm arm = EncodeArm(70, me, 1);
-    if (!sock.ok() || ::send(sock->get(), &arm, sizeof arm, 0) != sizeof arm) ::_exit(2);
-    char c = 0;
-    if (::write(ready[1], &c, 1) != 1 || ::read(done[0], &c, 1) != 1) ::_exit(3);
-    char buf[256];
-    ssize_t n = ::recv(sock->get(), buf, sizeof buf, MSG_DONTWAIT);
-    ::_exit(n < 0 && errno == EAGAIN ? 0 : 1);  // nothing came
-  }
-  ::close(ready[1]);
-  ::close(done[0]);
-  char c;
-  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  gpufs_fd_arm arm = EncodeArm(70, me, 1);
+  Stranger stranger(server_->path(), std::as_bytes(std::span(&arm, 1)));
+  ASSERT_TRUE(stranger.Ready());
   FdConnections conns(no_registry_ / "none");
   Status at_open;
   auto got = conns.MapAtOpen(
@@ -278,12 +286,7 @@ TEST_F(FdPushTest, AnotherProcesssArmForThisThreadIsPassedOver) {
   EXPECT_TRUE(at_open.ok()) << at_open.ToString();
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_TRUE(got->fd.valid());
-  ASSERT_EQ(::write(done[1], &c, 1), 1);
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  ::close(ready[0]);
-  ::close(done[1]);
+  EXPECT_TRUE(stranger.Finish());
 }
 
 TEST_F(FdPushTest, TheRegistryIsTrustedOnlyWhileItIsRootsAlone) {
