@@ -54,10 +54,12 @@ std::string Describe(const Result<T>& result) {
 
 class Differential {
  public:
-  explicit Differential(size_t max_rows) {
-    plain_ = Open(dir_.path() + "/plain.db");
-    cached_ = std::make_unique<CachingCatalog>(Open(dir_.path() + "/cached.db"), max_rows);
-    caching_ = static_cast<CachingCatalog*>(cached_.get());
+  // The plain catalog writes SQLite at every call (shared locking); the
+  // cached one is the daemon's: exclusive, its row updates deferred
+  // (meta/deferred_rows.h).
+  explicit Differential(size_t max_rows) : max_rows_(max_rows) {
+    plain_ = Open(dir_.path() + "/plain.db", Locking::kShared);
+    ReopenCached();
     Entry root;
     root.id = kRootEntryId;
     root.mode = 0755;
@@ -65,6 +67,14 @@ class Differential {
   }
 
   CachingCatalog& caching() { return *caching_; }
+
+  // A new daemon's catalog: the deferred updates the last one held are
+  // written at its close, and the cache starts empty.
+  void ReopenCached() {
+    cached_.reset();
+    cached_ = std::make_unique<CachingCatalog>(Open(dir_.path() + "/cached.db"), max_rows_);
+    caching_ = static_cast<CachingCatalog*>(cached_.get());
+  }
 
   // Runs `call` on both catalogs and fails the test if the answers differ.
   template <typename Call>
@@ -207,18 +217,22 @@ class Differential {
     }
     Same("final entries", [&](Catalog& c) { return c.CountEntries(); });
     Same("final detached", [&](Catalog& c) { return c.ListDetached(); });
+    Same("final blobs", [&](Catalog& c) { return c.ListBlobs(); });
+    Same("final unlinked", [&](Catalog& c) { return c.ListUnlinkedBlobs(); });
   }
 
   int failures() const { return failures_; }
 
  private:
-  static std::unique_ptr<Catalog> Open(const std::string& path) {
-    auto catalog = SqliteCatalog::Open(path, 1000, 100, 0755);
+  static std::unique_ptr<Catalog> Open(const std::string& path,
+                                       Locking locking = Locking::kExclusive) {
+    auto catalog = SqliteCatalog::Open(path, 1000, 100, 0755, locking);
     EXPECT_TRUE(catalog.ok()) << catalog.status().ToString();
     return catalog.ok() ? std::unique_ptr<Catalog>(std::move(*catalog)) : nullptr;
   }
 
   TempDir dir_;
+  const size_t max_rows_;
   std::unique_ptr<Catalog> plain_;
   std::unique_ptr<Catalog> cached_;
   CachingCatalog* caching_ = nullptr;
@@ -243,6 +257,8 @@ void RunDifferential(size_t max_rows, uint64_t seed, int steps) {
   for (int i = 0; i < steps && diff.failures() < 5; ++i) diff.RandomStep(rng);
   diff.CompareAll();
   EXPECT_LE(diff.caching().RowsForTesting(), max_rows + 8) << "the cache outgrew its bound";
+  diff.ReopenCached();
+  diff.CompareAll();
 }
 
 TEST(CachingCatalogTest, AnswersAsSqliteDoesOverRandomCalls) {

@@ -192,11 +192,19 @@ Result<std::unique_ptr<SqliteCatalog>> SqliteCatalog::Open(const std::string& pa
   Status status = Migrate(*db);
   if (status.ok()) status = EnsureRoot(*db, root_uid, root_gid, root_mode);
   if (!status.ok()) return status.Prepend("open catalog " + path);
-  return std::unique_ptr<SqliteCatalog>(new SqliteCatalog(std::move(db)));
+  std::unique_ptr<SqliteCatalog> catalog(new SqliteCatalog(std::move(db)));
+  if (locking == Locking::kExclusive && path != ":memory:") {
+    auto deferred = DeferredRows::Open(*catalog->db_);
+    if (!deferred.ok()) return deferred.status().Prepend("open catalog " + path);
+    catalog->deferred_ = std::move(*deferred);
+  }
+  return catalog;
 }
 
 Result<Entry> SqliteCatalog::GetEntry(EntryId id) {
-  return Annotated(RequireEntry(*db_, id), [&] { return "get entry " + std::to_string(id); });
+  Result<Entry> entry = RequireEntry(*db_, id);
+  if (entry.ok() && deferred_) deferred_->Overlay(*entry);
+  return Annotated(std::move(entry), [&] { return "get entry " + std::to_string(id); });
 }
 
 Result<Entry> SqliteCatalog::Lookup(EntryId parent, std::string_view name) {
@@ -204,6 +212,7 @@ Result<Entry> SqliteCatalog::Lookup(EntryId parent, std::string_view name) {
   Result<std::optional<Entry>> child = FindChild(*db_, parent, name);
   if (!child.ok()) return Annotated(Result<Entry>(child.status()), describe);
   if (!*child) return Annotated(Result<Entry>(Error(ENOENT, "no such entry")), describe);
+  if (deferred_) deferred_->Overlay(**child);
   return std::move(**child);
 }
 
@@ -221,6 +230,7 @@ Result<std::vector<Entry>> SqliteCatalog::ListChildren(EntryId parent, EntryId a
       GPUFS_ASSIGN_OR_RETURN(StepResult step, stmt.Step());
       if (step == StepResult::kDone) return children;
       children.push_back(EntryFromRow(stmt));
+      if (deferred_) deferred_->Overlay(children.back());
     }
   };
   return Annotated(list(), [&] { return "list children of " + std::to_string(parent); });
@@ -268,8 +278,30 @@ Result<Entry> SqliteCatalog::CreateEntry(const Entry& entry, const std::optional
 }
 
 Status SqliteCatalog::UpdateEntryAttrs(const Entry& entry) {
-  return Annotated(UpdateEntryAttrsRow(*db_, entry),
+  return Annotated(UpdateRows(nullptr, &entry),
                    [&] { return "set attributes of entry " + std::to_string(entry.id); });
+}
+
+Status SqliteCatalog::UpdateRows(const Blob* blob, const Entry* entry) {
+  if (blob != nullptr) GPUFS_RETURN_IF_ERROR(ValidateBlob(*blob));
+  if (!deferred_ || (blob != nullptr && blob->device.size() > DeferredRows::kMaxDeviceBytes)) {
+    Transaction txn(*db_);
+    GPUFS_RETURN_IF_ERROR(txn.Begin());
+    if (blob != nullptr) GPUFS_RETURN_IF_ERROR(UpdateBlobRow(*db_, *blob));
+    if (entry != nullptr) GPUFS_RETURN_IF_ERROR(UpdateEntryAttrsRow(*db_, *entry));
+    return txn.Commit();
+  }
+  // The UPDATEs' ENOENT, answered now: a row a pending update names exists
+  // (every removal writes the pending updates first).
+  if (blob != nullptr && !deferred_->HoldsBlob(blob->id)) {
+    GPUFS_ASSIGN_OR_RETURN(std::optional<Blob> found, FindBlob(*db_, blob->id));
+    if (!found) return Error(ENOENT, "no such blob");
+  }
+  if (entry != nullptr && !deferred_->HoldsEntry(entry->id)) {
+    GPUFS_ASSIGN_OR_RETURN(std::optional<Entry> found, FindEntry(*db_, entry->id));
+    if (!found) return Error(ENOENT, "no such entry");
+  }
+  return deferred_->Defer(blob, entry);
 }
 
 Status SqliteCatalog::Detach(EntryId id, int64_t now_ns) {

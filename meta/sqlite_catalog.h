@@ -6,6 +6,7 @@
 #include <string>
 
 #include "meta/catalog.h"
+#include "meta/deferred_rows.h"
 #include "meta/sqlite_db.h"
 
 namespace gpufs {
@@ -27,6 +28,12 @@ namespace gpufs {
 //   links (nothing is replaced).
 // - Lookup/ListChildren/HasChildren with parent 0 find nothing: detached
 //   entries are nobody's children.
+// - With Locking::kExclusive (the daemon's), UpdateBlob, UpdateEntryAttrs and
+//   UpdateBlobAndEntryAttrs check their rows and go to a log beside the
+//   database file (meta/deferred_rows.h): durable when they return, written
+//   with the next write transaction (whatever it is), seen by reads at once.
+//   With Locking::kShared every call writes SQLite before it returns, for
+//   tests that look at the file over a second connection.
 //
 // Not thread-safe; callers serialise (the core calls it under its own lock).
 class SqliteCatalog final : public Catalog {
@@ -85,7 +92,11 @@ class SqliteCatalog final : public Catalog {
  private:
   explicit SqliteCatalog(std::unique_ptr<Db> db) : db_(std::move(db)) {}
 
+  // Defers, or writes now when there is no log (Locking::kShared).
+  Status UpdateRows(const Blob* blob, const Entry* entry);
+
   std::unique_ptr<Db> db_;
+  std::unique_ptr<DeferredRows> deferred_;  // after db_: goes first
   // CountEntries's answer, kept live by every call that attaches or detaches
   // an entry once it has been counted, so statfs does not scan the catalog.
   std::optional<uint64_t> attached_;

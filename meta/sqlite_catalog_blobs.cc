@@ -156,7 +156,14 @@ Result<Blob> SqliteCatalog::LinkNewBlob(EntryId entry, const Blob& blob, BlobId*
 }
 
 Result<Blob> SqliteCatalog::CreateBlob(const Blob& blob) {
-  return Annotated(InsertBlob(*db_, blob), [] { return std::string("create blob"); });
+  auto create = [&]() -> Result<Blob> {
+    Transaction txn(*db_);  // every write carries the deferred rows
+    GPUFS_RETURN_IF_ERROR(txn.Begin());
+    GPUFS_ASSIGN_OR_RETURN(Blob stored, InsertBlob(*db_, blob));
+    GPUFS_RETURN_IF_ERROR(txn.Commit());
+    return stored;
+  };
+  return Annotated(create(), [] { return std::string("create blob"); });
 }
 
 Result<BlobId> SqliteCatalog::LinkBlob(EntryId entry, BlobId blob) {
@@ -169,25 +176,19 @@ Result<Blob> SqliteCatalog::GetBlob(BlobId id) {
   auto get = [&]() -> Result<Blob> {
     GPUFS_ASSIGN_OR_RETURN(std::optional<Blob> blob, FindBlob(*db_, id));
     if (!blob) return Error(ENOENT, "no such blob");
+    if (deferred_) deferred_->Overlay(*blob);
     return std::move(*blob);
   };
   return Annotated(get(), [&] { return "get blob " + std::to_string(id); });
 }
 
 Status SqliteCatalog::UpdateBlob(const Blob& blob) {
-  return Annotated(UpdateBlobRow(*db_, blob),
+  return Annotated(UpdateRows(&blob, nullptr),
                    [&] { return "update blob " + std::to_string(blob.id); });
 }
 
 Status SqliteCatalog::UpdateBlobAndEntryAttrs(const Blob& blob, const Entry& entry) {
-  auto update = [&]() -> Status {
-    Transaction txn(*db_);
-    GPUFS_RETURN_IF_ERROR(txn.Begin());
-    GPUFS_RETURN_IF_ERROR(UpdateBlobRow(*db_, blob));
-    GPUFS_RETURN_IF_ERROR(UpdateEntryAttrsRow(*db_, entry));
-    return txn.Commit();
-  };
-  return Annotated(update(), [&] {
+  return Annotated(UpdateRows(&blob, &entry), [&] {
     return "update blob " + std::to_string(blob.id) + " and entry " + std::to_string(entry.id);
   });
 }
@@ -204,6 +205,7 @@ Result<std::vector<Blob>> SqliteCatalog::ListBlobs() {
       GPUFS_ASSIGN_OR_RETURN(StepResult step, stmt.Step());
       if (step == StepResult::kDone) return blobs;
       blobs.push_back(BlobFromRow(stmt));
+      if (deferred_) deferred_->Overlay(blobs.back());
     }
   };
   return Annotated(list(), [] { return std::string("list blobs"); });

@@ -292,6 +292,13 @@ Status Transaction::Begin() {
       db_->GetCachedStatement(mode_ == Mode::kImmediate ? "BEGIN IMMEDIATE" : "BEGIN"));
   GPUFS_RETURN_IF_ERROR(stmt.Run());
   open_ = true;
+  if (mode_ == Mode::kImmediate && db_->write_hooks().before) {
+    Status boarded = db_->write_hooks().before();
+    if (!boarded.ok()) {
+      Rollback();
+      return boarded;
+    }
+  }
   return Status::Ok();
 }
 
@@ -301,6 +308,9 @@ Status Transaction::Commit() {
   Status status = stmt.Run();
   // After some errors (SQLITE_FULL, IOERR...) SQLite has already rolled back.
   if (status.ok() || sqlite3_get_autocommit(db_->handle()) != 0) open_ = false;
+  if (status.ok() && mode_ == Mode::kImmediate && db_->write_hooks().after) {
+    db_->write_hooks().after();
+  }
   return status;
 }
 

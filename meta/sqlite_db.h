@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -129,6 +130,17 @@ class Db {
   sqlite3* handle() const { return db_; }
   const std::string& path() const { return path_; }
 
+  // Work that rides in every write transaction (Transaction::Mode::
+  // kImmediate): `before` runs inside it right after BEGIN (an error fails
+  // Begin, which rolls back), `after` once its COMMIT succeeded. Empty
+  // functions do nothing. Used by meta/deferred_rows.h.
+  struct WriteHooks {
+    std::function<Status()> before;
+    std::function<void()> after;
+  };
+  void SetWriteHooks(WriteHooks hooks) { hooks_ = std::move(hooks); }
+  const WriteHooks& write_hooks() const { return hooks_; }
+
  private:
   struct CacheSlot {
     sqlite3_stmt* stmt = nullptr;
@@ -139,6 +151,7 @@ class Db {
   sqlite3* db_;
   std::string path_;
   std::map<std::string, CacheSlot, std::less<>> cache_;  // nodes are stable: slots stay put
+  WriteHooks hooks_;
 };
 
 // BEGIN ... COMMIT, rolled back on destruction unless committed. Move-only.

@@ -45,7 +45,8 @@ Status ProtectStateDir(const std::string& dir) {
     return Status::Ok();
   };
   GPUFS_RETURN_IF_ERROR(tighten(dir, 0700));
-  for (const char* name : {"catalog.db", "catalog.db-wal", "catalog.db-shm", "gpufs.log", "lock"}) {
+  for (const char* name : {"catalog.db", "catalog.db-wal", "catalog.db-shm", "catalog.db-deferred", "gpufs.log",
+                           "lock"}) {
     GPUFS_RETURN_IF_ERROR(tighten(dir + "/" + name, 0600));
   }
   return Status::Ok();

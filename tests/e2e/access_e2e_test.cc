@@ -171,6 +171,7 @@ TEST(StateDirE2E, StateDirIsPrivateAndTightenedAtStart) {
   ASSERT_TRUE(m.Start());
   WriteFile(m.Path("x"), "x");
   EXPECT_EQ(ModeOf(m.state()), 0700u);
+  EXPECT_EQ(ModeOf(m.state() + "/catalog.db-deferred"), 0600u);
   for (const char* name : {"catalog.db", "catalog.db-wal", "catalog.db-shm", "lock"}) {
     std::string path = m.state() + "/" + name;
     if (::access(path.c_str(), F_OK) != 0) continue;  // -wal/-shm come and go
@@ -179,9 +180,11 @@ TEST(StateDirE2E, StateDirIsPrivateAndTightenedAtStart) {
   ASSERT_TRUE(m.Stop());
   ASSERT_EQ(::chmod(m.state().c_str(), 0755), 0);
   ASSERT_EQ(::chmod((m.state() + "/catalog.db").c_str(), 0644), 0);
+  ASSERT_EQ(::chmod((m.state() + "/catalog.db-deferred").c_str(), 0644), 0);
   ASSERT_TRUE(m.Start());
   EXPECT_EQ(ModeOf(m.state()), 0700u);
   EXPECT_EQ(ModeOf(m.state() + "/catalog.db"), 0600u);
+  EXPECT_EQ(ModeOf(m.state() + "/catalog.db-deferred"), 0600u);
   EXPECT_NE(m.Log().find("tightened permissions: " + m.state() + " "), std::string::npos)
       << m.Log();
   EXPECT_EQ(ReadFile(m.Path("x")), "x");
