@@ -11,8 +11,11 @@
 // and blobs no entry links are garbage after a restart (nobody can hold them
 // open any more); the core sweeps them at start-up.
 //
-// Every method is one SQLite transaction: it either happens whole or not at
-// all. Not thread-safe: the core serialises calls under its own lock.
+// Every method happens whole or not at all, and is durable (against the
+// death of the process) when it returns: one SQLite transaction, or, for the
+// updates of existing rows in the daemon's catalog, a record that rides in
+// the next one (meta/deferred_rows.h). Not thread-safe: the core serialises
+// calls under its own lock.
 #pragma once
 
 #include <cstdint>

@@ -157,7 +157,9 @@ Status UpdateBlobRow(Db& db, const Blob& blob) {
 }
 
 Result<EntryId> InsertEntry(Db& db, const Entry& entry) {
-  GPUFS_ASSIGN_OR_RETURN(Statement stmt, db.GetCachedStatement(kInsertEntrySql));
+  GPUFS_ASSIGN_OR_RETURN(Statement stmt,
+                         db.GetCachedStatement(entry.id != 0 ? kInsertEntryAsSql : kInsertEntrySql));
+  if (entry.id != 0) stmt.BindInt64(10, I64(entry.id));
   stmt.BindInt64(0, I64(entry.parent));
   stmt.BindText(1, entry.name);
   stmt.BindInt64(2, static_cast<int>(entry.kind));
@@ -186,8 +188,10 @@ Result<std::optional<Blob>> FindBlob(Db& db, BlobId id) {
 
 Result<Blob> InsertBlob(Db& db, const Blob& blob) {
   GPUFS_RETURN_IF_ERROR(ValidateBlob(blob));
-  GPUFS_ASSIGN_OR_RETURN(Statement stmt, db.GetCachedStatement(kInsertBlobSql));
+  GPUFS_ASSIGN_OR_RETURN(Statement stmt,
+                         db.GetCachedStatement(blob.id != 0 ? kInsertBlobAsSql : kInsertBlobSql));
   BindBlobFields(stmt, 0, blob);
+  if (blob.id != 0) stmt.BindInt64(7, I64(blob.id));
   GPUFS_RETURN_IF_ERROR(stmt.Run());
   Blob stored = blob;
   stored.id = static_cast<BlobId>(db.LastInsertRowId());

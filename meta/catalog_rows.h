@@ -57,11 +57,13 @@ Status TouchEntry(Db& db, EntryId id, int64_t now_ns);
 // UpdateEntryAttrs and UpdateBlob without a transaction of their own.
 Status UpdateEntryAttrsRow(Db& db, const Entry& entry);
 Status UpdateBlobRow(Db& db, const Blob& blob);
-// Inserts `entry` as is (its id is assigned); returns the id.
+// Inserts `entry` as is; its id is assigned, or entry.id when it is not 0.
+// Returns the id.
 Result<EntryId> InsertEntry(Db& db, const Entry& entry);
 
 Result<std::optional<Blob>> FindBlob(Db& db, BlobId id);
-// Inserts `blob` (its id is assigned); returns it as stored.
+// Inserts `blob` (its id is assigned, or blob.id when it is not 0); returns
+// it as stored.
 Result<Blob> InsertBlob(Db& db, const Blob& blob);
 Status SetEntryBlob(Db& db, EntryId id, BlobId blob);
 // The entry that links `blob`, if any.

@@ -26,6 +26,10 @@ constexpr char kInsertRootSql[] =
 constexpr char kInsertEntrySql[] =
     "INSERT INTO entries (parent, name, kind, mode, uid, gid, atime_ns, mtime_ns, ctime_ns, blob)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+// The same with the id given (a deferred create, meta/deferred_rows.h).
+constexpr char kInsertEntryAsSql[] =
+    "INSERT INTO entries (parent, name, kind, mode, uid, gid, atime_ns, mtime_ns, ctime_ns, blob,"
+    " id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 // 61440 = S_IFMT: the type bits stay as they are.
 constexpr char kUpdateEntryAttrsSql[] =
     "UPDATE entries SET mode = (mode & 61440) | ?, uid = ?, gid = ?, atime_ns = ?, mtime_ns = ?,"
@@ -51,6 +55,11 @@ constexpr char kListBlobsSql[] = "SELECT " GPUFS_BLOB_COLUMNS " FROM blobs ORDER
 constexpr char kInsertBlobSql[] =
     "INSERT INTO blobs (device, size, state, owner_uid, arena, offset, closed)"
     " VALUES (?, ?, ?, ?, ?, ?, ?)";
+constexpr char kInsertBlobAsSql[] =
+    "INSERT INTO blobs (device, size, state, owner_uid, arena, offset, closed, id)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
+// The highest id each AUTOINCREMENT table has handed out.
+constexpr char kLastIdSql[] = "SELECT seq FROM sqlite_sequence WHERE name = ?";
 constexpr char kUpdateBlobSql[] =
     "UPDATE blobs SET device = ?, size = ?, state = ?, owner_uid = ?, arena = ?, offset = ?,"
     " closed = ? WHERE id = ?";

@@ -16,6 +16,7 @@
 #include <map>
 
 #include "meta/catalog_rows.h"
+#include "meta/catalog_sql.h"
 #include "util/crc32c.h"
 #include "util/file_io.h"
 #include "util/log.h"
@@ -24,32 +25,35 @@ namespace gpufs {
 
 using namespace catalog_internal;
 
-// One deferred update, as it lies in the log. `crc` (CRC-32C of the catalog's
-// key and the bytes before it) is stored last: a record the process died
-// while writing does not check out, and neither does another catalog's.
 namespace {
 
+// One deferred write, as it lies in the log. `crc` (CRC-32C of the catalog's
+// key, the fields and the name) is stored last: a record the process died
+// while writing does not check out, and neither does another catalog's.
 struct Record {
-  uint64_t seq;      // 0: never written
-  uint64_t blob_id;  // 0: no blob row in this record
-  uint64_t size;
-  uint32_t state;
-  uint32_t owner_uid;
-  uint32_t closed;
-  uint32_t has_entry;
-  uint64_t entry_id;
-  uint32_t mode, uid, gid, reserved;
+  uint64_t seq;   // 0: never written
+  uint32_t kind;  // 1: create, 2: update
+  uint32_t has;   // kHasBlob | kHasEntry
+  uint64_t blob_id, size;
+  uint32_t state, owner_uid, closed, reserved;
+  uint64_t entry_id, parent, entry_blob;
+  uint32_t entry_kind, mode, uid, gid;
   int64_t atime_ns, mtime_ns, ctime_ns;
+  uint32_t name_len, reserved2;
   char device[32];  // NUL-terminated
-  uint32_t reserved2;
+  char name[256];   // name_len bytes
+  char unused[100];
   uint32_t crc;
 };
-static_assert(sizeof(Record) == 128);
+static_assert(sizeof(Record) == DeferredRows::kRecordBytes);
 static_assert(DeferredRows::kMaxDeviceBytes < sizeof(Record::device));
+static_assert(DeferredRows::kMaxNameBytes <= sizeof(Record::name));
+constexpr uint32_t kHasBlob = 1, kHasEntry = 2;
+constexpr uint32_t kCreate = 1, kUpdate = 2;
 
-constexpr size_t kHeaderBytes = 4096;
-constexpr size_t kFileBytes = kHeaderBytes + DeferredRows::kSlots * 128;
-constexpr char kMagic[8] = {'G', 'P', 'U', 'F', 'S', 'D', 'R', '1'};
+constexpr size_t kHeaderBytes = DeferredRows::kHeaderBytes;
+constexpr size_t kFileBytes = kHeaderBytes + DeferredRows::kSlots * sizeof(Record);
+constexpr char kMagic[8] = {'G', 'P', 'U', 'F', 'S', 'D', 'R', '2'};
 
 constexpr char kGetSettingSql[] = "SELECT value FROM settings WHERE key = ?";
 constexpr char kAddSettingSql[] = "INSERT OR IGNORE INTO settings (key, value) VALUES (?, ?)";
@@ -84,9 +88,20 @@ Result<std::pair<uint64_t, uint64_t>> ReadKeyAndApplied(Db& db) {
                                        static_cast<uint64_t>(applied));
 }
 
+// The fields, then the name (the bytes after it are not the record's).
 uint32_t RecordCrc(uint64_t key, const Record& record) {
   uint32_t crc = Crc32c(0, std::as_bytes(std::span(&key, 1)));
-  return Crc32c(crc, std::as_bytes(std::span(&record, 1)).first(offsetof(Record, crc)));
+  auto bytes = std::as_bytes(std::span(&record, 1));
+  crc = Crc32c(crc, bytes.first(offsetof(Record, name)));
+  const size_t name = std::min<size_t>(record.name_len, sizeof record.name);
+  return Crc32c(crc, bytes.subspan(offsetof(Record, name), name));
+}
+
+Result<uint64_t> LastId(Db& db, std::string_view table) {
+  GPUFS_ASSIGN_OR_RETURN(Statement stmt, db.GetCachedStatement(kLastIdSql));
+  stmt.BindText(0, table);
+  GPUFS_ASSIGN_OR_RETURN(bool found, StepOnce(stmt));
+  return found ? static_cast<uint64_t>(stmt.ColumnInt64(0)) : 0;
 }
 
 }  // namespace
@@ -126,7 +141,8 @@ Result<std::unique_ptr<DeferredRows>> DeferredRows::Open(Db& db) {
     const Record& r = it->second;
     Row row;
     row.seq = r.seq;
-    if (r.blob_id != 0) {
+    row.kind = r.kind == kCreate ? Row::Kind::kCreate : Row::Kind::kUpdate;
+    if (r.has & kHasBlob) {
       Blob blob;
       blob.id = r.blob_id;
       blob.device.assign(r.device, strnlen(r.device, sizeof r.device));
@@ -136,9 +152,13 @@ Result<std::unique_ptr<DeferredRows>> DeferredRows::Open(Db& db) {
       blob.closed = r.closed != 0;
       row.blob = blob;
     }
-    if (r.has_entry != 0) {
+    if (r.has & kHasEntry) {
       Entry entry;
       entry.id = r.entry_id;
+      entry.parent = r.parent;
+      entry.name.assign(r.name, std::min<size_t>(r.name_len, sizeof r.name));
+      entry.kind = static_cast<EntryKind>(r.entry_kind);
+      entry.blob = r.entry_blob;
       entry.mode = r.mode;
       entry.uid = r.uid;
       entry.gid = r.gid;
@@ -171,6 +191,12 @@ Result<std::unique_ptr<DeferredRows>> DeferredRows::Open(Db& db) {
   }
   Status flushed = rows->Flush();
   if (!flushed.ok()) return fail(flushed);
+  Result<uint64_t> last_entry = LastId(db, "entries");
+  Result<uint64_t> last_blob = LastId(db, "blobs");
+  if (!last_entry.ok()) return fail(last_entry.status());
+  if (!last_blob.ok()) return fail(last_blob.status());
+  rows->SawEntryId(*last_entry);
+  rows->SawBlobId(*last_blob);
   // Everything is in the database now: a fresh log, its blocks allocated by
   // writing them, so that a store into the mapping never meets a full disk.
   Status cleared = ::ftruncate(rows->fd_.get(), 0) == 0
@@ -203,39 +229,69 @@ DeferredRows::~DeferredRows() {
   if (map_ != nullptr) ::munmap(map_, kFileBytes);
 }
 
-Status DeferredRows::Defer(const Blob* blob, const Entry* entry) {
-  if (pending_.size() >= kMaxPending) GPUFS_RETURN_IF_ERROR(Flush());
+bool DeferredRows::Fits(const Blob* blob, const Entry* entry) {
+  return (blob == nullptr || blob->device.size() <= kMaxDeviceBytes) &&
+         (entry == nullptr || entry->name.size() <= kMaxNameBytes);
+}
+
+Status DeferredRows::DeferCreate(const Entry& entry, const Blob* blob) {
   Row row;
-  row.seq = next_seq_;
-  Record r{};
-  r.seq = row.seq;
-  if (blob != nullptr) {
-    if (blob->device.size() > kMaxDeviceBytes) {
-      return Error(ENAMETOOLONG, "device name " + blob->device + " does not fit the log");
-    }
-    row.blob = *blob;
-    r.blob_id = blob->id;
-    r.size = blob->size;
-    r.state = static_cast<uint32_t>(blob->state);
-    r.owner_uid = blob->owner_uid;
-    r.closed = blob->closed ? 1 : 0;
-    std::memcpy(r.device, blob->device.data(), blob->device.size());
+  row.kind = Row::Kind::kCreate;
+  row.entry = entry;
+  if (blob != nullptr) row.blob = *blob;
+  return Append(std::move(row));
+}
+
+Status DeferredRows::DeferUpdate(const Blob* blob, const Entry* entry) {
+  Row row;
+  row.kind = Row::Kind::kUpdate;
+  if (blob != nullptr) row.blob = *blob;
+  if (entry != nullptr) row.entry = *entry;
+  return Append(std::move(row));
+}
+
+Status DeferredRows::Append(Row row) {
+  if (!Fits(row.blob ? &*row.blob : nullptr, row.entry ? &*row.entry : nullptr)) {
+    return Error(ENAMETOOLONG, "a device or entry name too long for the log");
   }
-  if (entry != nullptr) {
-    row.entry = *entry;
-    r.has_entry = 1;
-    r.entry_id = entry->id;
-    r.mode = entry->mode;
-    r.uid = entry->uid;
-    r.gid = entry->gid;
-    r.atime_ns = entry->atime_ns;
-    r.mtime_ns = entry->mtime_ns;
-    r.ctime_ns = entry->ctime_ns;
+  if (pending_.size() >= kMaxPending) GPUFS_RETURN_IF_ERROR(Flush());
+  row.seq = next_seq_;
+  Record r;
+  std::memset(&r, 0, offsetof(Record, name));
+  r.seq = row.seq;
+  r.kind = row.kind == Row::Kind::kCreate ? kCreate : kUpdate;
+  if (row.blob) {
+    const Blob& blob = *row.blob;
+    r.has |= kHasBlob;
+    r.blob_id = blob.id;
+    r.size = blob.size;
+    r.state = static_cast<uint32_t>(blob.state);
+    r.owner_uid = blob.owner_uid;
+    r.closed = blob.closed ? 1 : 0;
+    std::memcpy(r.device, blob.device.data(), blob.device.size());
+  }
+  if (row.entry) {
+    const Entry& entry = *row.entry;
+    r.has |= kHasEntry;
+    r.entry_id = entry.id;
+    r.parent = entry.parent;
+    r.entry_blob = entry.blob;
+    r.entry_kind = static_cast<uint32_t>(entry.kind);
+    r.mode = entry.mode;
+    r.uid = entry.uid;
+    r.gid = entry.gid;
+    r.atime_ns = entry.atime_ns;
+    r.mtime_ns = entry.mtime_ns;
+    r.ctime_ns = entry.ctime_ns;
+    if (row.kind == Row::Kind::kCreate) {
+      r.name_len = static_cast<uint32_t>(entry.name.size());
+      std::memcpy(r.name, entry.name.data(), entry.name.size());
+    }
   }
   const uint32_t crc = RecordCrc(key_, r);
   auto* slot = reinterpret_cast<Record*>(static_cast<std::byte*>(map_) + kHeaderBytes) +
                row.seq % kSlots;
-  std::memcpy(slot, &r, offsetof(Record, crc));
+  std::memcpy(slot, &r, offsetof(Record, name) + r.name_len);
   std::atomic_ref<uint32_t>(slot->crc).store(crc, std::memory_order_release);
   ++next_seq_;
   Remember(row);
@@ -250,20 +306,35 @@ Status DeferredRows::Flush() {
   return txn.Commit();
 }
 
+void DeferredRows::SawEntryId(EntryId id) { next_entry_id_ = std::max(next_entry_id_, id + 1); }
+void DeferredRows::SawBlobId(BlobId id) { next_blob_id_ = std::max(next_blob_id_, id + 1); }
+
 Status DeferredRows::ApplyPending() {
   boarded_ = 0;
   if (pending_.empty()) return Status::Ok();
   for (const Row& row : pending_) {
-    Status blob = row.blob ? UpdateBlobRow(db_, *row.blob) : Status::Ok();
-    Status entry = row.entry ? UpdateEntryAttrsRow(db_, *row.entry) : Status::Ok();
-    for (const Status* status : {&blob, &entry}) {
-      if (status->ok()) continue;
-      if (status->code() != ENOENT) return status->Prepend("apply a deferred row update");
-      // Deferred only for rows that existed, and every later write applies
-      // the log first: this cannot happen, so say so and go on.
-      GPUFS_LOG(ERROR) << "deferred row update " << row.seq << " found its row gone: "
-                       << status->ToString();
+    // The checks were made when the record was: an error here other than
+    // the disk's cannot happen, so it is logged and the record passed over
+    // rather than holding up every later write.
+    auto check = [&](const Status& status) -> Status {
+      if (status.ok()) return status;
+      if (status.code() == EIO || status.code() == ENOSPC || status.code() == EROFS ||
+          status.code() == ENOMEM || status.code() == EBUSY) {
+        return status.Prepend("apply deferred catalog write " + std::to_string(row.seq));
+      }
+      GPUFS_LOG(ERROR) << "deferred catalog write " << row.seq
+                       << " passed over: " << status.ToString();
+      return Status::Ok();
+    };
+    if (row.kind == Row::Kind::kCreate) {
+      Status inserted = row.blob ? InsertBlob(db_, *row.blob).status() : Status::Ok();
+      if (inserted.ok()) inserted = InsertEntry(db_, *row.entry).status();
+      if (inserted.ok()) inserted = TouchEntry(db_, row.entry->parent, row.entry->ctime_ns);
+      GPUFS_RETURN_IF_ERROR(check(inserted));
+      continue;
     }
+    if (row.blob) GPUFS_RETURN_IF_ERROR(check(UpdateBlobRow(db_, *row.blob)));
+    if (row.entry) GPUFS_RETURN_IF_ERROR(check(UpdateEntryAttrsRow(db_, *row.entry)));
   }
   GPUFS_ASSIGN_OR_RETURN(Statement stmt, db_.GetCachedStatement(kSetAppliedSql));
   stmt.BindInt64(0, static_cast<int64_t>(pending_.back().seq));
@@ -276,30 +347,87 @@ void DeferredRows::Applied() {
   if (boarded_ == 0) return;
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(boarded_));
   boarded_ = 0;
+  created_.clear();
+  created_names_.clear();
+  created_owners_.clear();
   blobs_.clear();
-  entries_.clear();
+  patches_.clear();
   for (const Row& row : pending_) Remember(row);
 }
 
-void DeferredRows::Remember(const Row& row) {
-  if (row.blob) blobs_[row.blob->id] = *row.blob;
-  if (row.entry) entries_[row.entry->id] = *row.entry;
+std::string DeferredRows::NameKey(EntryId parent, std::string_view name) {
+  std::string key = std::to_string(parent);
+  key += '/';
+  key += name;
+  return key;
 }
 
-void DeferredRows::Overlay(Blob& blob) const {
-  if (auto it = blobs_.find(blob.id); it != blobs_.end()) blob = it->second;
-}
+namespace {
 
-void DeferredRows::Overlay(Entry& entry) const {
-  auto it = entries_.find(entry.id);
-  if (it == entries_.end()) return;
-  const Entry& attrs = it->second;
+void SetAttrs(Entry& entry, const Entry& attrs) {
   entry.mode = (entry.mode & S_IFMT) | (attrs.mode & ~static_cast<uint32_t>(S_IFMT));
   entry.uid = attrs.uid;
   entry.gid = attrs.gid;
   entry.atime_ns = attrs.atime_ns;
   entry.mtime_ns = attrs.mtime_ns;
   entry.ctime_ns = attrs.ctime_ns;
+}
+
+}  // namespace
+
+void DeferredRows::Remember(const Row& row) {
+  if (row.blob) blobs_[row.blob->id] = *row.blob;
+  if (!row.entry) return;
+  const Entry& entry = *row.entry;
+  if (row.kind == Row::Kind::kCreate) {
+    created_[entry.id] = entry;
+    created_names_[NameKey(entry.parent, entry.name)] = entry.id;
+    if (row.blob) created_owners_[row.blob->id] = entry.id;
+    // The parent's mtime and ctime.
+    if (auto it = created_.find(entry.parent); it != created_.end()) {
+      it->second.mtime_ns = it->second.ctime_ns = entry.ctime_ns;
+    } else {
+      patches_[entry.parent].touched = entry.ctime_ns;
+    }
+    return;
+  }
+  if (auto it = created_.find(entry.id); it != created_.end()) {
+    SetAttrs(it->second, entry);
+  } else {
+    Patch& patch = patches_[entry.id];
+    patch.attrs = entry;
+    patch.touched.reset();
+  }
+}
+
+const Entry* DeferredRows::Created(EntryId id) const {
+  auto it = created_.find(id);
+  return it == created_.end() ? nullptr : &it->second;
+}
+
+std::optional<EntryId> DeferredRows::CreatedName(EntryId parent, std::string_view name) const {
+  if (created_names_.empty()) return std::nullopt;
+  auto it = created_names_.find(NameKey(parent, name));
+  if (it == created_names_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<EntryId> DeferredRows::CreatedOwner(BlobId blob) const {
+  auto it = created_owners_.find(blob);
+  if (it == created_owners_.end()) return std::nullopt;
+  return it->second;
+}
+
+const Blob* DeferredRows::PendingBlob(BlobId id) const {
+  auto it = blobs_.find(id);
+  return it == blobs_.end() ? nullptr : &it->second;
+}
+
+void DeferredRows::Overlay(Entry& entry) const {
+  auto it = patches_.find(entry.id);
+  if (it == patches_.end()) return;
+  if (it->second.attrs) SetAttrs(entry, *it->second.attrs);
+  if (it->second.touched) entry.mtime_ns = entry.ctime_ns = *it->second.touched;
 }
 
 }  // namespace gpufs

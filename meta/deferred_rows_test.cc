@@ -145,15 +145,19 @@ TEST_F(DeferredRowsTest, ALaterTransactionIsNeverUndoneByAReplay) {
 }
 
 TEST_F(DeferredRowsTest, ATornRecordEndsTheReplay) {
-  // Records 1, 2, 3; then the second is torn, as a power failure that kept
-  // the third might leave it: the first is applied, the rest dropped.
+  // Records 2, 3, 4 (SetUp's create was 1); then the second is torn, as a
+  // power failure that kept the third might leave it: the first is applied,
+  // the rest dropped.
   RunAndDie([&](SqliteCatalog& c) {
     for (uint64_t size : {10, 20, 30}) EXPECT_TRUE(c.UpdateBlob(Closed(size)).ok());
   });
   int fd = ::open(DeferredRows::LogPath(path_).c_str(), O_RDWR);
   ASSERT_GE(fd, 0);
   const char junk = 0x5a;
-  ASSERT_EQ(::pwrite(fd, &junk, 1, 4096 + 2 * 128 + 16), 1);  // record 2's size
+  const off_t size_field = 24;  // after seq, kind, has, blob id
+  ASSERT_EQ(::pwrite(fd, &junk, 1,
+                     DeferredRows::kHeaderBytes + 3 * DeferredRows::kRecordBytes + size_field),
+            1);
   ::close(fd);
   Reopen(Locking::kExclusive);
   EXPECT_EQ(catalog_->GetBlob(file_.blob)->size, 10u);

@@ -65,10 +65,13 @@ Result<Entry> DoCreateEntry(Db& db, const Entry& entry, const std::optional<Blob
   if (taken) return Error(EEXIST, "name taken by entry " + std::to_string(taken->id));
 
   Entry stored = entry;
+  stored.id = 0;  // assigned
   stored.mode = ModeForKind(entry.kind, entry.mode);
   stored.blob = 0;
   if (blob) {
-    GPUFS_ASSIGN_OR_RETURN(Blob inserted, InsertBlob(db, *blob));
+    Blob row = *blob;
+    row.id = 0;
+    GPUFS_ASSIGN_OR_RETURN(Blob inserted, InsertBlob(db, row));
     stored.blob = inserted.id;
   }
   GPUFS_ASSIGN_OR_RETURN(stored.id, InsertEntry(db, stored));
@@ -202,12 +205,18 @@ Result<std::unique_ptr<SqliteCatalog>> SqliteCatalog::Open(const std::string& pa
 }
 
 Result<Entry> SqliteCatalog::GetEntry(EntryId id) {
+  if (deferred_) {
+    if (const Entry* created = deferred_->Created(id)) return *created;
+  }
   Result<Entry> entry = RequireEntry(*db_, id);
   if (entry.ok() && deferred_) deferred_->Overlay(*entry);
   return Annotated(std::move(entry), [&] { return "get entry " + std::to_string(id); });
 }
 
 Result<Entry> SqliteCatalog::Lookup(EntryId parent, std::string_view name) {
+  if (deferred_) {
+    if (auto id = deferred_->CreatedName(parent, name)) return *deferred_->Created(*id);
+  }
   auto describe = [&] { return "lookup " + std::to_string(parent) + "/" + std::string(name); };
   Result<std::optional<Entry>> child = FindChild(*db_, parent, name);
   if (!child.ok()) return Annotated(Result<Entry>(child.status()), describe);
@@ -216,9 +225,15 @@ Result<Entry> SqliteCatalog::Lookup(EntryId parent, std::string_view name) {
   return std::move(**child);
 }
 
+Status SqliteCatalog::Settle() {
+  if (!deferred_ || !deferred_->creates_pending()) return Status::Ok();
+  return deferred_->Flush();
+}
+
 Result<std::vector<Entry>> SqliteCatalog::ListChildren(EntryId parent, EntryId after,
                                                        size_t limit) {
   auto list = [&]() -> Result<std::vector<Entry>> {
+    GPUFS_RETURN_IF_ERROR(Settle());
     std::vector<Entry> children;
     constexpr uint64_t kMaxId = std::numeric_limits<int64_t>::max();
     if (parent == 0 || limit == 0 || after >= kMaxId) return children;
@@ -239,6 +254,7 @@ Result<std::vector<Entry>> SqliteCatalog::ListChildren(EntryId parent, EntryId a
 Result<bool> SqliteCatalog::HasChildren(EntryId parent) {
   auto check = [&]() -> Result<bool> {
     if (parent == 0) return false;
+    GPUFS_RETURN_IF_ERROR(Settle());
     GPUFS_ASSIGN_OR_RETURN(Statement stmt, db_->GetCachedStatement(kHasChildrenSql));
     stmt.BindInt64(0, I64(parent));
     return StepOnce(stmt);
@@ -249,6 +265,7 @@ Result<bool> SqliteCatalog::HasChildren(EntryId parent) {
 Result<uint64_t> SqliteCatalog::CountChildObjects(EntryId parent) {
   auto count = [&]() -> Result<uint64_t> {
     if (parent == 0) return uint64_t{0};
+    GPUFS_RETURN_IF_ERROR(Settle());
     GPUFS_ASSIGN_OR_RETURN(Statement stmt, db_->GetCachedStatement(kCountChildObjectsSql));
     stmt.BindInt64(0, I64(parent));
     GPUFS_ASSIGN_OR_RETURN(bool found, StepOnce(stmt));
@@ -260,6 +277,7 @@ Result<uint64_t> SqliteCatalog::CountChildObjects(EntryId parent) {
 Result<uint64_t> SqliteCatalog::CountEntries() {
   if (attached_) return *attached_;
   auto count = [&]() -> Result<uint64_t> {
+    GPUFS_RETURN_IF_ERROR(Settle());
     GPUFS_ASSIGN_OR_RETURN(Statement stmt, db_->GetCachedStatement(kCountAttachedSql));
     stmt.BindInt64(0, I64(kRootEntryId));
     GPUFS_ASSIGN_OR_RETURN(bool found, StepOnce(stmt));
@@ -271,10 +289,52 @@ Result<uint64_t> SqliteCatalog::CountEntries() {
 }
 
 Result<Entry> SqliteCatalog::CreateEntry(const Entry& entry, const std::optional<Blob>& blob) {
-  Result<Entry> created = DoCreateEntry(*db_, entry, blob);
+  Result<Entry> created = deferred_ && DeferredRows::Fits(blob ? &*blob : nullptr, &entry)
+                              ? DeferCreate(entry, blob)
+                              : DoCreateEntry(*db_, entry, blob);
   if (created.ok() && attached_) ++*attached_;
+  if (created.ok() && deferred_) {
+    deferred_->SawEntryId(created->id);
+    deferred_->SawBlobId(created->blob);
+  }
   return Annotated(std::move(created),
                    [&] { return "create " + std::to_string(entry.parent) + "/" + entry.name; });
+}
+
+// CreateEntry's checks, answered from the pending creates and SQLite, then
+// the rows to the log.
+Result<Entry> SqliteCatalog::DeferCreate(const Entry& entry, const std::optional<Blob>& blob) {
+  GPUFS_RETURN_IF_ERROR(ValidateName(entry.name));
+  if (entry.kind != EntryKind::kObject && entry.kind != EntryKind::kBlob) {
+    return Error(EINVAL, "unknown entry kind " + std::to_string(static_cast<int>(entry.kind)));
+  }
+  if (blob && entry.kind != EntryKind::kBlob) return Error(EINVAL, "an object takes no blob");
+  if (blob) GPUFS_RETURN_IF_ERROR(ValidateBlob(*blob));
+  if (const Entry* parent = deferred_->Created(entry.parent)) {
+    if (parent->kind != EntryKind::kObject) {
+      return Error(ENOTDIR, "parent " + std::to_string(entry.parent) + " is not an object");
+    }
+  } else {
+    GPUFS_RETURN_IF_ERROR(CheckParent(*db_, entry.parent));
+  }
+  if (auto taken = deferred_->CreatedName(entry.parent, entry.name)) {
+    return Error(EEXIST, "name taken by entry " + std::to_string(*taken));
+  }
+  GPUFS_ASSIGN_OR_RETURN(std::optional<Entry> taken, FindChild(*db_, entry.parent, entry.name));
+  if (taken) return Error(EEXIST, "name taken by entry " + std::to_string(taken->id));
+
+  Entry stored = entry;
+  stored.mode = ModeForKind(entry.kind, entry.mode);
+  stored.id = deferred_->NextEntryId();
+  stored.blob = 0;
+  std::optional<Blob> row;
+  if (blob) {
+    row = *blob;
+    row->id = deferred_->NextBlobId();
+    stored.blob = row->id;
+  }
+  GPUFS_RETURN_IF_ERROR(deferred_->DeferCreate(stored, row ? &*row : nullptr));
+  return stored;
 }
 
 Status SqliteCatalog::UpdateEntryAttrs(const Entry& entry) {
@@ -284,16 +344,16 @@ Status SqliteCatalog::UpdateEntryAttrs(const Entry& entry) {
 
 Status SqliteCatalog::UpdateRows(const Blob* blob, const Entry* entry) {
   if (blob != nullptr) GPUFS_RETURN_IF_ERROR(ValidateBlob(*blob));
-  if (!deferred_ || (blob != nullptr && blob->device.size() > DeferredRows::kMaxDeviceBytes)) {
+  if (!deferred_ || !DeferredRows::Fits(blob, entry)) {
     Transaction txn(*db_);
     GPUFS_RETURN_IF_ERROR(txn.Begin());
     if (blob != nullptr) GPUFS_RETURN_IF_ERROR(UpdateBlobRow(*db_, *blob));
     if (entry != nullptr) GPUFS_RETURN_IF_ERROR(UpdateEntryAttrsRow(*db_, *entry));
     return txn.Commit();
   }
-  // The UPDATEs' ENOENT, answered now: a row a pending update names exists
-  // (every removal writes the pending updates first).
-  if (blob != nullptr && !deferred_->HoldsBlob(blob->id)) {
+  // The UPDATEs' ENOENT, answered now: a row a pending record names exists
+  // (every removal writes the pending records first).
+  if (blob != nullptr && deferred_->PendingBlob(blob->id) == nullptr) {
     GPUFS_ASSIGN_OR_RETURN(std::optional<Blob> found, FindBlob(*db_, blob->id));
     if (!found) return Error(ENOENT, "no such blob");
   }
@@ -301,7 +361,7 @@ Status SqliteCatalog::UpdateRows(const Blob* blob, const Entry* entry) {
     GPUFS_ASSIGN_OR_RETURN(std::optional<Entry> found, FindEntry(*db_, entry->id));
     if (!found) return Error(ENOENT, "no such entry");
   }
-  return deferred_->Defer(blob, entry);
+  return deferred_->DeferUpdate(blob, entry);
 }
 
 Status SqliteCatalog::Detach(EntryId id, int64_t now_ns) {
@@ -332,6 +392,7 @@ Result<std::optional<Blob>> SqliteCatalog::Remove(EntryId id, int64_t now_ns) {
 
 Result<std::vector<EntryId>> SqliteCatalog::ListDetached() {
   auto list = [&]() -> Result<std::vector<EntryId>> {
+    GPUFS_RETURN_IF_ERROR(Settle());
     GPUFS_ASSIGN_OR_RETURN(Statement stmt, db_->GetCachedStatement(kListDetachedSql));
     stmt.BindInt64(0, I64(kRootEntryId));
     return ListIds(stmt);

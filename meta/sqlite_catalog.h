@@ -28,10 +28,11 @@ namespace gpufs {
 //   links (nothing is replaced).
 // - Lookup/ListChildren/HasChildren with parent 0 find nothing: detached
 //   entries are nobody's children.
-// - With Locking::kExclusive (the daemon's), UpdateBlob, UpdateEntryAttrs and
-//   UpdateBlobAndEntryAttrs check their rows and go to a log beside the
-//   database file (meta/deferred_rows.h): durable when they return, written
-//   with the next write transaction (whatever it is), seen by reads at once.
+// - With Locking::kExclusive (the daemon's), CreateEntry, UpdateBlob,
+//   UpdateEntryAttrs and UpdateBlobAndEntryAttrs make their checks and go to
+//   a log beside the database file (meta/deferred_rows.h): durable when they
+//   return, written with the next write transaction (whatever it is), seen by
+//   reads at once (scans write pending creates first).
 //   With Locking::kShared every call writes SQLite before it returns, for
 //   tests that look at the file over a second connection.
 //
@@ -94,6 +95,9 @@ class SqliteCatalog final : public Catalog {
 
   // Defers, or writes now when there is no log (Locking::kShared).
   Status UpdateRows(const Blob* blob, const Entry* entry);
+  Result<Entry> DeferCreate(const Entry& entry, const std::optional<Blob>& blob);
+  // Writes pending creates, before a read that scans.
+  Status Settle();
 
   std::unique_ptr<Db> db_;
   std::unique_ptr<DeferredRows> deferred_;  // after db_: goes first

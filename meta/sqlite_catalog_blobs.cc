@@ -21,7 +21,9 @@ Result<Blob> DoLinkNewBlob(Db& db, EntryId id, const Blob& blob, BlobId* old_blo
   GPUFS_RETURN_IF_ERROR(txn.Begin());
   GPUFS_ASSIGN_OR_RETURN(Entry entry, RequireEntry(db, id));
   if (entry.kind != EntryKind::kBlob) return Error(EISDIR, "entry is an object");
-  GPUFS_ASSIGN_OR_RETURN(Blob stored, InsertBlob(db, blob));
+  Blob row = blob;
+  row.id = 0;  // assigned
+  GPUFS_ASSIGN_OR_RETURN(Blob stored, InsertBlob(db, row));
   GPUFS_RETURN_IF_ERROR(SetEntryBlob(db, id, stored.id));
   GPUFS_RETURN_IF_ERROR(txn.Commit());
   if (old_blob != nullptr) *old_blob = entry.blob;
@@ -151,7 +153,9 @@ Result<uint64_t> DoNextGeneration(Db& db) {
 }  // namespace
 
 Result<Blob> SqliteCatalog::LinkNewBlob(EntryId entry, const Blob& blob, BlobId* old_blob) {
-  return Annotated(DoLinkNewBlob(*db_, entry, blob, old_blob),
+  Result<Blob> linked = DoLinkNewBlob(*db_, entry, blob, old_blob);
+  if (linked.ok() && deferred_) deferred_->SawBlobId(linked->id);
+  return Annotated(std::move(linked),
                    [&] { return "link new blob to entry " + std::to_string(entry); });
 }
 
@@ -159,8 +163,11 @@ Result<Blob> SqliteCatalog::CreateBlob(const Blob& blob) {
   auto create = [&]() -> Result<Blob> {
     Transaction txn(*db_);  // every write carries the deferred rows
     GPUFS_RETURN_IF_ERROR(txn.Begin());
-    GPUFS_ASSIGN_OR_RETURN(Blob stored, InsertBlob(*db_, blob));
+    Blob row = blob;
+    row.id = 0;  // assigned
+    GPUFS_ASSIGN_OR_RETURN(Blob stored, InsertBlob(*db_, row));
     GPUFS_RETURN_IF_ERROR(txn.Commit());
+    if (deferred_) deferred_->SawBlobId(stored.id);
     return stored;
   };
   return Annotated(create(), [] { return std::string("create blob"); });
@@ -174,9 +181,11 @@ Result<BlobId> SqliteCatalog::LinkBlob(EntryId entry, BlobId blob) {
 
 Result<Blob> SqliteCatalog::GetBlob(BlobId id) {
   auto get = [&]() -> Result<Blob> {
+    if (deferred_) {
+      if (const Blob* pending = deferred_->PendingBlob(id)) return *pending;
+    }
     GPUFS_ASSIGN_OR_RETURN(std::optional<Blob> blob, FindBlob(*db_, id));
     if (!blob) return Error(ENOENT, "no such blob");
-    if (deferred_) deferred_->Overlay(*blob);
     return std::move(*blob);
   };
   return Annotated(get(), [&] { return "get blob " + std::to_string(id); });
@@ -199,13 +208,16 @@ Status SqliteCatalog::DeleteBlob(BlobId id) {
 
 Result<std::vector<Blob>> SqliteCatalog::ListBlobs() {
   auto list = [&]() -> Result<std::vector<Blob>> {
+    GPUFS_RETURN_IF_ERROR(Settle());
     GPUFS_ASSIGN_OR_RETURN(Statement stmt, db_->GetCachedStatement(kListBlobsSql));
     std::vector<Blob> blobs;
     while (true) {
       GPUFS_ASSIGN_OR_RETURN(StepResult step, stmt.Step());
       if (step == StepResult::kDone) return blobs;
       blobs.push_back(BlobFromRow(stmt));
-      if (deferred_) deferred_->Overlay(blobs.back());
+      if (deferred_) {
+        if (const Blob* pending = deferred_->PendingBlob(blobs.back().id)) blobs.back() = *pending;
+      }
     }
   };
   return Annotated(list(), [] { return std::string("list blobs"); });
@@ -213,6 +225,7 @@ Result<std::vector<Blob>> SqliteCatalog::ListBlobs() {
 
 Result<std::vector<BlobId>> SqliteCatalog::ListUnlinkedBlobs() {
   auto list = [&]() -> Result<std::vector<BlobId>> {
+    GPUFS_RETURN_IF_ERROR(Settle());
     GPUFS_ASSIGN_OR_RETURN(Statement stmt, db_->GetCachedStatement(kListUnlinkedBlobsSql));
     return ListIds(stmt);
   };
@@ -221,6 +234,10 @@ Result<std::vector<BlobId>> SqliteCatalog::ListUnlinkedBlobs() {
 
 Result<EntryId> SqliteCatalog::EntryOfBlob(BlobId blob) {
   auto find = [&]() -> Result<EntryId> {
+    // A pending create links only the blob it made.
+    if (deferred_) {
+      if (auto created = deferred_->CreatedOwner(blob)) return *created;
+    }
     GPUFS_ASSIGN_OR_RETURN(std::optional<EntryId> entry, FindEntryOfBlob(*db_, blob));
     if (!entry) return Error(ENOENT, "no entry links it");
     return *entry;
@@ -229,6 +246,10 @@ Result<EntryId> SqliteCatalog::EntryOfBlob(BlobId blob) {
 }
 
 Result<std::string> SqliteCatalog::GetXattr(EntryId id, std::string_view name) {
+  if (deferred_ && deferred_->Created(id) != nullptr) {  // made since: no attributes yet
+    return Error(ENODATA, "get xattr " + std::string(name) + " of " + std::to_string(id) +
+                              ": no such attribute");
+  }
   return Annotated(DoGetXattr(*db_, id, name),
                    [&] { return "get xattr " + std::string(name) + " of " + std::to_string(id); });
 }
@@ -240,6 +261,7 @@ Status SqliteCatalog::SetXattr(EntryId id, std::string_view name, std::string_vi
 }
 
 Result<std::vector<std::string>> SqliteCatalog::ListXattrs(EntryId id) {
+  if (deferred_ && deferred_->Created(id) != nullptr) return std::vector<std::string>();
   return Annotated(DoListXattrs(*db_, id), [&] { return "list xattrs of " + std::to_string(id); });
 }
 
