@@ -122,6 +122,10 @@ Result<std::unique_ptr<DeferredRows>> DeferredRows::Open(Db& db) {
   // What the last daemon left: the records after `applied`, in order.
   std::map<uint64_t, Record> found;
   size_t unreadable = 0;
+  if (st.st_size != 0 && static_cast<size_t>(st.st_size) != kFileBytes) {
+    GPUFS_LOG(WARN) << path << ": " << st.st_size << " bytes, not " << kFileBytes
+                    << ": not a log this gpufs wrote; its records are dropped";
+  }
   if (static_cast<size_t>(st.st_size) == kFileBytes) {
     std::vector<Record> records(kSlots);
     Status read = ReadAll(fd.get(), kHeaderBytes, std::as_writable_bytes(std::span(records)), path);
@@ -187,7 +191,7 @@ Result<std::unique_ptr<DeferredRows>> DeferredRows::Open(Db& db) {
   rows->next_seq_ = applied + 1 + run.size();
   if (!run.empty()) {
     GPUFS_LOG(INFO) << path << ": " << run.size()
-                    << " row update(s) the last daemon logged are written to the catalog";
+                    << " catalog write(s) the last daemon logged are written to the catalog";
   }
   Status flushed = rows->Flush();
   if (!flushed.ok()) return fail(flushed);
@@ -221,7 +225,7 @@ DeferredRows::~DeferredRows() {
     Status flushed = Flush();
     if (!flushed.ok()) {
       GPUFS_LOG(ERROR) << LogPath(db_.path()) << ": " << pending_.size()
-                       << " row update(s) stay in the log for the next start: "
+                       << " catalog write(s) stay in the log for the next start: "
                        << flushed.ToString();
     }
   }
