@@ -313,32 +313,55 @@ Status DeferredRows::Flush() {
 void DeferredRows::SawEntryId(EntryId id) { next_entry_id_ = std::max(next_entry_id_, id + 1); }
 void DeferredRows::SawBlobId(BlobId id) { next_blob_id_ = std::max(next_blob_id_, id + 1); }
 
+// Writes each row once, in the state the pending records leave it in (what
+// applying them one by one would leave): a create with the close mark and
+// seal that followed it is two INSERTs, and a parent is touched once.
 Status DeferredRows::ApplyPending() {
   boarded_ = 0;
   if (pending_.empty()) return Status::Ok();
-  for (const Row& row : pending_) {
-    // The checks were made when the record was: an error here other than
-    // the disk's cannot happen, so it is logged and the record passed over
-    // rather than holding up every later write.
-    auto check = [&](const Status& status) -> Status {
-      if (status.ok()) return status;
-      if (status.code() == EIO || status.code() == ENOSPC || status.code() == EROFS ||
-          status.code() == ENOMEM || status.code() == EBUSY) {
-        return status.Prepend("apply deferred catalog write " + std::to_string(row.seq));
-      }
-      GPUFS_LOG(ERROR) << "deferred catalog write " << row.seq
-                       << " passed over: " << status.ToString();
-      return Status::Ok();
-    };
-    if (row.kind == Row::Kind::kCreate) {
-      Status inserted = row.blob ? InsertBlob(db_, *row.blob).status() : Status::Ok();
-      if (inserted.ok()) inserted = InsertEntry(db_, *row.entry).status();
-      if (inserted.ok()) inserted = TouchEntry(db_, row.entry->parent, row.entry->ctime_ns);
-      GPUFS_RETURN_IF_ERROR(check(inserted));
-      continue;
+  // The checks were made when the records were: an error here other than
+  // the disk's cannot happen, so it is logged and the row passed over rather
+  // than holding up every later write.
+  auto check = [](const Status& status, const std::string& what) -> Result<bool> {
+    if (status.ok()) return true;
+    if (status.code() == EIO || status.code() == ENOSPC || status.code() == EROFS ||
+        status.code() == ENOMEM || status.code() == EBUSY) {
+      return status.Prepend("apply deferred catalog writes: " + what);
     }
-    if (row.blob) GPUFS_RETURN_IF_ERROR(check(UpdateBlobRow(db_, *row.blob)));
-    if (row.entry) GPUFS_RETURN_IF_ERROR(check(UpdateEntryAttrsRow(db_, *row.entry)));
+    GPUFS_LOG(ERROR) << "deferred catalog write passed over (" << what
+                     << "): " << status.ToString();
+    return false;
+  };
+  std::vector<EntryId> created;
+  created.reserve(created_.size());
+  for (const auto& [id, entry] : created_) created.push_back(id);
+  std::sort(created.begin(), created.end());  // parents before their children
+  for (EntryId id : created) {
+    const Entry& entry = created_.at(id);
+    if (entry.blob != 0) {
+      auto blob = blobs_.find(entry.blob);
+      Status inserted = blob == blobs_.end() ? Error(EINVAL, "its blob row is missing")
+                                             : InsertBlob(db_, blob->second).status();
+      GPUFS_ASSIGN_OR_RETURN(bool ok, check(inserted, "create blob " + std::to_string(entry.blob)));
+      if (!ok) continue;
+    }
+    GPUFS_RETURN_IF_ERROR(
+        check(InsertEntry(db_, entry).status(), "create entry " + std::to_string(id)).status());
+  }
+  for (const auto& [id, blob] : blobs_) {
+    if (created_owners_.contains(id)) continue;
+    GPUFS_RETURN_IF_ERROR(check(UpdateBlobRow(db_, blob), "blob " + std::to_string(id)).status());
+  }
+  for (const auto& [id, patch] : patches_) {
+    Status patched;
+    if (patch.attrs) {
+      Entry attrs = *patch.attrs;
+      if (patch.touched) attrs.mtime_ns = attrs.ctime_ns = *patch.touched;
+      patched = UpdateEntryAttrsRow(db_, attrs);
+    } else if (patch.touched) {
+      patched = TouchEntry(db_, id, *patch.touched);
+    }
+    GPUFS_RETURN_IF_ERROR(check(patched, "entry " + std::to_string(id)).status());
   }
   GPUFS_ASSIGN_OR_RETURN(Statement stmt, db_.GetCachedStatement(kSetAppliedSql));
   stmt.BindInt64(0, static_cast<int64_t>(pending_.back().seq));

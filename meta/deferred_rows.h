@@ -11,12 +11,13 @@
 //   synchronous=NORMAL does; like those, the last records may be lost to a
 //   power failure, and then only as a suffix (never an earlier record
 //   without the later ones).
-// - Every write transaction of the connection (BEGIN IMMEDIATE) applies the
-//   pending records first, in order, and stores the last one's sequence
-//   number (settings.deferred_applied) in the same transaction: the database
-//   is always a prefix of the history, and no record is applied twice. More
-//   than kMaxPending pending records are written in a transaction of their
-//   own.
+// - Every write transaction of the connection (BEGIN IMMEDIATE) first writes
+//   the rows the pending records change, each once, in the state the records
+//   leave it in (as applying them in order would), and stores the last
+//   record's sequence number (settings.deferred_applied) in the same
+//   transaction: the database is always a prefix of the history, and no
+//   record is applied twice. More than kMaxPending pending records are
+//   written in a transaction of their own.
 // - Open replays the records after deferred_applied (a contiguous run; a
 //   record that is torn or not this catalog's, by its CRC and the catalog's
 //   key, ends the run), commits them and clears the log.
