@@ -67,13 +67,7 @@ void CachingCatalog::Remember(const Entry& entry) {
 void CachingCatalog::SetAttrs(const Entry& entry) {
   auto it = entries_.find(entry.id);
   if (it == entries_.end()) return;
-  Entry& row = it->second;
-  row.mode = (row.mode & S_IFMT) | (entry.mode & ~static_cast<uint32_t>(S_IFMT));
-  row.uid = entry.uid;
-  row.gid = entry.gid;
-  row.atime_ns = entry.atime_ns;
-  row.mtime_ns = entry.mtime_ns;
-  row.ctime_ns = entry.ctime_ns;
+  CopyEntryAttrs(it->second, entry);
 }
 
 void CachingCatalog::Touch(EntryId parent, int64_t t) {
@@ -129,7 +123,7 @@ Result<Entry> CachingCatalog::Lookup(EntryId parent, std::string_view name) {
 }
 
 Result<std::vector<Entry>> CachingCatalog::ListChildren(EntryId parent, EntryId after,
-                                                       size_t limit) {
+                                                        size_t limit) {
   Result<std::vector<Entry>> children = inner_->ListChildren(parent, after, limit);
   if (children.ok()) {
     for (const Entry& child : *children) Remember(child);

@@ -18,6 +18,8 @@
 // calls under its own lock.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -49,6 +51,17 @@ struct Entry {
   BlobId blob = 0;  // kBlob: the blob it links; 0 for objects
 };
 
+// Copies what UpdateEntryAttrs stores (the permission bits, owner and
+// times) from `attrs` onto `row`; row's type bits stay.
+inline void CopyEntryAttrs(Entry& row, const Entry& attrs) {
+  row.mode = (row.mode & S_IFMT) | (attrs.mode & ~static_cast<uint32_t>(S_IFMT));
+  row.uid = attrs.uid;
+  row.gid = attrs.gid;
+  row.atime_ns = attrs.atime_ns;
+  row.mtime_ns = attrs.mtime_ns;
+  row.ctime_ns = attrs.ctime_ns;
+}
+
 struct Blob {
   BlobId id = 0;
   std::string device;  // "host", "cuda:0", ...: which store holds the bytes
@@ -72,8 +85,7 @@ class Catalog {
   virtual Result<Entry> Lookup(EntryId parent, std::string_view name) = 0;
   // Children of `parent` whose id is greater than `after`, in id order, at
   // most `limit` of them.
-  virtual Result<std::vector<Entry>> ListChildren(EntryId parent, EntryId after,
-                                                  size_t limit) = 0;
+  virtual Result<std::vector<Entry>> ListChildren(EntryId parent, EntryId after, size_t limit) = 0;
   virtual Result<bool> HasChildren(EntryId parent) = 0;
   // Objects (subdirectories) directly under `parent`: its st_nlink is 2 + this.
   virtual Result<uint64_t> CountChildObjects(EntryId parent) = 0;
@@ -144,8 +156,7 @@ class Catalog {
   virtual Result<std::string> GetXattr(EntryId id, std::string_view name) = 0;
   // flags: 0, XATTR_CREATE (EEXIST if present) or XATTR_REPLACE (ENODATA if
   // absent). ENOENT when the entry is gone.
-  virtual Status SetXattr(EntryId id, std::string_view name, std::string_view value,
-                          int flags) = 0;
+  virtual Status SetXattr(EntryId id, std::string_view name, std::string_view value, int flags) = 0;
   // Names in name order.
   virtual Result<std::vector<std::string>> ListXattrs(EntryId id) = 0;
   virtual Status RemoveXattr(EntryId id, std::string_view name) = 0;  // ENODATA

@@ -157,8 +157,8 @@ Status UpdateBlobRow(Db& db, const Blob& blob) {
 }
 
 Result<EntryId> InsertEntry(Db& db, const Entry& entry) {
-  GPUFS_ASSIGN_OR_RETURN(Statement stmt,
-                         db.GetCachedStatement(entry.id != 0 ? kInsertEntryAsSql : kInsertEntrySql));
+  GPUFS_ASSIGN_OR_RETURN(
+      Statement stmt, db.GetCachedStatement(entry.id != 0 ? kInsertEntryAsSql : kInsertEntrySql));
   if (entry.id != 0) stmt.BindInt64(10, I64(entry.id));
   stmt.BindInt64(0, I64(entry.parent));
   stmt.BindText(1, entry.name);

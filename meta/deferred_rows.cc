@@ -84,8 +84,7 @@ Result<std::pair<uint64_t, uint64_t>> ReadKeyAndApplied(Db& db) {
   GPUFS_ASSIGN_OR_RETURN(int64_t key, ReadSetting(db, "deferred_key"));
   GPUFS_ASSIGN_OR_RETURN(int64_t applied, ReadSetting(db, "deferred_applied"));
   GPUFS_RETURN_IF_ERROR(txn.Commit());
-  return std::pair<uint64_t, uint64_t>(static_cast<uint64_t>(key),
-                                       static_cast<uint64_t>(applied));
+  return std::pair<uint64_t, uint64_t>(static_cast<uint64_t>(key), static_cast<uint64_t>(applied));
 }
 
 // The fields, then the name (the bytes after it are not the record's).
@@ -140,8 +139,8 @@ Result<std::unique_ptr<DeferredRows>> DeferredRows::Open(Db& db) {
     }
   }
   std::vector<Row> run;
-  for (auto it = found.find(applied + 1); it != found.end() && it->first == applied + 1 + run.size();
-       ++it) {
+  for (auto it = found.find(applied + 1);
+       it != found.end() && it->first == applied + 1 + run.size(); ++it) {
     const Record& r = it->second;
     Row row;
     row.seq = r.seq;
@@ -175,9 +174,8 @@ Result<std::unique_ptr<DeferredRows>> DeferredRows::Open(Db& db) {
   }
   if (run.size() < found.size() || unreadable > 0) {
     // Only a torn last write or a power failure leaves these: a suffix.
-    GPUFS_LOG(WARN) << path << ": " << found.size() - run.size()
-                    << " record(s) after a gap and " << unreadable
-                    << " that do not check out were dropped";
+    GPUFS_LOG(WARN) << path << ": " << found.size() - run.size() << " record(s) after a gap and "
+                    << unreadable << " that do not check out were dropped";
   }
 
   void* map = ::mmap(nullptr, kFileBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
@@ -203,9 +201,8 @@ Result<std::unique_ptr<DeferredRows>> DeferredRows::Open(Db& db) {
   rows->SawBlobId(*last_blob);
   // Everything is in the database now: a fresh log, its blocks allocated by
   // writing them, so that a store into the mapping never meets a full disk.
-  Status cleared = ::ftruncate(rows->fd_.get(), 0) == 0
-                       ? Status::Ok()
-                       : PosixError("truncate", errno);
+  Status cleared =
+      ::ftruncate(rows->fd_.get(), 0) == 0 ? Status::Ok() : PosixError("truncate", errno);
   if (cleared.ok()) {
     std::vector<std::byte> zeros(kFileBytes);
     std::memcpy(zeros.data(), kMagic, sizeof kMagic);
@@ -293,8 +290,8 @@ Status DeferredRows::Append(Row row) {
     }
   }
   const uint32_t crc = RecordCrc(key_, r);
-  auto* slot = reinterpret_cast<Record*>(static_cast<std::byte*>(map_) + kHeaderBytes) +
-               row.seq % kSlots;
+  auto* slot =
+      reinterpret_cast<Record*>(static_cast<std::byte*>(map_) + kHeaderBytes) + row.seq % kSlots;
   std::memcpy(slot, &r, offsetof(Record, name) + r.name_len);
   std::atomic_ref<uint32_t>(slot->crc).store(crc, std::memory_order_release);
   ++next_seq_;
@@ -389,19 +386,6 @@ std::string DeferredRows::NameKey(EntryId parent, std::string_view name) {
   return key;
 }
 
-namespace {
-
-void SetAttrs(Entry& entry, const Entry& attrs) {
-  entry.mode = (entry.mode & S_IFMT) | (attrs.mode & ~static_cast<uint32_t>(S_IFMT));
-  entry.uid = attrs.uid;
-  entry.gid = attrs.gid;
-  entry.atime_ns = attrs.atime_ns;
-  entry.mtime_ns = attrs.mtime_ns;
-  entry.ctime_ns = attrs.ctime_ns;
-}
-
-}  // namespace
-
 void DeferredRows::Remember(const Row& row) {
   if (row.blob) blobs_[row.blob->id] = *row.blob;
   if (!row.entry) return;
@@ -419,7 +403,7 @@ void DeferredRows::Remember(const Row& row) {
     return;
   }
   if (auto it = created_.find(entry.id); it != created_.end()) {
-    SetAttrs(it->second, entry);
+    CopyEntryAttrs(it->second, entry);
   } else {
     Patch& patch = patches_[entry.id];
     patch.attrs = entry;
@@ -453,7 +437,7 @@ const Blob* DeferredRows::PendingBlob(BlobId id) const {
 void DeferredRows::Overlay(Entry& entry) const {
   auto it = patches_.find(entry.id);
   if (it == patches_.end()) return;
-  if (it->second.attrs) SetAttrs(entry, *it->second.attrs);
+  if (it->second.attrs) CopyEntryAttrs(entry, *it->second.attrs);
   if (it->second.touched) entry.mtime_ns = entry.ctime_ns = *it->second.touched;
 }
 

@@ -111,7 +111,7 @@ class DeferredRows {
   };
   // Pending changes to an entry row that is in SQLite.
   struct Patch {
-    std::optional<Entry> attrs;  // mode, uid, gid and times
+    std::optional<Entry> attrs;      // mode, uid, gid and times
     std::optional<int64_t> touched;  // mtime = ctime, after attrs
   };
   DeferredRows(Db& db, UniqueFd fd, void* map, uint64_t key, uint64_t applied);

@@ -215,8 +215,9 @@ Result<std::unique_ptr<Db>> Db::Open(const std::string& path, Locking locking) {
   // NOMUTEX: a Db is used by one thread at a time (see the header), so the
   // connection's own mutex, taken by every bind, step and column call, only
   // costs time.
-  int rc = sqlite3_open_v2(path.c_str(), &raw,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  int rc =
+      sqlite3_open_v2(path.c_str(), &raw,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     Status status = SqliteError(context, raw, rc);
     sqlite3_close_v2(raw);  // a handle comes back even on failure (unless out of memory)

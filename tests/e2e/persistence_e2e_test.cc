@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <vector>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "tests/support/mount_fixture.h"
 
