@@ -12,10 +12,10 @@
 // open any more); the core sweeps them at start-up.
 //
 // Every method happens whole or not at all, and is durable (against the
-// death of the process) when it returns: one SQLite transaction, or, for the
-// updates of existing rows in the daemon's catalog, a record that rides in
-// the next one (meta/deferred_rows.h). Not thread-safe: the core serialises
-// calls under its own lock.
+// death of the process) when it returns: one SQLite transaction, or, for a
+// create and the update of an existing row in the daemon's catalog, a record
+// that rides in a later one (meta/deferred_rows.h). Not thread-safe: the
+// core serialises calls under its own lock.
 #pragma once
 
 #include <sys/stat.h>

@@ -31,8 +31,9 @@ namespace gpufs {
 // - With Locking::kExclusive (the daemon's), CreateEntry, UpdateBlob,
 //   UpdateEntryAttrs and UpdateBlobAndEntryAttrs make their checks and go to
 //   a log beside the database file (meta/deferred_rows.h): durable when they
-//   return, written with the next write transaction (whatever it is), seen by
-//   reads at once (scans write pending creates first).
+//   return, written by the next write transaction (whatever it is) or once
+//   DeferredRows::kMaxPending are pending, seen by reads at once (scans
+//   write pending creates first).
 //   With Locking::kShared every call writes SQLite before it returns, for
 //   tests that look at the file over a second connection.
 //
