@@ -58,8 +58,10 @@ constexpr char kInsertBlobSql[] =
 constexpr char kInsertBlobAsSql[] =
     "INSERT INTO blobs (device, size, state, owner_uid, arena, offset, closed, id)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
-// The highest id each AUTOINCREMENT table has handed out.
+// The highest id each AUTOINCREMENT table has handed out, and raising it
+// to ids taken outside SQLite (meta/deferred_rows.h).
 constexpr char kLastIdSql[] = "SELECT seq FROM sqlite_sequence WHERE name = ?";
+constexpr char kRaiseLastIdSql[] = "UPDATE sqlite_sequence SET seq = MAX(seq, ?) WHERE name = ?";
 constexpr char kUpdateBlobSql[] =
     "UPDATE blobs SET device = ?, size = ?, state = ?, owner_uid = ?, arena = ?, offset = ?,"
     " closed = ? WHERE id = ?";

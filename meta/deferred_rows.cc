@@ -183,6 +183,10 @@ Result<std::unique_ptr<DeferredRows>> DeferredRows::Open(Db& db) {
       new DeferredRows(db, std::move(fd), map == MAP_FAILED ? nullptr : map, key, applied));
   if (rows->map_ == nullptr) return fail(PosixError("mmap", errno));
   for (Row& row : run) {
+    if (row.kind == Row::Kind::kCreate && row.entry) {  // ids the last daemon handed out
+      rows->SawEntryId(row.entry->id);
+      if (row.blob) rows->SawBlobId(row.blob->id);
+    }
     rows->Remember(row);
     rows->pending_.push_back(std::move(row));
   }
@@ -344,6 +348,16 @@ Status DeferredRows::ApplyPending() {
     }
     GPUFS_RETURN_IF_ERROR(
         check(InsertEntry(db_, entry).status(), "create entry " + std::to_string(id)).status());
+  }
+  if (!created.empty()) {
+    // Every id handed out stays taken, even one whose row was passed over.
+    for (const auto& [table, next] :
+         {std::pair<const char*, uint64_t>{"entries", next_entry_id_}, {"blobs", next_blob_id_}}) {
+      GPUFS_ASSIGN_OR_RETURN(Statement stmt, db_.GetCachedStatement(kRaiseLastIdSql));
+      stmt.BindInt64(0, static_cast<int64_t>(next - 1));
+      stmt.BindText(1, table);
+      GPUFS_RETURN_IF_ERROR(stmt.Run());
+    }
   }
   for (const auto& [id, blob] : blobs_) {
     if (created_owners_.contains(id)) continue;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 
 #include "meta/sqlite_catalog.h"
@@ -191,6 +192,38 @@ TEST_F(DeferredRowsTest, AnotherCatalogsLogIsIgnored) {
   }
   Reopen(Locking::kExclusive);
   EXPECT_EQ(catalog_->GetBlob(file_.blob)->size, 6u);
+}
+
+TEST_F(DeferredRowsTest, AnIdHandedOutIsNeverHandedOutAgain) {
+  // A create whose rows cannot be written at replay (its blob id was taken
+  // meanwhile, over a second connection) is passed over; its entry id was
+  // handed out all the same, and the next create must not get it again.
+  EntryId lost = 0;
+  RunAndDie([&](SqliteCatalog& c) {
+    auto made = c.CreateEntry(NewEntry(kRootEntryId, "x", EntryKind::kBlob), Unsealed());
+    ASSERT_TRUE(made.ok());
+    std::ofstream(dir_.path() + "/ids") << made->id << " " << made->blob;
+  });
+  BlobId taken = 0;
+  std::ifstream(dir_.path() + "/ids") >> lost >> taken;
+  ASSERT_NE(lost, 0u);
+  {
+    auto db = Db::Open(path_);
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE(
+        (*db)
+            ->Execute("INSERT INTO blobs (id, device, size, state, owner_uid, arena, offset,"
+                      " closed) VALUES (" +
+                      std::to_string(taken) + ", 'host', 0, 1, 0, 0, 0, 0)")
+            .ok());
+  }
+  Reopen(Locking::kExclusive);
+  EXPECT_EQ(catalog_->Lookup(kRootEntryId, "x").status().code(), ENOENT);
+  // Again from SQLite's own counter alone: a start with nothing pending.
+  Reopen(Locking::kExclusive);
+  auto next = catalog_->CreateEntry(NewEntry(kRootEntryId, "y", EntryKind::kBlob), Unsealed());
+  ASSERT_TRUE(next.ok());
+  EXPECT_GT(next->id, lost);
 }
 
 TEST_F(DeferredRowsTest, ManyUpdatesNeverOverrunTheLog) {
