@@ -382,6 +382,7 @@ Status DeferredRows::ApplyPending() {
 }
 
 void DeferredRows::Applied() {
+  ++commits_;
   if (boarded_ == 0) return;
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(boarded_));
   boarded_ = 0;

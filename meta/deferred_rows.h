@@ -101,6 +101,10 @@ class DeferredRows {
   // Brings an entry row read from SQLite up to date with pending records.
   void Overlay(Entry& entry) const;
   size_t pending() const { return pending_.size(); }
+  // Write transactions committed on the connection so far: a row only a
+  // transaction changes (an entry's parent or kind) is as it was while this
+  // stays the same.
+  uint64_t commits() const { return commits_; }
 
  private:
   struct Row {
@@ -132,6 +136,7 @@ class DeferredRows {
   BlobId next_blob_id_ = 1;
   std::vector<Row> pending_;  // in sequence order
   size_t boarded_ = 0;        // pending_ rows the open transaction applied
+  uint64_t commits_ = 0;
   // What the pending rows say, for reads.
   std::unordered_map<EntryId, Entry> created_;
   std::unordered_map<std::string, EntryId> created_names_;  // NameKey -> id

@@ -314,8 +314,11 @@ Result<Entry> SqliteCatalog::DeferCreate(const Entry& entry, const std::optional
     if (parent->kind != EntryKind::kObject) {
       return Error(ENOTDIR, "parent " + std::to_string(entry.parent) + " is not an object");
     }
-  } else {
+  } else if (checked_parent_ == 0 || entry.parent != checked_parent_ ||
+             deferred_->commits() != checked_parent_commits_) {
     GPUFS_RETURN_IF_ERROR(CheckParent(*db_, entry.parent));
+    checked_parent_ = entry.parent;
+    checked_parent_commits_ = deferred_->commits();
   }
   if (auto taken = deferred_->CreatedName(entry.parent, entry.name)) {
     return Error(EEXIST, "name taken by entry " + std::to_string(*taken));

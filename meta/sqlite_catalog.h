@@ -102,6 +102,10 @@ class SqliteCatalog final : public Catalog {
 
   std::unique_ptr<Db> db_;
   std::unique_ptr<DeferredRows> deferred_;  // after db_: goes first
+  // The parent DeferCreate last found able to take children, and
+  // deferred_->commits() then: it still can while no transaction committed.
+  EntryId checked_parent_ = 0;  // 0: none (no parent 0 can take children)
+  uint64_t checked_parent_commits_ = 0;
   // CountEntries's answer, kept live by every call that attaches or detaches
   // an entry once it has been counted, so statfs does not scan the catalog.
   std::optional<uint64_t> attached_;
