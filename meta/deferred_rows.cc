@@ -96,6 +96,67 @@ uint32_t RecordCrc(uint64_t key, const Record& record) {
   return Crc32c(crc, bytes.subspan(offsetof(Record, name), name));
 }
 
+// A record's fields from a row's parts (the caller sets seq and crc).
+Record Encode(bool create, const std::optional<Blob>& blob, const std::optional<Entry>& entry) {
+  Record r;
+  std::memset(&r, 0, offsetof(Record, name));
+  r.kind = create ? kCreate : kUpdate;
+  if (blob) {
+    r.has |= kHasBlob;
+    r.blob_id = blob->id;
+    r.size = blob->size;
+    r.state = static_cast<uint32_t>(blob->state);
+    r.owner_uid = blob->owner_uid;
+    r.closed = blob->closed ? 1 : 0;
+    std::memcpy(r.device, blob->device.data(), blob->device.size());
+  }
+  if (entry) {
+    r.has |= kHasEntry;
+    r.entry_id = entry->id;
+    r.parent = entry->parent;
+    r.entry_blob = entry->blob;
+    r.entry_kind = static_cast<uint32_t>(entry->kind);
+    r.mode = entry->mode;
+    r.uid = entry->uid;
+    r.gid = entry->gid;
+    r.atime_ns = entry->atime_ns;
+    r.mtime_ns = entry->mtime_ns;
+    r.ctime_ns = entry->ctime_ns;
+    if (create) {
+      r.name_len = static_cast<uint32_t>(entry->name.size());
+      std::memcpy(r.name, entry->name.data(), entry->name.size());
+    }
+  }
+  return r;
+}
+
+// The inverse of Encode.
+void Decode(const Record& r, std::optional<Blob>& blob, std::optional<Entry>& entry) {
+  if (r.has & kHasBlob) {
+    blob.emplace();
+    blob->id = r.blob_id;
+    blob->device.assign(r.device, strnlen(r.device, sizeof r.device));
+    blob->size = r.size;
+    blob->state = static_cast<BlobState>(r.state);
+    blob->owner_uid = r.owner_uid;
+    blob->closed = r.closed != 0;
+  }
+  if (r.has & kHasEntry) {
+    entry.emplace();
+    entry->id = r.entry_id;
+    entry->parent = r.parent;
+    entry->name.assign(r.name, std::min<size_t>(r.name_len, sizeof r.name));
+    entry->kind = static_cast<EntryKind>(r.entry_kind);
+    entry->blob = r.entry_blob;
+    entry->mode = r.mode;
+    entry->uid = r.uid;
+    entry->gid = r.gid;
+    entry->atime_ns = r.atime_ns;
+    entry->mtime_ns = r.mtime_ns;
+    entry->ctime_ns = r.ctime_ns;
+  }
+}
+
 Result<uint64_t> LastId(Db& db, std::string_view table) {
   GPUFS_ASSIGN_OR_RETURN(Statement stmt, db.GetCachedStatement(kLastIdSql));
   stmt.BindText(0, table);
@@ -143,33 +204,8 @@ Result<std::unique_ptr<DeferredRows>> DeferredRows::Open(Db& db) {
        it != found.end() && it->first == applied + 1 + run.size(); ++it) {
     const Record& r = it->second;
     Row row;
-    row.seq = r.seq;
     row.kind = r.kind == kCreate ? Row::Kind::kCreate : Row::Kind::kUpdate;
-    if (r.has & kHasBlob) {
-      Blob blob;
-      blob.id = r.blob_id;
-      blob.device.assign(r.device, strnlen(r.device, sizeof r.device));
-      blob.size = r.size;
-      blob.state = static_cast<BlobState>(r.state);
-      blob.owner_uid = r.owner_uid;
-      blob.closed = r.closed != 0;
-      row.blob = blob;
-    }
-    if (r.has & kHasEntry) {
-      Entry entry;
-      entry.id = r.entry_id;
-      entry.parent = r.parent;
-      entry.name.assign(r.name, std::min<size_t>(r.name_len, sizeof r.name));
-      entry.kind = static_cast<EntryKind>(r.entry_kind);
-      entry.blob = r.entry_blob;
-      entry.mode = r.mode;
-      entry.uid = r.uid;
-      entry.gid = r.gid;
-      entry.atime_ns = r.atime_ns;
-      entry.mtime_ns = r.mtime_ns;
-      entry.ctime_ns = r.ctime_ns;
-      row.entry = entry;
-    }
+    Decode(r, row.blob, row.entry);
     run.push_back(std::move(row));
   }
   if (run.size() < found.size() || unreadable > 0) {
@@ -188,8 +224,8 @@ Result<std::unique_ptr<DeferredRows>> DeferredRows::Open(Db& db) {
       if (row.blob) rows->SawBlobId(row.blob->id);
     }
     rows->Remember(row);
-    rows->pending_.push_back(std::move(row));
   }
+  rows->pending_ = run.size();
   rows->next_seq_ = applied + 1 + run.size();
   if (!run.empty()) {
     GPUFS_LOG(INFO) << path << ": " << run.size()
@@ -222,10 +258,10 @@ DeferredRows::DeferredRows(Db& db, UniqueFd fd, void* map, uint64_t key, uint64_
 }
 
 DeferredRows::~DeferredRows() {
-  if (!pending_.empty()) {
+  if (pending_ > 0) {
     Status flushed = Flush();
     if (!flushed.ok()) {
-      GPUFS_LOG(ERROR) << LogPath(db_.path()) << ": " << pending_.size()
+      GPUFS_LOG(ERROR) << LogPath(db_.path()) << ": " << pending_
                        << " catalog write(s) stay in the log for the next start: "
                        << flushed.ToString();
     }
@@ -259,53 +295,22 @@ Status DeferredRows::Append(Row row) {
   if (!Fits(row.blob ? &*row.blob : nullptr, row.entry ? &*row.entry : nullptr)) {
     return Error(ENAMETOOLONG, "a device or entry name too long for the log");
   }
-  if (pending_.size() >= kMaxPending) GPUFS_RETURN_IF_ERROR(Flush());
-  row.seq = next_seq_;
-  Record r;
-  std::memset(&r, 0, offsetof(Record, name));
-  r.seq = row.seq;
-  r.kind = row.kind == Row::Kind::kCreate ? kCreate : kUpdate;
-  if (row.blob) {
-    const Blob& blob = *row.blob;
-    r.has |= kHasBlob;
-    r.blob_id = blob.id;
-    r.size = blob.size;
-    r.state = static_cast<uint32_t>(blob.state);
-    r.owner_uid = blob.owner_uid;
-    r.closed = blob.closed ? 1 : 0;
-    std::memcpy(r.device, blob.device.data(), blob.device.size());
-  }
-  if (row.entry) {
-    const Entry& entry = *row.entry;
-    r.has |= kHasEntry;
-    r.entry_id = entry.id;
-    r.parent = entry.parent;
-    r.entry_blob = entry.blob;
-    r.entry_kind = static_cast<uint32_t>(entry.kind);
-    r.mode = entry.mode;
-    r.uid = entry.uid;
-    r.gid = entry.gid;
-    r.atime_ns = entry.atime_ns;
-    r.mtime_ns = entry.mtime_ns;
-    r.ctime_ns = entry.ctime_ns;
-    if (row.kind == Row::Kind::kCreate) {
-      r.name_len = static_cast<uint32_t>(entry.name.size());
-      std::memcpy(r.name, entry.name.data(), entry.name.size());
-    }
-  }
+  if (pending_ >= kMaxPending) GPUFS_RETURN_IF_ERROR(Flush());
+  Record r = Encode(row.kind == Row::Kind::kCreate, row.blob, row.entry);
+  r.seq = next_seq_;
   const uint32_t crc = RecordCrc(key_, r);
   auto* slot =
-      reinterpret_cast<Record*>(static_cast<std::byte*>(map_) + kHeaderBytes) + row.seq % kSlots;
+      reinterpret_cast<Record*>(static_cast<std::byte*>(map_) + kHeaderBytes) + r.seq % kSlots;
   std::memcpy(slot, &r, offsetof(Record, name) + r.name_len);
   std::atomic_ref<uint32_t>(slot->crc).store(crc, std::memory_order_release);
   ++next_seq_;
   Remember(row);
-  pending_.push_back(std::move(row));
+  ++pending_;
   return Status::Ok();
 }
 
 Status DeferredRows::Flush() {
-  if (pending_.empty()) return Status::Ok();
+  if (pending_ == 0) return Status::Ok();
   Transaction txn(db_);  // Begin applies them
   GPUFS_RETURN_IF_ERROR(txn.Begin());
   return txn.Commit();
@@ -318,8 +323,8 @@ void DeferredRows::SawBlobId(BlobId id) { next_blob_id_ = std::max(next_blob_id_
 // applying them one by one would leave): a create with the close mark and
 // seal that followed it is two INSERTs, and a parent is touched once.
 Status DeferredRows::ApplyPending() {
-  boarded_ = 0;
-  if (pending_.empty()) return Status::Ok();
+  boarded_ = false;
+  if (pending_ == 0) return Status::Ok();
   // The checks were made when the records were: an error here other than
   // the disk's cannot happen, so it is logged and the row passed over rather
   // than holding up every later write.
@@ -375,23 +380,22 @@ Status DeferredRows::ApplyPending() {
     GPUFS_RETURN_IF_ERROR(check(patched, "entry " + std::to_string(id)).status());
   }
   GPUFS_ASSIGN_OR_RETURN(Statement stmt, db_.GetCachedStatement(kSetAppliedSql));
-  stmt.BindInt64(0, static_cast<int64_t>(pending_.back().seq));
+  stmt.BindInt64(0, static_cast<int64_t>(next_seq_ - 1));
   GPUFS_RETURN_IF_ERROR(stmt.Run());
-  boarded_ = pending_.size();
+  boarded_ = true;
   return Status::Ok();
 }
 
 void DeferredRows::Applied() {
   ++commits_;
-  if (boarded_ == 0) return;
-  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(boarded_));
-  boarded_ = 0;
+  if (!boarded_) return;
+  boarded_ = false;
+  pending_ = 0;
   created_.clear();
   created_names_.clear();
   created_owners_.clear();
   blobs_.clear();
   patches_.clear();
-  for (const Row& row : pending_) Remember(row);
 }
 
 std::string DeferredRows::NameKey(EntryId parent, std::string_view name) {

@@ -100,7 +100,7 @@ class DeferredRows {
   bool HoldsEntry(EntryId id) const { return created_.contains(id) || patches_.contains(id); }
   // Brings an entry row read from SQLite up to date with pending records.
   void Overlay(Entry& entry) const;
-  size_t pending() const { return pending_.size(); }
+  size_t pending() const { return pending_; }
   // Write transactions committed on the connection so far: a row only a
   // transaction changes (an entry's parent or kind) is as it was while this
   // stays the same.
@@ -109,7 +109,6 @@ class DeferredRows {
  private:
   struct Row {
     enum class Kind { kCreate, kUpdate } kind = Kind::kUpdate;
-    uint64_t seq = 0;
     std::optional<Blob> blob;
     std::optional<Entry> entry;  // kCreate: the whole row; kUpdate: attributes
   };
@@ -134,8 +133,10 @@ class DeferredRows {
   uint64_t next_seq_;
   EntryId next_entry_id_ = 1;
   BlobId next_blob_id_ = 1;
-  std::vector<Row> pending_;  // in sequence order
-  size_t boarded_ = 0;        // pending_ rows the open transaction applied
+  // Records after the last applied one (sequence numbers up to next_seq_ - 1);
+  // the maps below hold what they say.
+  size_t pending_ = 0;
+  bool boarded_ = false;  // the open transaction writes them all
   uint64_t commits_ = 0;
   // What the pending rows say, for reads.
   std::unordered_map<EntryId, Entry> created_;
