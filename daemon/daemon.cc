@@ -18,12 +18,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <thread>
 
 #include "core/namespace.h"
 #include "fs/fd_server.h"
-#include "fs/fuse_server.h"
 #include "fs/socket_registry.h"
+#include "fs/fuse_server.h"
 #include "meta/caching_catalog.h"
 #include "meta/sqlite_catalog.h"
 #include "store/store_factory.h"
@@ -72,7 +71,6 @@ std::vector<std::string> WorkerArgv(const MountConfig& config) {
     argv.insert(argv.end(), {"--capacity", tiers});
   }
   if (config.persist) argv.push_back("--persist");
-  if (config.spin_us) argv.insert(argv.end(), {"--spin-us", std::to_string(*config.spin_us)});
   if (config.foreground) argv.push_back("--foreground");
   if (config.debug) argv.push_back("--debug");
   return argv;
@@ -216,7 +214,6 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   FuseOptions fuse;
   fuse.debug = config.debug;
   fuse.fd_server = fd_server->get();
-  fuse.spin_us = SpinMicros(config, std::thread::hardware_concurrency());
   auto on_ready = [&]() {
     if (config.foreground) return;
     int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);

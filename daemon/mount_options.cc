@@ -52,27 +52,7 @@ Status ParseIpc(const std::string& value, MountConfig* config) {
   return Status::Ok();
 }
 
-// "auto" or microseconds, 0 (never spin) to 10000.
-Status ParseSpin(const std::string& value, MountConfig* config) {
-  if (value == "auto") {
-    config->spin_us.reset();
-    return Status::Ok();
-  }
-  char* end = nullptr;
-  long us = std::strtol(value.c_str(), &end, 10);
-  if (value.empty() || *end != '\0' || us < 0 || us > 10000) {
-    return Error(EINVAL, "spin '" + value + "': want auto or microseconds from 0 to 10000");
-  }
-  config->spin_us = static_cast<int>(us);
-  return Status::Ok();
-}
-
 }  // namespace
-
-int SpinMicros(const MountConfig& config, unsigned cpus) {
-  if (config.spin_us) return *config.spin_us;
-  return cpus >= kSpinMinCpus ? kAutoSpinUs : 0;
-}
 
 Status ParseCapacity(const std::string& value, MountConfig* config) {
   if (value.find('=') == std::string::npos) {
@@ -122,8 +102,6 @@ Status ApplyMountOptions(const std::string& options, MountConfig* config) {
       GPUFS_RETURN_IF_ERROR(ParseIpc(value, config));
     } else if (key == "host_tier") {
       GPUFS_RETURN_IF_ERROR(ParseHostTier(value, config));
-    } else if (key == "spin_us") {
-      GPUFS_RETURN_IF_ERROR(ParseSpin(value, config));
     } else if (key == "socket") {
       if (value.empty()) return Error(EINVAL, "socket= needs a path");
       config->socket = value;
@@ -160,7 +138,7 @@ std::string Usage(ArgStyle style) {
   if (style == ArgStyle::kMountHelper) {
     return "usage: mount.gpufs SOURCE DIR [-sfnv] [-o state=DIR,store=auto|gpu|host,"
            "ipc=auto|vmm|legacy,host_tier=auto|memory|files,socket=PATH,devices=0:1,"
-           "spin_us=auto|N,capacity=SIZE,capacity.TIER=SIZE,persist,debug,noallow_other,...]\n";
+           "capacity=SIZE,capacity.TIER=SIZE,persist,debug,noallow_other,...]\n";
   }
   return "usage: gpufs mount MOUNTPOINT [options]\n"
          "  --state DIR        catalog, host store and log (default $XDG_STATE_HOME/gpufs,\n"
@@ -182,11 +160,6 @@ std::string Usage(ArgStyle style) {
          "                     tier: cuda:0=100G,host=64G,disk=1T (a full GPU spills\n"
          "                     cold blobs to host memory, host to disk)\n"
          "  --persist          write every sealed blob behind to the disk tier\n"
-         "  --spin-us N|auto   after a request, poll the FUSE device this many\n"
-         "                     microseconds before sleeping: lower latency for\n"
-         "                     metadata-heavy work, up to one CPU busy while requests\n"
-         "                     keep coming; auto: 50 on machines with 8 or more CPUs,\n"
-         "                     else 0 (off)\n"
          "  -f, --foreground   stay in the foreground, log to stderr\n"
          "  -d, --debug        trace every FUSE request (implies --foreground)\n"
          "  -o OPTIONS         mount options, comma-separated, as for mount -o\n"
@@ -250,9 +223,6 @@ Result<ParsedArgs> ParseMountArgs(int argc, const char* const* argv, ArgStyle st
     } else if (auto capacity = helper ? std::nullopt : value_of("--capacity")) {
       GPUFS_RETURN_IF_ERROR(capacity->status());
       GPUFS_RETURN_IF_ERROR(ParseCapacity(**capacity, &config).Prepend("--capacity"));
-    } else if (auto spin = helper ? std::nullopt : value_of("--spin-us")) {
-      GPUFS_RETURN_IF_ERROR(spin->status());
-      GPUFS_RETURN_IF_ERROR(ParseSpin(**spin, &config).Prepend("--spin-us"));
     } else if (!helper && arg == "--persist") {
       config.persist = true;
     } else if (auto ready = helper ? std::nullopt : value_of("--ready-fd")) {

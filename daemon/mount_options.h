@@ -4,14 +4,14 @@
 //
 //   gpufsd MOUNTPOINT [--state DIR] [--store auto|gpu|host] [--devices 0,1]
 //          [--ipc auto|vmm|legacy] [--host-tier auto|memory|files] [--socket PATH]
-//          [--capacity SIZE|TIER=SIZE,...] [--persist] [--spin-us N|auto]
+//          [--capacity SIZE|TIER=SIZE,...] [--persist]
 //          [-f|--foreground] [-d|--debug] [-o OPTIONS]
 //          [--ready-fd FD]
 //
-// -o takes comma-separated options: gpufs's own (state=, store=, ipc=, host_tier=, spin_us=,
-// socket=, devices= with ':' between ordinals, capacity=, capacity.TIER=, persist, foreground,
-// debug), fstab-only words (defaults, noauto, ...: dropped), allow_other / noallow_other, and the
-// rest for FUSE. -d/--debug (or -o debug) traces every FUSE request and implies the foreground, as
+// -o takes comma-separated options: gpufs's own (state=, store=, ipc=, host_tier=, socket=,
+// devices= with ':' between ordinals, capacity=, capacity.TIER=, persist, foreground, debug),
+// fstab-only words (defaults, noauto, ...: dropped), allow_other / noallow_other, and the rest
+// for FUSE. -d/--debug (or -o debug) traces every FUSE request and implies the foreground, as
 // in sshfs.
 // allow_other is on by default for root (a root-run mount serves every user, which is what a
 // node-wide daemon is for); -o noallow_other turns it off.
@@ -42,23 +42,12 @@ struct MountConfig {
   // Mount-wide persistence: every object's sealed blobs are written behind
   // to the disk tier (as user.gpufs.persist=1 on each).
   bool persist = false;
-  // How long the FUSE reader polls before it sleeps (fs/device_io.h); unset:
-  // auto (SpinMicros).
-  std::optional<int> spin_us;
   bool foreground = false;
-  bool debug = false;               // implies foreground
-  std::optional<bool> allow_other;  // unset: on for root, off otherwise
-  int ready_fd = -1;                // written "ready\n" and closed once mounted
+  bool debug = false;                // implies foreground
+  std::optional<bool> allow_other;   // unset: on for root, off otherwise
+  int ready_fd = -1;                 // written "ready\n" and closed once mounted
   std::vector<std::string> fuse_options;
 };
-
-// --spin-us auto: spin on machines with at least kSpinMinCpus CPUs, where a
-// spinning reader leaves the others room (on 2 vCPUs it halved the create
-// rate: the spinner took the CPU the caller needed).
-inline constexpr unsigned kSpinMinCpus = 8;
-inline constexpr int kAutoSpinUs = 50;
-// The spin the worker uses on a machine with `cpus` CPUs.
-int SpinMicros(const MountConfig& config, unsigned cpus);
 
 // $XDG_STATE_HOME/gpufs, /var/lib/gpufs for root, else ~/.local/state/gpufs.
 std::string DefaultStateDir();

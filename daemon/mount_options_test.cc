@@ -55,24 +55,6 @@ TEST(MountOptions, HostTier) {
   EXPECT_EQ(Parse({"/gpu", "-o", "host_tier="}).status().code(), EINVAL);
 }
 
-TEST(MountOptions, Spin) {
-  auto p = Parse({"/gpu"});
-  ASSERT_TRUE(p.ok());
-  EXPECT_FALSE(p->config.spin_us.has_value());  // auto
-  EXPECT_EQ(SpinMicros(p->config, 2), 0);
-  EXPECT_EQ(SpinMicros(p->config, kSpinMinCpus - 1), 0);
-  EXPECT_EQ(SpinMicros(p->config, kSpinMinCpus), kAutoSpinUs);
-  EXPECT_EQ(SpinMicros(Parse({"/gpu", "--spin-us", "0"})->config, 64), 0);
-  EXPECT_EQ(SpinMicros(Parse({"/gpu", "--spin-us=75"})->config, 2), 75);
-  EXPECT_EQ(SpinMicros(Parse({"/gpu", "-o", "spin_us=10000"})->config, 2), 10000);
-  EXPECT_FALSE(Parse({"/gpu", "--spin-us", "7", "-o", "spin_us=auto"})->config.spin_us);
-  for (const char* bad : {"-1", "10001", "", "5us", "fast"}) {
-    EXPECT_EQ(Parse({"/gpu", "--spin-us", bad}).status().code(), EINVAL) << bad;
-    std::string o = std::string("spin_us=") + bad;
-    EXPECT_EQ(Parse({"/gpu", "-o", o.c_str()}).status().code(), EINVAL) << bad;
-  }
-}
-
 TEST(MountOptions, DebugImpliesForeground) {
   for (auto args : {std::vector<const char*>{"/gpu", "-d"}, {"/gpu", "--debug"},
                     {"/gpu", "-o", "debug"}}) {

@@ -15,7 +15,7 @@
 // in place (O_TRUNC) while earlier readers keep the old blob, and each read
 // must reach the handle it was made through (a cached reader's reads would
 // also be cut to the new size). Shared mmap of such files is allowed
-// (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6+; fs/device_io.h): the
+// (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6+; fs/mmap_init_hook.h): the
 // kernel maps page-cache pages it fills through the mapping file's handle
 // and drops the inode's pages at each mmap and at a replace (the
 // KernelInvalidator). Read-only opens ask for no FLUSH at close (noflush):
@@ -29,10 +29,10 @@
 #include <string>
 #include <vector>
 
-#include "fs/device_io.h"
 #include "fs/fuse_ops.h"
 #include "fs/fuse_takeover.h"
 #include "fs/kernel_invalidator.h"
+#include "fs/mmap_init_hook.h"
 #include "util/log.h"
 
 namespace gpufs {
@@ -110,11 +110,11 @@ int ServeFuse(Namespace& ns, takeover::WorkerLink& link, const FuseOptions& opti
     GPUFS_LOG(ERROR) << "cannot use the FUSE connection " << dev;
     return 1;
   }
-  bool spinning = InstallDeviceIo(se, options.spin_us) && options.spin_us > 0;
+  AllowSharedMmapOfDirectIo(se);
   // Lives until _exit when the worker is replaced: loop threads may use it.
   auto* invalidator = new KernelInvalidator(se);
   ns.SetInvalidator(invalidator);
-  int rc = ServeTakeover(se, link, options.threads, spinning, on_ready);
+  int rc = ServeTakeover(se, link, options.threads, on_ready);
   if (rc == 0) {
     ns.SetInvalidator(nullptr);  // the loop threads are joined: nobody calls it any more
     delete invalidator;

@@ -17,9 +17,6 @@ class FdServer;
 struct FuseOptions {
   bool debug = false;  // libfuse's request trace on stderr
   int threads = 16;    // request loops
-  // > 0: the reading thread polls the device this long before it sleeps
-  // (fs/device_io.h); 0: it sleeps at once.
-  int spin_us = 0;
   // Where GPUFS_IOC_MAP_PUSH sends fds; null: that ioctl answers as
   // GPUFS_IOC_MAP does.
   FdServer* fd_server = nullptr;

@@ -81,14 +81,8 @@ struct ParkHook {
 
 class Loop {
  public:
-  Loop(fuse_session* se, takeover::WorkerLink& link, bool spinning)
-      : se_(se),
-        link_(link),
-        park_(link.generation()),
-        idle_readers_(spinning                                  ? 1
-                      : std::thread::hardware_concurrency() > 4 ? 2
-                                                                : std::numeric_limits<int>::max()) {
-  }
+  Loop(fuse_session* se, takeover::WorkerLink& link)
+      : se_(se), link_(link), park_(link.generation()) {}
 
   int Run(int threads, const std::function<void()>& on_ready) {
     // Stop signals go to one waiting thread; loop threads never see them.
@@ -286,15 +280,14 @@ class Loop {
     bool called = false;  // GUARDED_BY(mu_)
   };
   std::vector<Parked*> parked_;  // GUARDED_BY(mu_): in the order they parked
-  // See Work(): 2 on machines with more than 4 CPUs, else every thread; 1
-  // when reads spin (a second reader would sleep in poll(2) and be woken by
-  // every request).
-  const int idle_readers_;
-  int readers_ = 0;             // GUARDED_BY(mu_): threads in read(2)
-  bool session_ended_ = false;  // GUARDED_BY(mu_): a read saw the unmount or an error
-  bool stopping_ = false;       // GUARDED_BY(mu_)
-  int busy_ = 0;                // GUARDED_BY(mu_): threads processing a request
-  int ended_ = 0;               // GUARDED_BY(mu_): threads whose read ended
+  // See Work(): 2 on machines with more than 4 CPUs, else every thread.
+  const int idle_readers_ =
+      std::thread::hardware_concurrency() > 4 ? 2 : std::numeric_limits<int>::max();
+  int readers_ = 0;              // GUARDED_BY(mu_): threads in read(2)
+  bool session_ended_ = false;   // GUARDED_BY(mu_): a read saw the unmount or an error
+  bool stopping_ = false;  // GUARDED_BY(mu_)
+  int busy_ = 0;           // GUARDED_BY(mu_): threads processing a request
+  int ended_ = 0;          // GUARDED_BY(mu_): threads whose read ended
 };
 
 }  // namespace
@@ -320,9 +313,9 @@ bool DoneBefore(const Status& status, int code) {
   return this_request.resent && status.code() == code;
 }
 
-int ServeTakeover(fuse_session* se, takeover::WorkerLink& link, int threads, bool spinning,
+int ServeTakeover(fuse_session* se, takeover::WorkerLink& link, int threads,
                   const std::function<void()>& on_ready) {
-  static Loop* loop = new Loop(se, link, spinning);  // lives until _exit: threads may outlive Run
+  static Loop* loop = new Loop(se, link);  // lives until _exit: threads may outlive Run
   return loop->Run(threads, on_ready);
 }
 

@@ -58,14 +58,13 @@ const takeover::HandleRecord* RecordedOpen(const takeover::WorkerLink& link);
 bool DoneBefore(const Status& status, int code);
 
 // Runs `threads` request loops on `se` (whose fd is the link's FUSE fd)
-// until the connection ends or SIGTERM/SIGINT/SIGHUP asks to stop. With
-// `spinning` (fs/device_io.h) one thread reads at a time: the spinner.
+// until the connection ends or SIGTERM/SIGINT/SIGHUP asks to stop.
 // `on_ready` runs once the worker takes requests. Returns 0 when unmounted
 // (all loop threads joined); returns kExitReplaceMe after a stop signal
 // once no request is being processed — loop threads are then still blocked
 // in read(2), so the caller must _exit() at once (requests read after the
 // stop are re-sent to the next worker).
-int ServeTakeover(fuse_session* se, takeover::WorkerLink& link, int threads, bool spinning,
+int ServeTakeover(fuse_session* se, takeover::WorkerLink& link, int threads,
                   const std::function<void()>& on_ready);
 
 }  // namespace gpufs

@@ -139,16 +139,7 @@ class TakeoverTest(unittest.TestCase):
 
     def test_load_with_repeated_sigkill_of_the_worker(self):
         """8 readers, 8 writers (cp and gpufs put), 20 kills: no error, no loss."""
-        self.load_with_kills(self.mount(extra=["--spin-us", "0"]))
-
-    def test_load_with_repeated_sigkill_of_a_spinning_worker(self):
-        """The same with the device read spinning (fs/device_io.h): the device
-        is non-blocking for every worker after the first, and one thread reads."""
-        m = self.mount(extra=["--spin-us", "200"])
-        self.load_with_kills(m)
-        self.assertIn("reads of the FUSE device spin for 200 us", m.log())
-
-    def load_with_kills(self, m):
+        m = self.mount()
         rng = random.Random(int(os.environ.get("GPUFS_TAKEOVER_SEED", "0")) or None)
         seed = rng.randrange(1 << 30)
         print(f"seed {seed}", file=sys.stderr)
@@ -350,12 +341,7 @@ class TakeoverTest(unittest.TestCase):
         self.assertEqual(m.stats()["worker"]["restarts"], 2)
 
     def test_restart_replaces_the_worker_without_errors(self):
-        self.restart_replaces_the_worker(self.mount())
-
-    def test_restart_replaces_a_spinning_worker_without_errors(self):
-        self.restart_replaces_the_worker(self.mount(extra=["--spin-us", "200"]))
-
-    def restart_replaces_the_worker(self, m):
+        m = self.mount()
         data = os.urandom(2 << 20)
         with open(os.path.join(m.mnt, "f"), "wb") as f:
             f.write(data)
