@@ -292,6 +292,18 @@ Result<std::optional<Namespace::InPlaceRead>> Namespace::ReadInPlace(HandleId id
   return std::optional<InPlaceRead>(InPlaceRead{bytes, std::move(mapped)});
 }
 
+bool Namespace::HoldsSealedBlob(HandleId id) {
+  std::shared_ptr<ActiveBlob> blob;
+  {
+    std::lock_guard lock(mu_);
+    auto it = handles_.find(id);
+    if (it == handles_.end() || !it->second.blob) return false;
+    blob = it->second.blob;
+  }
+  std::shared_lock io(blob->io_mu);
+  return blob->rec.state == BlobState::kSealed;
+}
+
 Result<size_t> Namespace::Write(HandleId id, uint64_t offset, std::span<const std::byte> src) {
   std::shared_ptr<ActiveBlob> blob;
   bool append = false;

@@ -183,6 +183,9 @@ class Namespace {
   // from them is the read's only copy. nullopt when this handle's bytes
   // cannot be read so (not sealed, a GPU store, a control file): use Read.
   Result<std::optional<InPlaceRead>> ReadInPlace(HandleId handle, uint64_t offset, size_t max);
+  // Whether the handle holds a sealed blob: its bytes never change, so a
+  // read of them may be made ahead of the request (fs/read_ahead.h).
+  bool HoldsSealedBlob(HandleId handle);
   // Writes all of `src` at `offset` (or at the end for O_APPEND handles).
   Result<size_t> Write(HandleId handle, uint64_t offset, std::span<const std::byte> src);
   // close(2) of a descriptor of the handle: for a writer, records the

@@ -8,6 +8,7 @@
 #include "fs/fd_server.h"
 #include "fs/fuse_ops.h"
 #include "fs/fuse_takeover.h"
+#include "fs/read_ahead.h"
 #include "util/log.h"
 
 namespace gpufs::fuse_ops {
@@ -101,18 +102,9 @@ void OnRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
     }
     return;  // the kernel has copied them (or failed): the mapping may go
   }
-  // One buffer per worker thread, from the namespace: pinned when a GPU is
-  // served, so device-to-host copies land in it at full speed.
-  thread_local HostBuffer buffer(nullptr, nullptr);
-  thread_local size_t capacity = 0;
-  if (capacity < size) {
-    buffer = Ns(req).AllocateIoBuffer(std::max<size_t>(size, kMaxIo));
-    capacity = buffer ? std::max<size_t>(size, kMaxIo) : 0;
-    if (!buffer) return ReplyError(req, "read", Error(ENOMEM, "no read buffer"));
-  }
-  auto n = Ns(req).Read(fi->fh, static_cast<uint64_t>(off), {buffer.get(), size});
-  if (!n.ok()) return ReplyError(req, "read", n.status());
-  fuse_reply_buf(req, reinterpret_cast<const char*>(buffer.get()), *n);
+  // Through the daemon's buffer (pinned when a GPU is served), with the next
+  // chunk of a sealed blob fetched ahead (fs/read_ahead.h).
+  Ahead(req).Read(req, fi->fh, static_cast<uint64_t>(off), size);
 }
 
 void OnWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off,
@@ -134,6 +126,7 @@ void OnFlush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 void OnFsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) { fuse_reply_err(req, 0); }
 
 void OnRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  Ahead(req).Forget(fi->fh);
   Status status = Ns(req).Release(fi->fh);
   // The core already logged what a failed release did (discarding a blob).
   if (!status.ok()) LogFailure("release", status, true);

@@ -21,6 +21,8 @@ class FdServer;
 
 namespace gpufs::fuse_ops {
 
+class ReadAhead;
+
 constexpr double kAttrTimeout = 1.0;
 constexpr double kStableTimeout = 3600.0;  // Attr::stable; see fs/fuse_server.cc
 constexpr uint32_t kMaxIo = 1u << 20;  // the largest read/write the kernel sends (256 pages)
@@ -30,6 +32,7 @@ struct Server {
   Namespace* ns;
   takeover::WorkerLink* link;
   FdServer* fd_server;  // may be null
+  ReadAhead* read_ahead;
 };
 
 // --- shared by the adapters (fs/fuse_request.cc) -------------------------------
@@ -37,6 +40,7 @@ struct Server {
 Namespace& Ns(fuse_req_t req);
 takeover::WorkerLink& Link(fuse_req_t req);
 FdServer* Fds(fuse_req_t req);
+ReadAhead& Ahead(fuse_req_t req);
 
 // Takeover bookkeeping of requests: fs/fuse_takeover.h.
 void RecordOpen(fuse_req_t req, const OpenResult& opened, int flags);

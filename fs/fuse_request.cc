@@ -19,6 +19,9 @@ takeover::WorkerLink& Link(fuse_req_t req) {
 }
 
 FdServer* Fds(fuse_req_t req) { return static_cast<Server*>(fuse_req_userdata(req))->fd_server; }
+ReadAhead& Ahead(fuse_req_t req) {
+  return *static_cast<Server*>(fuse_req_userdata(req))->read_ahead;
+}
 
 void RecordOpen(fuse_req_t req, const OpenResult& opened, int flags) {
   takeover::HandleRecord rec;

@@ -33,6 +33,7 @@
 #include "fs/fuse_takeover.h"
 #include "fs/kernel_invalidator.h"
 #include "fs/mmap_init_hook.h"
+#include "fs/read_ahead.h"
 #include "util/log.h"
 
 namespace gpufs {
@@ -96,7 +97,8 @@ int ServeFuse(Namespace& ns, takeover::WorkerLink& link, const FuseOptions& opti
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
   fuse_lowlevel_ops ops = MakeOps();
   static Server server;  // outlives the loop threads, which may outlive this call
-  server = Server{&ns, &link, options.fd_server};
+  static auto* read_ahead = new ReadAhead();  // like the server: loop threads may outlive this call
+  server = Server{&ns, &link, options.fd_server, read_ahead};
   fuse_session* se = fuse_session_new(&args, &ops, sizeof ops, &server);
   fuse_opt_free_args(&args);
   if (se == nullptr) {
@@ -118,7 +120,8 @@ int ServeFuse(Namespace& ns, takeover::WorkerLink& link, const FuseOptions& opti
   if (rc == 0) {
     ns.SetInvalidator(nullptr);  // the loop threads are joined: nobody calls it any more
     delete invalidator;
-    GPUFS_LOG(INFO) << "unmounted";
+    GPUFS_LOG(INFO) << "unmounted; reads answered from chunks fetched ahead: " << read_ahead->hits()
+                    << " (" << read_ahead->fetches() << " fetches)";
     fuse_session_destroy(se);
   }
   return rc;
