@@ -33,6 +33,11 @@ std::optional<size_t> ReplyNow(fuse_req_t req, Namespace& ns, HandleId fh, uint6
 
 }  // namespace
 
+bool ReadAhead::Chunk::Covers(uint64_t offset, size_t size) const {
+  return state == kValid && offset >= start && offset < start + len &&
+         (offset + size <= start + len || at_end);
+}
+
 void ReadAhead::Read(fuse_req_t req, HandleId fh, uint64_t offset, size_t size) {
   Namespace& ns = Ns(req);  // `req` is gone once replied to
   std::shared_ptr<Stream> s = StreamFor(ns, fh);
@@ -41,54 +46,89 @@ void ReadAhead::Read(fuse_req_t req, HandleId fh, uint64_t offset, size_t size) 
     return;
   }
   std::unique_lock lock(s->mu);
-  s->cv.wait(lock, [&] { return !s->filling; });
-  const uint64_t end = s->start + s->len;
-  const bool hit =
-      s->valid && offset >= s->start && offset < end && (offset + size <= end || s->at_end);
+  // A chunk being fetched that holds this offset is worth waiting for.
+  s->cv.wait(lock, [&] {
+    for (const Chunk& c : s->chunks) {
+      if (c.state == Chunk::kFilling && offset >= c.start && offset < c.start + kMaxIo) {
+        return false;
+      }
+    }
+    return true;
+  });
+  Chunk* hit = nullptr;
+  for (Chunk& c : s->chunks) {
+    if (c.Covers(offset, size)) hit = &c;
+  }
   size_t served = 0;
-  if (hit) {
-    served = static_cast<size_t>(std::min<uint64_t>(size, end - offset));
-    // The kernel copies it before this returns, under the lock: no fetch
-    // overwrites the buffer meanwhile.
-    fuse_reply_buf(req, reinterpret_cast<const char*>(s->buf.get() + (offset - s->start)), served);
-    std::lock_guard count(mu_);
-    ++hits_;
+  if (hit != nullptr) {
+    // Pinned: no fetch reuses it while the kernel copies from it.
+    ++hit->readers;
+    served = static_cast<size_t>(std::min<uint64_t>(size, hit->start + hit->len - offset));
+    const std::byte* from = hit->buf.get() + (offset - hit->start);
+    lock.unlock();
+    fuse_reply_buf(req, reinterpret_cast<const char*>(from), served);
+    lock.lock();
+    --hit->readers;
+    s->cv.notify_all();
+    ++s->hits;
   } else {
     lock.unlock();
     std::optional<size_t> sent = ReplyNow(req, ns, fh, offset, size);
     if (!sent) return;
     served = *sent;
     lock.lock();
-    s->cv.wait(lock, [&] { return !s->filling; });
   }
-  const bool in_order = hit || offset == s->next;
+  const bool in_order = hit != nullptr || offset == s->next;
   s->next = offset + served;
-  // Out of order, at the end of the blob, or the next request is already
-  // in the buffer: nothing to fetch.
-  const uint64_t from = offset + served;
+  // Out of order or at the end of the blob: nothing to fetch.
   if (!in_order || served < size) return;
-  if (s->valid && from >= s->start && from + size <= s->start + s->len) return;
-  if (!s->buf) {
-    s->buf = TakeBuffer(ns);
-    if (!s->buf) return;
+  // Keep the next kChunks chunks after what was served fetched, one at a
+  // time: a request for the first may be answered while the second is
+  // fetched.
+  const uint64_t from = offset + served;
+  for (size_t k = 0; k < kChunks; ++k) {
+    const uint64_t start = from + k * kMaxIo;
+    bool have = false;
+    for (const Chunk& c : s->chunks) {
+      if (c.state != Chunk::kEmpty && c.start <= start && start < c.start + kMaxIo &&
+          (c.state == Chunk::kFilling || c.Covers(start, size))) {
+        have = true;
+      }
+    }
+    if (have) continue;
+    if (s->next != from) return;  // another request moved the run on meanwhile
+    // A free slot: empty, or holding bytes before `from` that nobody reads now.
+    Chunk* slot = nullptr;
+    for (Chunk& c : s->chunks) {
+      if (c.readers == 0 && c.state != Chunk::kFilling &&
+          (c.state == Chunk::kEmpty || c.start + c.len <= from ||
+           c.start >= from + kChunks * kMaxIo)) {
+        slot = &c;
+        break;
+      }
+    }
+    if (slot == nullptr) return;
+    if (!slot->buf) {
+      slot->buf = TakeBuffer(ns);
+      if (!slot->buf) return;
+    }
+    slot->state = Chunk::kFilling;
+    slot->start = start;
+    lock.unlock();
+    auto n = ns.Read(fh, start, {slot->buf.get(), kMaxIo});
+    lock.lock();
+    ++s->fetches;
+    if (n.ok()) {
+      slot->state = Chunk::kValid;
+      slot->len = *n;
+      slot->at_end = *n < kMaxIo;
+    } else {
+      // Nothing kept: the request for it reads now and answers the error.
+      slot->state = Chunk::kEmpty;
+    }
+    s->cv.notify_all();
+    if (!n.ok() || slot->at_end) return;
   }
-  s->filling = true;
-  s->valid = false;
-  lock.unlock();
-  auto n = ns.Read(fh, from, {s->buf.get(), kMaxIo});
-  lock.lock();
-  s->filling = false;
-  if (n.ok()) {
-    s->start = from;
-    s->len = *n;
-    s->at_end = *n < kMaxIo;
-    s->valid = true;
-  }
-  // A failed fetch leaves nothing: the next request reads now and answers
-  // the error itself.
-  s->cv.notify_all();
-  std::lock_guard count(mu_);
-  ++fetches_;
 }
 
 std::shared_ptr<ReadAhead::Stream> ReadAhead::StreamFor(Namespace& ns, HandleId fh) {
@@ -115,8 +155,18 @@ void ReadAhead::Forget(HandleId fh) {
   // The kernel sends RELEASE after the handle's last read has been
   // answered, but a fetch may still be running on the thread that answered it.
   std::unique_lock lock(s->mu);
-  s->cv.wait(lock, [&] { return !s->filling; });
-  if (s->buf) GiveBack(std::move(s->buf));
+  s->cv.wait(lock, [&] {
+    for (const Chunk& c : s->chunks) {
+      if (c.state == Chunk::kFilling || c.readers > 0) return false;
+    }
+    return true;
+  });
+  std::lock_guard counts(mu_);
+  hits_ += s->hits;
+  fetches_ += s->fetches;
+  for (Chunk& c : s->chunks) {
+    if (c.buf) free_.push_back(std::move(c.buf));
+  }
 }
 
 HostBuffer ReadAhead::TakeBuffer(Namespace& ns) {
@@ -136,11 +186,6 @@ HostBuffer ReadAhead::TakeBuffer(Namespace& ns) {
     --buffers_;
   }
   return made;
-}
-
-void ReadAhead::GiveBack(HostBuffer buffer) {
-  std::lock_guard lock(mu_);
-  free_.push_back(std::move(buffer));
 }
 
 uint64_t ReadAhead::hits() const {

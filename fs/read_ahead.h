@@ -5,11 +5,13 @@
 // A read of a GPU member is a device-to-host copy into a pinned buffer and
 // then the kernel's copy of that buffer to the reader; the copy to host used
 // to wait for each request (1 MiB: ~30 us of ~200 on the H200). When reads
-// of a handle go in order, the thread that answered one fetches the next
-// kMaxIo bytes into the handle's own pinned buffer before it returns to the
-// loop, while the reader takes the answer and asks again; the next request,
-// on whichever thread takes it, waits for that fetch if it is still running
-// and answers from the buffer.
+// of a handle go in order, the thread that answered one keeps the next two
+// kMaxIo chunks fetched into the handle's own pinned buffers before it
+// returns to the loop, one at a time, while the reader takes the answer and
+// asks again: the next request, on whichever thread takes it, is answered
+// from a buffer (waiting for its fetch only if that is still running) while
+// the chunk after it is fetched. No lock is held while the kernel copies a
+// reply.
 //
 // Only handles of sealed blobs read ahead: their bytes never change, so a
 // chunk fetched early is what a read now would return (a replaced member's
@@ -18,8 +20,9 @@
 // in flight when a request returns; a spill or migration waits for it as
 // for a read. A read out of order is answered at once, as before, and
 // starts a new run. Buffers (kMaxIo, pinned when a GPU is served) come from
-// a pool of at most `max_buffers`; a handle that finds none reads as before.
-// Each is the pool's again when its handle is released.
+// a pool of at most `max_buffers`, made as needed and kept; a handle that
+// finds none reads as before. They are the pool's again when their handle
+// is released.
 #pragma once
 
 #define FUSE_USE_VERSION 312
@@ -51,35 +54,44 @@ class ReadAhead {
   // The handle is released: its buffer goes back to the pool.
   void Forget(HandleId fh);
 
-  // Figures, for tests and the log: chunks answered from a buffer fetched
-  // ahead, and fetches made.
+  // Figures of released handles, for tests and the log: reads answered from
+  // a chunk fetched ahead, and fetches made.
   uint64_t hits() const;
   uint64_t fetches() const;
 
  private:
+  static constexpr size_t kChunks = 2;  // fetched ahead of a reader in order
+
+  // One kMaxIo buffer's worth of a blob.
+  struct Chunk {
+    enum State { kEmpty, kFilling, kValid };
+    State state = kEmpty;
+    HostBuffer buf{nullptr, nullptr};
+    uint64_t start = 0;
+    size_t len = 0;
+    bool at_end = false;  // the blob ends at start + len
+    int readers = 0;      // replies being copied from buf: not refilled meanwhile
+    // Holds [offset, offset + size), or the part of it before the blob's end.
+    bool Covers(uint64_t offset, size_t size) const;
+  };
   struct Stream {
     bool sealed = false;  // only these read ahead
     std::mutex mu;
-    std::condition_variable cv;
-    bool filling = false;  // GUARDED_BY(mu): a thread fetches into buf
-    HostBuffer buf{nullptr, nullptr};
-    bool valid = false;   // GUARDED_BY(mu): buf holds [start, start + len)
-    bool at_end = false;  // GUARDED_BY(mu): the blob ends at start + len
-    uint64_t start = 0;
-    size_t len = 0;
-    uint64_t next = 0;  // GUARDED_BY(mu): where a reader in order reads next
+    std::condition_variable cv;      // a chunk was filled or a reply sent
+    Chunk chunks[kChunks];           // GUARDED_BY(mu)
+    uint64_t next = 0;               // GUARDED_BY(mu): where a reader in order reads next
+    uint64_t hits = 0, fetches = 0;  // GUARDED_BY(mu)
   };
 
   std::shared_ptr<Stream> StreamFor(Namespace& ns, HandleId fh);
   HostBuffer TakeBuffer(Namespace& ns);
-  void GiveBack(HostBuffer buffer);
 
   const size_t max_buffers_;
   mutable std::mutex mu_;
   std::unordered_map<HandleId, std::shared_ptr<Stream>> streams_;  // GUARDED_BY(mu_)
   std::vector<HostBuffer> free_;                                   // GUARDED_BY(mu_)
   size_t buffers_ = 0;    // GUARDED_BY(mu_): made so far, free or held
-  uint64_t hits_ = 0;     // GUARDED_BY(mu_)
+  uint64_t hits_ = 0;     // GUARDED_BY(mu_): of released handles
   uint64_t fetches_ = 0;  // GUARDED_BY(mu_)
 };
 
