@@ -18,7 +18,9 @@
 // (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6+; fs/mmap_init_hook.h): the
 // kernel maps page-cache pages it fills through the mapping file's handle
 // and drops the inode's pages at each mmap and at a replace (the
-// KernelInvalidator). Read-only opens ask for no FLUSH at close (noflush):
+// KernelInvalidator). Reads that the host store cannot answer from its
+// mapping go through the daemon's pinned buffers, fetched ahead for a
+// reader in order (fs/read_ahead.h). Read-only opens ask for no FLUSH at close (noflush):
 // there is nothing to flush; writers keep it.
 //
 // This file sets up the session and runs its loop; the request adapters live
