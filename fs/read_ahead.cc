@@ -80,8 +80,9 @@ void ReadAhead::Read(fuse_req_t req, HandleId fh, uint64_t offset, size_t size) 
   }
   const bool in_order = hit != nullptr || offset == s->next;
   s->next = offset + served;
-  // Out of order or at the end of the blob: nothing to fetch.
-  if (!in_order || served < size) return;
+  // Out of order, at the end of the blob, or a lone small read of the start
+  // (a header: safetensors, npy, file(1)): nothing to fetch.
+  if (!in_order || served < size || (offset == 0 && size < kMinFirstRead)) return;
   // Keep the next kChunks chunks after what was served fetched, one at a
   // time: a request for the first may be answered while the second is
   // fetched.

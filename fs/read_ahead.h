@@ -15,14 +15,16 @@
 //
 // Only handles of sealed blobs read ahead: their bytes never change, so a
 // chunk fetched early is what a read now would return (a replaced member's
-// old handles keep the old blob). Every fetch runs inside a request, under
-// the blob's io lock like any read (Namespace::Read), so nothing of it is
-// in flight when a request returns; a spill or migration waits for it as
-// for a read. A read out of order is answered at once, as before, and
-// starts a new run. Buffers (kMaxIo, pinned when a GPU is served) come from
-// a pool of at most `max_buffers`, made as needed and kept; a handle that
-// finds none reads as before. They are the pool's again when their handle
-// is released.
+// old handles keep the old blob). Every fetch runs in the thread of the
+// request it follows, before that thread takes another, under the blob's io
+// lock like any read (Namespace::Read): a spill or migration waits for it
+// as for a read. A read out of order is answered at once, as before, and
+// starts a new run; a first read at offset 0 smaller than 64 KiB (a header:
+// safetensors, npy, file(1)) fetches nothing until a second read follows it
+// in order. Buffers (kMaxIo, pinned when a GPU is served) come from a pool
+// of at most `max_buffers`, made as needed and kept; a handle that finds
+// none reads as before. They are the pool's again when their handle is
+// released.
 #pragma once
 
 #define FUSE_USE_VERSION 312
@@ -61,6 +63,8 @@ class ReadAhead {
 
  private:
   static constexpr size_t kChunks = 2;  // fetched ahead of a reader in order
+  // A first read at offset 0 smaller than this fetches nothing yet.
+  static constexpr size_t kMinFirstRead = 64 << 10;
 
   // One kMaxIo buffer's worth of a blob.
   struct Chunk {
