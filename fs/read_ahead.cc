@@ -78,6 +78,9 @@ void ReadAhead::Read(fuse_req_t req, HandleId fh, uint64_t offset, size_t size) 
     served = *sent;
     lock.lock();
   }
+  // Released meanwhile (the kernel may release once the reply is sent):
+  // its buffers are the pool's again; fetch nothing more for it.
+  if (s->released) return;
   const bool in_order = hit != nullptr || offset == s->next;
   s->next = offset + served;
   // Out of order, at the end of the blob, or a lone small read of the start
@@ -162,6 +165,7 @@ void ReadAhead::Forget(HandleId fh) {
     }
     return true;
   });
+  s->released = true;
   std::lock_guard counts(mu_);
   hits_ += s->hits;
   fetches_ += s->fetches;

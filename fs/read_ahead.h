@@ -85,6 +85,7 @@ class ReadAhead {
     Chunk chunks[kChunks];           // GUARDED_BY(mu)
     uint64_t next = 0;               // GUARDED_BY(mu): where a reader in order reads next
     uint64_t hits = 0, fetches = 0;  // GUARDED_BY(mu)
+    bool released = false;           // GUARDED_BY(mu): Forget took its buffers
   };
 
   std::shared_ptr<Stream> StreamFor(Namespace& ns, HandleId fh);
