@@ -20,8 +20,8 @@
 // and drops the inode's pages at each mmap and at a replace (the
 // KernelInvalidator). Reads that the host store cannot answer from its
 // mapping go through the daemon's pinned buffers, fetched ahead for a
-// reader in order (fs/read_ahead.h). Read-only opens ask for no FLUSH at close (noflush):
-// there is nothing to flush; writers keep it.
+// reader in order (fs/read_ahead.h). Read-only opens ask for no FLUSH at
+// close (noflush): there is nothing to flush; writers keep it.
 //
 // This file sets up the session and runs its loop; the request adapters live
 // in fs/fuse_{request,entry_ops,data_ops,xattr_ops,ioctl_ops}.cc (fs/fuse_ops.h).
