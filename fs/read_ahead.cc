@@ -38,6 +38,20 @@ bool ReadAhead::Chunk::Covers(uint64_t offset, size_t size) const {
          (offset + size <= start + len || at_end);
 }
 
+bool ReadAhead::Stream::Fetching(uint64_t offset) const {
+  for (const Chunk& c : chunks) {
+    if (c.state == Chunk::kFilling && offset >= c.start && offset < c.start + kMaxIo) return true;
+  }
+  return false;
+}
+
+ReadAhead::Chunk* ReadAhead::Stream::Holds(uint64_t offset, size_t size) {
+  for (Chunk& c : chunks) {
+    if (c.Covers(offset, size)) return &c;
+  }
+  return nullptr;
+}
+
 void ReadAhead::Read(fuse_req_t req, HandleId fh, uint64_t offset, size_t size) {
   Namespace& ns = Ns(req);  // `req` is gone once replied to
   std::shared_ptr<Stream> s = StreamFor(ns, fh);
@@ -47,18 +61,8 @@ void ReadAhead::Read(fuse_req_t req, HandleId fh, uint64_t offset, size_t size) 
   }
   std::unique_lock lock(s->mu);
   // A chunk being fetched that holds this offset is worth waiting for.
-  s->cv.wait(lock, [&] {
-    for (const Chunk& c : s->chunks) {
-      if (c.state == Chunk::kFilling && offset >= c.start && offset < c.start + kMaxIo) {
-        return false;
-      }
-    }
-    return true;
-  });
-  Chunk* hit = nullptr;
-  for (Chunk& c : s->chunks) {
-    if (c.Covers(offset, size)) hit = &c;
-  }
+  s->cv.wait(lock, [&] { return !s->Fetching(offset); });
+  Chunk* hit = s->Holds(offset, size);
   size_t served = 0;
   if (hit != nullptr) {
     // Pinned: no fetch reuses it while the kernel copies from it.
@@ -92,14 +96,7 @@ void ReadAhead::Read(fuse_req_t req, HandleId fh, uint64_t offset, size_t size) 
   const uint64_t from = offset + served;
   for (size_t k = 0; k < kChunks; ++k) {
     const uint64_t start = from + k * kMaxIo;
-    bool have = false;
-    for (const Chunk& c : s->chunks) {
-      if (c.state != Chunk::kEmpty && c.start <= start && start < c.start + kMaxIo &&
-          (c.state == Chunk::kFilling || c.Covers(start, size))) {
-        have = true;
-      }
-    }
-    if (have) continue;
+    if (s->Fetching(start) || s->Holds(start, size)) continue;
     if (s->next != from) return;  // another request moved the run on meanwhile
     // A free slot: empty, or holding bytes before `from` that nobody reads now.
     Chunk* slot = nullptr;

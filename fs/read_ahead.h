@@ -86,6 +86,10 @@ class ReadAhead {
     uint64_t next = 0;               // GUARDED_BY(mu): where a reader in order reads next
     uint64_t hits = 0, fetches = 0;  // GUARDED_BY(mu)
     bool released = false;           // GUARDED_BY(mu): Forget took its buffers
+    // With mu held: a chunk holding `offset` is being fetched; the chunk
+    // that holds [offset, offset + size) (see Chunk::Covers), or null.
+    bool Fetching(uint64_t offset) const;
+    Chunk* Holds(uint64_t offset, size_t size);
   };
 
   std::shared_ptr<Stream> StreamFor(Namespace& ns, HandleId fh);

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import select
 import shutil
 import signal
@@ -42,6 +43,24 @@ def wait_pid_exit(pid, timeout=TIMEOUT_S):
         return bool(select.select([fd], [], [], timeout)[0])
     finally:
         os.close(fd)
+
+
+def kill_at_random_moments(m, threads, kills, rng, most, done, cv, errors, stop, join_s):
+    """Starts `threads`, then SIGKILLs m's worker `kills` times, each after a
+    random number (1 to most-1) of operations counted in done[0] under `cv`
+    (or at the first error); then sets `stop` and joins them."""
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(kills):
+            with cv:
+                target = done[0] + rng.randrange(1, most)
+                cv.wait_for(lambda: done[0] >= target or errors, TIMEOUT_S)
+            m.kill_worker()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(join_s)
 
 
 class Mount:
@@ -210,20 +229,8 @@ class TakeoverTest(unittest.TestCase):
 
         threads = [threading.Thread(target=writer, args=(w,)) for w in range(8)]
         threads += [threading.Thread(target=reader, args=(k,)) for k in range(8)]
-        for t in threads:
-            t.start()
         kills = 20
-        try:
-            for _ in range(kills):
-                # A random moment: after a random number of completed operations.
-                with op_cv:
-                    target = done_ops[0] + rng.randrange(1, 40)
-                    op_cv.wait_for(lambda: done_ops[0] >= target or errors, TIMEOUT_S)
-                m.kill_worker()
-        finally:
-            stop.set()
-            for t in threads:
-                t.join(120)
+        kill_at_random_moments(m, threads, kills, rng, 40, done_ops, op_cv, errors, stop, 120)
         print(f"{done_ops[0]} operations, {len(acked)} files written, {kills} kills",
               file=sys.stderr)
         self.assertEqual(errors, [], "\n".join(errors[:20]) + "\n" + "\n".join(
@@ -416,22 +423,20 @@ class TakeoverTest(unittest.TestCase):
                     cv.notify_all()
 
         threads = [threading.Thread(target=reader, args=(k,)) for k in range(6)]
-        for t in threads:
-            t.start()
-        try:
-            for _ in range(6):
-                with cv:
-                    target = done[0] + rng.randrange(1, 12)
-                    cv.wait_for(lambda: done[0] >= target or errors, TIMEOUT_S)
-                m.kill_worker()
-        finally:
-            stop.set()
-            for t in threads:
-                t.join(60)
+        kill_at_random_moments(m, threads, 6, rng, 12, done, cv, errors, stop, 60)
         self.assertEqual(errors, [])
         self.assertGreater(done[0], 6)
+        # The last worker reads ahead too: one more pass, then its count.
+        for name, want in members.items():
+            with open(os.path.join(m.mnt, name), "rb", buffering=0) as f:
+                h = hashlib.sha256()
+                while chunk := f.read(1 << 20):
+                    h.update(chunk)
+            self.assertEqual(h.hexdigest(), want, name)
         m.close()
         self.assertIn("reads answered from chunks fetched ahead", m.log())
+        last = re.findall(r"reads answered from chunks fetched ahead: (\d+)", m.log())[-1]
+        self.assertGreater(int(last), 0)
 
     def test_memory_host_tier_survives_sigkill_and_a_stop_loses_it(self):
         """The memory host tier (slabs of shared memory; pinned below a GPU)
