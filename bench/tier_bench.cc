@@ -1,4 +1,4 @@
-// gpufs-tier-bench: the tiers' data paths (issue 10) beside the physical
+// gpufs-tier-bench: the tiers' data paths beside the physical
 // limits, in one run, on a mount made for it:
 //
 //   gpufs mount MNT --store gpu --capacity cuda:0=2G,host=2G,disk=16G
@@ -17,7 +17,7 @@
 // moves themselves: from the target holding room for the blob to the
 // catalog's switch, so room made by spilling others is not counted); the
 // summary puts each route beside cudaMemcpy of the same size measured in
-// this run, and the fault back from host against pinned H2D (issue 10 asks
+// this run, and the fault back from host against pinned H2D (the target asks
 // >= 0.8).
 #include <cuda_runtime.h>
 #include <sys/xattr.h>
@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
               "gpufs_map wall, fault back from host, GPU has room", GBps(size, map_from_host),
               GBps(size, map_from_host) / h2d, h2d);
   double from_host = route_rate("host->cuda:0");
-  std::printf("fault back from host / pinned H2D: %.2f (issue 10 asks >= 0.8)\n", from_host / h2d);
+  std::printf("fault back from host / pinned H2D: %.2f (target >= 0.8)\n", from_host / h2d);
   // Whether the host tier's slabs were pinned (the daemon logs each slab it
   // makes, "(pinned)" when cudaHostRegister took it).
   auto log_path = Stats(mnt)["log"];

@@ -1,4 +1,4 @@
-"""Python side of the map benchmark (issue 8), one run, side by side:
+"""Python side of the map benchmark, one run, side by side:
 
   cold  torch.from_dlpack(gpufs.open(PATH)) in a fresh process whose CUDA
         context is already up (the context costs the same either way)

@@ -481,7 +481,7 @@ Status Namespace::RecordSealLocked(ActiveBlob& blob, EntryId entry_id) {
   Blob done = rec;
   done.size = blob.size.load();
   done.state = BlobState::kSealed;
-  // The state and the member's times in one transaction (issue 12: one
+  // The state and the member's times in one transaction (one
   // write transaction fewer per create).
   auto entry = catalog_->GetEntry(entry_id);
   if (entry.ok() && entry->blob == rec.id) {

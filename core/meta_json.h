@@ -68,7 +68,7 @@ struct StatsView {
   };
   std::vector<OpenMember> open_members;
   WorkerInfo worker;
-  // Tiers (issue 10): moves between tiers since the daemon started, and the
+  // Tiers: moves between tiers since the daemon started, and the
   // bytes of members per tier ("cuda:0", "host", "disk").
   uint64_t spills = 0, spilled_bytes = 0, fault_backs = 0, fault_back_bytes = 0;
   uint64_t persisted = 0, persisted_bytes = 0, checksum_failures = 0;

@@ -141,14 +141,14 @@ Result<Attr> Namespace::AttrOf(const Entry& entry) {
     auto active = active_.find(entry.blob);
     if (active != active_.end()) {
       attr.size = active->second->size.load();
-      // perf (issue 12): rec.state changes under mu_ (SealLocked), and a
+      // rec.state changes under mu_ (SealLocked), and a
       // sealed blob's never again.
       attr.stable = entry.parent != 0 && active->second->writers == 0 &&
                        active->second->rec.state == BlobState::kSealed;
     } else {
       GPUFS_ASSIGN_OR_RETURN(Blob blob, catalog_->GetBlob(entry.blob));
       attr.size = blob.size;
-      attr.stable = entry.parent != 0 && blob.state == BlobState::kSealed;  // perf (issue 12)
+      attr.stable = entry.parent != 0 && blob.state == BlobState::kSealed;
     }
   }
   return attr;
@@ -164,7 +164,7 @@ Result<Entry> Namespace::ObjectEntry(uint64_t ino) {
 }
 
 Result<Entry> Namespace::ChildEntry(uint64_t parent, std::string_view name) {
-  // perf (issue 12): a miss is routine (shells and loaders probe names all
+  // A miss is routine (shells and loaders probe names all
   // the time), so it builds no path: callers that report it add context.
   return catalog_->Lookup(parent, name);
 }
@@ -281,7 +281,7 @@ Status Namespace::Rmdir(uint64_t parent, std::string_view name) {
   GPUFS_ASSIGN_OR_RETURN(bool has_children, catalog_->HasChildren(entry.id));
   if (has_children) return Error(ENOTEMPTY, PathOf(entry.id) + " has members");
   GPUFS_RETURN_IF_ERROR(DetachAndCollect(entry.id));
-  NotifyEntry(parent, name);  // perf (issue 12)
+  NotifyEntry(parent, name);
   return Status::Ok();
 }
 
@@ -296,7 +296,7 @@ Status Namespace::Unlink(uint64_t parent, std::string_view name) {
     return Error(EISDIR, PathOf(entry.id) + " is an object: use rmdir");
   }
   GPUFS_RETURN_IF_ERROR(DetachAndCollect(entry.id));
-  NotifyEntry(parent, name);  // perf (issue 12)
+  NotifyEntry(parent, name);
   return Status::Ok();
 }
 
@@ -367,7 +367,7 @@ Status Namespace::RenameInCatalog(uint64_t parent, std::string_view name, uint64
     }
   }
   GPUFS_ASSIGN_OR_RETURN(EntryId replaced, catalog_->Move(source.id, new_parent, new_name, Now()));
-  NotifyEntry(parent, name);  // perf (issue 12)
+  NotifyEntry(parent, name);
   if (replaced != 0) NotifyEntry(new_parent, new_name);
   if (replaced != 0) CollectEntry(replaced);
   return Status::Ok();

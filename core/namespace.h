@@ -35,7 +35,7 @@
 // sealing), handle_table.cc, control_files.cc (/.gpufs), placement.cc (which
 // store a blob goes to), migrator.cc, recovery.cc (start-up sweep), xattrs.cc,
 // device_memory.cc (GPUFS_IOC_MAP/ALLOC/SEAL), meta_json.cc and ipc_info.cc;
-// tiers (issue 10): eviction_policy.cc (which blobs leave a full tier),
+// tiers: eviction_policy.cc (which blobs leave a full tier),
 // spiller.cc (spill on demand, fault back before a map), persister.cc
 // (write-behind to the disk tier, CRC-32C) and tier_copy.cc (the copies).
 //
@@ -122,7 +122,7 @@ struct NamespaceOptions {
   std::function<void(uint64_t blob, uint64_t size)> on_unsealed_size;
   WorkerInfo worker;
 
-  // Tiers (issue 10): which blobs leave a full tier first; null: LRU.
+  // Tiers: which blobs leave a full tier first; null: LRU.
   std::unique_ptr<EvictionPolicy> eviction;
   // Every object persists (--persist), as if user.gpufs.persist=1 were set
   // on the root. Needs a "disk" store; without one nothing persists.
@@ -140,7 +140,7 @@ class Namespace {
 
   uint64_t generation() const { return generation_; }
 
-  // perf (issue 12): who to tell when a name or an entry changes (see
+  // Who to tell when a name or an entry changes (see
   // core/invalidator.h); null (the default) tells nobody. The invalidator
   // must outlive its use: set null before destroying it.
   void SetInvalidator(Invalidator* invalidator) { invalidator_.store(invalidator); }
@@ -506,7 +506,7 @@ class Namespace {
   std::unordered_map<HandleId, Handle> handles_;                    // GUARDED_BY(mu_)
   std::unordered_map<BlobId, std::shared_ptr<ActiveBlob>> active_;  // GUARDED_BY(mu_)
   std::unordered_map<EntryId, int> entry_opens_;                    // GUARDED_BY(mu_)
-  std::atomic<Invalidator*> invalidator_{nullptr};  // perf (issue 12)
+  std::atomic<Invalidator*> invalidator_{nullptr};
   std::unique_ptr<EvictionPolicy> eviction_;        // GUARDED_BY(mu_)
   TierCounters counters_;                           // GUARDED_BY(mu_)
   bool persist_all_ = false;

@@ -1,4 +1,4 @@
-// Tiers (issue 10) through the core: a small "GPU" (DeviceLikeStore) above a
+// Tiers through the core: a small "GPU" (DeviceLikeStore) above a
 // host tier (files, or memory slabs: each test runs with both) above a disk
 // store. Spilling, fault back on map, pins, open
 // blobs that never move, and ENOSPC only when every tier is full.

@@ -1,4 +1,4 @@
-// /.gpufs/stats usage figures (issue 12) through the core, without a mount:
+// /.gpufs/stats usage figures through the core, without a mount:
 // after every step of random sequences of creates, writes (held open, so
 // live sizes run ahead of the catalog), flushes, seals, O_TRUNC replaces,
 // truncates, renames across objects, unlinks (of members still open),

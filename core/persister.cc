@@ -1,4 +1,4 @@
-// Persistence (issue 10): sealed blobs of objects marked user.gpufs.persist=1
+// Persistence: sealed blobs of objects marked user.gpufs.persist=1
 // (or every object under --persist) are written behind to the disk tier, a
 // copy beside their place (the GPU copy stays). After a restart on an empty
 // GPU such members live on "disk" instead of being lost, and a map brings

@@ -1,4 +1,4 @@
-// Who may map a blob's device memory together with whom (issue 8): blobs
+// Who may map a blob's device memory together with whom: blobs
 // share an exported allocation only when exactly the same callers can open
 // them, i.e. they have the same parent object, owner, group and permission
 // bits (the parent's own bits apply to all of its members alike). The store

@@ -1,4 +1,4 @@
-// Tiers (issue 10): GPUs ("cuda:N") above host memory ("host") above the
+// Tiers: GPUs ("cuda:N") above host memory ("host") above the
 // disk under the state directory ("disk"). A store that cannot take a new
 // blob or a blob's growth (ENOSPC) gets room by moving its cold blobs one
 // tier down; a member that was moved down comes back onto its GPU before it

@@ -37,7 +37,7 @@ struct MountConfig {
   std::string host_tier = "auto";
   std::vector<int> devices;
   std::optional<uint64_t> capacity;  // the single-number form: the default store
-  // Per tier (issue 10): "cuda:N", "host", "disk" -> bytes.
+  // Per tier: "cuda:N", "host", "disk" -> bytes.
   std::map<std::string, uint64_t> tier_capacity;
   // Mount-wide persistence: every object's sealed blobs are written behind
   // to the disk tier (as user.gpufs.persist=1 on each).

@@ -120,7 +120,7 @@ namespace {
 void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
   // Asks the core for as many entries as can fit, each at least its header
   // (struct fuse_dirent, 24 bytes; readdirplus adds struct fuse_entry_out,
-  // 128) and an 8-byte-aligned name. perf (issue 12): assuming 48 bytes,
+  // 128) and an 8-byte-aligned name. Assuming 48 bytes,
   // readdirplus read three times the attributes it could send.
   size_t min_entry = (plus ? 128 : 0) + 24 + 8;
   auto entries = Ns(req).ReadDir(ino, static_cast<uint64_t>(off), size / min_entry + 1);

@@ -175,7 +175,7 @@ class Loop {
   // The request starts kWriteHeader bytes before a page boundary, so that a
   // WRITE's data (after its two headers) is page-aligned: the kernel then
   // copies whole pages into it, and pwrite copies out of it, from aligned
-  // memory (issue 12: an unaligned copy ran at 22 GB/s, an aligned one 33).
+  // memory (an unaligned copy ran at 22 GB/s, an aligned one 33).
   static constexpr size_t kWriteHeader = sizeof(fuse_in_header) + sizeof(fuse_write_in);
   static size_t MappedSize() { return 256 * static_cast<size_t>(sysconf(_SC_PAGESIZE)) + 2 * 4096; }
   static void* PrefaultedBuffer() {

@@ -1,5 +1,5 @@
 // DeferredRows: catalog writes of a SqliteCatalog that are durable before
-// they reach SQLite (issue 12: a create, its close mark and its seal were
+// they reach SQLite (a create, its close mark and its seal were
 // three SQLite transactions; each wrote about ten WAL frames).
 //
 // Contract:

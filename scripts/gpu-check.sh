@@ -5,8 +5,8 @@
 #   scripts/gpu-check.sh [--build DIR] [--examples] [--bench] [--fs-bench] [--out DIR]
 #
 # --bench: bench/gpufs-bench, the tier bench, a host-store dd. --fs-bench:
-# bench/fs_bench.sh on 1 GiB GPU members against tmpfs and minifs (issue 12;
-# ~2 minutes, needs ~3 GiB of /dev/shm), table in OUT/fs_bench.txt, and the
+# bench/fs_bench.sh on 1 GiB GPU members against tmpfs and minifs
+# (~2 minutes, needs ~3 GiB of /dev/shm), table in OUT/fs_bench.txt, and the
 # per-call split of a GPU mount (gpufs-fs-probe steps-open / steps-create).
 #
 # The build may come from another machine (scripts/build.sh there, then copy
@@ -66,18 +66,18 @@ run() {
   rm -f "$log"
 }
 
-# Issue 8: the VMM sharing invariant, as another user and across PID namespaces.
+# The VMM sharing invariant, as another user and across PID namespaces.
 echo "=== vmm_check"
 scripts/vmm-check.sh "$build" 2>&1 | tee "$out/vmm-check.txt"
 [ "${PIPESTATUS[0]}" = 0 ] || failed+=(vmm_check)
 run gpu_store_test "$build/store/gpu_store_test"
-# Issue 9: GPU blobs across kill -9 of the worker, consumers mapping them.
+# GPU blobs across kill -9 of the worker, consumers mapping them.
 run gpu_takeover env GPUFS_PROBE="$build/tests/vmm-probe" \
   python3 tests/takeover/gpu_takeover_test.py -v
 run client_test "$build/client/client_test"
 [ -x "$build/client/client_gpu_test" ] && run client_gpu_test "$build/client/client_gpu_test"
 run e2e_test "$build/tests/e2e_test"
-run gpu_e2e_test "$build/tests/gpu_e2e_test"   # includes GpuTierE2E (issue 10)
+run gpu_e2e_test "$build/tests/gpu_e2e_test"   # includes GpuTierE2E
 [ -x "$build/cli/cli_e2e_test" ] && run cli_e2e_test "$build/cli/cli_e2e_test"
 
 # The three cross-engine examples (each mounts its own gpufs).
@@ -108,7 +108,7 @@ if [ $bench = 1 ]; then
     "$build/bench/gpufs-bench" $mnt | tee "$out/bench.txt"
     umount $mnt
   }
-  # Tiers (issue 10): spill to host and disk, fault back from host and disk,
+  # Tiers: spill to host and disk, fault back from host and disk,
   # beside pinned and pageable cudaMemcpy of the same size.
   rm -rf /tmp/gpufs-bench-tier
   "$GPUFS_BIN" mount $mnt --state /tmp/gpufs-bench-tier --store gpu \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 8's checks of the VMM store on a GPU machine, as root, against a real
+# Checks of the VMM store on a GPU machine, as root, against a real
 # mount: the attack as another user (setpriv to nobody), read-only maps, a
 # consumer in its own PID namespace, 32 mappers at once, a version 1 client,
 # and the map timings.

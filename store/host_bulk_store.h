@@ -13,8 +13,8 @@
 // the file, cached with its fd: the FUSE reply is written from the page
 // cache, the read's only copy. Each 2 MiB of the mapping is populated at
 // its first read, and the next 2 MiB ahead of it on a prefetch thread (see
-// MappedBlobFile). Issue 12 (dd bs=1M of a 1 GiB member on a 2-core VM,
-// tmpfs state): the first read 3.4-3.5 -> 4.6-5.4 GB/s, later reads
+// MappedBlobFile). Measured with dd bs=1M of a 1 GiB member on a 2-core
+// VM, tmpfs state: the first read 3.4-3.5 -> 4.6-5.4 GB/s, later reads
 // 4.2-4.8 -> 5.2-5.5; tmpfs itself 13-19.
 //
 // Accounting: a blob reserves exactly its size. `used` is the sum over live blobs and never exceeds the
@@ -58,7 +58,7 @@ class HostBulkStore final : public BulkStore {
   static Result<std::unique_ptr<HostBulkStore>> Open(const std::string& dir, uint64_t capacity,
                                                      size_t max_open_files = kDefaultMaxOpenFiles);
 
-  // Tiers (issue 10): serve this store as the disk tier, device "disk":
+  // Tiers: serve this store as the disk tier, device "disk":
   // the same file per blob, but Seal also fsyncs the file (and the
   // directory), so a sealed blob survives a crash of the machine. Call
   // before any other call.
@@ -123,7 +123,7 @@ class HostBulkStore final : public BulkStore {
   // Anonymous memory aligned to 2 MiB and advised as transparent huge pages.
   // The kernel copies into and out of page-aligned memory several times
   // faster than into `new[]`'s (16 bytes past a page boundary: measured in
-  // issue 12), so every buffer the daemon copies through comes from here.
+  // so every buffer the daemon copies through comes from here.
   HostBuffer AllocateHostBuffer(size_t bytes) override;
 
  private:

@@ -52,7 +52,7 @@ void FreeHuge(std::byte* p) {
 // re-sent to the next worker (docs/TAKEOVER.md; found by the takeover test
 // that kills the worker under load). Once populated, the copy takes the
 // fast path, which does not look at signals. Populating each request's
-// range every time walked it twice (issue 12: 4.6 against 6.5 GB/s), and
+// range every time walked it twice (4.6 against 6.5 GB/s), and
 // MAP_POPULATE at map time would read the whole file at the first read
 // when the state is on disk, hence once per chunk. A read also has the
 // store's prefetcher populate the chunk after its last one, on another

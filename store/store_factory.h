@@ -18,7 +18,7 @@ struct StoreConfig {
   std::vector<int> devices;          // CUDA ordinals; empty: every visible GPU
   std::optional<uint64_t> capacity;  // per store new blobs go to; default: see OpenStores
   std::string host_dir;              // where the host store keeps its files
-  // Tiers (issue 10): per-tier capacities ("cuda:N", "host", "disk"), which
+  // Tiers: per-tier capacities ("cuda:N", "host", "disk"), which
   // win over `capacity`; and where the disk tier keeps its files (empty: no
   // disk tier).
   std::map<std::string, uint64_t> tier_capacity;

@@ -1,5 +1,5 @@
 // CRC-32C (Castagnoli), as iSCSI, ext4 and leveldb use it: the checksum of a
-// persisted blob's disk copy (issue 10). Software, one table; incremental.
+// persisted blob's disk copy. Software, one table; incremental.
 #pragma once
 
 #include <cstdint>

@@ -180,7 +180,7 @@ class HostMountTest(unittest.TestCase):
         with self.assertRaises(OSError):
             gpufs.meta(self.p("nothing"))
 
-    # -- a new user's first hour (issue 11) ---------------------------------------
+    # -- a new user's first hour ---------------------------------------
 
     def test_load_with_framework_numpy_gives_arrays(self):
         w = np.arange(6, dtype=np.float32).reshape(2, 3)

@@ -1,4 +1,4 @@
-// Permissions and POSIX attributes on a real mount (issue 7): what
+// Permissions and POSIX attributes on a real mount: what
 // user.gpufs.meta and `gpufs stat` show another user, the state directory's
 // modes, setgid objects, st_nlink, and member names that are not UTF-8.
 // Other users are played with setpriv.

@@ -1,4 +1,4 @@
-// Tiers on the GPU (issue 10): a GPU tier of 1 GiB takes 2 GiB of members,
+// Tiers on the GPU: a GPU tier of 1 GiB takes 2 GiB of members,
 // spilling to host memory; every member maps in another process
 // (libgpufs gpufs_map, examples/cuda/gpufs-consumer) with the right checksum,
 // faulting back onto the GPU; a mapped member never moves; a persisted

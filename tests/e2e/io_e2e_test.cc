@@ -1,4 +1,4 @@
-// Errors and data paths as a local file system gives them (issue 7): shared
+// Errors and data paths as a local file system gives them: shared
 // read-only mmap of a sealed member, ENOSPC on every write path, dtype/shape
 // checked against the size by the daemon.
 #include <fcntl.h>

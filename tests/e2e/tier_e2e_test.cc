@@ -1,4 +1,4 @@
-// Tiers (issue 10) on a real mount without a GPU: a small host tier spills
+// Tiers on a real mount without a GPU: a small host tier spills
 // to the disk tier; every byte reads back, nothing fails with ENOSPC while
 // the disk has room, a member held open never moves, and spilled members
 // survive a restart of the daemon.

@@ -1,4 +1,4 @@
-// /.gpufs/stats usage figures (issue 12) on a real mount: after creates,
+// /.gpufs/stats usage figures on a real mount: after creates,
 // writes held open, renames across objects, replacing renames, unlinks and
 // O_TRUNC replaces of members still open, truncates, migration to the disk
 // tier, spills, a remount and a worker restart (`gpufs restart`), the
