@@ -72,6 +72,9 @@ struct Blob {
   // restart seals it instead of discarding it (a close() that returned is
   // durable).
   bool closed = false;
+  // sum64 (util/sum64.h) of the sealed bytes, taken on the GPU at seal (or
+  // when the blob came onto a GPU); none for blobs sealed elsewhere.
+  std::optional<uint64_t> checksum;
 };
 
 class Catalog {
