@@ -71,6 +71,7 @@ constexpr char kListUnlinkedBlobsSql[] =
     "SELECT id FROM blobs WHERE NOT EXISTS (SELECT 1 FROM entries WHERE entries.blob = blobs.id)"
     " ORDER BY id";
 
+constexpr char kEntriesWithXattrSql[] = "SELECT entry FROM xattrs WHERE name = ? ORDER BY entry";
 constexpr char kGetXattrSql[] = "SELECT value FROM xattrs WHERE entry = ? AND name = ?";
 constexpr char kListXattrsSql[] = "SELECT name FROM xattrs WHERE entry = ? ORDER BY name";
 constexpr char kInsertXattrSql[] = "INSERT INTO xattrs (entry, name, value) VALUES (?, ?, ?)";
