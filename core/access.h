@@ -17,6 +17,8 @@ enum Access : int { kMayExec = 1, kMayWrite = 2, kMayRead = 4 };  // as R_OK/W_O
 // caller owns it, else the group class if its group is the caller's gid or
 // one of its supplementary groups, else the other class. Root may read and
 // write anything and execute anything with an x bit or a directory.
+// Supplementary groups come from caller.groups, or from caller.load_groups
+// when that is empty and they can change the answer.
 bool MayAccess(const Caller& caller, uint32_t mode, uint32_t uid, uint32_t gid, int want);
 
 }  // namespace gpufs

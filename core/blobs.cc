@@ -308,11 +308,16 @@ Result<size_t> Namespace::Write(HandleId id, uint64_t offset, std::span<const st
   std::shared_ptr<ActiveBlob> blob;
   bool append = false;
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     auto it = handles_.find(id);
     if (it == handles_.end()) return Error(EBADF, "write: no handle " + std::to_string(id));
     if (!it->second.writable || !it->second.blob) {
       return Error(EBADF, "write: handle " + std::to_string(id) + " is not open for writing");
+    }
+    if (auto pending = it->second.pending) {  // an object's bytes, at their layout offsets
+      lock.unlock();
+      GPUFS_RETURN_IF_ERROR(WritePending(pending, offset, src));
+      return src.size();
     }
     blob = it->second.blob;
     append = it->second.append;
@@ -366,14 +371,17 @@ Status Namespace::FinishWriting(ActiveBlob& blob, EntryId entry_id) {
                    "GPUFS_IOC_SEAL (its producer exited or gave up)");
   } else {
     sealed = StoreFor(rec.device)->Seal(rec.id, blob.size.load());  // outside mu_
+    if (sealed.ok()) TakeChecksum(blob);
   }
   std::lock_guard lock(mu_);
   if (sealed.ok()) sealed = RecordSealLocked(blob, entry_id);
   if (!sealed.ok()) {
     // Never serve a half-written blob as sealed: take the member away.
     if (blob.broken.load() == 0) blob.broken = sealed.code() != 0 ? sealed.code() : EIO;
-    GPUFS_LOG(WARN) << "discarding " << PathOf(entry_id) << ": it was not sealed ("
-                    << sealed.ToString() << ")";
+    if (!blob.staging) {
+      GPUFS_LOG(WARN) << "discarding " << PathOf(entry_id) << ": it was not sealed ("
+                      << sealed.ToString() << ")";
+    }
     auto entry = catalog_->GetEntry(entry_id);
     if (entry.ok() && entry->blob == rec.id && entry->parent != 0) {
       NotifyEntry(entry->parent, entry->name);
@@ -381,7 +389,8 @@ Status Namespace::FinishWriting(ActiveBlob& blob, EntryId entry_id) {
       if (!detached.ok()) GPUFS_LOG(ERROR) << "detach: " << detached.ToString();
     }
   }
-  return sealed;
+  // A staging member's manifest goes once its object is sealed or dropped.
+  return blob.staging ? Status::Ok() : sealed;
 }
 
 Status Namespace::Flush(HandleId id) {
@@ -440,8 +449,17 @@ Status Namespace::Release(HandleId id) {
     if (it == handles_.end()) return Error(EBADF, "release: no handle " + std::to_string(id));
     handle = std::move(it->second);
     handles_.erase(it);
-    if (!handle.blob) return Status::Ok();
   }
+  // What an object map held, and an object save left unsealed.
+  if (handle.pending) DiscardPendingObject(handle);
+  if (!handle.held.empty()) {
+    std::lock_guard lock(mu_);
+    for (Held& held : handle.held) {
+      if (held.copy) DropCopy(*held.copy);
+      UnholdLocked(*held.blob, held.entry, /*mapped=*/true);
+    }
+  }
+  if (!handle.blob) return Status::Ok();
   ActiveBlob& blob = *handle.blob;
   std::unique_lock io(blob.io_mu);
   bool finish = false;
@@ -455,25 +473,31 @@ Status Namespace::Release(HandleId id) {
   // The last writer is gone: seal (plain tools), or discard.
   Status result = finish ? FinishWriting(blob, handle.entry) : Status::Ok();
   std::lock_guard lock(mu_);
-  if (tokens_ != nullptr) tokens_->RevokeHandle(id);
+  if (handle.copy) DropCopy(*handle.copy);
+  UnholdLocked(blob, handle.entry, handle.mapped);
+  return result;
+}
+
+void Namespace::UnholdLocked(ActiveBlob& blob, EntryId entry_id, bool mapped) {
   blob.handles--;
-  if (handle.mapped) blob.mapped--;
-  if (--entry_opens_[handle.entry] == 0) entry_opens_.erase(handle.entry);
+  if (mapped) blob.mapped--;
+  if (--entry_opens_[entry_id] == 0) entry_opens_.erase(entry_id);
   Blob& rec = blob.rec;
   if (blob.handles == 0) {
     for (const std::string& device : blob.retired) doomed_.emplace_back(device, rec.id);
     blob.retired.clear();
     if (blob.reshared_while_mapped) unretire_.emplace_back(rec.device, rec.id);  // sharing.cc
-    active_.erase(rec.id);
-    if (rec.state == BlobState::kUnsealed) {
+    const BlobId id = rec.id;
+    const bool unsealed = rec.state == BlobState::kUnsealed;
+    active_.erase(id);  // `blob` may go with it
+    if (unsealed) {
       // Discarded: it must not survive as an unsealed row.
-      auto entry = catalog_->EntryOfBlob(rec.id);
+      auto entry = catalog_->EntryOfBlob(id);
       if (entry.ok()) CollectEntry(*entry);
     }
-    CollectBlob(rec.id);
+    CollectBlob(id);
   }
-  CollectEntry(handle.entry);
-  return result;
+  CollectEntry(entry_id);
 }
 
 Status Namespace::RecordSealLocked(ActiveBlob& blob, EntryId entry_id) {

@@ -1,7 +1,8 @@
 // Test double for core unit tests only: host memory under a GPU's device
 // name ("cuda:0"), with an export that records which blob and place it
-// names. Core tests drive the device paths (placement, map, alloc, tiers)
-// without a GPU; the real GPU store runs them on the GPU machine.
+// names, groups whose members export one memory, and private copies. Core
+// tests drive the device paths (placement, map, alloc, objects, copies,
+// tiers) without a GPU; the real GPU store runs them on the GPU machine.
 #pragma once
 
 #include <fcntl.h>
@@ -11,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "store/bulk_store.h"
 #include "store/host_bulk_store.h"
@@ -53,23 +55,59 @@ class DeviceLikeStore final : public BulkStore {
     inner_->Free(id);
     std::lock_guard lock(mu_);
     sizes_.erase(id);
+    groups_.erase(id);
+  }
+  Status AllocateGroup(std::span<const GroupMember> members, uint64_t bytes,
+                       const SharingKey& key) override {
+    GPUFS_RETURN_IF_ERROR(BulkStore::AllocateGroup(members, bytes, key));  // each alone
+    std::lock_guard lock(mu_);
+    const uint64_t memory = next_memory_++;
+    for (const GroupMember& m : members) groups_[m.id] = {memory, m.offset, bytes};
+    return Status::Ok();
   }
   Result<IpcExport> Export(BlobId id) override {
     IpcExport out;
     std::memcpy(out.handle, &id, sizeof id);
     std::lock_guard lock(mu_);
+    if (!sizes_.contains(id)) return Error(ENOENT, "no blob " + std::to_string(id));
     out.size = sizes_[id];
     out.device_uuid[0] = 0xd7;
+    out.memory = (1ull << 40) + id;
+    out.alloc_size = (out.size + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+    if (auto g = groups_.find(id); g != groups_.end()) {  // one memory per object
+      out.memory = g->second.memory;
+      out.offset = g->second.offset;
+      out.alloc_size = (g->second.bytes + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+    }
     if (vmm) {  // as GpuBulkStore in kVmm mode: an fd per allocation
       out.handle_type = IpcExport::kVmmFd;
-      out.alloc_size = (out.size + (2u << 20) - 1) / (2u << 20) * (2u << 20);
       out.fd = std::make_shared<const UniqueFd>(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     }
     return out;
   }
+  // A copy of the blob's bytes as blob `copy`, exported as memory of its own.
+  Result<IpcExport> ExportCopy(BlobId id, BlobId copy) override {
+    GPUFS_ASSIGN_OR_RETURN(IpcExport original, Export(id));
+    std::vector<std::byte> bytes(original.size);
+    GPUFS_RETURN_IF_ERROR(inner_->Read(id, 0, bytes));
+    GPUFS_RETURN_IF_ERROR(inner_->Allocate(copy, SharingKey(), bytes.size()));
+    GPUFS_RETURN_IF_ERROR(inner_->Write(copy, 0, bytes));
+    GPUFS_RETURN_IF_ERROR(inner_->Seal(copy, bytes.size()));
+    std::lock_guard lock(mu_);
+    sizes_[copy] = bytes.size();
+    copies_made++;
+    IpcExport out = original;
+    std::memcpy(out.handle, &copy, sizeof copy);
+    out.memory = (1ull << 40) + copy;
+    return out;
+  }
   bool vmm = false;
+  int copies_made = 0;  // GUARDED_BY(mu_)
 
  private:
+  struct Group {
+    uint64_t memory = 0, offset = 0, bytes = 0;
+  };
   void SetSize(BlobId id, uint64_t size) {
     std::lock_guard lock(mu_);
     sizes_[id] = size;
@@ -78,6 +116,8 @@ class DeviceLikeStore final : public BulkStore {
   std::string name_;
   std::mutex mu_;
   std::map<BlobId, uint64_t> sizes_;
+  std::map<BlobId, Group> groups_;
+  uint64_t next_memory_ = 1ull << 50;
   std::unique_ptr<HostBulkStore> inner_;
 };
 

@@ -1,92 +1,206 @@
-// Device memory paths: GPUFS_IOC_MAP, GPUFS_IOC_ALLOC and GPUFS_IOC_SEAL.
+// Device memory paths: GPUFS_IOC_MAP (and the ipc_handle xattr), who gets
+// the shared allocation and who a private copy, GPUFS_IOC_ALLOC and
+// GPUFS_IOC_SEAL. The wire form of what leaves the daemon is fs/'s
+// (fs/exporter.h).
 #include "core/namespace.h"
 
-#include <chrono>
-#include <cstring>
-
-#include "core/ipc_info.h"
+#include "core/access.h"
 #include "core/sharing.h"
 #include "util/log.h"
 
 namespace gpufs {
+namespace {
 
-Result<gpufs_ipc_info> Namespace::Export(const Blob& rec, HandleId handle, const Caller& caller,
-                                         bool writable) {
-  BulkStore* store = StoreFor(rec.device);
-  if (store == nullptr) return Error(ENODEV, "no store for " + rec.device);
-  auto exported = store->Export(rec.id);
-  if (!exported.ok()) {
-    if (exported.status().code() == EOPNOTSUPP) {
-      return Error(ENODEV, "the blob is in " + rec.device +
-                               " memory; move it to a GPU first (setfattr -n user.gpufs.device "
-                               "-v cuda:0, or gpufs migrate)");
-    }
-    return exported.status();
-  }
-  gpufs_ipc_info info = MakeIpcInfo(*exported, rec.id, generation_);
-  if (writable) info.flags |= GPUFS_INFO_WRITABLE;
-  if (exported->handle_type == IpcExport::kVmmFd) {
-    if (tokens_ == nullptr) return Error(ENODEV, "VMM export without an fd server");
-    GPUFS_ASSIGN_OR_RETURN(Token token, tokens_->Issue(TokenGrant{.handle = handle,
-                                                                  .uid = caller.uid,
-                                                                  .pid = caller.pid,
-                                                                  .blob_id = rec.id,
-                                                                  .alloc_size = info.alloc_size,
-                                                                  .fd = exported->fd}));
-    std::memcpy(info.token, token.data(), sizeof info.token);
-    // The socket's path rides along when it fits (uapi.h): a first map in a
-    // process then needs no getxattr round trip to find it.
-    std::memset(info.handle, 0, sizeof info.handle);
-    if (socket_path_.size() < sizeof info.handle) {
-      std::memcpy(info.handle, socket_path_.c_str(), socket_path_.size() + 1);
-    }
-  }
-  return info;
+// Store ids of private copies: above every catalog id (AUTOINCREMENT stays
+// far below) and below the control inodes' range; they die with the worker.
+constexpr BlobId kFirstCopyId = (1ull << 61) + 1;
+
+// May `caller` have the shared allocation of `entry`: may it write it?
+bool MayShare(const Caller& caller, const Entry& entry) {
+  return MayAccess(caller, entry.mode, entry.uid, entry.gid, kMayWrite);
 }
 
-Result<gpufs_ipc_info> Namespace::MapHandle(HandleId id, const Caller& caller) {
+}  // namespace
+
+void Namespace::DropCopy(const PrivateCopy& copy) {
+  doomed_.emplace_back(copy.device, copy.id);
+  copies_.live--;
+  copies_.bytes -= copy.exported.alloc_size;
+}
+
+Result<MappedBlob> Namespace::ExportFor(const Blob& rec, const Entry& entry, const Caller& caller,
+                                        std::optional<PrivateCopy>* copy) {
+  BulkStore* store = StoreFor(rec.device);
+  if (store == nullptr) return Error(ENODEV, "no store for " + rec.device);
+  auto no_device_memory = [&]() -> Status {
+    return Error(ENODEV, "the blob is in " + rec.device +
+                             " memory; move it to a GPU first (setfattr -n user.gpufs.device "
+                             "-v cuda:0, or gpufs migrate)");
+  };
+  MappedBlob mapped;
+  mapped.blob = rec.id;
+  if (MayShare(caller, entry)) {
+    auto exported = store->Export(rec.id);
+    if (!exported.ok()) {
+      return exported.status().code() == EOPNOTSUPP ? no_device_memory() : exported.status();
+    }
+    mapped.exported = std::move(*exported);
+    return mapped;
+  }
+  if (copy == nullptr) {
+    return Error(EACCES, "only a caller who may write a member gets its shared memory (uid " +
+                             std::to_string(caller.uid) +
+                             " may not); open it and map it (GPUFS_IOC_MAP, libgpufs) for a "
+                             "private copy");
+  }
+  if (!reader_copies_) {
+    return Error(EACCES, "uid " + std::to_string(caller.uid) +
+                             " may read but not write this member, and this mount makes no "
+                             "private copies (--reader-copies off); to share it zero-copy, "
+                             "give the reader write permission (chmod g+w, and the reader's "
+                             "group)");
+  }
+  mapped.private_copy = true;
+  if (*copy && (*copy)->device == rec.device) {  // mapped before through this file
+    mapped.exported = (*copy)->exported;
+    return mapped;
+  }
+  BlobId id = 0;
+  {
+    std::lock_guard lock(mu_);
+    id = kFirstCopyId + next_copy_++;
+  }
+  Result<IpcExport> made = Error(EIO, "no copy");
+  // The copy is of the whole allocation: a blob's own rounds up to a granule.
+  Status room = WithRoom(
+      rec.device, rec.size + kGranule,
+      [&]() -> Status {
+        made = store->ExportCopy(rec.id, id);
+        return made.status();
+      },
+      rec.size + kGranule);
+  if (!room.ok()) {
+    if (room.code() == EOPNOTSUPP) return no_device_memory();
+    if (room.code() == ENOSPC) {
+      return room.Prepend("no room for a reader's private copy of " + std::to_string(rec.size) +
+                          " bytes (a reader who may write, e.g. after chmod g+w, shares "
+                          "the member's memory instead)");
+    }
+    return room;
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (*copy) DropCopy(**copy);  // of a place the blob left (a migration)
+    *copy = PrivateCopy{id, rec.device, *made};
+    copies_.live++;
+    copies_.made++;
+    copies_.bytes += made->alloc_size;
+  }
+  mapped.exported = std::move(*made);
+  return mapped;
+}
+
+Result<MappedBlob> Namespace::MapHandle(HandleId id, const Caller& caller) {
   std::shared_ptr<ActiveBlob> blob;
-  EntryId entry = 0;
+  EntryId entry_id = 0;
   {
     std::lock_guard lock(mu_);
     GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
-    if (!handle->blob) return Error(ENODEV, "/.gpufs/stats is not in device memory");
+    if (!handle->blob) return Error(ENODEV, PathOf(handle->entry) + " is not in device memory");
     blob = handle->blob;
-    entry = handle->entry;
+    entry_id = handle->entry;
   }
   // A spilled member comes back onto its GPU first (spilling others).
-  Status back = FaultBack(entry, blob);
+  Status back = FaultBack(entry_id, blob);
   if (!back.ok()) {
     std::lock_guard lock(mu_);
-    return back.Prepend("map " + PathOf(entry) + ": bring it back onto its GPU");
+    return back.Prepend("map " + PathOf(entry_id) + ": bring it back onto its GPU");
   }
-  Result<gpufs_ipc_info> info = Error(EIO, "not exported");
+  Result<MappedBlob> mapped = Error(EIO, "not exported");
+  std::string path;
   {
-    // Shared: the blob cannot change or move while its handle is exported;
-    // the store call runs outside mu_.
+    // Shared: the blob cannot change or move while it is exported; the
+    // store call runs outside mu_.
     std::shared_lock io(blob->io_mu);
     const Blob rec = blob->rec;
-    if (rec.state == BlobState::kUnsealed) {
+    Entry entry;
+    std::optional<PrivateCopy> copy;
+    {
       std::lock_guard lock(mu_);
-      return Error(EBUSY, PathOf(entry) + " is still being written; map it once it is sealed");
+      path = PathOf(entry_id);
+      if (rec.state == BlobState::kUnsealed) {
+        return Error(EBUSY, path + " is still being written; map it once it is sealed");
+      }
+      if (rec.state == BlobState::kLost) return Error(EIO, path + " lost its bytes");
+      GPUFS_ASSIGN_OR_RETURN(entry, catalog_->GetEntry(entry_id));
+      GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
+      copy = handle->copy;
     }
-    if (rec.state == BlobState::kLost) {
-      std::lock_guard lock(mu_);
-      return Error(EIO, PathOf(entry) + " lost its bytes");
+    mapped = ExportFor(rec, entry, caller, &copy);
+    std::lock_guard lock(mu_);
+    GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
+    if (copy && (!handle->copy || handle->copy->id != copy->id)) {
+      if (handle->copy && handle->copy->device == copy->device) {
+        // Another thread's map of this file made one meanwhile: keep that.
+        DropCopy(*copy);
+        if (mapped.ok()) mapped->exported = handle->copy->exported;
+      } else {
+        handle->copy = copy;
+      }
     }
-    info = Export(rec, id, caller, false);
   }
   std::lock_guard lock(mu_);
-  if (!info.ok()) return info.status().Prepend(PathOf(entry));
+  if (!mapped.ok()) return mapped.status().Prepend(path);
   GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
   if (!handle->mapped) {
     handle->mapped = true;
     blob->mapped++;
   }
-  return info;
+  return mapped;
 }
 
-Result<gpufs_ipc_info> Namespace::AllocDevice(HandleId id, uint64_t size, const Caller& caller) {
+Result<MappedBlob> Namespace::MapEntry(uint64_t ino, const Caller& caller) {
+  HandleId pinned = 0;
+  std::shared_ptr<ActiveBlob> blob;
+  Entry entry;
+  std::string path;
+  {
+    // Pin the blob with a handle of our own, so it cannot move or go while
+    // it is exported.
+    std::lock_guard lock(mu_);
+    GPUFS_ASSIGN_OR_RETURN(entry, catalog_->GetEntry(ino));
+    path = PathOf(ino);
+    if (entry.kind != EntryKind::kBlob) return Error(ENODATA, path + " is an object");
+    GPUFS_ASSIGN_OR_RETURN(Blob rec, catalog_->GetBlob(entry.blob));
+    Handle pin;
+    pin.entry = entry.id;
+    pin.blob = Activate(rec);
+    blob = pin.blob;
+    pinned = AddHandle(std::move(pin));
+  }
+  Result<MappedBlob> mapped = Error(ENODATA, "");
+  // A spilled member comes back onto its GPU first, as for GPUFS_IOC_MAP.
+  Status back = FaultBack(entry.id, blob);
+  if (!back.ok()) mapped = back.Prepend(path + ": bring it back onto its GPU");
+  if (back.ok()) {
+    std::shared_lock io(blob->io_mu);
+    const Blob rec = blob->rec;
+    if (rec.state != BlobState::kSealed || !IsGpuTier(rec.device)) {
+      mapped = Error(ENODATA, path + " has no IPC handle: it is " +
+                                  (rec.state == BlobState::kSealed ? "in " + rec.device
+                                                                   : std::string("not sealed")));
+    } else {
+      mapped = ExportFor(rec, entry, caller, nullptr);
+    }
+  }
+  Status released = Release(pinned);
+  if (!released.ok()) GPUFS_LOG(WARN) << "map " << path << ": " << released.ToString();
+  if (!mapped.ok() && mapped.status().code() != ENODATA) return mapped.status().Prepend(path);
+  return mapped;
+}
+
+Result<MappedBlob> Namespace::AllocDevice(HandleId id, uint64_t size, const Caller& caller) {
+  (void)caller;  // a writer: the kernel checked its open for writing
   std::shared_ptr<ActiveBlob> blob;
   EntryId entry = 0;
   {
@@ -95,11 +209,12 @@ Result<gpufs_ipc_info> Namespace::AllocDevice(HandleId id, uint64_t size, const 
     if (!handle->blob || !handle->writable) {
       return Error(EPERM, "GPUFS_IOC_ALLOC needs a member opened for writing");
     }
+    if (handle->pending) return Error(EEXIST, "this member stages an object (ALLOC_OBJECT)");
     blob = handle->blob;
     entry = handle->entry;
   }
-  // Store work (cudaMalloc, copies) under the blob's io_mu only; mu_ only
-  // for the checks and the catalog.
+  // Store work (device allocations, copies) under the blob's io_mu only;
+  // mu_ only for the checks and the catalog.
   std::unique_lock io(blob->io_mu);
   Blob& rec = blob->rec;
   std::string path;
@@ -118,13 +233,8 @@ Result<gpufs_ipc_info> Namespace::AllocDevice(HandleId id, uint64_t size, const 
     return Error(EFBIG, "GPUFS_IOC_ALLOC of " + std::to_string(size) + " bytes");
   Blob next = rec;
   if (!IsGpuTier(rec.device)) {
-    // The producer wants device memory: use the default GPU, or the first one.
-    std::string device = default_device_ != "host" ? default_device_ : "";
-    for (const auto& [name, store] : stores_) {
-      if (device.empty() && name != "host") device = name;
-    }
-    if (device.empty())
-      return Error(ENODEV, "this daemon serves no GPU (started with --store host?)");
+    // The producer wants device memory: the default GPU, or the first one.
+    GPUFS_ASSIGN_OR_RETURN(std::string device, DeviceForDeviceMemory());
     BulkStore* gpu = StoreFor(device);
     GPUFS_RETURN_IF_ERROR(
         WithRoom(device, size, [&] { return gpu->Allocate(rec.id, key, size); }));
@@ -152,15 +262,17 @@ Result<gpufs_ipc_info> Namespace::AllocDevice(HandleId id, uint64_t size, const 
   blob->size = size;
   blob->needs_explicit_seal = true;
   blob->closed_in_catalog = false;  // the row just written has no close mark
-  auto info = Export(rec, id, caller, true);
-  if (!info.ok()) return info.status().Prepend(path);
+  auto exported = StoreFor(rec.device)->Export(rec.id);
+  if (!exported.ok()) return exported.status().Prepend(path);
+  MappedBlob mapped{.exported = std::move(*exported), .blob = rec.id, .writable = true,
+                    .private_copy = false};
   std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
   if (!handle->mapped) {
     handle->mapped = true;
     blob->mapped++;
   }
-  return info;
+  return mapped;
 }
 
 Status Namespace::SealHandle(HandleId id) {
@@ -169,13 +281,17 @@ Status Namespace::SealHandle(HandleId id) {
   {
     std::lock_guard lock(mu_);
     GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
-    if (!handle->blob) return Error(EPERM, "/.gpufs/stats cannot be sealed");
+    if (!handle->blob) return Error(EPERM, PathOf(handle->entry) + " cannot be sealed");
     // Only a writer seals: a reader's handle could otherwise freeze someone
     // else's member mid-write.
     if (!handle->writable) {
       return Error(EBADF, PathOf(handle->entry) +
                               ": GPUFS_IOC_SEAL needs a descriptor opened for writing by the "
                               "writer");
+    }
+    if (handle->pending) {
+      return Error(EINVAL, PathOf(handle->entry) +
+                               " stages an object: seal it with GPUFS_IOC_SEAL_OBJECT");
     }
     blob = handle->blob;
     entry = handle->entry;
@@ -192,6 +308,7 @@ Status Namespace::SealHandle(HandleId id) {
     }
   }
   GPUFS_RETURN_IF_ERROR(StoreFor(blob->rec.device)->Seal(blob->rec.id, blob->size.load()));
+  TakeChecksum(*blob);
   std::lock_guard lock(mu_);
   return RecordSealLocked(*blob, entry);
 }

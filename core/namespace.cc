@@ -26,8 +26,7 @@ Namespace::Namespace(NamespaceOptions options)
       default_device_(std::move(options.default_device)),
       state_dir_(std::move(options.state_dir)),
       log_path_(std::move(options.log_path)),
-      tokens_(options.tokens),
-      socket_path_(std::move(options.socket_path)),
+      reader_copies_(options.reader_copies),
       takeover_(options.takeover),
       adopted_(std::move(options.adopted)),
       unsealed_sizes_(std::move(options.unsealed_sizes)),
@@ -92,6 +91,7 @@ Result<std::unique_ptr<Namespace>> Namespace::Open(NamespaceOptions options) {
     ns->adopted_.clear();
     ns->unsealed_sizes_.clear();
   }
+  GPUFS_RETURN_IF_ERROR(ns->RestorePendingObjects());
   if (ns->stores_.contains("disk"))
     ns->persister_ = std::thread([p = ns.get()] {
       pthread_setname_np(pthread_self(), "gpufs-persist");

@@ -78,9 +78,8 @@
 #include "core/control_files.h"
 #include "core/eviction_policy.h"
 #include "core/invalidator.h"
-#include "core/ipc_tokens.h"
+#include "fs/ipc_tokens.h"
 #include "core/types.h"
-#include "gpufs/uapi.h"
 #include "meta/catalog.h"
 #include "meta/usage_catalog.h"
 #include "store/bulk_store.h"
@@ -89,6 +88,9 @@
 namespace gpufs {
 
 struct StatsView;  // core/meta_json.h
+namespace proto {
+struct ObjectManifest;  // proto/object_manifest.h
+}
 
 struct NamespaceOptions {
   std::unique_ptr<Catalog> catalog;
@@ -100,12 +102,10 @@ struct NamespaceOptions {
   // daemon's state directory and where its log goes (a path or "stderr").
   std::string state_dir;
   std::string log_path;
-  // Where VMM exports are handed out (fs/fd_server): tokens issued by
-  // MapHandle/AllocDevice/the ipc_handle xattr go into `tokens`, and the
-  // root's user.gpufs.socket names `socket_path`. Null: VMM exports fail
-  // with ENODEV (legacy handles need neither).
-  TokenTable* tokens = nullptr;
-  std::string socket_path;
+  // A reader who may not write a GPU member gets a private copy of its
+  // allocation when it maps it (the shared one is a write capability: an
+  // importer can always map it writable). Off: such maps are refused (EACCES).
+  bool reader_copies = true;
 
   // --- worker takeover (docs/TAKEOVER.md) -----------------------------------
   // A takeover start: an earlier worker served this mount and the kernel
@@ -205,21 +205,61 @@ class Namespace {
   Result<std::vector<std::string>> ListXattr(uint64_t ino);
   Status RemoveXattr(uint64_t ino, std::string_view name);
 
-  // --- device memory ---------------------------------------------------------
-  // GPUFS_IOC_MAP: the IPC handle of the handle's blob, which must be sealed
-  // and in device memory (ENODEV otherwise). An unsealed blob answers EBUSY
-  // at once: nothing waits (a writer's close() has sealed before it returns).
-  // A VMM blob's info carries a token for `caller` (as FUSE reports the
-  // ioctl's caller), bound to this open handle (see core/ipc_tokens.h).
-  Result<gpufs_ipc_info> MapHandle(HandleId handle, const Caller& caller = {});
+  // --- device memory (core/device_memory.cc) --------------------------------
+  // Who gets which memory: a caller who may write the member by its mode
+  // bits (owner, group or other class as POSIX decides, supplementary
+  // groups included; root always) gets the shared allocation; any other
+  // reader gets a private copy of the allocation, made for its open file,
+  // counted in the store's capacity and freed when that file is released
+  // (NamespaceOptions::reader_copies off: EACCES instead). A map holds its
+  // member open, so nothing mapped is freed or moved.
+  //
+  // GPUFS_IOC_MAP: the memory of the handle's blob, which must be sealed
+  // and in device memory (a spilled member is brought back first; ENODEV
+  // for one in host memory). An unsealed blob answers EBUSY at once.
+  Result<MappedBlob> MapHandle(HandleId handle, const Caller& caller = {});
+  // user.gpufs.ipc_handle: the shared memory of member `ino`, for a caller
+  // who may write it (EACCES for anyone else: the attribute has no open file
+  // that a private copy could live with). Nothing holds the member after it.
+  Result<MappedBlob> MapEntry(uint64_t ino, const Caller& caller);
   // GPUFS_IOC_ALLOC: gives the empty unsealed blob of a writable handle
   // `size` bytes of device memory (moving it to a GPU if its object places it
-  // in host memory) and returns its handle. Such a blob must be sealed with
-  // SealHandle: released unsealed, it is discarded.
-  Result<gpufs_ipc_info> AllocDevice(HandleId handle, uint64_t size, const Caller& caller = {});
+  // in host memory) and returns its writable mapping. Such a blob must be
+  // sealed with SealHandle: released unsealed, it is discarded.
+  Result<MappedBlob> AllocDevice(HandleId handle, uint64_t size, const Caller& caller = {});
   // GPUFS_IOC_SEAL: seals the handle's blob now. Only a writer may: EBADF
   // for a handle not opened for writing.
   Status SealHandle(HandleId handle);
+
+  // --- objects written and mapped as a whole (core/objects.cc) --------------
+  // GPUFS_IOC_ALLOC_OBJECT on a writable handle of a new member whose bytes
+  // so far are an object manifest (core/object_manifest.h): makes the object
+  // it describes, hidden (named after the staging member, see uapi.h), with
+  // every member an unsealed blob at its place in one allocation of the
+  // object's device. The producer fills it through the returned mapping (a
+  // GPU), or by writing the handle at the layout's offsets (any store).
+  // EINVAL for a bad manifest, EEXIST when the handle has one already,
+  // ENOSPC when it does not fit (after spilling colder members).
+  Result<ObjectAllocation> AllocObject(HandleId handle, const Caller& caller = {});
+  // GPUFS_IOC_SEAL_OBJECT: seals every member (their checksums taken on
+  // the GPU), and in one catalog transaction links the object at `name` in
+  // the staging member's object, in place of an object there when
+  // `replace` (EEXIST otherwise; ENOTDIR for a member there), and removes
+  // the staging member. Readers see the whole new object or the old one.
+  Status SealObject(HandleId handle, std::string_view name, bool replace);
+  // An open object (opendir), for MapObject; released with Release.
+  Result<HandleId> OpenObject(const Caller& caller, uint64_t ino);
+  // GPUFS_IOC_MAP_OBJECT: the memory of every sealed GPU member under the
+  // open object that the caller may open (read permission on the member,
+  // search on every object between), each as MapHandle would give it; the
+  // others are listed as skipped, with why. The handle holds what it mapped
+  // until it is released. Mapping again gives the same memory.
+  Result<ObjectMap> MapObject(HandleId handle, const Caller& caller);
+  // `gpufs verify`: the checksum of the handle's sealed GPU blob, computed
+  // on the GPU now, against the one recorded at seal. A mismatch is logged
+  // and counted (/.gpufs/stats "checksum_mismatches").
+  Result<VerifyResult> Verify(HandleId handle);
+
   // Moves the bytes of blob `ino`, or of every blob under object `ino`, to
   // `device`; an object also places its future members there. Readers see
   // the same bytes throughout; processes that mapped the old place keep it
@@ -273,6 +313,9 @@ class Namespace {
     std::atomic<int> broken{0};
     // Set by AllocDevice: released unsealed, the blob is discarded.
     std::atomic<bool> needs_explicit_seal{false};
+    // The manifest of an object written as a whole (AllocObject): discarded
+    // at release without a word, as it was never to be a member.
+    std::atomic<bool> staging{false};
     // Guarded by io_mu: the catalog's row is marked closed (a Flush did it,
     // maybe in the worker before a takeover). rec.closed is always false.
     bool closed_in_catalog = false;
@@ -286,14 +329,32 @@ class Namespace {
     // released at the last close.
     bool reshared_while_mapped = false;
   };
+  // A reader's private copy of a blob's allocation (MapHandle): live in
+  // `device`'s store as `id` while its handle lives.
+  struct PrivateCopy {
+    BlobId id = 0;
+    std::string device;
+    IpcExport exported;
+  };
+  // A member an object map holds (MapObject).
+  struct Held {
+    EntryId entry = 0;
+    std::shared_ptr<ActiveBlob> blob;
+    std::optional<PrivateCopy> copy;
+  };
+  struct PendingObject;  // core/objects.cc
   struct Handle {
     EntryId entry = 0;
-    std::shared_ptr<ActiveBlob> blob;  // null for the stats file
+    std::shared_ptr<ActiveBlob> blob;  // null for the stats file and objects
     bool writable = false;
     bool append = false;
     bool mapped = false;
+    bool object = false;   // an open object (OpenObject)
     uint32_t pid = 0;      // of the process that opened it (/.gpufs/stats "open_members")
     std::string snapshot;  // the stats file's content at open
+    std::optional<PrivateCopy> copy;            // MapHandle's, for a reader
+    std::vector<Held> held;                     // MapObject's
+    std::shared_ptr<PendingObject> pending;     // AllocObject's, until SealObject
   };
   // Frees the bytes FreeBlob queued, after the caller dropped mu_: store work
   // (unlinking files, cudaFree) never runs under the namespace-wide lock.
@@ -342,6 +403,13 @@ class Namespace {
   Result<Entry> ChildEntry(uint64_t parent, std::string_view name);
   std::string PathOf(EntryId id);
   std::string DeviceFor(EntryId parent);
+  // Where a producer that wants device memory (ALLOC) gets it: the default
+  // device if it is a GPU, else the first GPU served; ENODEV without one.
+  Result<std::string> DeviceForDeviceMemory();
+  // Takes the checksum of a sealed GPU blob into blob.rec.checksum (its
+  // io_mu held exclusively, mu_ NOT held); a failure is logged and leaves
+  // it without one (core/checksums.cc).
+  void TakeChecksum(ActiveBlob& blob);
   BulkStore* StoreFor(const std::string& device);
   Result<Blob> NewBlob(const std::string& device, uint32_t owner, const SharingKey& key);
   Status ReplaceBlob(const Entry& entry, const std::string& device, uint32_t owner,
@@ -379,6 +447,29 @@ class Namespace {
   Status DetachAndCollect(EntryId id);
   // Deletes and frees `blob` if no entry links it and nobody holds it.
   void CollectBlob(BlobId blob);
+  // A handle of member `entry` let go of `blob` (mu_ held; `mapped`: it
+  // had mapped it): the last one frees what nobody needs any more. `blob`
+  // may be gone when this returns.
+  void UnholdLocked(ActiveBlob& blob, EntryId entry, bool mapped);
+  // --- objects written as a whole (core/objects_save.cc) ----------------------
+  // The staging handle of an object never sealed is released: the object
+  // and its members go (no lock held).
+  void DiscardPendingObject(Handle& handle);
+  // The manifest a staging member holds (no lock held).
+  Result<proto::ObjectManifest> ReadManifest(ActiveBlob& staging);
+  // The members of `pending` are held as by an open file, or let go (mu_ held).
+  void HoldPendingLocked(PendingObject& pending);
+  void ReleasePendingLocked(PendingObject& pending);
+  // A write through a staging handle after AllocObject: its bytes go to the
+  // members at their layout offsets (no lock held).
+  Status WritePending(const std::shared_ptr<PendingObject>& pending, uint64_t offset,
+                      std::span<const std::byte> src);
+  // Detaches (and frees what nobody holds of) object `object` and everything
+  // under it (mu_ held; run it in a catalog Batch).
+  Status RemoveSubtreeLocked(EntryId object);
+  // Start-up: pending objects go, unless an adopted staging handle of a
+  // takeover holds them, which then gets them back (recovery.cc).
+  Status RestorePendingObjects();
   void FreeBlob(const Blob& blob);
   // user.gpufs.meta of `entry` as `caller` may see it (core/meta_json.h).
   Result<std::string> MetaJson(const Entry& entry, const Caller& caller);
@@ -406,11 +497,13 @@ class Namespace {
   // removed, with a log line (the seal goes on: the bytes are good). The
   // status says whether it fitted.
   Status CheckTensorAtSeal(EntryId entry, uint64_t size);
-  // The info of `rec` for `caller` (its blob's io_mu held; mu_ need not be);
-  // VMM exports get a token bound to open handle `handle` (0: none, the
-  // xattr). `writable` only for ALLOC.
-  Result<gpufs_ipc_info> Export(const Blob& rec, HandleId handle, const Caller& caller,
-                                bool writable);
+  // The memory `caller` gets of sealed blob `rec` of member `entry` (its
+  // blob's io_mu held; mu_ NOT held): the shared allocation, or a private
+  // copy, made once and kept in `*copy` (null: none may be made, EACCES).
+  Result<MappedBlob> ExportFor(const Blob& rec, const Entry& entry, const Caller& caller,
+                               std::optional<PrivateCopy>* copy);
+  // Frees a private copy (queued; mu_ held).
+  void DropCopy(const PrivateCopy& copy);
   // How a move came about: a user's (Migrate), a spill (aborted with EBUSY
   // if anyone but the mover holds the blob when it would switch), or a fault
   // back before a map.
@@ -493,8 +586,14 @@ class Namespace {
   std::string default_device_;
   std::string state_dir_, log_path_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-  TokenTable* tokens_ = nullptr;  // fixed after Open
-  std::string socket_path_;
+  bool reader_copies_ = true;  // fixed after Open
+  // Reader copies live now, their bytes and those made so far (stats).
+  struct CopyCounters {
+    uint64_t live = 0, bytes = 0, made = 0;
+  };
+  CopyCounters copies_;                 // GUARDED_BY(mu_)
+  uint64_t next_copy_ = 0;              // GUARDED_BY(mu_): store ids of copies, see NewCopyId
+  uint64_t checksum_mismatches_ = 0;    // GUARDED_BY(mu_)
   uint64_t generation_ = 0;
   // Takeover (see NamespaceOptions), fixed after Open:
   bool takeover_ = false;

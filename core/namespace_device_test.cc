@@ -42,8 +42,6 @@ class DeviceTest : public ::testing::Test {
     options.stores.push_back(std::move(*host));
     options.stores.push_back(std::move(device));
     options.default_device = "host";
-    options.tokens = &tokens_;
-    options.socket_path = socket_;
     auto ns = Namespace::Open(std::move(options));
     ASSERT_TRUE(ns.ok()) << ns.status().ToString();
     ns_ = std::move(*ns);
@@ -70,8 +68,6 @@ class DeviceTest : public ::testing::Test {
   test_support::TempDir tmp_{"gpufs-dev"};  // removed after everything below
   std::string dir_ = tmp_.path();
   Caller caller_{0, 0, 1, {}};
-  std::string socket_ = "/run/gpufs-test/fd.sock";
-  TokenTable tokens_{std::chrono::seconds(30), [](uint32_t a, uint32_t b) { return a == b; }};
   std::unique_ptr<Namespace> ns_;
   HostBulkStore* host_ = nullptr;
   DeviceLikeStore* dev_ = nullptr;
@@ -111,24 +107,24 @@ TEST_F(DeviceTest, MapNeedsASealedDeviceBlob) {
   auto h = ns_->Open(caller_, m, O_RDONLY);
   ASSERT_TRUE(h.ok());
   EXPECT_EQ(ns_->MapHandle(h->handle).status().code(), ENODEV);  // in host memory
-  EXPECT_EQ(ns_->GetXattr(m, "user.gpufs.ipc_handle").status().code(), ENODATA);
+  EXPECT_EQ(ns_->MapEntry(m, caller_).status().code(), ENODATA);
   ASSERT_TRUE(ns_->Release(h->handle).ok());
 
   ASSERT_TRUE(ns_->Migrate(m, "cuda:0").ok());
   h = ns_->Open(caller_, m, O_RDONLY);
   auto info = ns_->MapHandle(h->handle);
   ASSERT_TRUE(info.ok()) << info.status().ToString();
-  EXPECT_EQ(info->magic, GPUFS_MAGIC);
-  EXPECT_EQ(info->version, GPUFS_UAPI_VERSION);
-  EXPECT_EQ(info->size, 10u);
-  EXPECT_EQ(info->generation, ns_->generation());
-  EXPECT_EQ(info->device_uuid[0], 0xd7);
+  EXPECT_EQ(info->exported.size, 10u);
+  EXPECT_EQ(info->exported.device_uuid[0], 0xd7);
+  EXPECT_EQ(info->blob, *reinterpret_cast<const uint64_t*>(info->exported.handle));
+  EXPECT_FALSE(info->writable);
+  EXPECT_FALSE(info->private_copy);  // root may write anything
   auto stats = nlohmann::json::parse(ns_->StatsJson());
   EXPECT_EQ(stats["open_maps"], 1);
-  auto bytes = ns_->GetXattr(m, "user.gpufs.ipc_handle");
-  ASSERT_TRUE(bytes.ok());
-  ASSERT_EQ(bytes->size(), sizeof(gpufs_ipc_info));
-  EXPECT_EQ(std::memcmp(bytes->data(), &*info, sizeof *info), 0);
+  auto entry = ns_->MapEntry(m, caller_);  // the attribute's way: the same memory
+  ASSERT_TRUE(entry.ok()) << entry.status().ToString();
+  EXPECT_EQ(entry->blob, info->blob);
+  EXPECT_EQ(entry->exported.size, 10u);
   auto names = ns_->ListXattr(m);
   EXPECT_NE(std::find(names->begin(), names->end(), "user.gpufs.ipc_handle"), names->end());
   ASSERT_TRUE(ns_->Release(h->handle).ok());
@@ -153,7 +149,8 @@ TEST_F(DeviceTest, AllocThenSealKeepsAllocWithoutSealDiscards) {
   ASSERT_TRUE(made.ok());
   auto info = ns_->AllocDevice(made->handle, 4096);
   ASSERT_TRUE(info.ok()) << info.status().ToString();
-  EXPECT_EQ(info->size, 4096u);
+  EXPECT_EQ(info->exported.size, 4096u);
+  EXPECT_TRUE(info->writable);
   EXPECT_EQ(ns_->AllocDevice(made->handle, 4096).status().code(), EEXIST);
   ASSERT_TRUE(ns_->SealHandle(made->handle).ok());
   EXPECT_EQ(ns_->Write(made->handle, 0, Bytes("x")).status().code(), EPERM);
@@ -190,7 +187,7 @@ TEST_F(DeviceTest, MapAnswersAtOnceAndOnlyTheWriterSeals) {
   ASSERT_TRUE(ns_->SealHandle(writer->handle).ok());
   auto info = ns_->MapHandle(reader->handle);
   ASSERT_TRUE(info.ok()) << info.status().ToString();
-  EXPECT_EQ(info->size, 10u);
+  EXPECT_EQ(info->exported.size, 10u);
   ASSERT_TRUE(ns_->Release(writer->handle).ok());
   ASSERT_TRUE(ns_->Release(reader->handle).ok());
 }
@@ -203,89 +200,6 @@ TEST_F(DeviceTest, MapOfABlobStillBeingWrittenIsEbusy) {
   EXPECT_EQ(ns_->Migrate(writer->attr.ino, "host").code(), EBUSY);
   ASSERT_TRUE(ns_->Release(reader->handle).ok());
   ASSERT_TRUE(ns_->Release(writer->handle).ok());
-}
-
-}  // namespace
-}  // namespace gpufs
-
-namespace gpufs {
-namespace {
-
-TEST_F(DeviceTest, VmmMapsCarryATokenForTheCallerBoundToTheOpenFile) {
-  dev_->vmm = true;
-  uint64_t m = Put(kRootEntryId, "m", "0123456789");
-  ASSERT_TRUE(ns_->Migrate(m, "cuda:0").ok());
-  const Caller reader{1000, 1000, 4242, {}};
-  auto h = ns_->Open(reader, m, O_RDONLY);
-  ASSERT_TRUE(h.ok());
-  auto info = ns_->MapHandle(h->handle, reader);
-  ASSERT_TRUE(info.ok()) << info.status().ToString();
-  EXPECT_EQ(info->handle_type, GPUFS_HANDLE_VMM_FD);
-  EXPECT_EQ(info->flags & GPUFS_INFO_WRITABLE, 0u);
-  // The socket's path rides along (uapi.h), NUL-terminated.
-  EXPECT_STREQ(reinterpret_cast<const char*>(info->handle), "/run/gpufs-test/fd.sock");
-  Token token;
-  std::memcpy(token.data(), info->token, token.size());
-  EXPECT_NE(token, Token{});
-  // Another uid cannot use it, and the try spends it.
-  EXPECT_EQ(tokens_.Redeem(token, 65534, 4242).status().code(), EACCES);
-  EXPECT_EQ(tokens_.Redeem(token, 1000, 4242).status().code(), ENOENT);
-  // A fresh one works for the caller, once, with the blob's fd.
-  info = ns_->MapHandle(h->handle, reader);
-  std::memcpy(token.data(), info->token, token.size());
-  auto grant = tokens_.Redeem(token, 1000, 4242);
-  ASSERT_TRUE(grant.ok()) << grant.status().ToString();
-  EXPECT_EQ(grant->blob_id, info->blob_id);
-  EXPECT_TRUE(grant->fd && grant->fd->valid());
-  // Closing the file revokes what it was issued.
-  info = ns_->MapHandle(h->handle, reader);
-  std::memcpy(token.data(), info->token, token.size());
-  ASSERT_TRUE(ns_->Release(h->handle).ok());
-  EXPECT_EQ(tokens_.Redeem(token, 1000, 4242).status().code(), ENOENT);
-}
-
-TEST_F(DeviceTest, VmmAllocIsWritableAndTheXattrsNameTheSocket) {
-  dev_->vmm = true;
-  auto made = ns_->Create(caller_, kRootEntryId, "p", 0644, O_RDWR);
-  ASSERT_TRUE(made.ok());
-  auto info = ns_->AllocDevice(made->handle, 4096, caller_);
-  ASSERT_TRUE(info.ok()) << info.status().ToString();
-  EXPECT_EQ(info->flags & GPUFS_INFO_WRITABLE, GPUFS_INFO_WRITABLE);
-  ASSERT_TRUE(ns_->SealHandle(made->handle).ok());
-  ASSERT_TRUE(ns_->Release(made->handle).ok());
-  EXPECT_EQ(*ns_->GetXattr(kRootEntryId, GPUFS_XATTR_SOCKET), "/run/gpufs-test/fd.sock");
-  EXPECT_EQ(*ns_->GetXattr(made->attr.ino, GPUFS_XATTR_SOCKET), "/run/gpufs-test/fd.sock");
-  // The xattr's token is bound to no file, only to its caller.
-  auto bytes = ns_->GetXattr(made->attr.ino, GPUFS_XATTR_IPC_HANDLE, Caller{7, 7, 77, {}});
-  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
-  gpufs_ipc_info x;
-  ASSERT_EQ(bytes->size(), sizeof x);
-  std::memcpy(&x, bytes->data(), sizeof x);
-  Token token;
-  std::memcpy(token.data(), x.token, token.size());
-  EXPECT_TRUE(tokens_.Redeem(token, 7, 77).ok());
-}
-
-// A socket path of 64 bytes or more does not fit in info.handle: the handle
-// stays all zero and clients read user.gpufs.socket instead.
-class LongSocketDeviceTest : public DeviceTest {
- protected:
-  LongSocketDeviceTest() { socket_ = "/run/" + std::string(60, 's') + "/fd.sock"; }
-};
-
-TEST_F(LongSocketDeviceTest, APathTooLongForTheHandleLeavesItZero) {
-  dev_->vmm = true;
-  uint64_t m = Put(kRootEntryId, "m", "0123456789");
-  ASSERT_TRUE(ns_->Migrate(m, "cuda:0").ok());
-  auto h = ns_->Open(caller_, m, O_RDONLY);
-  ASSERT_TRUE(h.ok());
-  auto info = ns_->MapHandle(h->handle, caller_);
-  ASSERT_TRUE(info.ok()) << info.status().ToString();
-  EXPECT_EQ(info->handle_type, GPUFS_HANDLE_VMM_FD);
-  EXPECT_EQ(std::string(reinterpret_cast<const char*>(info->handle), sizeof info->handle),
-            std::string(sizeof info->handle, '\0'));
-  EXPECT_EQ(*ns_->GetXattr(m, GPUFS_XATTR_SOCKET), socket_);
-  ASSERT_TRUE(ns_->Release(h->handle).ok());
 }
 
 }  // namespace

@@ -204,7 +204,7 @@ TEST_P(TierTest, MapBringsASpilledMemberBackAndSpillsAnother) {
   ASSERT_TRUE(h.ok());
   auto info = ns_->MapHandle(h->handle);
   ASSERT_TRUE(info.ok()) << info.status().ToString();
-  EXPECT_EQ(info->size, kMember);
+  EXPECT_EQ(info->exported.size, kMember);
   EXPECT_EQ(Tier(inos[0]), "cuda:0");
   EXPECT_EQ(ns_->Counters().fault_backs, 1u);
   EXPECT_EQ(ns_->Counters().fault_back_bytes, kMember);
@@ -216,7 +216,7 @@ TEST_P(TierTest, MapBringsASpilledMemberBackAndSpillsAnother) {
   for (int i = 0; i < 6; ++i) EXPECT_EQ(Cat(inos[i]), Pattern(i, kMember));
   // The ipc_handle xattr faults back too.
   ASSERT_EQ(Tier(inos[1]), "host");
-  EXPECT_TRUE(ns_->GetXattr(inos[1], "user.gpufs.ipc_handle").ok());
+  EXPECT_TRUE(ns_->MapEntry(inos[1], caller_).ok());
   EXPECT_EQ(Tier(inos[1]), "cuda:0");
 }
 

@@ -23,6 +23,14 @@ std::string Namespace::DeviceFor(EntryId parent) {
   return default_device_;
 }
 
+Result<std::string> Namespace::DeviceForDeviceMemory() {
+  if (IsGpuTier(default_device_) && stores_.contains(default_device_)) return default_device_;
+  for (const auto& [device, store] : stores_) {
+    if (IsGpuTier(device)) return device;
+  }
+  return Error(ENODEV, "this daemon serves no GPU (started with --store host?)");
+}
+
 HostBuffer Namespace::AllocateIoBuffer(size_t bytes) {
   for (const auto& [device, store] : stores_) {
     if (device != "host") return store->AllocateHostBuffer(bytes);

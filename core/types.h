@@ -5,20 +5,75 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "store/bulk_store.h"
 
 namespace gpufs {
 
 // Who asks: the FUSE request's credentials. `groups` (supplementary groups)
 // is filled only where the core checks permissions itself (getxattr of
-// user.gpufs.meta); elsewhere the kernel has checked them.
+// user.gpufs.meta); elsewhere the kernel has checked them. Where finding
+// them costs (FUSE reads /proc), `load_groups` may stand in: the core calls
+// it only when the answer depends on them.
 struct Caller {
   uint32_t uid = 0;
   uint32_t gid = 0;
   uint32_t pid = 0;
   std::vector<uint32_t> groups;
+  std::function<std::vector<uint32_t>()> load_groups = nullptr;
+};
+
+// What a process gets to reach a blob's device memory (Namespace::MapHandle
+// and the other maps): the store's export of the allocation, which fs/
+// turns into the wire form (fs/exporter.h). The core never builds wire
+// structs or tokens.
+struct MappedBlob {
+  IpcExport exported;
+  uint64_t blob = 0;          // the member's blob id, as clients see it
+  bool writable = false;      // a producer's mapping (ALLOC, ALLOC_OBJECT)
+  bool private_copy = false;  // a reader's copy of the allocation, its alone
+};
+
+// One member of an object map (Namespace::MapObject).
+struct MappedMember {
+  std::string name;  // relative to the object ("sub/w" in a nested object)
+  uint64_t entry = 0;
+  std::optional<std::string> dtype;  // user.gpufs.dtype and shape, as set
+  std::optional<std::string> shape;
+  MappedBlob map;
+};
+// A member an object map leaves out, and why (an errno and a sentence).
+struct SkippedMember {
+  std::string name;
+  int error = 0;
+  std::string why;
+};
+struct ObjectMap {
+  std::vector<MappedMember> members;
+  std::vector<SkippedMember> skipped;
+};
+
+// GPUFS_IOC_ALLOC_OBJECT's answer: the object being written (hidden until
+// SealObject), the bytes of its layout, and, where the object lives on a
+// GPU, the producer's writable mapping of its one allocation.
+struct ObjectAllocation {
+  uint64_t object = 0;
+  uint64_t bytes = 0;
+  uint64_t members = 0;
+  std::optional<MappedBlob> map;
+};
+
+// `gpufs verify` of one member: the checksum recorded at seal and the one
+// computed now.
+struct VerifyResult {
+  bool checked = false;  // false: nothing recorded (not a sealed GPU blob)
+  uint64_t recorded = 0;
+  uint64_t computed = 0;
+  bool ok() const { return !checked || recorded == computed; }
 };
 
 // What stat(2) shows of an entry.
@@ -77,6 +132,7 @@ struct AdoptedHandle {
   bool writable = false;
   bool append = false;
   bool mapped = false;
+  bool object = false;  // an open object (opendir): blob is 0
 };
 
 // Which worker of the mount this is, for /.gpufs/stats.

@@ -6,7 +6,7 @@
 
 
 #include "core/access.h"
-#include "core/ipc_info.h"
+#include "util/sum64.h"
 #include "core/meta_json.h"
 #include "proto/dtypes.h"
 #include "proto/shape.h"
@@ -62,9 +62,6 @@ Status Namespace::CheckTensorAtSeal(EntryId entry_id, uint64_t size) {
 Result<std::string> Namespace::GetXattr(uint64_t ino, std::string_view name, const Caller& caller) {
   if (!xattr::IsUserName(name)) return Error(EOPNOTSUPP, "not a user.* attribute");
   if (IsControl(ino)) return Error(ENODATA, "/.gpufs has no attribute " + std::string(name));
-  if (name == GPUFS_XATTR_SOCKET && !socket_path_.empty()) {  // on every entry
-    return socket_path_;
-  }
   std::unique_lock lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
   if (name == xattr::kMeta) return MetaJson(entry, caller);
@@ -79,38 +76,12 @@ Result<std::string> Namespace::GetXattr(uint64_t ino, std::string_view name, con
     if (auto it = active_.find(blob.id); it != active_.end()) blob = it->second->rec;
     return blob.device;
   }
-  if (name == xattr::kIpcHandle) {
+  if (name == xattr::kChecksum) {
     if (entry.kind != EntryKind::kBlob) return Error(ENODATA, PathOf(ino) + " is an object");
-    // Pin the blob with a handle of our own, so it cannot move or go while
-    // it is exported; the export (a CUDA call) runs outside mu_. Nothing
-    // waits: an unsealed member has no handle yet.
-    GPUFS_ASSIGN_OR_RETURN(Blob rec, catalog_->GetBlob(entry.blob));
-    Handle pin;
-    pin.entry = entry.id;
-    pin.blob = Activate(rec);
-    std::shared_ptr<ActiveBlob> blob = pin.blob;
-    HandleId pinned = AddHandle(std::move(pin));
-    std::string path = PathOf(ino);
-    lock.unlock();
-    Result<gpufs_ipc_info> info = Error(ENODATA, "");
-    // A spilled member comes back onto its GPU first, as for GPUFS_IOC_MAP.
-    Status back = FaultBack(entry.id, blob);
-    if (!back.ok()) info = back.Prepend(path + ": bring it back onto its GPU");
-    if (back.ok()) {
-      std::shared_lock io(blob->io_mu);
-      rec = blob->rec;
-      if (rec.state != BlobState::kSealed || !IsGpuTier(rec.device)) {
-        info = Error(ENODATA, path + " has no IPC handle: it is " +
-                                  (rec.state == BlobState::kSealed ? "in " + rec.device
-                                                                   : std::string("not sealed")));
-      } else {
-        info = Export(rec, 0, caller, false);
-      }
-    }
-    Status released = Release(pinned);
-    if (!released.ok()) GPUFS_LOG(WARN) << "getxattr " << path << ": " << released.ToString();
-    GPUFS_RETURN_IF_ERROR(info.status());
-    return IpcInfoBytes(*info);
+    GPUFS_ASSIGN_OR_RETURN(Blob blob, catalog_->GetBlob(entry.blob));
+    if (auto it = active_.find(blob.id); it != active_.end()) blob = it->second->rec;
+    if (!blob.checksum) return Error(ENODATA, PathOf(ino) + " has no checksum (not a sealed GPU blob)");
+    return "sum64:" + Sum64Text(*blob.checksum);
   }
   auto value = catalog_->GetXattr(ino, name);
   if (!value.ok() && value.status().code() == ENODATA) {
@@ -132,7 +103,8 @@ Status Namespace::SetXattr(uint64_t ino, std::string_view name, std::string_view
   GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
   std::string path = PathOf(ino);
   bool object = entry.kind == EntryKind::kObject;
-  if (name == xattr::kMeta || name == xattr::kIpcHandle || name == xattr::kTier) {
+  if (name == xattr::kMeta || name == xattr::kIpcHandle || name == xattr::kTier ||
+      name == xattr::kChecksum) {
     return Error(EPERM, std::string(name) + " is read-only");
   }
   if (name == xattr::kType) {
@@ -197,6 +169,7 @@ Result<std::vector<std::string>> Namespace::ListXattr(uint64_t ino) {
     if (rec.state == BlobState::kSealed && IsGpuTier(rec.device)) {
       names.emplace_back(xattr::kIpcHandle);
     }
+    if (rec.checksum) names.emplace_back(xattr::kChecksum);
     names.emplace_back(xattr::kTier);
   }
   GPUFS_ASSIGN_OR_RETURN(auto stored, catalog_->ListXattrs(ino));
@@ -214,7 +187,7 @@ Status Namespace::RemoveXattr(uint64_t ino, std::string_view name) {
   std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
   if (name == xattr::kMeta || name == xattr::kIpcHandle || name == xattr::kTier ||
-      (name == xattr::kDevice && entry.kind == EntryKind::kBlob)) {
+      name == xattr::kChecksum || (name == xattr::kDevice && entry.kind == EntryKind::kBlob)) {
     return Error(EPERM, std::string(name) + " cannot be removed");
   }
   Status removed = catalog_->RemoveXattr(ino, name);

@@ -20,6 +20,7 @@
 #include <filesystem>
 
 #include "core/namespace.h"
+#include "fs/exporter.h"
 #include "fs/fd_server.h"
 #include "fs/socket_registry.h"
 #include "fs/fuse_server.h"
@@ -71,6 +72,7 @@ std::vector<std::string> WorkerArgv(const MountConfig& config) {
     argv.insert(argv.end(), {"--capacity", tiers});
   }
   if (config.persist) argv.push_back("--persist");
+  if (!config.reader_copies) argv.insert(argv.end(), {"--reader-copies", "off"});
   if (config.foreground) argv.push_back("--foreground");
   if (config.debug) argv.push_back("--debug");
   return argv;
@@ -163,9 +165,11 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   options.log_path = config.foreground ? "stderr" : config.state_dir + "/gpufs.log";
   options.takeover = link.taking_over();
   for (const takeover::HandleRecord& rec : link.handover().handles) {
-    options.adopted.push_back(
-        {rec.fh, rec.entry, rec.blob, (rec.flags & takeover::kHandleWritable) != 0,
-         (rec.flags & takeover::kHandleAppend) != 0, (rec.flags & takeover::kHandleMapped) != 0});
+    options.adopted.push_back({rec.fh, rec.entry, rec.blob,
+                               (rec.flags & takeover::kHandleWritable) != 0,
+                               (rec.flags & takeover::kHandleAppend) != 0,
+                               (rec.flags & takeover::kHandleMapped) != 0,
+                               (rec.flags & takeover::kHandleObject) != 0});
   }
   options.unsealed_sizes = link.handover().sizes;
   options.first_handle = static_cast<HandleId>(link.generation()) << 40;
@@ -179,10 +183,10 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   TokenTable tokens;
   auto fd_server = FdServer::Start(config.socket, &tokens);
   if (!fd_server.ok()) return fail(fd_server.status());
-  options.tokens = &tokens;
-  options.socket_path = (*fd_server)->path();
+  options.reader_copies = config.reader_copies;
   auto ns = Namespace::Open(std::move(options));
   if (!ns.ok()) return fail(ns.status());
+  Exporter exporter(&tokens, (*fd_server)->path(), (*ns)->generation());
   // Memory of blobs that no store took (deleted by the start-up sweep, or no
   // longer served here): the supervisor lets it go.
   if (!inherited.empty()) {
@@ -214,6 +218,7 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   FuseOptions fuse;
   fuse.debug = config.debug;
   fuse.fd_server = fd_server->get();
+  fuse.exporter = &exporter;
   auto on_ready = [&]() {
     if (config.foreground) return;
     int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);

@@ -44,6 +44,14 @@ Status ParseHostTier(const std::string& value, MountConfig* config) {
   return Status::Ok();
 }
 
+Status ParseReaderCopies(const std::string& value, MountConfig* config) {
+  if (value != "on" && value != "off") {
+    return Error(EINVAL, "reader copies '" + value + "': want on or off");
+  }
+  config->reader_copies = value == "on";
+  return Status::Ok();
+}
+
 Status ParseIpc(const std::string& value, MountConfig* config) {
   if (value != "auto" && value != "vmm" && value != "legacy") {
     return Error(EINVAL, "ipc '" + value + "': want auto, vmm or legacy");
@@ -100,6 +108,8 @@ Status ApplyMountOptions(const std::string& options, MountConfig* config) {
       GPUFS_RETURN_IF_ERROR(ParseStore(value, config));
     } else if (key == "ipc") {
       GPUFS_RETURN_IF_ERROR(ParseIpc(value, config));
+    } else if (key == "reader_copies") {
+      GPUFS_RETURN_IF_ERROR(ParseReaderCopies(value, config));
     } else if (key == "host_tier") {
       GPUFS_RETURN_IF_ERROR(ParseHostTier(value, config));
     } else if (key == "socket") {
@@ -137,7 +147,8 @@ Status ApplyMountOptions(const std::string& options, MountConfig* config) {
 std::string Usage(ArgStyle style) {
   if (style == ArgStyle::kMountHelper) {
     return "usage: mount.gpufs SOURCE DIR [-sfnv] [-o state=DIR,store=auto|gpu|host,"
-           "ipc=auto|vmm|legacy,host_tier=auto|memory|files,socket=PATH,devices=0:1,"
+           "ipc=auto|vmm|legacy,reader_copies=on|off,host_tier=auto|memory|files,socket=PATH,"
+           "devices=0:1,"
            "capacity=SIZE,capacity.TIER=SIZE,persist,debug,noallow_other,...]\n";
   }
   return "usage: gpufs mount MOUNTPOINT [options]\n"
@@ -145,9 +156,13 @@ std::string Usage(ArgStyle style) {
          "                     /var/lib/gpufs for root)\n"
          "  --store KIND       auto (GPU if one is visible), gpu or host\n"
          "  --ipc MODE         how GPU blobs are shared: auto (vmm where the driver\n"
-         "                     exports fds), vmm (a CUDA VMM allocation per blob, its fd\n"
-         "                     handed out over the daemon's socket, read-only maps) or\n"
-         "                     legacy (cudaIpc handles, one allocation per blob)\n"
+         "                     exports fds), vmm (CUDA VMM allocations, their fds\n"
+         "                     handed out over the daemon's socket) or legacy (cudaIpc\n"
+         "                     handles)\n"
+         "  --reader-copies on|off\n"
+         "                     a reader who may not write a GPU member maps a private\n"
+         "                     copy (on, the default) or is refused (off); those who\n"
+         "                     may write share the member's memory\n"
          "  --host-tier KIND   the host tier: memory (slabs of shared memory, pinned for\n"
          "                     DMA when a GPU is served; lost, like GPU memory, when\n"
          "                     the mount stops) or files (a file per blob under\n"
@@ -210,6 +225,9 @@ Result<ParsedArgs> ParseMountArgs(int argc, const char* const* argv, ArgStyle st
     } else if (auto ipc = helper ? std::nullopt : value_of("--ipc")) {
       GPUFS_RETURN_IF_ERROR(ipc->status());
       GPUFS_RETURN_IF_ERROR(ParseIpc(**ipc, &config).Prepend("--ipc"));
+    } else if (auto copies = helper ? std::nullopt : value_of("--reader-copies")) {
+      GPUFS_RETURN_IF_ERROR(copies->status());
+      GPUFS_RETURN_IF_ERROR(ParseReaderCopies(**copies, &config).Prepend("--reader-copies"));
     } else if (auto host_tier = helper ? std::nullopt : value_of("--host-tier")) {
       GPUFS_RETURN_IF_ERROR(host_tier->status());
       GPUFS_RETURN_IF_ERROR(ParseHostTier(**host_tier, &config).Prepend("--host-tier"));

@@ -3,12 +3,14 @@
 // mount(8) runs as `mount.gpufs SOURCE DIR [-sfnv] [-o OPTIONS]`).
 //
 //   gpufsd MOUNTPOINT [--state DIR] [--store auto|gpu|host] [--devices 0,1]
-//          [--ipc auto|vmm|legacy] [--host-tier auto|memory|files] [--socket PATH]
+//          [--ipc auto|vmm|legacy] [--reader-copies on|off]
+//          [--host-tier auto|memory|files] [--socket PATH]
 //          [--capacity SIZE|TIER=SIZE,...] [--persist]
 //          [-f|--foreground] [-d|--debug] [-o OPTIONS]
 //          [--ready-fd FD]
 //
-// -o takes comma-separated options: gpufs's own (state=, store=, ipc=, host_tier=, socket=,
+// -o takes comma-separated options: gpufs's own (state=, store=, ipc=, reader_copies=,
+// host_tier=, socket=,
 // devices= with ':' between ordinals, capacity=, capacity.TIER=, persist, foreground, debug),
 // fstab-only words (defaults, noauto, ...: dropped), allow_other / noallow_other, and the rest
 // for FUSE. -d/--debug (or -o debug) traces every FUSE request and implies the foreground, as
@@ -32,6 +34,9 @@ struct MountConfig {
   std::string state_dir;  // empty: DefaultStateDir()
   std::string store = "auto";
   std::string ipc = "auto";  // auto | vmm | legacy: how GPU blobs are exported
+  // Readers who may not write a GPU member get private copies when they map
+  // it (off: such maps are refused with EACCES).
+  bool reader_copies = true;
   std::string socket;        // the fd socket's path; empty: a fresh temp dir
   // auto | memory | files: what the "host" tier is (store/store_factory.h).
   std::string host_tier = "auto";

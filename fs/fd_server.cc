@@ -224,8 +224,7 @@ bool FdServer::ServeLocked(Conn& conn) {
   }
 }
 
-Status FdServer::Push(const Token& cookie, const Token& token) {
-  std::lock_guard lock(mu_);
+int FdServer::FindNamedLocked(const Token& cookie) {
   auto named = named_.find(cookie);
   if (named == named_.end()) {
     // The client connects and says hello just before its ioctl; the loop
@@ -239,8 +238,13 @@ Status FdServer::Push(const Token& cookie, const Token& token) {
     }
     named = named_.find(cookie);
   }
-  if (named == named_.end()) return Error(ENOENT, "no connection with that cookie");
-  const int fd = named->second;
+  return named == named_.end() ? -1 : named->second;
+}
+
+Status FdServer::Push(const Token& cookie, const Token& token) {
+  std::lock_guard lock(mu_);
+  const int fd = FindNamedLocked(cookie);
+  if (fd < 0) return Error(ENOENT, "no connection with that cookie");
   Conn& conn = conns_.at(fd);
   GPUFS_ASSIGN_OR_RETURN(TokenGrant grant, tokens_->Redeem(token, conn.peer.uid,
                                                            static_cast<uint32_t>(conn.peer.pid)));
@@ -299,6 +303,48 @@ Status FdServer::PushAtOpen(uint64_t ino, uint32_t tid, const MapFn& map) {
   mapped.info.flags |= GPUFS_INFO_FD_SENT;
   std::memset(mapped.info.token, 0, sizeof mapped.info.token);
   return SendFdLocked(fd, armed.peer, std::as_bytes(std::span(&mapped, 1)), grant);
+}
+
+Result<uint32_t> FdServer::SendObject(const Token& cookie, uint32_t uid, uint32_t tid,
+                                      int description, uint64_t description_bytes,
+                                      std::span<const int> fds) {
+  std::lock_guard lock(mu_);
+  const int sock = FindNamedLocked(cookie);
+  if (sock < 0) {
+    return Error(ENOTCONN, "no fd-socket connection said hello with that cookie (connect to "
+                           "the socket and send a gpufs_fd_hello first)");
+  }
+  const Conn& conn = conns_.at(sock);
+  if (conn.peer.uid != uid ||
+      (tid != 0 && !SameProcessByProc(tid, static_cast<uint32_t>(conn.peer.pid)))) {
+    return Error(EACCES, "the cookie names another process's connection");
+  }
+  const ucred peer = conn.peer;
+  // Part 0: the description, then as many allocation fds as fit; then the rest.
+  const size_t first = GPUFS_FD_OBJECT_MAX_FDS - 1;
+  const size_t rest = fds.size() > first ? fds.size() - first : 0;
+  const auto parts =
+      static_cast<uint32_t>(1 + (rest + GPUFS_FD_OBJECT_MAX_FDS - 1) / GPUFS_FD_OBJECT_MAX_FDS);
+  size_t at = 0;
+  for (uint32_t part = 0; part < parts; ++part) {
+    std::vector<int> attached;
+    if (part == 0) attached.push_back(description);
+    const size_t room = part == 0 ? first : GPUFS_FD_OBJECT_MAX_FDS;
+    for (size_t i = 0; i < room && at < fds.size(); ++i) attached.push_back(fds[at++]);
+    gpufs_fd_object header{.magic = GPUFS_FD_OBJECT_MAGIC,
+                           .part = part,
+                           .parts = parts,
+                           .fds = static_cast<uint32_t>(attached.size()),
+                           .description_bytes = description_bytes};
+    Status sent = SendMessageFds(sock, std::as_bytes(std::span(&header, 1)), attached);
+    if (!sent.ok()) {
+      GPUFS_LOG(WARN) << "fd server: pid " << peer.pid << " does not take its object's fds ("
+                      << sent.ToString() << "): disconnected";
+      CloseLocked(sock);
+      return sent;
+    }
+  }
+  return parts;
 }
 
 }  // namespace gpufs

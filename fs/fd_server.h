@@ -29,7 +29,7 @@
 #include <string>
 #include <thread>
 
-#include "core/ipc_tokens.h"
+#include "fs/ipc_tokens.h"
 #include "gpufs/uapi.h"
 #include "util/status.h"
 #include "util/unique_fd.h"
@@ -65,6 +65,16 @@ class FdServer {
   using MapFn = std::function<Result<gpufs_ipc_info>()>;
   Status PushAtOpen(uint64_t ino, uint32_t tid, const MapFn& map);
 
+  // GPUFS_IOC_MAP_OBJECT's fds (uapi.h): sends the connection named by
+  // `cookie` the gpufs_fd_object messages carrying `description` (first)
+  // and `fds`, in parts of at most GPUFS_FD_OBJECT_MAX_FDS. The connection
+  // must be the caller's: its peer's uid `uid`, its process that of thread
+  // `tid` (0: not checked, a caller in a PID namespace the daemon cannot
+  // see). ENOTCONN: no such connection; EACCES: another's. Returns the
+  // number of messages sent.
+  Result<uint32_t> SendObject(const Token& cookie, uint32_t uid, uint32_t tid, int description,
+                              uint64_t description_bytes, std::span<const int> fds);
+
  private:
   struct Conn {
     UniqueFd fd;
@@ -77,6 +87,8 @@ class FdServer {
   FdServer(std::string path, std::string made_dir, UniqueFd listener, UniqueFd wake, UniqueFd epoll,
            TokenTable* tokens);
   void Loop();
+  // The named connection of `cookie` (taking in what waits first); -1 if none.
+  int FindNamedLocked(const Token& cookie);
   // Handles `n` events of the epoll set; false when the stop was asked for.
   bool HandleLocked(const epoll_event* events, int n, bool accept_all);
   // What is waiting now (accepts, hellos, arms, requests), without waiting.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "fs/exporter.h"
 #include "fs/fd_server.h"
 #include "fs/fuse_ops.h"
 #include "fs/fuse_takeover.h"
@@ -56,9 +57,10 @@ void PushMapAtOpen(fuse_req_t req, fuse_ino_t ino, HandleId handle) {
   FdServer* fds = Fds(req);
   if (fds == nullptr) return;
   Status pushed = fds->PushAtOpen(ino, fuse_req_ctx(req)->pid, [&]() -> Result<gpufs_ipc_info> {
-    auto info = Ns(req).MapHandle(handle, CallerOf(req));
-    if (info.ok()) Link(req).HandleMapped(handle);
-    return info;
+    const Caller caller = CallerOf(req);
+    GPUFS_ASSIGN_OR_RETURN(MappedBlob mapped, Ns(req).MapHandle(handle, caller));
+    Link(req).HandleMapped(handle);
+    return Exp(req).Info(mapped, handle, caller);
   });
   // ENOENT: nothing armed, every other open. The rest: the client asks with
   // the ioctl, which says why (ENODEV for a host member, say).
@@ -130,8 +132,43 @@ void OnRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   Status status = Ns(req).Release(fi->fh);
   // The core already logged what a failed release did (discarding a blob).
   if (!status.ok()) LogFailure("release", status, true);
+  Exp(req).Forget(fi->fh);
   Link(req).HandleClosed(fi->fh);
   fuse_reply_err(req, 0);  // the kernel ignores release errors; the log has it
+}
+
+void OnOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  if (const takeover::HandleRecord* rec = RecordedOpen(Link(req))) {
+    fi->fh = rec->fh;
+    fuse_reply_open(req, fi);
+    return;
+  }
+  auto opened = Ns(req).OpenObject(CallerOf(req), ino);
+  if (!opened.ok()) {
+    // The control directory and the like: an ordinary directory to read.
+    if (opened.status().code() != ENOTSUP) return ReplyError(req, "opendir", opened.status());
+    fi->fh = 0;
+    fuse_reply_open(req, fi);
+    return;
+  }
+  fi->fh = *opened;
+  takeover::HandleRecord rec;
+  rec.fh = *opened;
+  rec.entry = ino;
+  rec.flags = takeover::kHandleObject;
+  rec.pid = static_cast<uint32_t>(fuse_req_ctx(req)->pid);
+  RecordHandle(Link(req), rec);
+  if (fuse_reply_open(req, fi) != 0) Unopen(req, *opened);
+}
+
+void OnReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  if (fi->fh != 0) {
+    Status status = Ns(req).Release(fi->fh);
+    if (!status.ok()) LogFailure("releasedir", status, true);
+    Exp(req).Forget(fi->fh);
+    Link(req).HandleClosed(fi->fh);
+  }
+  fuse_reply_err(req, 0);
 }
 
 }  // namespace gpufs::fuse_ops

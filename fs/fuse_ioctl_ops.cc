@@ -1,39 +1,132 @@
-// The ioctl adapter: GPUFS_IOC_MAP, GPUFS_IOC_MAP_PUSH, GPUFS_IOC_ALLOC and
-// GPUFS_IOC_SEAL on an open blob (include/gpufs/uapi.h); anything else is
-// ENOTTY.
+// The ioctl adapter (include/gpufs/uapi.h): on an open member GPUFS_IOC_MAP,
+// MAP_PUSH, ALLOC, SEAL, ALLOC_OBJECT, SEAL_OBJECT and VERIFY; on an open
+// object GPUFS_IOC_MAP_OBJECT. Anything else is ENOTTY. What leaves the
+// daemon is made by the Exporter (fs/exporter.h).
 #include <cstdio>
 #include <cstring>
 #include <optional>
 #include <string>
 
+#include "fs/exporter.h"
 #include "fs/fd_server.h"
 #include "fs/fuse_ops.h"
+#include "fs/object_wire.h"
 #include "gpufs/uapi.h"
 
 namespace gpufs::fuse_ops {
 namespace {
 
-// GPUFS_IOC_MAP's answer, or an error already replied (nullopt).
-std::optional<gpufs_ipc_info> MapOrReply(fuse_req_t req, HandleId handle, size_t out_bufsz,
-                                         size_t want) {
-  if (handle == 0) {
-    ReplyError(req, "ioctl MAP", Error(ENOTTY, "not a blob"));
-    return std::nullopt;
-  }
-  if (out_bufsz < want) {
-    ReplyError(req, "ioctl MAP", Error(EINVAL, "short buffer"));
-    return std::nullopt;
-  }
-  auto info = Ns(req).MapHandle(handle, CallerOf(req));
+Token TokenOf(const uint8_t (&bytes)[GPUFS_TOKEN_BYTES]) {
+  Token token;
+  std::memcpy(token.data(), bytes, token.size());
+  return token;
+}
+
+// The wire form of `mapped` for open file `handle`, or an error replied.
+std::optional<gpufs_ipc_info> InfoOrReply(fuse_req_t req, const char* op, HandleId handle,
+                                          const Caller& caller, const Result<MappedBlob>& mapped) {
   // ENODEV: the member is in host memory, not a GPU's. Loaders that map
   // what they can and read the rest meet it on every host member, so it
   // is routine (a debug line), like ENODATA for an unset attribute.
+  if (!mapped.ok()) {
+    ReplyError(req, op, mapped.status(), mapped.status().code() == ENODEV);
+    return std::nullopt;
+  }
+  auto info = Exp(req).Info(*mapped, handle, caller);
   if (!info.ok()) {
-    ReplyError(req, "ioctl MAP", info.status(), info.status().code() == ENODEV);
+    ReplyError(req, op, info.status());
     return std::nullopt;
   }
   Link(req).HandleMapped(handle);
   return *info;
+}
+
+// Sends the fd of `info` on the connection named by `cookie` and marks
+// `info` so (GPUFS_INFO_FD_SENT, token spent). False when an error was
+// replied; no such connection leaves `info` to be redeemed with its token.
+bool PushOrReply(fuse_req_t req, const char* op, const uint8_t (&cookie)[GPUFS_TOKEN_BYTES],
+                 gpufs_ipc_info* info) {
+  FdServer* fds = Fds(req);
+  if (fds == nullptr || info->handle_type != GPUFS_HANDLE_VMM_FD) return true;
+  Status pushed = fds->Push(TokenOf(cookie), TokenOf(info->token));
+  if (pushed.ok()) {
+    info->flags |= GPUFS_INFO_FD_SENT;
+    std::memset(info->token, 0, sizeof info->token);
+    return true;
+  }
+  if (pushed.code() == ENOENT) return true;
+  ReplyError(req, op, pushed);  // the token is spent
+  return false;
+}
+
+void MapObject(fuse_req_t req, HandleId handle, const void* in_buf, size_t in_bufsz,
+               size_t out_bufsz) {
+  if (in_bufsz < sizeof(gpufs_map_object) || out_bufsz < sizeof(gpufs_map_object)) {
+    return ReplyError(req, "ioctl MAP_OBJECT", Error(EINVAL, "short buffer"));
+  }
+  gpufs_map_object request{};
+  std::memcpy(&request, in_buf, sizeof request);
+  FdServer* fds = Fds(req);
+  if (fds == nullptr) return ReplyError(req, "ioctl MAP_OBJECT", Error(ENOTCONN, "no fd socket"));
+  const Caller caller = CallerOf(req);
+  auto map = Ns(req).MapObject(handle, caller);
+  if (!map.ok()) return ReplyError(req, "ioctl MAP_OBJECT", map.status());
+  ObjectWire wire = EncodeObjectMap(*map);
+  auto memfd = SealedMemfd(wire.description);
+  if (!memfd.ok()) return ReplyError(req, "ioctl MAP_OBJECT", memfd.status());
+  std::vector<int> attached;
+  for (const auto& fd : wire.fds) {
+    if (fd) attached.push_back(fd->get());
+  }
+  auto sent = fds->SendObject(TokenOf(request.cookie), caller.uid, caller.pid, memfd->get(),
+                              wire.description.size(), attached);
+  // What the object handle mapped stays held until it is released, sent or not.
+  if (!sent.ok()) return ReplyError(req, "ioctl MAP_OBJECT", sent.status());
+  Link(req).HandleMapped(handle);
+  request.members = static_cast<uint32_t>(map->members.size());
+  request.skipped = static_cast<uint32_t>(map->skipped.size());
+  request.allocations = wire.allocations;
+  request.messages = *sent;
+  request.generation = Exp(req).generation();
+  fuse_reply_ioctl(req, 0, &request, sizeof request);
+}
+
+void AllocObject(fuse_req_t req, HandleId handle, const void* in_buf, size_t in_bufsz,
+                 size_t out_bufsz) {
+  if (in_bufsz < sizeof(gpufs_alloc_object) || out_bufsz < sizeof(gpufs_alloc_object)) {
+    return ReplyError(req, "ioctl ALLOC_OBJECT", Error(EINVAL, "short buffer"));
+  }
+  gpufs_alloc_object alloc{};
+  std::memcpy(&alloc, in_buf, sizeof alloc);
+  const Caller caller = CallerOf(req);
+  auto made = Ns(req).AllocObject(handle, caller);
+  if (!made.ok()) return ReplyError(req, "ioctl ALLOC_OBJECT", made.status());
+  alloc.bytes = made->bytes;
+  alloc.members = made->members;
+  std::memset(&alloc.info, 0, sizeof alloc.info);
+  if (made->map) {
+    auto info = InfoOrReply(req, "ioctl ALLOC_OBJECT", handle, caller, *made->map);
+    if (!info) return;
+    alloc.info = *info;
+    if (!PushOrReply(req, "ioctl ALLOC_OBJECT", alloc.cookie, &alloc.info)) return;
+  }
+  fuse_reply_ioctl(req, 0, &alloc, sizeof alloc);
+}
+
+void SealObject(fuse_req_t req, HandleId handle, const void* in_buf, size_t in_bufsz) {
+  if (in_bufsz < sizeof(gpufs_seal_object)) {
+    return ReplyError(req, "ioctl SEAL_OBJECT", Error(EINVAL, "short buffer"));
+  }
+  gpufs_seal_object seal{};
+  std::memcpy(&seal, in_buf, sizeof seal);
+  const size_t len = strnlen(seal.name, sizeof seal.name);
+  if (len == sizeof seal.name) {
+    return ReplyError(req, "ioctl SEAL_OBJECT", Error(ENAMETOOLONG, "name not NUL-terminated"));
+  }
+  Status sealed = Ns(req).SealObject(handle, std::string_view(seal.name, len),
+                                     (seal.flags & GPUFS_SEAL_REPLACE) != 0);
+  if (!sealed.ok()) return ReplyError(req, "ioctl SEAL_OBJECT", sealed);
+  fuse_reply_ioctl(req, 0, nullptr, 0);
 }
 
 }  // namespace
@@ -54,56 +147,70 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
                             "a gpufs_ipc_info version 1 ioctl: this daemon speaks version 2 "
                             "(VMM fds); rebuild the client against the current uapi.h/libgpufs"));
   }
+  if (handle == 0 && cmd != GPUFS_IOC_MAP_OBJECT) {
+    return ReplyError(req, "ioctl", Error(ENOTTY, "not a gpufs member"), true);
+  }
+  const Caller caller = CallerOf(req);
   switch (cmd) {
     case GPUFS_IOC_MAP: {
-      auto info = MapOrReply(req, handle, out_bufsz, sizeof(gpufs_ipc_info));
+      if (out_bufsz < sizeof(gpufs_ipc_info)) {
+        return ReplyError(req, "ioctl MAP", Error(EINVAL, "short buffer"));
+      }
+      auto info = InfoOrReply(req, "ioctl MAP", handle, caller, Ns(req).MapHandle(handle, caller));
       if (info) fuse_reply_ioctl(req, 0, &*info, sizeof *info);
       return;
     }
     case GPUFS_IOC_MAP_PUSH: {
-      if (in_bufsz < sizeof(gpufs_map_push)) {
+      if (in_bufsz < sizeof(gpufs_map_push) || out_bufsz < sizeof(gpufs_map_push)) {
         return ReplyError(req, "ioctl MAP_PUSH", Error(EINVAL, "short buffer"));
       }
       gpufs_map_push push{};
       std::memcpy(push.cookie, in_buf, sizeof push.cookie);
-      auto info = MapOrReply(req, handle, out_bufsz, sizeof push);
+      auto info =
+          InfoOrReply(req, "ioctl MAP_PUSH", handle, caller, Ns(req).MapHandle(handle, caller));
       if (!info) return;
       push.info = *info;
-      FdServer* fds = Fds(req);
-      if (fds != nullptr && info->handle_type == GPUFS_HANDLE_VMM_FD) {
-        Token cookie, token;
-        std::memcpy(cookie.data(), push.cookie, cookie.size());
-        std::memcpy(token.data(), info->token, token.size());
-        Status pushed = fds->Push(cookie, token);
-        if (pushed.ok()) {
-          push.info.flags |= GPUFS_INFO_FD_SENT;
-          std::memset(push.info.token, 0, sizeof push.info.token);
-        } else if (pushed.code() != ENOENT) {
-          return ReplyError(req, "ioctl MAP_PUSH", pushed);  // the token is spent
-        }
-      }
+      if (!PushOrReply(req, "ioctl MAP_PUSH", push.cookie, &push.info)) return;
       fuse_reply_ioctl(req, 0, &push, sizeof push);
       return;
     }
     case GPUFS_IOC_ALLOC: {
-      if (handle == 0) return ReplyError(req, "ioctl ALLOC", Error(ENOTTY, "not a blob"));
       if (in_bufsz < sizeof(gpufs_alloc) || out_bufsz < sizeof(gpufs_alloc)) {
         return ReplyError(req, "ioctl ALLOC", Error(EINVAL, "short buffer"));
       }
       gpufs_alloc alloc{};
       std::memcpy(&alloc, in_buf, sizeof alloc);
-      auto info = Ns(req).AllocDevice(handle, alloc.size, CallerOf(req));
-      if (!info.ok()) return ReplyError(req, "ioctl ALLOC", info.status());
-      Link(req).HandleMapped(handle);
+      auto info = InfoOrReply(req, "ioctl ALLOC", handle, caller,
+                              Ns(req).AllocDevice(handle, alloc.size, caller));
+      if (!info) return;
       alloc.info = *info;
       fuse_reply_ioctl(req, 0, &alloc, sizeof alloc);
       return;
     }
     case GPUFS_IOC_SEAL: {
-      if (handle == 0) return ReplyError(req, "ioctl SEAL", Error(ENOTTY, "not a blob"));
       Status sealed = Ns(req).SealHandle(handle);
       if (!sealed.ok()) return ReplyError(req, "ioctl SEAL", sealed);
       fuse_reply_ioctl(req, 0, nullptr, 0);
+      return;
+    }
+    case GPUFS_IOC_ALLOC_OBJECT:
+      return AllocObject(req, handle, in_buf, in_bufsz, out_bufsz);
+    case GPUFS_IOC_SEAL_OBJECT:
+      return SealObject(req, handle, in_buf, in_bufsz);
+    case GPUFS_IOC_MAP_OBJECT:
+      if (handle == 0) return ReplyError(req, "ioctl MAP_OBJECT", Error(ENOTDIR, "not an object"));
+      return MapObject(req, handle, in_buf, in_bufsz, out_bufsz);
+    case GPUFS_IOC_VERIFY: {
+      if (out_bufsz < sizeof(gpufs_verify)) {
+        return ReplyError(req, "ioctl VERIFY", Error(EINVAL, "short buffer"));
+      }
+      auto checked = Ns(req).Verify(handle);
+      if (!checked.ok()) return ReplyError(req, "ioctl VERIFY", checked.status());
+      gpufs_verify out{.recorded = checked->recorded,
+                       .computed = checked->computed,
+                       .checked = checked->checked ? 1u : 0u,
+                       .ok = checked->ok() ? 1u : 0u};
+      fuse_reply_ioctl(req, 0, &out, sizeof out);
       return;
     }
     default: {

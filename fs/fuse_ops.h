@@ -16,6 +16,7 @@
 #include "util/status.h"
 
 namespace gpufs {
+class Exporter;
 class FdServer;
 }
 
@@ -33,6 +34,7 @@ struct Server {
   takeover::WorkerLink* link;
   FdServer* fd_server;  // may be null
   ReadAhead* read_ahead;
+  Exporter* exporter;
 };
 
 // --- shared by the adapters (fs/fuse_request.cc) -------------------------------
@@ -41,10 +43,13 @@ Namespace& Ns(fuse_req_t req);
 takeover::WorkerLink& Link(fuse_req_t req);
 FdServer* Fds(fuse_req_t req);
 ReadAhead& Ahead(fuse_req_t req);
+Exporter& Exp(fuse_req_t req);
 
 // Takeover bookkeeping of requests: fs/fuse_takeover.h.
 void RecordOpen(fuse_req_t req, const OpenResult& opened, int flags);
 
+// The caller; its supplementary groups are read (from /proc) only if the
+// core needs them (Caller::load_groups), while the request is served.
 Caller CallerOf(fuse_req_t req);
 
 // The caller with its supplementary groups, for requests where the core
@@ -93,6 +98,9 @@ void OnWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off
 void OnFlush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi);
 void OnFsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info*);
 void OnRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi);
+// Objects: an open object holds what GPUFS_IOC_MAP_OBJECT mapped through it.
+void OnOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+void OnReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi);
 
 // --- extended attributes (fs/fuse_xattr_ops.cc) ------------------------------
 

@@ -22,6 +22,7 @@ FdServer* Fds(fuse_req_t req) { return static_cast<Server*>(fuse_req_userdata(re
 ReadAhead& Ahead(fuse_req_t req) {
   return *static_cast<Server*>(fuse_req_userdata(req))->read_ahead;
 }
+Exporter& Exp(fuse_req_t req) { return *static_cast<Server*>(fuse_req_userdata(req))->exporter; }
 
 void RecordOpen(fuse_req_t req, const OpenResult& opened, int flags) {
   takeover::HandleRecord rec;
@@ -35,11 +36,13 @@ void RecordOpen(fuse_req_t req, const OpenResult& opened, int flags) {
 
 Caller CallerOf(fuse_req_t req) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  return Caller{ctx->uid, ctx->gid, static_cast<uint32_t>(ctx->pid), {}};
+  return Caller{ctx->uid, ctx->gid, static_cast<uint32_t>(ctx->pid), {},
+                [req] { return CallerWithGroups(req).groups; }};
 }
 
 Caller CallerWithGroups(fuse_req_t req) {
-  Caller caller = CallerOf(req);
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  Caller caller{ctx->uid, ctx->gid, static_cast<uint32_t>(ctx->pid), {}, nullptr};
   std::vector<gid_t> groups(64);
   int n = fuse_req_getgroups(req, static_cast<int>(groups.size()), groups.data());
   if (n > static_cast<int>(groups.size())) {

@@ -77,6 +77,8 @@ fuse_lowlevel_ops MakeOps() {
   ops.flush = OnFlush;
   ops.fsync = OnFsync;
   ops.release = OnRelease;
+  ops.opendir = OnOpendir;
+  ops.releasedir = OnReleasedir;
   ops.readdir = OnReaddir;
   ops.readdirplus = OnReaddirplus;
   ops.statfs = OnStatfs;
@@ -100,7 +102,7 @@ int ServeFuse(Namespace& ns, takeover::WorkerLink& link, const FuseOptions& opti
   fuse_lowlevel_ops ops = MakeOps();
   static Server server;  // outlives the loop threads, which may outlive this call
   static auto* read_ahead = new ReadAhead();  // like the server: loop threads may outlive this call
-  server = Server{&ns, &link, options.fd_server, read_ahead};
+  server = Server{&ns, &link, options.fd_server, read_ahead, options.exporter};
   fuse_session* se = fuse_session_new(&args, &ops, sizeof ops, &server);
   fuse_opt_free_args(&args);
   if (se == nullptr) {

@@ -12,6 +12,7 @@
 
 namespace gpufs {
 
+class Exporter;
 class FdServer;
 
 struct FuseOptions {
@@ -20,6 +21,8 @@ struct FuseOptions {
   // Where GPUFS_IOC_MAP_PUSH sends fds; null: that ioctl answers as
   // GPUFS_IOC_MAP does.
   FdServer* fd_server = nullptr;
+  // What every map goes out through (fs/exporter.h); must be set.
+  Exporter* exporter = nullptr;
 };
 
 // Serves the link's FUSE connection until it is unmounted (returns 0) or a

@@ -1,7 +1,9 @@
 // Request adapters for extended attributes: get, set, list and remove.
 #include <string>
 
+#include "fs/exporter.h"
 #include "fs/fuse_ops.h"
+#include "fs/ipc_info.h"
 #include "proto/xattr_names.h"
 
 namespace gpufs::fuse_ops {
@@ -13,13 +15,29 @@ bool Routine(const Status& status) {
   return status.code() == ENODATA || status.code() == EOPNOTSUPP;
 }
 
+// user.gpufs.ipc_handle: the member's shared memory, for a caller who may
+// write it, as a struct gpufs_ipc_info whose token is bound to no open file.
+Result<std::string> IpcHandle(fuse_req_t req, fuse_ino_t ino) {
+  const Caller caller = CallerOf(req);
+  GPUFS_ASSIGN_OR_RETURN(MappedBlob mapped, Ns(req).MapEntry(ino, caller));
+  GPUFS_ASSIGN_OR_RETURN(gpufs_ipc_info info, Exp(req).Info(mapped, 0, caller));
+  return IpcInfoBytes(info);
+}
+
 }  // namespace
 
 void OnGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   // user.gpufs.meta shows only what the caller could list and read: the core
   // checks each member against the caller, supplementary groups included.
   bool meta = xattr::kMeta == name;
-  auto value = Ns(req).GetXattr(ino, name, meta ? CallerWithGroups(req) : CallerOf(req));
+  Result<std::string> value = Error(ENODATA, "");
+  if (GPUFS_XATTR_SOCKET == std::string_view(name) && !Exp(req).socket_path().empty()) {
+    value = Exp(req).socket_path();  // on every entry
+  } else if (xattr::kIpcHandle == name) {
+    value = IpcHandle(req, ino);
+  } else {
+    value = Ns(req).GetXattr(ino, name, meta ? CallerWithGroups(req) : CallerOf(req));
+  }
   if (!value.ok())
     return ReplyError(req, "getxattr", value.status(), Routine(value.status()));
   if (size == 0) return static_cast<void>(fuse_reply_xattr(req, value->size()));

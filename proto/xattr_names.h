@@ -16,6 +16,8 @@ inline constexpr std::string_view kDtype = "user.gpufs.dtype";    // blob
 inline constexpr std::string_view kShape = "user.gpufs.shape";    // blob
 inline constexpr std::string_view kTier = "user.gpufs.tier";  // blob; read-only: where it is now
 inline constexpr std::string_view kPersist = "user.gpufs.persist";  // object, blob: "1" or "0"
+// blob; read-only: "sum64:<16 hex digits>", the checksum taken at seal on a GPU
+inline constexpr std::string_view kChecksum = "user.gpufs.checksum";
 // Internal (not a user.* name, never listed): a member's disk copy.
 inline constexpr std::string_view kDiskCopy = "trusted.gpufs.disk_copy";
 inline constexpr std::string_view kMeta = "user.gpufs.meta";      // object, blob; read-only

@@ -66,6 +66,7 @@ inline constexpr uint32_t kHandleWritable = 1;
 inline constexpr uint32_t kHandleAppend = 2;
 inline constexpr uint32_t kHandleMapped = 4;
 inline constexpr uint32_t kHandleStats = 8;  // the /.gpufs/stats file (no blob)
+inline constexpr uint32_t kHandleObject = 16;  // an open object (opendir; no blob)
 
 // One open file handle as the kernel knows it (the fh of a FUSE open/create).
 // `unique` is the FUSE request that opened it: a re-sent OPEN/CREATE with the

@@ -142,19 +142,24 @@ Result<gpufs_fd_reply> DecodeReply(std::span<const std::byte> bytes) {
 }
 
 Status SendMessage(int sock, std::span<const std::byte> msg, int fd) {
+  return fd >= 0 ? SendMessageFds(sock, msg, std::span(&fd, 1)) : SendMessageFds(sock, msg, {});
+}
+
+Status SendMessageFds(int sock, std::span<const std::byte> msg, std::span<const int> fds) {
+  if (fds.size() > kMaxFdsPerMessage) return Error(EINVAL, "sendmsg: too many fds");
   iovec iov{const_cast<std::byte*>(msg.data()), msg.size()};
   msghdr hdr{};
   hdr.msg_iov = &iov;
   hdr.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (fd >= 0) {
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage)] = {};
+  if (!fds.empty()) {
     hdr.msg_control = control;
-    hdr.msg_controllen = sizeof control;
+    hdr.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
     cmsghdr* c = CMSG_FIRSTHDR(&hdr);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
   }
   ssize_t n;
   do {
@@ -166,11 +171,22 @@ Status SendMessage(int sock, std::span<const std::byte> msg, int fd) {
 }
 
 Result<size_t> ReceiveMessage(int sock, std::span<std::byte> buf, UniqueFd* fd, int flags) {
+  std::vector<UniqueFd> fds;
+  GPUFS_ASSIGN_OR_RETURN(size_t n, ReceiveMessageFds(sock, buf, &fds, flags));
+  if (fds.size() > (fd != nullptr ? 1u : 0u)) {
+    return Error(EPROTO, "recvmsg: more fds attached than expected");
+  }
+  if (fd != nullptr && !fds.empty()) *fd = std::move(fds.front());
+  return n;
+}
+
+Result<size_t> ReceiveMessageFds(int sock, std::span<std::byte> buf, std::vector<UniqueFd>* fds,
+                                 int flags) {
   iovec iov{buf.data(), buf.size()};
   msghdr hdr{};
   hdr.msg_iov = &iov;
   hdr.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage)] = {};
   hdr.msg_control = control;
   hdr.msg_controllen = sizeof control;
   ssize_t n;
@@ -178,22 +194,15 @@ Result<size_t> ReceiveMessage(int sock, std::span<std::byte> buf, UniqueFd* fd, 
     n = ::recvmsg(sock, &hdr, MSG_CMSG_CLOEXEC | flags);
   } while (n < 0 && errno == EINTR);
   if (n < 0) return PosixError("recvmsg", errno);
-  bool extra = false;
   for (cmsghdr* c = CMSG_FIRSTHDR(&hdr); c != nullptr; c = CMSG_NXTHDR(&hdr, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
     for (size_t i = 0; i < count; ++i) {
       int got;
       std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof got);
-      if (fd != nullptr && !fd->valid()) {
-        fd->reset(got);
-      } else {
-        ::close(got);
-        extra = true;
-      }
+      fds->emplace_back(got);  // kept (or closed) by the caller's vector
     }
   }
-  if (extra) return Error(EPROTO, "recvmsg: more than one fd attached");
   if (hdr.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) return Error(EMSGSIZE, "recvmsg: message too long");
   return static_cast<size_t>(n);
 }

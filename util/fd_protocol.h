@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <span>
+#include <vector>
 #include <string>
 
 #include "gpufs/uapi.h"
@@ -16,7 +17,7 @@
 
 namespace gpufs {
 
-using Token = std::array<uint8_t, GPUFS_TOKEN_BYTES>;  // also in core/ipc_tokens.h
+using Token = std::array<uint8_t, GPUFS_TOKEN_BYTES>;  // also in fs/ipc_tokens.h
 
 // 32 bytes from getrandom(2): a token, or a connection's cookie.
 Result<Token> RandomToken();
@@ -51,10 +52,17 @@ Result<gpufs_fd_reply> DecodeReply(std::span<const std::byte> bytes);
 
 // One message on a SOCK_SEQPACKET socket, with `fd` attached when >= 0.
 Status SendMessage(int sock, std::span<const std::byte> msg, int fd);
+// The most fds one message carries (the kernel's SCM_MAX_FD is 253).
+inline constexpr size_t kMaxFdsPerMessage = GPUFS_FD_OBJECT_MAX_FDS + 1;
+// One message with `fds` attached (EINVAL past kMaxFdsPerMessage).
+Status SendMessageFds(int sock, std::span<const std::byte> msg, std::span<const int> fds);
 // One message into `buf` (returns its length; EMSGSIZE if it was longer), an
 // attached fd (at most one; more are closed and EPROTO) into *fd. `flags`:
 // for recvmsg (MSG_DONTWAIT).
 Result<size_t> ReceiveMessage(int sock, std::span<std::byte> buf, UniqueFd* fd, int flags = 0);
+// The same, with every fd attached appended to *fds.
+Result<size_t> ReceiveMessageFds(int sock, std::span<std::byte> buf, std::vector<UniqueFd>* fds,
+                                 int flags = 0);
 
 // Client side: connects to `socket_path`, redeems `token` and returns the
 // blob's fd. The daemon's refusal comes back with its errno and message;

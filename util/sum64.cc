@@ -1,5 +1,7 @@
 #include "util/sum64.h"
 
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 
 namespace gpufs {
@@ -43,6 +45,12 @@ uint64_t Sum64Of(std::span<const std::byte> bytes) {
   Sum64 sum;
   sum.Update(bytes);
   return sum.Finish();
+}
+
+std::string Sum64Text(uint64_t sum) {
+  char text[20];
+  std::snprintf(text, sizeof text, "%016" PRIx64, sum);
+  return text;
 }
 
 }  // namespace gpufs

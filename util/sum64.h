@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "util/sum64_mix.h"
 
@@ -40,5 +41,7 @@ class Sum64 {
 
 // The checksum of `bytes` in one call.
 uint64_t Sum64Of(std::span<const std::byte> bytes);
+// As users see it: 16 lowercase hex digits.
+std::string Sum64Text(uint64_t sum);
 
 }  // namespace gpufs

@@ -76,6 +76,10 @@
 /* gpufs_ipc_info.flags */
 #define GPUFS_INFO_WRITABLE 1u  /* the producer's mapping (GPUFS_IOC_ALLOC) */
 #define GPUFS_INFO_FD_SENT 2u   /* GPUFS_IOC_MAP_PUSH: the fd is on the caller's connection */
+/* A reader's private copy of the allocation (a caller who may not write the
+ * member never gets the shared one: an importer can always map an fd
+ * writable). What the caller writes into it reaches nobody else. */
+#define GPUFS_INFO_PRIVATE_COPY 4u
 
 /* Where a daemon running as root registers its fd socket: a symbolic link
  * named MAJOR:MINOR (decimal, of the mount's st_dev) to the socket. Trust it
@@ -180,5 +184,120 @@ struct gpufs_map_push {
  * GPUFS_IOC_MAP's does. The cookie of another uid's or process's
  * connection: EACCES, and the token is spent. */
 #define GPUFS_IOC_MAP_PUSH _IOWR('G', 4, struct gpufs_map_push)
+
+/* ---- Objects written and mapped as a whole ---------------------------------
+ * An object written as a whole (Python gpufs.save of a dict, `gpufs import`,
+ * gpufs_save_object) is one allocation per object, its members at the places
+ * of the layout rule: in manifest order, the first at offset 0, each next one
+ * at the first multiple of GPUFS_OBJECT_ALIGN at or after the end of the one
+ * before (a member of 0 bytes takes one unit). docs/PROTOCOL.md walks both
+ * directions. */
+#define GPUFS_OBJECT_ALIGN 512u
+
+/* GPUFS_IOC_ALLOC_OBJECT: on a member just created (O_CREAT|O_EXCL|O_RDWR;
+ * by convention ".NAME.saving-PID" beside where the object goes) into which
+ * the producer wrote the object's manifest (JSON, docs/PROTOCOL.md), the
+ * daemon makes the object it describes, hidden as "<that member's name>.d"
+ * until GPUFS_IOC_SEAL_OBJECT, every member an unsealed blob at its place.
+ * On a GPU, `info` is the producer's writable mapping of the whole object
+ * (offset 0, size `bytes`), its fd sent at once on the fd-socket connection
+ * named by `cookie` (GPUFS_INFO_FD_SENT) or else redeemable with its token.
+ * In host memory info.handle_type is 0: write the members' bytes with
+ * pwrite(2) on this descriptor at their layout offsets. Released without
+ * GPUFS_IOC_SEAL_OBJECT (its producer died or gave up), the object goes.
+ * EINVAL: a bad manifest (the log says what). ENOSPC: it does not fit. */
+struct gpufs_alloc_object {
+  uint8_t cookie[GPUFS_TOKEN_BYTES]; /* in */
+  uint64_t bytes;                    /* out: the end of the layout */
+  uint64_t members;                  /* out */
+  struct gpufs_ipc_info info;        /* out */
+};
+
+/* GPUFS_IOC_SEAL_OBJECT: on the same descriptor, seals every member (their
+ * checksums taken on the GPU) and in one step puts the object at `name` in
+ * the staging member's object, in place of an object there when `flags` has
+ * GPUFS_SEAL_REPLACE (EEXIST otherwise; ENOTDIR for a member there), and
+ * removes the staging member. Readers see the whole new object or the old. */
+#define GPUFS_SEAL_REPLACE 1u
+struct gpufs_seal_object {
+  char name[256]; /* in: NUL-terminated */
+  uint32_t flags; /* in: GPUFS_SEAL_* */
+  uint32_t reserved;
+};
+
+/* GPUFS_IOC_MAP_OBJECT: on an open object (a directory opened O_RDONLY),
+ * every sealed GPU member under it that the caller may open (read
+ * permission on the member, read and search on each object between), in one
+ * request. Before the reply the daemon sends on the fd-socket connection
+ * named by `cookie` (which must be the caller's: EACCES otherwise; ENOTCONN
+ * when there is none) `messages` struct gpufs_fd_object messages: the first
+ * carries a memfd holding the object's description (below), then one fd per
+ * VMM allocation, in the description's order. The open object holds what it
+ * mapped: keep it open while the memory is in use. Members the caller may
+ * not open, or that are not sealed GPU blobs, are described as skipped. */
+struct gpufs_map_object {
+  uint8_t cookie[GPUFS_TOKEN_BYTES]; /* in */
+  uint32_t members;                  /* out: mapped */
+  uint32_t skipped;                  /* out: left out */
+  uint32_t allocations;              /* out */
+  uint32_t messages;                 /* out */
+  uint64_t generation;               /* out */
+};
+#define GPUFS_FD_OBJECT_MAGIC 0x4a424f47u /* "GOBJ" */
+#define GPUFS_FD_OBJECT_MAX_FDS 250u      /* per message (the kernel takes 253) */
+struct gpufs_fd_object {
+  uint32_t magic;             /* GPUFS_FD_OBJECT_MAGIC */
+  uint32_t part;              /* 0 .. parts - 1 */
+  uint32_t parts;
+  uint32_t fds;               /* attached to this message */
+  uint64_t description_bytes; /* of the memfd (part 0's first fd) */
+};
+/* The description: a header, the allocations, then the members (mapped
+ * first, then skipped), then a string area that name/dtype/why offsets and
+ * shapes (uint64_t each, 8-byte aligned) point into. */
+#define GPUFS_OBJECT_DESC_MAGIC 0x43534447u /* "GDSC" */
+#define GPUFS_OBJECT_NONE 0xffffffffu
+struct gpufs_object_desc {
+  uint32_t magic;   /* GPUFS_OBJECT_DESC_MAGIC */
+  uint32_t version; /* GPUFS_UAPI_VERSION */
+  uint32_t members; /* mapped */
+  uint32_t skipped;
+  uint32_t allocations;
+  uint32_t reserved;
+  uint64_t strings; /* offset of the string area */
+};
+struct gpufs_object_alloc {
+  uint64_t alloc_size;     /* map it all */
+  uint64_t memory;         /* the daemon's name for it */
+  uint8_t device_uuid[16];
+  uint32_t handle_type;    /* GPUFS_HANDLE_* */
+  uint32_t flags;          /* GPUFS_INFO_PRIVATE_COPY */
+  uint8_t handle[64];      /* legacy: the cudaIpcMemHandle_t */
+};
+struct gpufs_object_member {
+  uint32_t name, name_len;   /* relative to the object ("sub/w") */
+  uint32_t dtype, dtype_len; /* dtype_len 0: none */
+  uint32_t shape, ndim;      /* ndim GPUFS_OBJECT_NONE: no shape */
+  uint32_t alloc;            /* index into the allocations; NONE: skipped */
+  int32_t error;             /* skipped: why, an errno */
+  uint64_t offset;           /* of the member in its allocation */
+  uint64_t size;
+  uint64_t blob_id;
+  uint32_t why, why_len;     /* skipped: why, in words */
+};
+
+/* GPUFS_IOC_VERIFY: the checksum of a sealed GPU member computed on the GPU
+ * now, beside the one taken when it was sealed. */
+struct gpufs_verify {
+  uint64_t recorded;
+  uint64_t computed;
+  uint32_t checked; /* 0: nothing recorded (not a sealed GPU member) */
+  uint32_t ok;      /* 1: they match */
+};
+
+#define GPUFS_IOC_ALLOC_OBJECT _IOWR('G', 5, struct gpufs_alloc_object)
+#define GPUFS_IOC_SEAL_OBJECT _IOW('G', 6, struct gpufs_seal_object)
+#define GPUFS_IOC_MAP_OBJECT _IOWR('G', 7, struct gpufs_map_object)
+#define GPUFS_IOC_VERIFY _IOR('G', 8, struct gpufs_verify)
 
 #endif /* GPUFS_UAPI_H_ */

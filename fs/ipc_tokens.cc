@@ -1,4 +1,4 @@
-#include "core/ipc_tokens.h"
+#include "fs/ipc_tokens.h"
 
 #include <sys/stat.h>
 

@@ -1,4 +1,4 @@
-#include "core/ipc_info.h"
+#include "fs/ipc_info.h"
 
 #include <cstring>
 

@@ -1,0 +1,391 @@
+// Objects written as a whole: GPUFS_IOC_ALLOC_OBJECT makes the object a
+// manifest describes, hidden, with its members in one allocation;
+// GPUFS_IOC_SEAL_OBJECT seals them and publishes the object in one catalog
+// transaction; a staging handle released before that discards it.
+//
+// The pending object lives under the staging member's object as
+// "<staging name>.d", marked with kPendingXattr (the staging member's entry
+// id), so that a start-up after a crash removes it (recovery.cc) and a
+// takeover's worker gives it back to the adopted staging handle
+// (RestorePendingObjects). Its members are held like open files while it is
+// pending: they neither spill nor go.
+#include <fcntl.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "core/namespace.h"
+#include "core/objects_internal.h"
+#include "core/sharing.h"
+#include "proto/object_manifest.h"
+#include "proto/shape.h"
+#include "proto/xattr_names.h"
+#include "util/log.h"
+
+namespace gpufs {
+
+namespace {
+
+// An object's mode from its members': whoever may read them may list and
+// search it.
+uint32_t ObjectModeFor(uint32_t member_mode) {
+  uint32_t mode = member_mode & 0777;
+  if (mode & 0400) mode |= 0100;
+  if (mode & 0040) mode |= 0010;
+  if (mode & 0004) mode |= 0001;
+  return mode;
+}
+
+}  // namespace
+
+Result<proto::ObjectManifest> Namespace::ReadManifest(ActiveBlob& staging) {
+  std::shared_lock io(staging.io_mu);
+  const uint64_t size = staging.size.load();
+  if (size > proto::kMaxManifestBytes) {
+    return Error(EINVAL, "object manifest: larger than 256 MiB");
+  }
+  std::string text(size, '\0');
+  GPUFS_RETURN_IF_ERROR(StoreFor(staging.rec.device)
+                            ->Read(staging.rec.id, 0,
+                                   {reinterpret_cast<std::byte*>(text.data()), text.size()}));
+  return proto::DecodeManifest(text);
+}
+
+Result<ObjectAllocation> Namespace::AllocObject(HandleId id, const Caller& caller) {
+  FreeQueuedOnExit free_queued(this);
+  std::shared_ptr<ActiveBlob> staging;
+  Entry staging_entry, parent;
+  {
+    std::lock_guard lock(mu_);
+    GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
+    if (!handle->blob || !handle->writable) {
+      return Error(EBADF, "GPUFS_IOC_ALLOC_OBJECT needs a new member opened for writing");
+    }
+    if (handle->pending) return Error(EEXIST, "this descriptor stages an object already");
+    staging = handle->blob;
+    if (staging->rec.state != BlobState::kUnsealed || staging->needs_explicit_seal) {
+      return Error(EINVAL, PathOf(handle->entry) + " is not a new member holding a manifest");
+    }
+    GPUFS_ASSIGN_OR_RETURN(staging_entry, catalog_->GetEntry(handle->entry));
+    if (staging_entry.parent == 0) return Error(ENOENT, "the staging member was removed");
+    GPUFS_ASSIGN_OR_RETURN(parent, catalog_->GetEntry(staging_entry.parent));
+  }
+  GPUFS_ASSIGN_OR_RETURN(proto::ObjectManifest manifest, ReadManifest(*staging));
+  const std::string hidden = staging_entry.name + ".d";
+  GPUFS_RETURN_IF_ERROR(CheckNewName(parent.id, hidden));
+
+  auto pending = std::make_shared<PendingObject>();
+  pending->bytes = manifest.bytes;
+  std::vector<GroupMember> layout;
+  {
+    std::lock_guard lock(mu_);
+    pending->device = DeviceFor(parent.id);
+    const int64_t now = Now();
+    const uint32_t member_mode = staging_entry.mode & 07777;
+    Status made = catalog_->Batch([&]() -> Status {
+      GPUFS_ASSIGN_OR_RETURN(
+          Entry object,
+          catalog_->CreateEntry(NewEntry(caller, parent, hidden, EntryKind::kObject,
+                                         ObjectModeFor(member_mode), now),
+                                std::nullopt));
+      pending->object = object.id;
+      GPUFS_RETURN_IF_ERROR(catalog_->SetXattr(object.id, kPendingXattr,
+                                               std::to_string(staging_entry.id), 0));
+      if (manifest.type) {
+        GPUFS_RETURN_IF_ERROR(catalog_->SetXattr(object.id, xattr::kType, *manifest.type, 0));
+      }
+      for (const auto& [name, value] : manifest.fields) {
+        GPUFS_RETURN_IF_ERROR(
+            catalog_->SetXattr(object.id, std::string(xattr::kUserPrefix) + name, value, 0));
+      }
+      for (const proto::ManifestMember& m : manifest.members) {
+        Blob blob;
+        blob.device = pending->device;
+        blob.size = m.size;
+        blob.state = BlobState::kUnsealed;
+        blob.owner_uid = caller.uid;
+        GPUFS_ASSIGN_OR_RETURN(
+            Entry member,
+            catalog_->CreateEntry(NewEntry(caller, object, m.name, EntryKind::kBlob, member_mode,
+                                           now),
+                                  blob));
+        if (m.dtype) GPUFS_RETURN_IF_ERROR(catalog_->SetXattr(member.id, xattr::kDtype, *m.dtype, 0));
+        if (m.shape) {
+          GPUFS_RETURN_IF_ERROR(
+              catalog_->SetXattr(member.id, xattr::kShape, proto::FormatShape(*m.shape), 0));
+        }
+        pending->members.push_back({member.id, member.blob, m.offset, m.size, nullptr});
+        layout.push_back({.id = member.blob, .offset = m.offset, .size = m.size});
+        pending->key = SharingKeyOf(member);
+      }
+      return Status::Ok();
+    });
+    if (!made.ok()) return made.Prepend("object " + PathOf(parent.id) + "/" + hidden);
+  }
+  // The allocation, outside the lock (spilling colder members if need be).
+  BulkStore* store = StoreFor(pending->device);
+  Status allocated = WithRoom(
+      pending->device, manifest.bytes,
+      [&] { return store->AllocateGroup(layout, manifest.bytes, pending->key); },
+      manifest.bytes + kGranule);
+  std::lock_guard lock(mu_);
+  if (!allocated.ok()) {
+    Status dropped = catalog_->Batch([&] { return RemoveSubtreeLocked(pending->object); });
+    if (!dropped.ok()) GPUFS_LOG(ERROR) << "drop object " << hidden << ": " << dropped.ToString();
+    return allocated.Prepend("allocate object " + hidden + " (" + std::to_string(manifest.bytes) +
+                             " bytes on " + pending->device + ")");
+  }
+  HoldPendingLocked(*pending);
+  GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
+  handle->pending = pending;
+  // The manifest is not a member: released, it is discarded, quietly.
+  staging->needs_explicit_seal = true;
+  staging->staging = true;
+  ObjectAllocation out{.object = pending->object,
+                       .bytes = manifest.bytes,
+                       .members = pending->members.size(),
+                       .map = std::nullopt};
+  if (IsGpuTier(pending->device) && !pending->members.empty()) {
+    auto exported = store->Export(pending->members.front().blob);
+    if (!exported.ok()) return exported.status().Prepend("export object " + hidden);
+    exported->offset = 0;
+    exported->size = manifest.bytes;
+    out.map = MappedBlob{.exported = std::move(*exported), .blob = pending->members.front().blob,
+                         .writable = true, .private_copy = false};
+  }
+  NotifyEntry(parent.id, hidden);
+  return out;
+}
+
+void Namespace::HoldPendingLocked(PendingObject& pending) {
+  for (PendingObject::Member& m : pending.members) {
+    auto rec = catalog_->GetBlob(m.blob);
+    if (!rec.ok()) continue;
+    m.active = Activate(*rec, /*use=*/false);
+    m.active->handles++;
+    entry_opens_[m.entry]++;
+  }
+}
+
+void Namespace::ReleasePendingLocked(PendingObject& pending) {
+  for (PendingObject::Member& m : pending.members) {
+    if (!m.active) continue;
+    std::shared_ptr<ActiveBlob> active = std::move(m.active);
+    UnholdLocked(*active, m.entry, /*mapped=*/false);
+  }
+}
+
+Status Namespace::WritePending(const std::shared_ptr<PendingObject>& pending, uint64_t offset,
+                               std::span<const std::byte> src) {
+  const uint64_t end = offset + src.size();
+  // The members the write reaches, held: a seal or a release may let go
+  // of them meanwhile.
+  std::vector<std::pair<const PendingObject::Member*, std::shared_ptr<ActiveBlob>>> reached;
+  {
+    std::lock_guard lock(mu_);
+    if (pending->sealed) return Error(EPERM, "the object is sealed");
+    if (offset > pending->bytes || src.size() > pending->bytes - offset) {
+      return Error(EINVAL, "a write past the object's " + std::to_string(pending->bytes) +
+                               " bytes");
+    }
+    // Members in layout order: the first that ends after `offset`, onwards.
+    auto it = std::upper_bound(pending->members.begin(), pending->members.end(), offset,
+                               [](uint64_t at, const PendingObject::Member& m) {
+                                 return at < m.offset + m.size;
+                               });
+    for (; it != pending->members.end() && it->offset < end; ++it) {
+      if (it->active) reached.emplace_back(&*it, it->active);
+    }
+  }
+  for (const auto& [m, active] : reached) {
+    const uint64_t from = std::max(offset, m->offset);
+    const uint64_t to = std::min(end, m->offset + m->size);
+    if (from >= to) continue;  // padding between members is not kept
+    std::unique_lock io(active->io_mu);
+    GPUFS_RETURN_IF_ERROR(StoreFor(active->rec.device)
+                              ->Write(m->blob, from - m->offset, src.subspan(from - offset, to - from)));
+  }
+  return Status::Ok();
+}
+
+Status Namespace::SealObject(HandleId id, std::string_view name, bool replace) {
+  FreeQueuedOnExit free_queued(this);
+  std::shared_ptr<PendingObject> pending;
+  EntryId staging = 0, parent = 0;
+  std::string hidden;
+  {
+    std::lock_guard lock(mu_);
+    GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
+    if (!handle->pending) return Error(EINVAL, "no object staged on this descriptor");
+    pending = handle->pending;
+    if (pending->sealed) return Error(EINVAL, "the object is sealed already");
+    staging = handle->entry;
+    GPUFS_ASSIGN_OR_RETURN(Entry object, catalog_->GetEntry(pending->object));
+    parent = object.parent;
+    hidden = object.name;
+    if (parent == 0) return Error(ENOENT, "the object being written was removed");
+  }
+  GPUFS_RETURN_IF_ERROR(CheckNewName(parent, name));
+  {
+    std::lock_guard lock(mu_);
+    auto there = catalog_->Lookup(parent, name);
+    if (there.ok() && (there->kind != EntryKind::kObject || !replace)) {
+      return Error(there->kind != EntryKind::kObject ? ENOTDIR : EEXIST,
+                   PathOf(there->id) + " exists" +
+                       (there->kind != EntryKind::kObject
+                            ? " and is a member, not an object"
+                            : " (to replace it, seal with GPUFS_SEAL_REPLACE)"));
+    }
+  }
+  // Seal and checksum in the store (group members move nowhere), then the
+  // catalog in one transaction.
+  BulkStore* store = StoreFor(pending->device);
+  std::vector<BlobId> ids;
+  std::vector<uint64_t> sizes;
+  for (const PendingObject::Member& m : pending->members) {
+    GPUFS_RETURN_IF_ERROR(store->Seal(m.blob, m.size));
+    ids.push_back(m.blob);
+    sizes.push_back(m.size);
+  }
+  std::vector<std::optional<uint64_t>> sums(ids.size());
+  if (IsGpuTier(pending->device) && !ids.empty()) {
+    auto taken = store->Checksums(ids, sizes);
+    if (taken.ok()) {
+      for (size_t i = 0; i < ids.size(); ++i) sums[i] = (*taken)[i];
+    } else {
+      GPUFS_LOG(WARN) << "object " << hidden << ": no checksums taken: "
+                      << taken.status().ToString();
+    }
+  }
+  std::lock_guard lock(mu_);
+  auto target = catalog_->Lookup(parent, name);
+  if (target.ok()) {
+    if (target->kind != EntryKind::kObject) {
+      return Error(ENOTDIR, PathOf(target->id) + " is a member, not an object");
+    }
+    if (!replace) return Error(EEXIST, PathOf(target->id) + " exists (replace it: GPUFS_SEAL_REPLACE)");
+  } else if (target.status().code() != ENOENT) {
+    return target.status();
+  }
+  const size_t doomed_before = doomed_.size();
+  const int64_t now = Now();
+  Status published = catalog_->Batch([&]() -> Status {
+    for (size_t i = 0; i < pending->members.size(); ++i) {
+      const PendingObject::Member& m = pending->members[i];
+      Blob done = m.active ? m.active->rec : Blob{};
+      done.id = m.blob;
+      done.device = pending->device;
+      done.size = m.size;
+      done.state = BlobState::kSealed;
+      done.owner_uid = m.active ? m.active->rec.owner_uid : 0;
+      done.closed = false;
+      done.checksum = sums[i];
+      GPUFS_RETURN_IF_ERROR(catalog_->UpdateBlob(done));
+    }
+    GPUFS_RETURN_IF_ERROR(catalog_->RemoveXattr(pending->object, kPendingXattr));
+    if (target.ok()) GPUFS_RETURN_IF_ERROR(RemoveSubtreeLocked(target->id));
+    GPUFS_RETURN_IF_ERROR(catalog_->Move(pending->object, parent, name, now).status());
+    return DetachAndCollect(staging);
+  });
+  if (!published.ok()) {
+    doomed_.resize(doomed_before);  // the batch was rolled back: nothing it freed is gone
+    return published.Prepend("publish object " + std::string(name));
+  }
+  for (size_t i = 0; i < pending->members.size(); ++i) {
+    PendingObject::Member& m = pending->members[i];
+    if (!m.active) continue;
+    m.active->rec.state = BlobState::kSealed;
+    m.active->rec.size = m.size;
+    m.active->rec.checksum = sums[i];
+    QueuePersist(m.entry, m.blob);
+  }
+  pending->sealed = true;
+  ReleasePendingLocked(*pending);
+  NotifyEntry(parent, hidden);
+  NotifyEntry(parent, name);
+  if (target.ok()) NotifyInode(target->id);
+  return Status::Ok();
+}
+
+void Namespace::DiscardPendingObject(Handle& handle) {
+  std::shared_ptr<PendingObject> pending = std::move(handle.pending);
+  if (!pending || pending->sealed) return;
+  FreeQueuedOnExit free_queued(this);
+  std::lock_guard lock(mu_);
+  GPUFS_LOG(WARN) << "discarding object " << PathOf(pending->object)
+                  << ": its producer let go of it before GPUFS_IOC_SEAL_OBJECT";
+  Status removed = catalog_->Batch([&] { return RemoveSubtreeLocked(pending->object); });
+  if (!removed.ok()) GPUFS_LOG(ERROR) << "discard object: " << removed.ToString();
+  ReleasePendingLocked(*pending);
+}
+
+Status Namespace::RemoveSubtreeLocked(EntryId object) {
+  for (EntryId after = 0;;) {
+    GPUFS_ASSIGN_OR_RETURN(auto children, catalog_->ListChildren(object, after, 512));
+    if (children.empty()) break;
+    for (const Entry& child : children) {
+      if (child.kind == EntryKind::kObject) {
+        GPUFS_RETURN_IF_ERROR(RemoveSubtreeLocked(child.id));
+      } else {
+        NotifyEntry(object, child.name);
+        GPUFS_RETURN_IF_ERROR(DetachAndCollect(child.id));
+      }
+      after = child.id;
+    }
+  }
+  GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(object));
+  if (entry.parent != 0) NotifyEntry(entry.parent, entry.name);
+  return entry.parent != 0 ? DetachAndCollect(object) : Status::Ok();
+}
+
+Status Namespace::RestorePendingObjects() {
+  FreeQueuedOnExit free_queued(this);
+  std::vector<EntryId> marked;
+  {
+    std::lock_guard lock(mu_);
+    GPUFS_ASSIGN_OR_RETURN(marked, catalog_->EntriesWithXattr(kPendingXattr));
+  }
+  for (EntryId object : marked) {
+    HandleId staging_handle = 0;
+    std::shared_ptr<ActiveBlob> staging;
+    {
+      std::lock_guard lock(mu_);
+      auto mark = catalog_->GetXattr(object, kPendingXattr);
+      const EntryId staging_entry = mark.ok() ? std::strtoull(mark->c_str(), nullptr, 10) : 0;
+      for (auto& [id, handle] : handles_) {  // a takeover's adopted staging handle
+        if (handle.entry == staging_entry && handle.writable && handle.blob && !handle.pending) {
+          staging_handle = id;
+          staging = handle.blob;
+        }
+      }
+      if (staging_handle == 0) {
+        GPUFS_LOG(WARN) << "removing " << PathOf(object)
+                        << ": an object whose producer went away before it was sealed";
+        GPUFS_RETURN_IF_ERROR(catalog_->Batch([&] { return RemoveSubtreeLocked(object); }));
+        continue;
+      }
+    }
+    // A takeover: the producer's open of the staging member lives on, and so
+    // does its object. Rebuild what the last worker knew of it.
+    GPUFS_ASSIGN_OR_RETURN(proto::ObjectManifest manifest, ReadManifest(*staging));
+    std::lock_guard lock(mu_);
+    auto pending = std::make_shared<PendingObject>();
+    pending->object = object;
+    pending->bytes = manifest.bytes;
+    for (const proto::ManifestMember& m : manifest.members) {
+      GPUFS_ASSIGN_OR_RETURN(Entry member, catalog_->Lookup(object, m.name));
+      GPUFS_ASSIGN_OR_RETURN(Blob blob, catalog_->GetBlob(member.blob));
+      pending->device = blob.device;
+      pending->key = SharingKeyOf(member);
+      pending->members.push_back({member.id, member.blob, m.offset, m.size, nullptr});
+    }
+    HoldPendingLocked(*pending);
+    staging->needs_explicit_seal = true;
+    staging->staging = true;
+    handles_.at(staging_handle).pending = std::move(pending);
+    GPUFS_LOG(INFO) << "kept " << PathOf(object) << " for its producer (a takeover)";
+  }
+  return Status::Ok();
+}
+
+}  // namespace gpufs
