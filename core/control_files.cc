@@ -45,6 +45,10 @@ std::string Namespace::StatsJsonOf(bool recount) {
     view.open_handles = handles_.size();
     view.active_blobs = active_.size();
     for (const auto& [id, blob] : active_) view.open_maps += static_cast<uint64_t>(blob->mapped);
+    view.copies_live = copies_.live;
+    view.copy_bytes = copies_.bytes;
+    view.copies_made = copies_.made;
+    view.checksum_mismatches = checksum_mismatches_;
     auto entries = catalog_->CountEntries();
     view.entries = entries.ok() ? *entries : 0;
     AddStatsDetail(&view, recount);

@@ -269,6 +269,9 @@ std::string BuildStatsJson(const StatsView& view) {
                 {"persisted_bytes", view.persisted_bytes},
                 {"checksum_failures", view.checksum_failures},
                 {"member_bytes", std::move(per_tier)}};
+  j["copies"] = {
+      {"live", view.copies_live}, {"bytes", view.copy_bytes}, {"made", view.copies_made}};
+  j["checksum_mismatches"] = view.checksum_mismatches;
   return Dump(j, 2) + "\n";
 }
 

@@ -79,6 +79,10 @@ struct StatsView {
   };
   std::vector<Route> routes;
   std::vector<std::pair<std::string, uint64_t>> member_bytes_per_tier;
+  // Readers' private copies (live now, their bytes, made so far) and
+  // sealed GPU blobs whose bytes no longer match their checksum.
+  uint64_t copies_live = 0, copy_bytes = 0, copies_made = 0;
+  uint64_t checksum_mismatches = 0;
 };
 
 std::string BuildStatsJson(const StatsView& view);

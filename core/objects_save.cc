@@ -69,6 +69,10 @@ Result<ObjectAllocation> Namespace::AllocObject(HandleId id, const Caller& calle
     GPUFS_ASSIGN_OR_RETURN(staging_entry, catalog_->GetEntry(handle->entry));
     if (staging_entry.parent == 0) return Error(ENOENT, "the staging member was removed");
     GPUFS_ASSIGN_OR_RETURN(parent, catalog_->GetEntry(staging_entry.parent));
+    // From here on it stages an object, or nothing: released, it is
+    // discarded quietly, never sealed as a member of its own.
+    staging->needs_explicit_seal = true;
+    staging->staging = true;
   }
   GPUFS_ASSIGN_OR_RETURN(proto::ObjectManifest manifest, ReadManifest(*staging));
   const std::string hidden = staging_entry.name + ".d";
@@ -138,9 +142,6 @@ Result<ObjectAllocation> Namespace::AllocObject(HandleId id, const Caller& calle
   HoldPendingLocked(*pending);
   GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
   handle->pending = pending;
-  // The manifest is not a member: released, it is discarded, quietly.
-  staging->needs_explicit_seal = true;
-  staging->staging = true;
   ObjectAllocation out{.object = pending->object,
                        .bytes = manifest.bytes,
                        .members = pending->members.size(),

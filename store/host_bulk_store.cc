@@ -431,4 +431,9 @@ void HostBulkStore::UncacheFd(BlobId id, Doomed* doomed) {
   fds_.erase(it);
 }
 
+Status HostBulkStore::ScribbleForTesting(BlobId id, const std::string& bytes) {
+  GPUFS_ASSIGN_OR_RETURN(SharedFd fd, FdOf(id));
+  return WriteAll(fd->get(), 0, std::as_bytes(std::span(bytes.data(), bytes.size())), PathOf(id));
+}
+
 }  // namespace gpufs

@@ -126,6 +126,10 @@ class HostBulkStore final : public BulkStore {
   // so every buffer the daemon copies through comes from here.
   HostBuffer AllocateHostBuffer(size_t bytes) override;
 
+  // Tests only: overwrites the first bytes of blob `id`'s file, sealed or
+  // not, as a writer of its memory could behind gpufs's back.
+  Status ScribbleForTesting(BlobId id, const std::string& bytes);
+
  private:
   using SharedFd = std::shared_ptr<const UniqueFd>;
 

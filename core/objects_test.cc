@@ -1,0 +1,203 @@
+// Objects written and mapped as a whole, through the core with a stand-in
+// store (core/gpu_like_fixture.h): publication is all or nothing, a producer
+// that lets go leaves nothing, an object replaces an object in one step,
+// members keep their tensor descriptions and checksums, and an object map
+// gives each caller exactly the members it may open.
+#include <nlohmann/json.hpp>
+
+#include "core/gpu_like_fixture.h"
+#include "proto/xattr_names.h"
+
+namespace gpufs {
+namespace {
+
+using Members = std::vector<std::pair<std::string, std::string>>;
+
+class ObjectTest : public GpuLikeTest {
+ protected:
+  std::vector<std::string> Names(uint64_t dir) {
+    std::vector<std::string> names;
+    auto entries = ns_->ReadDir(dir, 0, 1000);
+    EXPECT_TRUE(entries.ok());
+    for (const DirEntry& e : *entries) {
+      if (e.name != "." && e.name != ".." && e.name != ".gpufs") names.push_back(e.name);
+    }
+    return names;
+  }
+  uint64_t Find(uint64_t parent, const std::string& name) {
+    auto attr = ns_->Lookup(parent, name);
+    return attr.ok() ? attr->ino : 0;
+  }
+};
+
+TEST_F(ObjectTest, ASavedObjectHasEveryMemberSealedWithItsBytes) {
+  const Members members = {{"w", std::string(3000, 'w')}, {"b", "bias"}, {"e", ""}};
+  ASSERT_TRUE(Save(alice_, kRootEntryId, "model", members).ok());
+  const uint64_t model = Find(kRootEntryId, "model");
+  ASSERT_NE(model, 0u);
+  EXPECT_EQ(Names(kRootEntryId), std::vector<std::string>{"model"});  // staging gone too
+  for (const auto& [name, bytes] : members) {
+    const uint64_t m = Find(model, name);
+    ASSERT_NE(m, 0u) << name;
+    EXPECT_EQ(Cat(m), bytes) << name;
+    auto attr = ns_->GetAttr(m);
+    EXPECT_EQ(attr->uid, alice_.uid);
+    EXPECT_EQ(attr->mode & 0777, 0644u);
+    auto sum = ns_->GetXattr(m, xattr::kChecksum);  // taken on the "GPU" at seal
+    ASSERT_TRUE(sum.ok()) << name << ": " << sum.status().ToString();
+    EXPECT_EQ(sum->rfind("sum64:", 0), 0u);
+  }
+  EXPECT_EQ(ns_->GetAttr(model)->mode & 0777, 0755u);  // readers of the members may list it
+  // Sealed: no member takes a write.
+  auto w = ns_->Open(alice_, Find(model, "w"), O_WRONLY);
+  EXPECT_EQ(w.status().code(), EPERM);
+}
+
+TEST_F(ObjectTest, NothingIsVisibleAtTheNameUntilTheSealAndAProducerThatGoesLeavesNothing) {
+  auto h = Stage(alice_, kRootEntryId, ".m.saving-9", Manifest({{"a", "aaaa"}, {"b", "bb"}}));
+  ASSERT_TRUE(h.ok());
+  auto alloc = ns_->AllocObject(*h, alice_);
+  ASSERT_TRUE(alloc.ok()) << alloc.status().ToString();
+  EXPECT_EQ(alloc->members, 2u);
+  EXPECT_EQ(alloc->bytes, 1024u);
+  ASSERT_TRUE(alloc->map.has_value());  // a GPU: the producer's mapping of the whole object
+  EXPECT_TRUE(alloc->map->writable);
+  EXPECT_EQ(alloc->map->exported.size, 1024u);
+  EXPECT_EQ(Find(kRootEntryId, "m"), 0u);
+  EXPECT_NE(Find(kRootEntryId, ".m.saving-9.d"), 0u);  // hidden while it is written
+  const uint64_t used = dev_->Usage().used;
+  EXPECT_GT(used, 0u);
+  // The producer dies (its file is released) before it seals.
+  EXPECT_TRUE(ns_->Release(*h).ok());
+  EXPECT_TRUE(Names(kRootEntryId).empty());
+  EXPECT_EQ(dev_->Usage().used, 0u);
+  EXPECT_EQ(dev_->Usage().blobs, 0u);
+}
+
+TEST_F(ObjectTest, AnObjectReplacesAnObjectInOneStepAndOldReadersKeepTheirBytes) {
+  ASSERT_TRUE(Save(alice_, kRootEntryId, "model", {{"w", "old weights"}, {"x", "gone"}}).ok());
+  const uint64_t old_w = Find(Find(kRootEntryId, "model"), "w");
+  auto reader = ns_->Open(bob_, old_w, O_RDONLY);  // keeps the old bytes
+  ASSERT_TRUE(reader.ok());
+  EXPECT_EQ(Save(alice_, kRootEntryId, "model", {{"w", "new"}}).code(), EEXIST);
+  EXPECT_EQ(Names(kRootEntryId), std::vector<std::string>{"model"});  // nothing left behind
+  ASSERT_TRUE(Save(alice_, kRootEntryId, "model", {{"w", "new weights"}}, /*replace=*/true).ok());
+  const uint64_t model = Find(kRootEntryId, "model");
+  EXPECT_EQ(Cat(Find(model, "w")), "new weights");
+  EXPECT_EQ(Find(model, "x"), 0u);
+  std::string got(11, '\0');
+  auto n = ns_->Read(reader->handle, 0, {reinterpret_cast<std::byte*>(got.data()), got.size()});
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(got, "old weights");
+  ASSERT_TRUE(ns_->Release(reader->handle).ok());
+  EXPECT_EQ(dev_->Usage().blobs, 1u);  // the old members went at their last close
+  // A member there is not an object to replace.
+  Put(kRootEntryId, "plain", "p", alice_);
+  EXPECT_EQ(Save(alice_, kRootEntryId, "plain", {{"w", "x"}}, true).code(), ENOTDIR);
+}
+
+TEST_F(ObjectTest, BadManifestsAreEinvalAndLeaveNothing) {
+  for (const std::string& bad : {std::string("not json"), std::string(R"({"version": 1})"),
+                                 std::string(R"({"version": 1, "members": [{"name": "../x", "size": 1}]})")}) {
+    auto h = Stage(alice_, kRootEntryId, ".bad.saving-1", bad);
+    ASSERT_TRUE(h.ok());
+    EXPECT_EQ(ns_->AllocObject(*h, alice_).status().code(), EINVAL) << bad;
+    EXPECT_TRUE(ns_->Release(*h).ok());
+  }
+  EXPECT_TRUE(Names(kRootEntryId).empty());
+}
+
+TEST_F(ObjectTest, AColdStartRemovesAnObjectNeverSealed) {
+  auto h = Stage(alice_, kRootEntryId, ".m.saving-1", Manifest({{"a", "aaaa"}}));
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(ns_->AllocObject(*h, alice_).ok());
+  Start();  // the daemon died with it unsealed
+  EXPECT_TRUE(Names(kRootEntryId).empty());
+  EXPECT_EQ(dev_->Usage().blobs, 0u);
+}
+
+TEST_F(ObjectTest, AMapGivesEachCallerTheMembersItMayOpen) {
+  ASSERT_TRUE(Save(alice_, kRootEntryId, "model",
+                   {{"a", std::string(5000, 'a')}, {"b", "bbb"}, {"c", "ccc"}})
+                  .ok());
+  const uint64_t model = Find(kRootEntryId, "model");
+  SetAttrRequest chmod;
+  chmod.mode = 0600;  // bob may not read c
+  ASSERT_TRUE(ns_->SetAttr(Find(model, "c"), chmod, 0).ok());
+  // The owner: every member, the shared memory, one allocation for a and b.
+  auto mine = ns_->OpenObject(alice_, model);
+  ASSERT_TRUE(mine.ok());
+  auto all = ns_->MapObject(*mine, alice_);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  ASSERT_EQ(all->members.size(), 3u);
+  EXPECT_TRUE(all->skipped.empty());
+  for (const MappedMember& m : all->members) EXPECT_FALSE(m.map.private_copy) << m.name;
+  EXPECT_EQ(all->members[0].map.exported.memory, all->members[1].map.exported.memory);
+  EXPECT_EQ(all->members[0].map.exported.offset, 0u);
+  EXPECT_EQ(all->members[1].map.exported.offset, 5120u);
+  // A reader: a private copy per allocation, c left out and said so.
+  auto his = ns_->OpenObject(bob_, model);
+  ASSERT_TRUE(his.ok());
+  auto some = ns_->MapObject(*his, bob_);
+  ASSERT_TRUE(some.ok()) << some.status().ToString();
+  ASSERT_EQ(some->members.size(), 2u);
+  ASSERT_EQ(some->skipped.size(), 1u);
+  EXPECT_EQ(some->skipped[0].name, "c");
+  EXPECT_EQ(some->skipped[0].error, EACCES);
+  EXPECT_TRUE(some->members[0].map.private_copy);
+  EXPECT_EQ(some->members[0].map.exported.memory, some->members[1].map.exported.memory);
+  EXPECT_NE(some->members[0].map.exported.memory, all->members[0].map.exported.memory);
+  EXPECT_EQ(some->members[1].map.exported.offset, 5120u);
+  EXPECT_EQ(dev_->copies_made, 1);  // one copy of the allocation serves both members
+  EXPECT_EQ(ns_->MapObject(*his, bob_).status().code(), EEXIST);
+  // What the maps hold stays until their files go: a replaced object keeps it.
+  ASSERT_TRUE(Save(alice_, kRootEntryId, "model", {{"z", "z"}}, true).ok());
+  EXPECT_GE(dev_->Usage().blobs, 4u);
+  ASSERT_TRUE(ns_->Release(*his).ok());
+  ASSERT_TRUE(ns_->Release(*mine).ok());
+  EXPECT_EQ(dev_->Usage().blobs, 1u);
+  EXPECT_EQ(nlohmann::json::parse(ns_->StatsJson())["copies"]["live"], 0);
+}
+
+TEST_F(ObjectTest, NestedObjectsAreMappedByPathAndUnsearchableOnesAreSkipped) {
+  auto sub = ns_->Mkdir(alice_, kRootEntryId, "o", 0755);
+  ASSERT_TRUE(sub.ok());
+  ASSERT_TRUE(Save(alice_, sub->ino, "inner", {{"w", "w"}}).ok());
+  Put(sub->ino, "top", "t", alice_);
+  auto hidden = ns_->Mkdir(alice_, sub->ino, "private", 0700);
+  ASSERT_TRUE(hidden.ok());
+  Put(hidden->ino, "secret", "s", alice_);
+  auto h = ns_->OpenObject(bob_, sub->ino);
+  ASSERT_TRUE(h.ok());
+  auto map = ns_->MapObject(*h, bob_);
+  ASSERT_TRUE(map.ok());
+  std::vector<std::string> names;
+  for (const MappedMember& m : map->members) names.push_back(m.name);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"inner/w", "top"}));
+  ASSERT_EQ(map->skipped.size(), 1u);
+  EXPECT_EQ(map->skipped[0].name, "private/");
+  ASSERT_TRUE(ns_->Release(*h).ok());
+}
+
+TEST_F(ObjectTest, VerifyFindsBytesChangedBehindTheChecksum) {
+  ASSERT_TRUE(Save(alice_, kRootEntryId, "model", {{"w", "weights!"}}).ok());
+  const uint64_t w = Find(Find(kRootEntryId, "model"), "w");
+  auto h = ns_->Open(alice_, w, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  auto fine = ns_->Verify(h->handle);
+  ASSERT_TRUE(fine.ok()) << fine.status().ToString();
+  EXPECT_TRUE(fine->checked);
+  EXPECT_TRUE(fine->ok());
+  // A writer-capable process scribbles on the shared memory (here: the store).
+  ASSERT_TRUE(dev_->ScribbleForTesting(h->blob, "WEIGHTS!").ok());
+  auto bad = ns_->Verify(h->handle);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_FALSE(bad->ok());
+  EXPECT_NE(bad->recorded, bad->computed);
+  EXPECT_EQ(nlohmann::json::parse(ns_->StatsJson())["checksum_mismatches"], 1);
+  ASSERT_TRUE(ns_->Release(h->handle).ok());
+}
+
+}  // namespace
+}  // namespace gpufs
