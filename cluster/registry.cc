@@ -153,7 +153,14 @@ Status Registry::Rejoin() {
     if (lease_ && lease_->alive()) return Status();
     old = std::move(lease_);
   }
-  old.reset();
+  if (old) {
+    // etcd may still hold the old lease (it was restarted, which renews
+    // leases, rather than gone for a TTL): revoke it, or our own old node
+    // key would refuse the new registration.
+    Status st = etcd_.RevokeLease(old->id());
+    if (!st.ok() && st.code() != ENOENT) return st.Prepend("rejoin");
+    old.reset();
+  }
   GPUFS_RETURN_IF_ERROR(Register());
   std::vector<std::pair<std::string, uint64_t>> held;
   int64_t lease = 0;
@@ -198,7 +205,8 @@ Result<std::optional<CurrentVersion>> Registry::ReadCurrent(const std::string& p
   return std::optional<CurrentVersion>(v);
 }
 
-Result<uint64_t> Registry::Publish(ObjectManifest m) {
+Result<uint64_t> Registry::Publish(ObjectManifest m,
+                                   const std::function<void(uint64_t)>& before_commit) {
   GPUFS_RETURN_IF_ERROR(ValidateManifest(m));
   const int64_t lease = lease_id();
   if (!alive()) return Error(ENOTCONN, "cluster node " + options_.node + " is not registered (lease lost)");
@@ -235,6 +243,7 @@ Result<uint64_t> Registry::Publish(ObjectManifest m) {
   t.success.push_back(TxnOp::Put(keys_.Replica(m.path, m.version, options_.node),
                                  json{{"since_ms", NowMs()}}.dump(), lease));
   t.failure.push_back(TxnOp::Get(current));
+  if (before_commit) before_commit(m.version);
   Result<TxnResponse> r = etcd_.Txn(t);
   if (!r.ok()) {
     drop_parts();

@@ -102,8 +102,11 @@ class Registry {
   // the manifest (its head, for a split one), current/ moved to it, and
   // this node's replica. EBUSY when another publish of the path won the
   // race (retry); EINVAL for a manifest that ValidateManifest refuses.
-  // Returns the version.
-  Result<uint64_t> Publish(ObjectManifest manifest);
+  // Returns the version. `before_commit(version)`, if given, runs before
+  // the transaction (to start serving the bytes under that version, so no
+  // fetcher finds the replica key before the bytes).
+  Result<uint64_t> Publish(ObjectManifest manifest,
+                           const std::function<void(uint64_t version)>& before_commit = nullptr);
   // A new version that says "removed"; ENOENT when nothing is published.
   Result<uint64_t> Unpublish(const std::string& path);
 

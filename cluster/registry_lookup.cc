@@ -201,13 +201,15 @@ Result<std::vector<NodeInfo>> Registry::Replicas(const std::string& path, uint64
 
 Status Registry::AddReplica(const std::string& path, uint64_t version) {
   GPUFS_RETURN_IF_ERROR(CheckObjectPath(path));
+  {
+    // Held from now on, even if etcd cannot be told yet: Rejoin registers it.
+    std::lock_guard lock(mu_);
+    held_.insert({path, version});
+  }
   if (!alive()) return Error(ENOTCONN, "cluster node " + options_.node + " is not registered (lease lost)");
-  GPUFS_RETURN_IF_ERROR(etcd_.Put(keys_.Replica(path, version, options_.node),
-                                  json{{"since_ms", NowMs()}}.dump(), lease_id())
-                            .status());
-  std::lock_guard lock(mu_);
-  held_.insert({path, version});
-  return Status();
+  return etcd_.Put(keys_.Replica(path, version, options_.node), json{{"since_ms", NowMs()}}.dump(),
+                   lease_id())
+      .status();
 }
 
 Status Registry::RemoveReplica(const std::string& path, uint64_t version) {
