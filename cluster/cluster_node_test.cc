@@ -94,9 +94,15 @@ class ClusterNodeTest : public testing::LabTest {
 TEST_F(ClusterNodeTest, PublishedOnAFetchedByteIdenticalOnBAndC) {
   auto a = StartNode("a", "a"), b = StartNode("b", "b"), c = StartNode("c", "c");
   ASSERT_TRUE(a && b && c);
-  EXPECT_EQ(Ask(*b, "lookup model"), "none");
+  EXPECT_EQ(Ask(*b, "lookup model"), "none");  // and b caches that
   ASSERT_EQ(Ask(*a, "publish model " + std::to_string(kSize) + " " + std::to_string(kSeed)), "ok 1");
-  EXPECT_EQ(Ask(*b, "lookup model"), "ok 1");
+  // b learns of it through its watch: a lookup lags a publish elsewhere by
+  // the watch's delay, milliseconds (polled: the event is inside b).
+  auto deadline = Clock::now() + seconds(5);
+  std::string seen;
+  while ((seen = Ask(*b, "lookup model")) != "ok 1" && Clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(20));
+  EXPECT_EQ(seen, "ok 1");
   const std::string crc = PatternCrc(kSize, kSeed);
   EXPECT_EQ(Ask(*b, "fetch model"), "ok 1 " + crc);
   EXPECT_EQ(Ask(*c, "fetch model"), "ok 1 " + crc);  // from a and b at once

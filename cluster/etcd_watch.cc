@@ -177,6 +177,11 @@ Status EtcdWatch::Stream(const std::string& endpoint) {
     multi_ = multi.get();
   }
   Status result = Error(ECONNRESET, "etcd closed the watch stream");
+  // An etcd that accepts the connection but never confirms the watch (hung,
+  // or without a leader) is left for the next endpoint after the client's
+  // call timeout.
+  const uint64_t before = connections_.load();
+  const auto confirm_by = std::chrono::steady_clock::now() + client_.http().timeout();
   for (;;) {
     int running = 0;
     CURLMcode mc = curl_multi_perform(multi.get(), &running);
@@ -199,7 +204,12 @@ Status EtcdWatch::Stream(const std::string& endpoint) {
       }
     }
     if (done || stop_ || running == 0) break;
-    curl_multi_poll(multi.get(), nullptr, 0, 1000, nullptr);
+    if (connections_.load() == before && std::chrono::steady_clock::now() >= confirm_by) {
+      result = Error(ETIMEDOUT, url + ": the watch was not confirmed within " +
+                                    std::to_string(client_.http().timeout().count()) + " ms");
+      break;
+    }
+    curl_multi_poll(multi.get(), nullptr, 0, connections_.load() == before ? 100 : 1000, nullptr);
   }
   {
     std::lock_guard lock(mu_);

@@ -6,9 +6,13 @@
 // - delivers events in revision order, each once, on its own thread;
 // - when the stream breaks (etcd restarted, an endpoint gone, the network
 //   cut: TCP keep-alive probes find a silent peer within keepalive_idle +
-//   3 x keepalive_interval), reconnects to the next endpoint, backing off
-//   up to a second, and resumes from the revision after the last one seen,
-//   so nothing is lost or repeated across the gap;
+//   3 x keepalive_interval), or etcd does not confirm a new watch within
+//   the client's timeout, reconnects to the next endpoint, backing off up
+//   to a second, and resumes from the revision after the last one seen, so
+//   nothing is lost or repeated across the gap. (An etcd process that hangs
+//   with its connections open is not noticed by an established watch:
+//   its kernel still answers keep-alives. The watch catches up once etcd
+//   moves again or dies.);
 // - when etcd has compacted past that revision (the events in between are
 //   gone), calls on_compacted and resumes from the store's current revision
 //   + 1: the caller must treat whatever it derived from this range as stale

@@ -183,6 +183,20 @@ TEST_F(EtcdWatchTest, ACutLinkIsNoticedAndHealed) {
   ASSERT_TRUE(rec.WaitFor([](Recorder& r) { return !r.events_.empty(); }, seconds(5)));
 }
 
+TEST_F(EtcdWatchTest, AnEtcdThatNeverConfirmsIsLeftWithinTheTimeout) {
+  auto c = NewClient({}, milliseconds(1000));
+  ASSERT_OK(etcd_->Pause());  // accepts connections (the kernel does), answers nothing
+  Recorder rec;
+  auto t0 = Clock::now();
+  auto w = EtcdWatch::Start(*c, rec.Options("/w/"));
+  ASSERT_TRUE(rec.WaitFor([](Recorder& r) { return r.downs_ >= 1; }, seconds(5)));
+  EXPECT_LT(Clock::now() - t0, milliseconds(1000 + 700));
+  ASSERT_OK(etcd_->Resume());
+  ASSERT_TRUE(rec.WaitFor([](Recorder& r) { return r.ups_ >= 1; }, seconds(5)));
+  ASSERT_TRUE(c->Put("/w/x", "1").ok());
+  ASSERT_TRUE(rec.WaitFor([](Recorder& r) { return !r.events_.empty(); }, seconds(5)));
+}
+
 TEST_F(EtcdWatchTest, StopsPromptlyWhileIdleOrDisconnected) {
   auto c = NewClient();
   Recorder rec;

@@ -263,6 +263,7 @@ Result<uint64_t> Registry::Publish(ObjectManifest m,
     std::lock_guard lock(mu_);
     held_.insert({m.path, m.version});
   }
+  Forget(m.path);
   ManifestCachePut(m);
   GPUFS_LOG(INFO) << "published " << m.path << "@" << m.version << " (" << m.members.size()
                   << " members, " << m.size << " bytes" << (enc.parts.empty() ? "" : ", split")
@@ -283,6 +284,7 @@ Result<uint64_t> Registry::Unpublish(const std::string& path) {
   t.success.push_back(TxnOp::Put(current, pointer.dump()));
   GPUFS_ASSIGN_OR_RETURN(TxnResponse r, etcd_.Txn(t));
   if (!r.succeeded) return Error(EBUSY, "unpublish " + path + ": it changed meanwhile; again");
+  Forget(path);
   return version;
 }
 

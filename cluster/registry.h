@@ -12,6 +12,10 @@
 //   The watch's traffic is one small event per publish in the cluster; the
 //   cache holds only what this node asked for. Manifests are immutable and
 //   cached as they are.
+// - So a lookup may lag a publish on another node by the watch's delay
+//   (milliseconds), as an NFS client's attribute cache does; the node that
+//   published sees its own publish at once. Manifests need no such care:
+//   they never change.
 // - A cached current/ entry is served only while the watch is connected
 //   (a change missed while it was away is replayed on reconnection, or, if
 //   etcd compacted past it, everything is dropped). Otherwise Current()
@@ -137,6 +141,8 @@ class Registry {
   Status Register();
   void OnEvents(const std::vector<WatchEvent>& events);
   void DropAllCached();
+  // Drops the path's cached current/ entry (this node just changed it).
+  void Forget(const std::string& path);
   Result<std::vector<KeyValue>> RangeAll(const std::string& prefix);
   Result<std::optional<CurrentVersion>> ReadCurrent(const std::string& path, int64_t* revision);
   void CachePut(const std::string& path, const CurrentVersion& v, uint64_t generation);

@@ -87,6 +87,15 @@ void Registry::OnEvents(const std::vector<WatchEvent>& events) {
     for (const std::string& p : changed) options_.on_change(p);
 }
 
+void Registry::Forget(const std::string& path) {
+  std::lock_guard lock(mu_);
+  ++generation_;
+  if (auto it = cache_.find(path); it != cache_.end()) {
+    lru_.erase(it->second);
+    cache_.erase(it);
+  }
+}
+
 void Registry::DropAllCached() {
   {
     std::lock_guard lock(mu_);

@@ -114,6 +114,9 @@ TEST_F(RegistryTest, ANameThatIsLiveIsRefused) {
 TEST_F(RegistryTest, PublishIsOneTransactionOnThePreviousVersion) {
   auto a = Join("a");
   ASSERT_TRUE(a);
+  auto t0 = Clock::now();
+  while (!a->watching() && Clock::now() - t0 < seconds(5)) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_FALSE(a->Current("m").value().has_value());  // cached as absent
   Result<uint64_t> v1 = a->Publish(Model("m"));
   ASSERT_TRUE(v1.ok()) << v1.status().ToString();
   EXPECT_EQ(*v1, 1u);

@@ -278,12 +278,12 @@ TEST_F(UcxTransportTest, StoppedSourceIsDroppedAsStalled) {
   Buffer dest(kSize);
   HostBufferSink sink(dest.span());
   WatchedSink watched(sink);
-  watched.OnLanded(2, [&] { ASSERT_OK(pb->Signal(SIGSTOP)); });
+  watched.OnLanded(2, [&] { ASSERT_OK(pb->Pause()); });
   Result<FetchResult> r = client_->Fetch(Request({{"b", b}, {"c", c}}), watched, Options());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->sources[0].failure.code(), ETIMEDOUT);
   EXPECT_TRUE(MatchesPattern(dest.span(), kSeed));
-  ASSERT_OK(pb->Signal(SIGCONT));
+  ASSERT_OK(pb->Resume());
 }
 
 TEST_F(UcxTransportTest, SourceWithoutTheObjectIsSkipped) {

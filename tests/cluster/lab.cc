@@ -248,6 +248,21 @@ Status LabProcess::Signal(int sig) {
   return Status();
 }
 
+Status LabProcess::Pause() {
+  GPUFS_RETURN_IF_ERROR(Signal(SIGSTOP));
+  int status = 0;
+  for (;;) {
+    pid_t r = ::waitpid(pid_, &status, WUNTRACED);
+    if (r < 0 && errno == EINTR) continue;
+    if (r != pid_) return PosixError("waitpid", errno);
+    if (WIFSTOPPED(status)) return Status();
+    pid_ = -1;  // it exited instead
+    return Error(ESRCH, "the process exited instead of stopping");
+  }
+}
+
+Status LabProcess::Resume() { return Signal(SIGCONT); }
+
 void LabProcess::Kill() {
   if (pid_ <= 0) return;
   ::kill(pid_, SIGKILL);
@@ -331,7 +346,7 @@ Status EtcdServer::Restart() {
   return Launch();
 }
 
-Status EtcdServer::Pause() { return process_ ? process_->Signal(SIGSTOP) : Error(ESRCH, "etcd not running"); }
-Status EtcdServer::Resume() { return process_ ? process_->Signal(SIGCONT) : Error(ESRCH, "etcd not running"); }
+Status EtcdServer::Pause() { return process_ ? process_->Pause() : Error(ESRCH, "etcd not running"); }
+Status EtcdServer::Resume() { return process_ ? process_->Resume() : Error(ESRCH, "etcd not running"); }
 
 }  // namespace gpufs::cluster::testing

@@ -79,6 +79,10 @@ class LabProcess {
   // Send + ReadLine.
   Result<std::string> Ask(const std::string& line, std::chrono::milliseconds limit);
   Status Signal(int sig);
+  // SIGSTOP, and waits until every thread of it has stopped (the kernel
+  // tells the parent: waitpid WUNTRACED), so nothing it does comes after.
+  Status Pause();
+  Status Resume();
   // SIGKILL and reap.
   void Kill();
   // Waits for it to exit by itself; its wait status.
