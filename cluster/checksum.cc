@@ -82,9 +82,9 @@ Result<SegmentVerifier> SegmentVerifier::Create(uint64_t size, uint64_t chunk_by
     st.crcs.assign(st.pieces.size(), 0);
     st.landed.assign(st.pieces.size(), false);
     st.remaining = st.pieces.size();
-    if (st.remaining == 0) ++v.verified_;  // empty: CRC 0, checked here
     if (st.remaining == 0 && st.segment.crc32c != 0)
       return Error(EIO, "segment '" + st.segment.name + "' is empty but has a non-zero CRC");
+    if (st.remaining == 0) ++v.verified_;  // empty: CRC 0, checked here
     v.segments_.push_back(std::move(st));
   }
   return v;
@@ -92,18 +92,44 @@ Result<SegmentVerifier> SegmentVerifier::Create(uint64_t size, uint64_t chunk_by
 
 Status SegmentVerifier::Landed(uint64_t index, std::span<const std::byte> bytes) {
   if (index >= by_chunk_.size()) return Error(EINVAL, "chunk index out of range");
+  const auto ranges = Ranges(index);
+  for (auto [at, size] : ranges)
+    if (at + size > bytes.size()) return Error(EINVAL, "chunk shorter than its pieces");
+  return Record(index, ChecksumRanges(bytes, ranges));
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> SegmentVerifier::Ranges(uint64_t index) const {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  if (index >= by_chunk_.size()) return out;
   const uint64_t base = index * chunk_bytes_;
   for (auto [si, pi] : by_chunk_[index]) {
+    const Piece& p = segments_[si].pieces[pi];
+    out.emplace_back(p.offset - base, p.size);
+  }
+  return out;
+}
+
+std::vector<uint32_t> SegmentVerifier::ChecksumRanges(
+    std::span<const std::byte> chunk, const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
+  std::vector<uint32_t> crcs;
+  crcs.reserve(ranges.size());
+  for (auto [at, size] : ranges) crcs.push_back(Crc32c(0, chunk.subspan(at, size)));
+  return crcs;
+}
+
+Status SegmentVerifier::Record(uint64_t index, const std::vector<uint32_t>& crcs) {
+  if (index >= by_chunk_.size() || crcs.size() != by_chunk_[index].size())
+    return Error(EINVAL, "checksums that do not match the chunk's pieces");
+  for (size_t k = 0; k < crcs.size(); ++k) {
+    auto [si, pi] = by_chunk_[index][k];
     State& st = segments_[si];
     if (st.landed[pi]) continue;
-    const Piece& p = st.pieces[pi];
-    if (p.offset - base + p.size > bytes.size()) return Error(EINVAL, "chunk shorter than its pieces");
-    st.crcs[pi] = Crc32c(0, bytes.subspan(p.offset - base, p.size));
+    st.crcs[pi] = crcs[k];
     st.landed[pi] = true;
     if (--st.remaining > 0) continue;
     uint32_t crc = st.crcs[0];
-    for (size_t k = 1; k < st.pieces.size(); ++k)
-      crc = Crc32cCombine(crc, st.crcs[k], st.pieces[k].size);
+    for (size_t j = 1; j < st.pieces.size(); ++j)
+      crc = Crc32cCombine(crc, st.crcs[j], st.pieces[j].size);
     if (crc != st.segment.crc32c) {
       char got[16], want[16];
       std::snprintf(got, sizeof got, "%08x", crc);

@@ -28,6 +28,15 @@ class SegmentVerifier {
   // Chunk `index` ([index*chunk, ...)) landed in `bytes`. EIO naming the
   // segment when a segment it completes does not match. Each chunk once.
   Status Landed(uint64_t index, std::span<const std::byte> bytes);
+
+  // The same in two steps, so that the checksumming runs off the thread
+  // that owns the verifier: Ranges(index) says which parts of the chunk
+  // to checksum ((offset within the chunk, size) pairs), ChecksumRanges
+  // computes them (any thread, no state), Record takes the results.
+  std::vector<std::pair<uint64_t, uint64_t>> Ranges(uint64_t index) const;
+  static std::vector<uint32_t> ChecksumRanges(std::span<const std::byte> chunk,
+                                              const std::vector<std::pair<uint64_t, uint64_t>>& ranges);
+  Status Record(uint64_t index, const std::vector<uint32_t>& crcs);
   // Every segment complete and matched.
   bool AllVerified() const { return verified_ == segments_.size(); }
 

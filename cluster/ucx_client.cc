@@ -20,6 +20,7 @@ Result<std::unique_ptr<UcxClient>> UcxClient::Start(ucp_context_h context) {
   ucs_status_t st = ucp_worker_set_am_recv_handler(c->loop_->worker(), &am);
   if (st != UCS_OK) return UcsError("ucp_worker_set_am_recv_handler", st);
   c->loop_->set_tick([raw = c.get()] { return raw->Tick(); });
+  c->verify_thread_ = std::thread([raw = c.get()] { raw->VerifyThread(); });
   c->loop_->Start();
   return c;
 }
@@ -40,7 +41,18 @@ UcxClient::~UcxClient() {
 void UcxClient::Shutdown() {
   // Fail what is in flight; its receives are cancelled by the endpoints'
   // forced close. Sinks' done() calls can no longer arrive (the mailbox is
-  // shut), so a chunk still landing counts as given back now.
+  // shut), so a chunk still landing counts as given back now. The verify
+  // thread finishes the chunk it is reading and stops first.
+  {
+    std::lock_guard lock(verify_mu_);
+    verify_stop_ = true;
+    verify_queue_.clear();
+  }
+  verify_cv_.notify_all();
+  if (verify_thread_.joinable()) verify_thread_.join();
+  for (auto& [id, job] : jobs_)
+    for (size_t c = 0; c < job->chunks.size(); ++c)
+      if (job->chunks[c].state == Job::Chunk::State::kVerifying) DropChunk(*job, c, false);
   std::vector<uint64_t> ids;
   for (auto& [id, job] : jobs_) ids.push_back(id);
   for (uint64_t id : ids) {
@@ -92,6 +104,23 @@ Result<FetchResult> UcxClient::Fetch(const FetchRequest& request, FetchSink& sin
     return Error(ECANCELED, "the UCX client is shutting down");
   // The loop always ends a job, within its timeout, or at shutdown.
   return done.get();
+}
+
+void UcxClient::VerifyThread() {
+  for (;;) {
+    VerifyJob v;
+    {
+      std::unique_lock lock(verify_mu_);
+      verify_cv_.wait(lock, [&] { return verify_stop_ || !verify_queue_.empty(); });
+      if (verify_stop_) return;
+      v = std::move(verify_queue_.front());
+      verify_queue_.pop_front();
+    }
+    std::vector<uint32_t> crcs = SegmentVerifier::ChecksumRanges(v.bytes, v.ranges);
+    mailbox_->Post([this, job = v.job, chunk = v.chunk, crcs = std::move(crcs)] {
+      Verified(job, chunk, crcs);
+    });
+  }
 }
 
 nlohmann::json UcxClient::Stats() const {

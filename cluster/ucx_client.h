@@ -5,7 +5,8 @@
 // keeps up to `window` requests in flight per source, handing the next
 // queued chunk to whichever source has room: faster sources take more, so
 // the split follows each path's speed. Every landed chunk is checksummed at
-// once (SegmentVerifier). A source that fails — its connection resets, it
+// once (SegmentVerifier), on a thread of its own so that the network
+// thread goes on receiving meanwhile. A source that fails — its connection resets, it
 // answers with an error (it does not hold the object), or it stalls (no
 // chunk completed for stall_timeout, which is how a cut link or a stopped
 // process shows) — is dropped: its endpoint is force-closed, which cancels
@@ -18,10 +19,13 @@
 // into the sink run on the loop thread.
 #pragma once
 
+#include <condition_variable>
+#include <deque>
 #include <future>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -66,6 +70,9 @@ class UcxClient {
   void Completed(uint64_t request_id, ucs_status_t status, void* request);
   void ErrorReply(uint64_t request_id, int error);
   void Arrived(Job& job, size_t chunk);
+  void Verified(uint64_t job_id, size_t chunk, const std::vector<uint32_t>& crcs);
+  void StartLanding(Job& job, size_t chunk);
+  void VerifyThread();  // its own thread: checksums landed chunks
   void LandDone(uint64_t job_id, size_t chunk, const Status& status);
   void SourceFailed(Job& job, size_t source, const Status& why);
   void DropChunk(Job& job, size_t chunk, bool requeue);
@@ -104,6 +111,19 @@ class UcxClient {
   std::vector<std::tuple<uint64_t, size_t, Status>> landed_;
   std::vector<uint64_t> ended_;  // jobs to erase at the end of the tick
   size_t closing_ = 0;
+
+  // Chunks to checksum, for the verify thread.
+  struct VerifyJob {
+    uint64_t job;
+    size_t chunk;
+    std::span<const std::byte> bytes;
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  };
+  std::mutex verify_mu_;
+  std::condition_variable verify_cv_;
+  std::deque<VerifyJob> verify_queue_;  // GUARDED_BY(verify_mu_)
+  bool verify_stop_ = false;            // GUARDED_BY(verify_mu_)
+  std::thread verify_thread_;
 
   // For Stats(), from any thread.
   struct Progress {

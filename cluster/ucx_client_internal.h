@@ -24,7 +24,7 @@ struct UcxClient::Mailbox {
 struct UcxClient::Job {
   using Clock = UcxWorkerLoop::Clock;
   struct Chunk {
-    enum class State { kQueued, kRequested, kReceiving, kLanding, kDone };
+    enum class State { kQueued, kRequested, kReceiving, kVerifying, kLanding, kDone };
     State state = State::kQueued;
     uint64_t offset = 0, size = 0;
     size_t source = 0;

@@ -1,8 +1,9 @@
 // UcxClient's fetch state machine (see ucx_client.h). Every function here
 // runs on the loop thread. A chunk goes kQueued -> kRequested (a buffer from
 // the sink, a request sent) -> kReceiving (a rendezvous receive into the
-// buffer; eager replies skip it) -> kLanding (checksummed, given to the
-// sink) -> kDone (the sink gave the buffer back). A failed source's
+// buffer; eager replies skip it) -> kVerifying (on the verify thread) ->
+// kLanding (checked, given to the sink) -> kDone (the sink gave the buffer
+// back). A failed source's
 // kRequested chunks go straight back to the queue; its kReceiving ones are
 // orphaned and go back when UCX completes their cancelled receive (or are
 // used, if the receive completed after all).
@@ -303,11 +304,38 @@ void UcxClient::Arrived(Job& job, size_t c) {
     DropChunk(job, c, false);
     return MaybeFinish(job);
   }
-  if (Status st = job.verifier->Landed(c, chunk.buffer); !st.ok()) {
+  chunk.state = Job::Chunk::State::kVerifying;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges = job.verifier->Ranges(c);
+  if (ranges.empty()) return StartLanding(job, c);  // no member in it: nothing to check
+  {
+    std::lock_guard lock(verify_mu_);
+    verify_queue_.push_back({job.id, c, chunk.buffer, std::move(ranges)});
+  }
+  verify_cv_.notify_one();
+  Schedule(job);
+}
+
+void UcxClient::Verified(uint64_t job_id, size_t c, const std::vector<uint32_t>& crcs) {
+  auto jit = jobs_.find(job_id);
+  if (jit == jobs_.end()) return;
+  Job& job = *jit->second;
+  Job::Chunk& chunk = job.chunks[c];
+  if (chunk.state != Job::Chunk::State::kVerifying) return;
+  if (job.finishing) {
+    DropChunk(job, c, false);
+    return MaybeFinish(job);
+  }
+  if (Status st = job.verifier->Record(c, crcs); !st.ok()) {
+    const Job::Source& src = job.sources[chunk.source];
     DropChunk(job, c, false);
     return FailJob(job, st.Prepend("fetch " + job.request.object.ToString() + " from " +
                                    Describe(src.address)));
   }
+  StartLanding(job, c);
+}
+
+void UcxClient::StartLanding(Job& job, size_t c) {
+  Job::Chunk& chunk = job.chunks[c];
   chunk.state = Job::Chunk::State::kLanding;
   const uint64_t id = job.id;
   const std::thread::id loop_thread = std::this_thread::get_id();
