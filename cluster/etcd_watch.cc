@@ -271,9 +271,9 @@ bool EtcdWatch::HandleLine(const std::string& line, Status* why) {
     return false;
   }
   if (!events->empty()) {
-    const int64_t last = events->back().kv.mod_revision;
+    // Delivered from here on: a break now resumes after them.
+    next_revision_ = std::max(next_revision_.load(), events->back().kv.mod_revision + 1);
     if (options_.on_events) options_.on_events(*events, header_revision);
-    next_revision_ = std::max(next_revision_.load(), last + 1);
   }
   return true;
 }
