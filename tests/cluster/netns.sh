@@ -70,11 +70,29 @@ up() {
   trap - ERR
 }
 
+# Sets NODE's bridge port up or down; up returns once both ends carry
+# traffic (the kernel applies a regained carrier up to a second later).
+link() {
+  local tag=$1 node=$2 state=$3
+  ip -n "$tag-sw" link set dev "p-$node" "$state"
+  [ "$state" = up ] || return 0
+  local i
+  for i in $(seq 250); do
+    if ip -n "$tag-sw" -o link show dev "p-$node" | grep -q 'state UP' &&
+       ip -n "$tag-$node" -o link show dev eth0 | grep -q 'state UP'; then
+      return 0
+    fi
+    sleep 0.02
+  done
+  echo "netns.sh: $node's link did not come up" >&2
+  return 1
+}
+
 case "${1:-}" in
   up) [ $# -ge 2 ] || { echo "usage: $0 up TAG [NODE...]" >&2; exit 2; }; shift; up "$@" ;;
   down) [ $# -eq 2 ] || { echo "usage: $0 down TAG" >&2; exit 2; }; down "$2" ;;
   link) [ $# -eq 4 ] || { echo "usage: $0 link TAG NODE up|down" >&2; exit 2; }
-        ip -n "$2-sw" link set dev "p-$3" "$4" ;;
+        link "$2" "$3" "$4" ;;
   addr) [ $# -eq 2 ] || { echo "usage: $0 addr NODE" >&2; exit 2; }; addr_of "$2" 20 ;;
   sweep) sweep ;;
   *) echo "usage: $0 up|down|link|addr|sweep ..." >&2; exit 2 ;;
