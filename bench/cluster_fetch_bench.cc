@@ -14,10 +14,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "cluster/fetch_sinks.h"
 #include "cluster/ucx_transport.h"
@@ -30,7 +29,8 @@ namespace {
 const ObjectRef kObject{"bench/object", 1};
 
 std::byte* Map(uint64_t size) {
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (p == MAP_FAILED) {
     std::perror("mmap");
     std::exit(1);
@@ -63,15 +63,24 @@ Args Parse(int argc, char** argv) {
   a.mode = argc > 1 ? argv[1] : "";
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
-    if (k == "--listen") a.listen = v;
-    else if (k == "--source") a.sources = v;
-    else if (k == "--size") a.size = std::strtoull(v.c_str(), nullptr, 0);
-    else if (k == "--chunk") a.chunk = std::strtoull(v.c_str(), nullptr, 0);
-    else if (k == "--window") a.window = std::strtoul(v.c_str(), nullptr, 0);
-    else if (k == "--repeat") a.repeat = std::atoi(v.c_str());
-    else if (k == "--tls") a.tls = v;
-    else if (k == "--crc") a.check = true, a.crc = static_cast<uint32_t>(std::strtoul(v.c_str(), nullptr, 16));
-    else std::fprintf(stderr, "unknown option %s\n", k.c_str()), std::exit(2);
+    if (k == "--listen")
+      a.listen = v;
+    else if (k == "--source")
+      a.sources = v;
+    else if (k == "--size")
+      a.size = std::strtoull(v.c_str(), nullptr, 0);
+    else if (k == "--chunk")
+      a.chunk = std::strtoull(v.c_str(), nullptr, 0);
+    else if (k == "--window")
+      a.window = std::strtoul(v.c_str(), nullptr, 0);
+    else if (k == "--repeat")
+      a.repeat = std::atoi(v.c_str());
+    else if (k == "--tls")
+      a.tls = v;
+    else if (k == "--crc")
+      a.check = true, a.crc = static_cast<uint32_t>(std::strtoul(v.c_str(), nullptr, 16));
+    else
+      std::fprintf(stderr, "unknown option %s\n", k.c_str()), std::exit(2);
   }
   return a;
 }
@@ -90,7 +99,8 @@ int Serve(const Args& a) {
     std::printf("error %s\n", t.status().ToString().c_str());
     return 1;
   }
-  std::printf("listening %s crc32c %08x\n", (*t)->listen_address().c_str(), Crc32c(0, {data, a.size}));
+  std::printf("listening %s crc32c %08x\n", (*t)->listen_address().c_str(),
+              Crc32c(0, {data, a.size}));
   std::fflush(stdout);
   std::string line;
   while (std::getline(std::cin, line)) {
@@ -109,7 +119,8 @@ int Fetch(const Args& a) {
   }
   FetchRequest req{kObject, a.size, {}, {}};
   std::stringstream ss(a.sources);
-  for (std::string s; std::getline(ss, s, ',');) req.sources.push_back({"source" + std::to_string(req.sources.size()), s});
+  for (std::string s; std::getline(ss, s, ',');)
+    req.sources.push_back({"source" + std::to_string(req.sources.size()), s});
   if (a.check) req.segments.push_back({"whole", 0, a.size, a.crc});
   FetchOptions fo;
   fo.chunk_bytes = a.chunk;

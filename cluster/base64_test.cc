@@ -27,11 +27,11 @@ TEST(Base64, RoundTripsEveryByte) {
 }
 
 TEST(Base64, RejectsWhatIsNotPaddedBase64) {
-  EXPECT_FALSE(Base64Decode("Zm9").has_value());     // not a multiple of 4
+  EXPECT_FALSE(Base64Decode("Zm9").has_value());       // not a multiple of 4
   EXPECT_FALSE(Base64Decode("Zm9v!A==").has_value());  // outside the alphabet
-  EXPECT_FALSE(Base64Decode("Z===").has_value());    // too much padding
+  EXPECT_FALSE(Base64Decode("Z===").has_value());      // too much padding
   EXPECT_FALSE(Base64Decode("Zg==Zg==").has_value());  // padding before the end
-  EXPECT_FALSE(Base64Decode("Zm=v").has_value());    // data after padding
+  EXPECT_FALSE(Base64Decode("Zm=v").has_value());      // data after padding
   EXPECT_EQ(Base64Decode("Zm8=").value_or("?"), "fo");
 }
 

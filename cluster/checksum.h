@@ -34,8 +34,8 @@ class SegmentVerifier {
   // to checksum ((offset within the chunk, size) pairs), ChecksumRanges
   // computes them (any thread, no state), Record takes the results.
   std::vector<std::pair<uint64_t, uint64_t>> Ranges(uint64_t index) const;
-  static std::vector<uint32_t> ChecksumRanges(std::span<const std::byte> chunk,
-                                              const std::vector<std::pair<uint64_t, uint64_t>>& ranges);
+  static std::vector<uint32_t> ChecksumRanges(
+      std::span<const std::byte> chunk, const std::vector<std::pair<uint64_t, uint64_t>>& ranges);
   Status Record(uint64_t index, const std::vector<uint32_t>& crcs);
   // Every segment complete and matched.
   bool AllVerified() const { return verified_ == segments_.size(); }
@@ -47,8 +47,8 @@ class SegmentVerifier {
   };
   struct State {
     Segment segment;
-    std::vector<Piece> pieces;    // in offset order
-    std::vector<uint32_t> crcs;   // per piece, when landed
+    std::vector<Piece> pieces;   // in offset order
+    std::vector<uint32_t> crcs;  // per piece, when landed
     std::vector<bool> landed;
     size_t remaining = 0;
   };

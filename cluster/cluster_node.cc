@@ -20,7 +20,8 @@ constexpr milliseconds kRejoinMost{2000};
 Result<ClusterUrl> ParseClusterUrl(std::string_view url) {
   constexpr std::string_view kScheme = "etcd://";
   if (!url.starts_with(kScheme))
-    return Error(EINVAL, "cluster '" + std::string(url) + "': expected etcd://HOST:PORT[,HOST:PORT...][/CLUSTER]");
+    return Error(EINVAL, "cluster '" + std::string(url) +
+                             "': expected etcd://HOST:PORT[,HOST:PORT...][/CLUSTER]");
   std::string_view rest = url.substr(kScheme.size());
   ClusterUrl out;
   if (size_t slash = rest.find('/'); slash != std::string_view::npos) {
@@ -33,13 +34,15 @@ Result<ClusterUrl> ParseClusterUrl(std::string_view url) {
     std::string_view one = rest.substr(0, comma);
     size_t colon = one.rfind(':');
     if (one.empty() || colon == std::string_view::npos || colon == 0 || colon + 1 == one.size())
-      return Error(EINVAL, "cluster '" + std::string(url) + "': '" + std::string(one) + "' is not HOST:PORT");
+      return Error(EINVAL, "cluster '" + std::string(url) + "': '" + std::string(one) +
+                               "' is not HOST:PORT");
     out.endpoints.emplace_back(one);
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
     if (rest.empty()) return Error(EINVAL, "cluster '" + std::string(url) + "': a trailing ','");
   }
-  if (out.endpoints.empty()) return Error(EINVAL, "cluster '" + std::string(url) + "': no etcd endpoint");
+  if (out.endpoints.empty())
+    return Error(EINVAL, "cluster '" + std::string(url) + "': no etcd endpoint");
   return out;
 }
 
@@ -51,7 +54,9 @@ Result<std::shared_ptr<HostReplica>> HostReplica::Create(uint64_t size) {
 }
 
 HostReplica::HostReplica(std::byte* data, uint64_t size)
-    : data_(data), size_(size), sink_(std::make_unique<HostBufferSink>(std::span<std::byte>(data, size))) {}
+    : data_(data),
+      size_(size),
+      sink_(std::make_unique<HostBufferSink>(std::span<std::byte>(data, size))) {}
 
 HostReplica::~HostReplica() { ::munmap(data_, std::max<uint64_t>(size_, 1)); }
 
@@ -69,8 +74,8 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(ClusterNodeOptions optio
   to.server.listen = n->options_.listen;
   to.server.allocator = n->options_.staging;
   ClusterNode* raw = n.get();
-  GPUFS_ASSIGN_OR_RETURN(n->transport_,
-                         UcxTransport::Start(to, [raw](const ObjectRef& r) { return raw->Serve(r); }));
+  GPUFS_ASSIGN_OR_RETURN(
+      n->transport_, UcxTransport::Start(to, [raw](const ObjectRef& r) { return raw->Serve(r); }));
   RegistryOptions ro;
   ro.cluster = n->options_.etcd.cluster;
   ro.node = n->options_.node;
@@ -96,7 +101,7 @@ ClusterNode::~ClusterNode() {
   }
   cv_.notify_all();
   if (maintainer_.joinable()) maintainer_.join();
-  registry_.reset();   // revokes the lease first: nobody is sent here any more
+  registry_.reset();  // revokes the lease first: nobody is sent here any more
   transport_.reset();
 }
 
@@ -130,7 +135,8 @@ std::shared_ptr<const ByteSource> ClusterNode::Serve(const ObjectRef& ref) const
   return also_serve_ ? also_serve_(ref) : nullptr;
 }
 
-Result<uint64_t> ClusterNode::Publish(ObjectManifest manifest, std::shared_ptr<const ByteSource> bytes) {
+Result<uint64_t> ClusterNode::Publish(ObjectManifest manifest,
+                                      std::shared_ptr<const ByteSource> bytes) {
   if (!bytes || bytes->size() != manifest.size)
     return Error(EINVAL, "publish " + manifest.path + ": the bytes given are not the manifest's " +
                              std::to_string(manifest.size));
@@ -148,7 +154,9 @@ Result<uint64_t> ClusterNode::Publish(ObjectManifest manifest, std::shared_ptr<c
   return v;
 }
 
-Result<uint64_t> ClusterNode::Unpublish(const std::string& path) { return registry_->Unpublish(path); }
+Result<uint64_t> ClusterNode::Unpublish(const std::string& path) {
+  return registry_->Unpublish(path);
+}
 
 Result<std::optional<CurrentVersion>> ClusterNode::Lookup(const std::string& path) {
   return registry_->Current(path);
@@ -158,7 +166,8 @@ Result<ObjectManifest> ClusterNode::Manifest(const std::string& path, uint64_t v
   return registry_->Manifest(path, version);
 }
 
-Result<std::vector<std::pair<std::string, CurrentVersion>>> ClusterNode::List(const std::string& dir) {
+Result<std::vector<std::pair<std::string, CurrentVersion>>> ClusterNode::List(
+    const std::string& dir) {
   return registry_->List(dir);
 }
 
@@ -224,9 +233,11 @@ Result<std::shared_ptr<const ByteSource>> ClusterNode::RunFetch(const ObjectMani
                                    std::chrono::system_clock::now().time_since_epoch())
                                    .count()},
                 {"sources", sources.size()}};
-  GPUFS_ASSIGN_OR_RETURN(bool claimed, registry_->ClaimFetch(manifest.path, manifest.version, claim));
+  GPUFS_ASSIGN_OR_RETURN(bool claimed,
+                         registry_->ClaimFetch(manifest.path, manifest.version, claim));
   if (!claimed)
-    GPUFS_LOG(INFO) << "fetch " << what << ": a claim of this node's was left over; fetching anyway";
+    GPUFS_LOG(INFO) << "fetch " << what
+                    << ": a claim of this node's was left over; fetching anyway";
   auto release = [&] {
     Status st = registry_->ReleaseFetch(manifest.path, manifest.version);
     if (!st.ok()) GPUFS_LOG(WARN) << "fetch " << what << ": release claim: " << st.ToString();
@@ -240,8 +251,8 @@ Result<std::shared_ptr<const ByteSource>> ClusterNode::RunFetch(const ObjectMani
     release();
     return Error(EINVAL, "fetch " + what + ": the replica allocated is not the manifest's size");
   }
-  Result<FetchResult> r =
-      transport_->Fetch(manifest.ToFetchRequest(std::move(sources)), (*replica)->sink(), options_.fetch);
+  Result<FetchResult> r = transport_->Fetch(manifest.ToFetchRequest(std::move(sources)),
+                                            (*replica)->sink(), options_.fetch);
   Status st = r.ok() ? (*replica)->Complete() : r.status();
   if (!st.ok()) {
     release();
@@ -267,7 +278,8 @@ json ClusterNode::StatusJson() {
             {"fetches_started", fetches_started_.load()}};
   json errors = json::array();
   const int64_t lease = registry_->lease_id();
-  s["lease"] = {{"id", lease}, {"alive", registry_->alive()}, {"ttl_s", options_.lease_ttl.count()}};
+  s["lease"] = {
+      {"id", lease}, {"alive", registry_->alive()}, {"ttl_s", options_.lease_ttl.count()}};
   if (Result<int64_t> left = etcd_->TimeToLive(lease); left.ok())
     s["lease"]["left_s"] = *left;
   else
@@ -275,8 +287,11 @@ json ClusterNode::StatusJson() {
   if (Result<std::vector<NodeInfo>> nodes = registry_->Nodes(); nodes.ok()) {
     s["nodes"] = json::array();
     for (const NodeInfo& n : *nodes)
-      s["nodes"].push_back({{"name", n.name}, {"address", n.address}, {"pid", n.pid},
-                            {"started_ms", n.started_ms}, {"lease", n.lease}});
+      s["nodes"].push_back({{"name", n.name},
+                            {"address", n.address},
+                            {"pid", n.pid},
+                            {"started_ms", n.started_ms},
+                            {"lease", n.lease}});
   } else {
     errors.push_back("nodes: " + nodes.status().ToString());
   }

@@ -49,17 +49,30 @@ class ClusterNodeTest : public testing::LabTest {
  protected:
   std::unique_ptr<LabProcess> StartNode(const std::string& ns, const std::string& name,
                                         std::string* first_line = nullptr) {
-    std::vector<std::string> argv = {GPUFS_CLUSTER_NODE, "--etcd", "etcd://" + etcd_->endpoint() + "/lab",
-                                     "--node", name, "--listen", Lab::Address(ns) + ":0",
-                                     "--tls", "tcp", "--lease-ttl", "3", "--etcd-timeout", "1000",
-                                     "--stall-ms", "1500"};
+    std::vector<std::string> argv = {GPUFS_CLUSTER_NODE,
+                                     "--etcd",
+                                     "etcd://" + etcd_->endpoint() + "/lab",
+                                     "--node",
+                                     name,
+                                     "--listen",
+                                     Lab::Address(ns) + ":0",
+                                     "--tls",
+                                     "tcp",
+                                     "--lease-ttl",
+                                     "3",
+                                     "--etcd-timeout",
+                                     "1000",
+                                     "--stall-ms",
+                                     "1500"};
     auto p = LabProcess::Start(*lab_, ns, argv, "node-" + name + "-" + ns + ".log");
     EXPECT_TRUE(p.ok()) << p.status().ToString();
     if (!p.ok()) return nullptr;
     Result<std::string> line = (*p)->ReadLine(kAnswer);
     EXPECT_TRUE(line.ok()) << line.status().ToString();
-    if (first_line) *first_line = line.ok() ? *line : "";
-    else EXPECT_TRUE(line.ok() && line->starts_with("ready ")) << (line.ok() ? *line : "");
+    if (first_line)
+      *first_line = line.ok() ? *line : "";
+    else
+      EXPECT_TRUE(line.ok() && line->starts_with("ready ")) << (line.ok() ? *line : "");
     return std::move(*p);
   }
   std::string Ask(LabProcess& p, const std::string& command) {
@@ -95,7 +108,8 @@ TEST_F(ClusterNodeTest, PublishedOnAFetchedByteIdenticalOnBAndC) {
   auto a = StartNode("a", "a"), b = StartNode("b", "b"), c = StartNode("c", "c");
   ASSERT_TRUE(a && b && c);
   EXPECT_EQ(Ask(*b, "lookup model"), "none");  // and b caches that
-  ASSERT_EQ(Ask(*a, "publish model " + std::to_string(kSize) + " " + std::to_string(kSeed)), "ok 1");
+  ASSERT_EQ(Ask(*a, "publish model " + std::to_string(kSize) + " " + std::to_string(kSeed)),
+            "ok 1");
   // b learns of it through its watch: a lookup lags a publish elsewhere by
   // the watch's delay, milliseconds (polled: the event is inside b).
   auto deadline = Clock::now() + seconds(5);
@@ -121,22 +135,27 @@ TEST_F(ClusterNodeTest, PublishedOnAFetchedByteIdenticalOnBAndC) {
 TEST_F(ClusterNodeTest, AfterThePublisherIsKilledTheNextNodeFetchesFromAReplica) {
   auto a = StartNode("a", "a"), b = StartNode("b", "b"), c = StartNode("c", "c");
   ASSERT_TRUE(a && b && c);
-  ASSERT_EQ(Ask(*a, "publish model " + std::to_string(kSize) + " " + std::to_string(kSeed)), "ok 1");
+  ASSERT_EQ(Ask(*a, "publish model " + std::to_string(kSize) + " " + std::to_string(kSeed)),
+            "ok 1");
   const std::string crc = PatternCrc(kSize, kSeed);
   ASSERT_EQ(Ask(*b, "fetch model"), "ok 1 " + crc);
   a->Kill();  // kill -9: its lease still names it a replica for up to a TTL
   auto t0 = Clock::now();
   EXPECT_EQ(Ask(*c, "fetch model"), "ok 1 " + crc);
   EXPECT_LT(Clock::now() - t0, seconds(6));
-  EXPECT_TRUE(StatusUntil(*c, [](const json& s) {
-    return Holders(s, "model@1") == std::vector<std::string>{"b", "c"};
-  }, seconds(8)));
+  EXPECT_TRUE(StatusUntil(
+      *c,
+      [](const json& s) {
+        return Holders(s, "model@1") == std::vector<std::string>{"b", "c"};
+      },
+      seconds(8)));
 }
 
 TEST_F(ClusterNodeTest, SixteenOpenersMakeOneFetch) {
   auto a = StartNode("a", "a"), b = StartNode("b", "b");
   ASSERT_TRUE(a && b);
-  ASSERT_EQ(Ask(*a, "publish model " + std::to_string(kSize) + " " + std::to_string(kSeed)), "ok 1");
+  ASSERT_EQ(Ask(*a, "publish model " + std::to_string(kSize) + " " + std::to_string(kSeed)),
+            "ok 1");
   EXPECT_EQ(Ask(*b, "fetchmany model 16"), "ok 16 1");
   EXPECT_EQ(Ask(*b, "fetch model"), "ok 1 " + PatternCrc(kSize, kSeed));
   EXPECT_EQ(Status(*b)["fetches_started"], 1);
@@ -158,7 +177,8 @@ TEST_F(ClusterNodeTest, ANodeNameAlreadyLiveIsRefused) {
 TEST_F(ClusterNodeTest, AnEtcdOutageStopsOnlyClusterWorkWhichRecovers) {
   auto a = StartNode("a", "a"), b = StartNode("b", "b"), c = StartNode("c", "c");
   ASSERT_TRUE(a && b && c);
-  ASSERT_EQ(Ask(*a, "publish model " + std::to_string(kSize) + " " + std::to_string(kSeed)), "ok 1");
+  ASSERT_EQ(Ask(*a, "publish model " + std::to_string(kSize) + " " + std::to_string(kSeed)),
+            "ok 1");
   const std::string crc = PatternCrc(kSize, kSeed);
   ASSERT_EQ(Ask(*b, "fetch model"), "ok 1 " + crc);
   const std::string b_address = Status(*b)["address"];
@@ -166,7 +186,8 @@ TEST_F(ClusterNodeTest, AnEtcdOutageStopsOnlyClusterWorkWhichRecovers) {
   etcd_->Kill();
   auto t0 = Clock::now();
   std::string answer = Ask(*c, "fetch model");
-  EXPECT_TRUE(answer.starts_with("err ECONNREFUSED") || answer.starts_with("err ETIMEDOUT")) << answer;
+  EXPECT_TRUE(answer.starts_with("err ECONNREFUSED") || answer.starts_with("err ETIMEDOUT"))
+      << answer;
   EXPECT_LT(Clock::now() - t0, seconds(3));  // bounded by the 1 s etcd timeout
   // What b holds it keeps serving: a plain transport fetch from b works.
   UcxTransportOptions to;
@@ -184,14 +205,19 @@ TEST_F(ClusterNodeTest, AnEtcdOutageStopsOnlyClusterWorkWhichRecovers) {
 
   // Away longer than the lease: b counts its lease lost; once etcd is back
   // it rejoins and registers its replica again, and c fetches.
-  EXPECT_TRUE(StatusUntil(*b, [](const json& s) { return !s["lease"]["alive"].get<bool>(); }, seconds(10)));
+  EXPECT_TRUE(StatusUntil(
+      *b, [](const json& s) { return !s["lease"]["alive"].get<bool>(); }, seconds(10)));
   ASSERT_OK(etcd_->Restart());
-  EXPECT_TRUE(StatusUntil(*b, [](const json& s) {
-    std::vector<std::string> holders = Holders(s, "model@1");
-    return s["lease"]["alive"].get<bool>() &&
-           std::find(holders.begin(), holders.end(), "b") != holders.end();
-  }, seconds(15)));
-  EXPECT_TRUE(StatusUntil(*c, [](const json& s) { return s["lease"]["alive"].get<bool>(); }, seconds(15)));
+  EXPECT_TRUE(StatusUntil(
+      *b,
+      [](const json& s) {
+        std::vector<std::string> holders = Holders(s, "model@1");
+        return s["lease"]["alive"].get<bool>() &&
+               std::find(holders.begin(), holders.end(), "b") != holders.end();
+      },
+      seconds(15)));
+  EXPECT_TRUE(StatusUntil(
+      *c, [](const json& s) { return s["lease"]["alive"].get<bool>(); }, seconds(15)));
   EXPECT_EQ(Ask(*c, "fetch model"), "ok 1 " + crc);
 }
 
@@ -201,7 +227,8 @@ TEST(ClusterUrl, Parses) {
   EXPECT_EQ(u->endpoints, (std::vector<std::string>{"10.0.0.1:2379", "10.0.0.2:2379"}));
   EXPECT_EQ(u->cluster, "prod");
   EXPECT_EQ(ParseClusterUrl("etcd://h:1")->cluster, "default");
-  for (const char* bad : {"http://h:1", "etcd://", "etcd://h", "etcd://h:1,", "etcd://h:1/bad name"})
+  for (const char* bad :
+       {"http://h:1", "etcd://", "etcd://h", "etcd://h:1,", "etcd://h:1/bad name"})
     EXPECT_EQ(ParseClusterUrl(bad).status().code(), EINVAL) << bad;
 }
 

@@ -69,8 +69,9 @@ EtcdClient::EtcdClient(EtcdOptions options, std::unique_ptr<EtcdHttp> http)
 EtcdClient::~EtcdClient() = default;
 
 Result<RangeResponse> EtcdClient::Range(const RangeRequest& request) {
-  GPUFS_ASSIGN_OR_RETURN(nlohmann::json answer,
-                         http_->Post("/v3/kv/range", EncodeRange(request).dump(), Retry::kIdempotent));
+  GPUFS_ASSIGN_OR_RETURN(
+      nlohmann::json answer,
+      http_->Post("/v3/kv/range", EncodeRange(request).dump(), Retry::kIdempotent));
   Result<RangeResponse> decoded = DecodeRange(answer);
   if (!decoded.ok()) GPUFS_LOG(WARN) << "etcd range: " << decoded.status().ToString();
   return decoded;
@@ -89,9 +90,9 @@ Result<int64_t> EtcdClient::Put(const std::string& key, const std::string& value
     return Error(EMSGSIZE, "etcd put " + key + ": " + std::to_string(key.size() + value.size()) +
                                " bytes, over etcd's request limit of " +
                                std::to_string(options_.max_request_bytes));
-  GPUFS_ASSIGN_OR_RETURN(nlohmann::json answer,
-                         http_->Post("/v3/kv/put", EncodePut(key, value, lease).dump(),
-                                     Retry::kOnlyIfNotSent));
+  GPUFS_ASSIGN_OR_RETURN(
+      nlohmann::json answer,
+      http_->Post("/v3/kv/put", EncodePut(key, value, lease).dump(), Retry::kOnlyIfNotSent));
   auto h = answer.find("header");
   if (h == answer.end()) return Error(EPROTO, "etcd put: an answer without header");
   return JsonInt(*h, "revision");
@@ -105,8 +106,8 @@ Result<int64_t> EtcdClient::Delete(const std::string& key, const std::string& ra
 }
 
 Status EtcdClient::CheckLimits(const TxnRequest& request) const {
-  const size_t most = std::max({request.compare.size(), request.success.size(),
-                                request.failure.size()});
+  const size_t most =
+      std::max({request.compare.size(), request.success.size(), request.failure.size()});
   if (most > options_.max_txn_ops)
     return Error(E2BIG, "etcd txn: " + std::to_string(most) +
                             " operations in one list, over etcd's limit of " +
@@ -124,18 +125,18 @@ Result<TxnResponse> EtcdClient::Txn(const TxnRequest& request) {
     GPUFS_LOG(WARN) << st.ToString();
     return st;
   }
-  GPUFS_ASSIGN_OR_RETURN(nlohmann::json answer,
-                         http_->Post("/v3/kv/txn", EncodeTxn(request).dump(), Retry::kOnlyIfNotSent));
+  GPUFS_ASSIGN_OR_RETURN(nlohmann::json answer, http_->Post("/v3/kv/txn", EncodeTxn(request).dump(),
+                                                            Retry::kOnlyIfNotSent));
   Result<TxnResponse> decoded = DecodeTxn(answer);
   if (!decoded.ok()) GPUFS_LOG(WARN) << "etcd txn: " << decoded.status().ToString();
   return decoded;
 }
 
 Result<LeaseGrant> EtcdClient::GrantLease(int64_t ttl_s) {
-  GPUFS_ASSIGN_OR_RETURN(nlohmann::json answer,
-                         http_->Post("/v3/lease/grant",
-                                     nlohmann::json{{"TTL", std::to_string(ttl_s)}}.dump(),
-                                     Retry::kOnlyIfNotSent));
+  GPUFS_ASSIGN_OR_RETURN(
+      nlohmann::json answer,
+      http_->Post("/v3/lease/grant", nlohmann::json{{"TTL", std::to_string(ttl_s)}}.dump(),
+                  Retry::kOnlyIfNotSent));
   LeaseGrant grant;
   GPUFS_ASSIGN_OR_RETURN(grant.id, JsonInt(answer, "ID"));
   GPUFS_ASSIGN_OR_RETURN(grant.ttl_s, JsonInt(answer, "TTL"));
@@ -148,10 +149,10 @@ Result<LeaseGrant> EtcdClient::GrantLease(int64_t ttl_s) {
 
 Result<int64_t> EtcdClient::KeepAliveOnce(int64_t lease_id) {
   // The gateway answers a keep-alive stream of one request with one result.
-  GPUFS_ASSIGN_OR_RETURN(nlohmann::json answer,
-                         http_->Post("/v3/lease/keepalive",
-                                     nlohmann::json{{"ID", std::to_string(lease_id)}}.dump(),
-                                     Retry::kIdempotent));
+  GPUFS_ASSIGN_OR_RETURN(
+      nlohmann::json answer,
+      http_->Post("/v3/lease/keepalive", nlohmann::json{{"ID", std::to_string(lease_id)}}.dump(),
+                  Retry::kIdempotent));
   auto result = answer.find("result");
   if (result == answer.end()) {
     if (answer.contains("error"))
@@ -164,10 +165,10 @@ Result<int64_t> EtcdClient::KeepAliveOnce(int64_t lease_id) {
 }
 
 Result<int64_t> EtcdClient::TimeToLive(int64_t lease_id) {
-  GPUFS_ASSIGN_OR_RETURN(nlohmann::json answer,
-                         http_->Post("/v3/lease/timetolive",
-                                     nlohmann::json{{"ID", std::to_string(lease_id)}}.dump(),
-                                     Retry::kIdempotent));
+  GPUFS_ASSIGN_OR_RETURN(
+      nlohmann::json answer,
+      http_->Post("/v3/lease/timetolive", nlohmann::json{{"ID", std::to_string(lease_id)}}.dump(),
+                  Retry::kIdempotent));
   GPUFS_ASSIGN_OR_RETURN(int64_t ttl, JsonInt(answer, "TTL"));
   if (ttl < 0) return Error(ENOENT, "etcd lease " + std::to_string(lease_id) + " has expired");
   return ttl;
@@ -181,9 +182,9 @@ Status EtcdClient::RevokeLease(int64_t lease_id) {
 }
 
 Status EtcdClient::Compact(int64_t revision) {
-  Result<nlohmann::json> answer =
-      http_->Post("/v3/kv/compaction", nlohmann::json{{"revision", std::to_string(revision)}}.dump(),
-                  Retry::kOnlyIfNotSent);
+  Result<nlohmann::json> answer = http_->Post(
+      "/v3/kv/compaction", nlohmann::json{{"revision", std::to_string(revision)}}.dump(),
+      Retry::kOnlyIfNotSent);
   return WithContext(answer.status(), "etcd compaction");
 }
 

@@ -91,7 +91,8 @@ TEST_F(EtcdClientTest, RefusesRequestsOverEtcdsLimitsBeforeSending) {
   auto c = NewClient();
   ASSERT_TRUE(c);
   TxnRequest at_limit, over_ops;
-  for (int i = 0; i < 128; ++i) at_limit.success.push_back(TxnOp::Put("/ops/" + std::to_string(i), "v"));
+  for (int i = 0; i < 128; ++i)
+    at_limit.success.push_back(TxnOp::Put("/ops/" + std::to_string(i), "v"));
   over_ops = at_limit;
   over_ops.success.push_back(TxnOp::Put("/ops/128", "v"));
   Result<TxnResponse> ok = c->Txn(at_limit);

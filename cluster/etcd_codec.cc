@@ -16,32 +16,46 @@ constexpr size_t kIntField = 11;
 
 const char* TargetName(Compare::Target t) {
   switch (t) {
-    case Compare::Target::kVersion: return "VERSION";
-    case Compare::Target::kCreate: return "CREATE";
-    case Compare::Target::kMod: return "MOD";
-    case Compare::Target::kValue: return "VALUE";
-    case Compare::Target::kLease: return "LEASE";
+    case Compare::Target::kVersion:
+      return "VERSION";
+    case Compare::Target::kCreate:
+      return "CREATE";
+    case Compare::Target::kMod:
+      return "MOD";
+    case Compare::Target::kValue:
+      return "VALUE";
+    case Compare::Target::kLease:
+      return "LEASE";
   }
   return "CREATE";
 }
 
 const char* OpName(Compare::Op op) {
   switch (op) {
-    case Compare::Op::kEqual: return "EQUAL";
-    case Compare::Op::kGreater: return "GREATER";
-    case Compare::Op::kLess: return "LESS";
-    case Compare::Op::kNotEqual: return "NOT_EQUAL";
+    case Compare::Op::kEqual:
+      return "EQUAL";
+    case Compare::Op::kGreater:
+      return "GREATER";
+    case Compare::Op::kLess:
+      return "LESS";
+    case Compare::Op::kNotEqual:
+      return "NOT_EQUAL";
   }
   return "EQUAL";
 }
 
 const char* TargetField(Compare::Target t) {
   switch (t) {
-    case Compare::Target::kVersion: return "version";
-    case Compare::Target::kCreate: return "create_revision";
-    case Compare::Target::kMod: return "mod_revision";
-    case Compare::Target::kValue: return "value";
-    case Compare::Target::kLease: return "lease";
+    case Compare::Target::kVersion:
+      return "version";
+    case Compare::Target::kCreate:
+      return "create_revision";
+    case Compare::Target::kMod:
+      return "mod_revision";
+    case Compare::Target::kValue:
+      return "value";
+    case Compare::Target::kLease:
+      return "lease";
   }
   return "create_revision";
 }
@@ -95,9 +109,8 @@ json EncodePut(const std::string& key, const std::string& value, int64_t lease) 
 json EncodeTxn(const TxnRequest& request) {
   json compare = json::array();
   for (const Compare& c : request.compare) {
-    json j = {{"key", Base64Encode(c.key)},
-              {"target", TargetName(c.target)},
-              {"result", OpName(c.op)}};
+    json j = {
+        {"key", Base64Encode(c.key)}, {"target", TargetName(c.target)}, {"result", OpName(c.op)}};
     if (c.target == Compare::Target::kValue)
       j["value"] = Base64Encode(c.value);
     else

@@ -31,9 +31,9 @@ TEST(EtcdCodec, DecodesARangeAsTheGatewayWritesIt) {
 }
 
 TEST(EtcdCodec, MalformedAnswersAreEprotoNotACrash) {
-  for (const char* text : {R"({"kvs":{}})", R"({"kvs":[{"key":"!!"}]})", R"({"kvs":[{"key":1}]})",
-                           R"({"kvs":[7]})", R"({"count":true})", R"({"header":{"revision":"x"}})",
-                           R"({"more":"yes"})", R"([])"}) {
+  for (const char* text :
+       {R"({"kvs":{}})", R"({"kvs":[{"key":"!!"}]})", R"({"kvs":[{"key":1}]})", R"({"kvs":[7]})",
+        R"({"count":true})", R"({"header":{"revision":"x"}})", R"({"more":"yes"})", R"([])"}) {
     EXPECT_EQ(DecodeRange(json::parse(text)).status().code(), EPROTO) << text;
   }
   EXPECT_EQ(DecodeTxn(json::parse(R"({"responses":[5]})")).status().code(), EPROTO);
@@ -70,7 +70,8 @@ TEST(EtcdCodec, EncodesATxnWithAClaim) {
 
 TEST(EtcdCodec, SizeBoundCoversEveryByte) {
   TxnRequest t;
-  for (int i = 0; i < 10; ++i) t.success.push_back(TxnOp::Put(std::string(100, 'k'), std::string(1000, 'v')));
+  for (int i = 0; i < 10; ++i)
+    t.success.push_back(TxnOp::Put(std::string(100, 'k'), std::string(1000, 'v')));
   EXPECT_GE(ProtoSizeBound(t), 10u * 1100u);
   EXPECT_LE(ProtoSizeBound(t), 10u * 1100u + 10u * 100u);
 }

@@ -60,24 +60,48 @@ Status GatewayError(int http_status, const nlohmann::json& body, std::string_vie
                              " without an etcd error");
   int code = EIO;
   switch (grpc) {
-    case 1: code = ECANCELED; break;
+    case 1:
+      code = ECANCELED;
+      break;
     case 3:
       code = EINVAL;
       if (message.find("request is too large") != std::string::npos) code = EMSGSIZE;
       if (message.find("too many operations") != std::string::npos) code = E2BIG;
       break;
-    case 4: code = ETIMEDOUT; break;
-    case 5: code = ENOENT; break;
-    case 6: code = EEXIST; break;
+    case 4:
+      code = ETIMEDOUT;
+      break;
+    case 5:
+      code = ENOENT;
+      break;
+    case 6:
+      code = EEXIST;
+      break;
     case 7:
-    case 16: code = EACCES; break;
-    case 8: code = ENOSPC; break;
-    case 9: code = EPERM; break;
-    case 10: code = ECANCELED; break;
-    case 11: code = ERANGE; break;
-    case 12: code = ENOSYS; break;
-    case 14: code = EAGAIN; break;
-    default: code = EIO; break;
+    case 16:
+      code = EACCES;
+      break;
+    case 8:
+      code = ENOSPC;
+      break;
+    case 9:
+      code = EPERM;
+      break;
+    case 10:
+      code = ECANCELED;
+      break;
+    case 11:
+      code = ERANGE;
+      break;
+    case 12:
+      code = ENOSYS;
+      break;
+    case 14:
+      code = EAGAIN;
+      break;
+    default:
+      code = EIO;
+      break;
   }
   return Error(code, std::string(context) + ": " + message);
 }
@@ -140,8 +164,7 @@ void EtcdHttp::GiveBack(CurlEasy handle) {
   if (pool_.size() < kPoolMax) pool_.push_back(std::move(handle));
 }
 
-Result<nlohmann::json> EtcdHttp::Post(std::string_view path, const std::string& body,
-                                      Retry retry) {
+Result<nlohmann::json> EtcdHttp::Post(std::string_view path, const std::string& body, Retry retry) {
   const auto deadline = Clock::now() + timeout_;
   const size_t n = endpoints_.size();
   const size_t start = preferred();
@@ -150,7 +173,8 @@ Result<nlohmann::json> EtcdHttp::Post(std::string_view path, const std::string& 
     const size_t idx = (start + attempt) % n;
     auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) break;
-    milliseconds budget = retry == Retry::kIdempotent ? left / static_cast<long>(n - attempt) : left;
+    milliseconds budget =
+        retry == Retry::kIdempotent ? left / static_cast<long>(n - attempt) : left;
     budget = std::max(budget, milliseconds(1));
     CurlEasy handle = TakeHandle();
     if (!handle) return Error(ENOMEM, "curl_easy_init failed");
@@ -192,10 +216,11 @@ Result<nlohmann::json> EtcdHttp::Post(std::string_view path, const std::string& 
     curl_easy_getinfo(handle.get(), CURLINFO_REQUEST_SIZE, &sent);
     // A handle whose transfer failed may hold a broken connection: let it go.
     handle.reset();
-    last = Error(CurlErrno(rc, os_errno), "etcd " + url + ": " + curl_easy_strerror(rc) +
-                                              (os_errno != 0 ? std::string(" (") +
-                                                                   ErrnoName(static_cast<int>(os_errno)) + ")"
-                                                             : std::string()));
+    last =
+        Error(CurlErrno(rc, os_errno),
+              "etcd " + url + ": " + curl_easy_strerror(rc) +
+                  (os_errno != 0 ? std::string(" (") + ErrnoName(static_cast<int>(os_errno)) + ")"
+                                 : std::string()));
     if (sent > 0 && retry == Retry::kOnlyIfNotSent) break;
   }
   GPUFS_LOG(WARN) << last.ToString() << " (timeout " << timeout_.count() << " ms, " << n

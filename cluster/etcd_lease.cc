@@ -9,9 +9,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 }  // namespace
 
-Result<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Grant(EtcdClient& client,
-                                                        std::chrono::seconds ttl,
-                                                        std::function<void(const Status&)> on_lost) {
+Result<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Grant(
+    EtcdClient& client, std::chrono::seconds ttl, std::function<void(const Status&)> on_lost) {
   if (ttl.count() < 2) return Error(EINVAL, "lease TTL must be at least 2 s");
   GPUFS_ASSIGN_OR_RETURN(LeaseGrant grant, client.GrantLease(ttl.count()));
   std::unique_ptr<LeaseKeeper> k(
@@ -52,7 +51,8 @@ void LeaseKeeper::StopThread() {
 void LeaseKeeper::Run() {
   // Granted just now: etcd's clock started no later than this.
   auto expires = Clock::now() + ttl_;
-  const auto interval = std::max(std::chrono::milliseconds(ttl_) / 3, std::chrono::milliseconds(300));
+  const auto interval =
+      std::max(std::chrono::milliseconds(ttl_) / 3, std::chrono::milliseconds(300));
   auto next = Clock::now() + interval;
   for (;;) {
     {
@@ -72,8 +72,8 @@ void LeaseKeeper::Run() {
       lost = Error(ENOENT, "etcd lease " + std::to_string(id_) + " expired or was revoked");
     } else if (Clock::now() >= expires) {
       lost = Error(ETIMEDOUT, "etcd lease " + std::to_string(id_) + ": no keep-alive for " +
-                                  std::to_string(ttl_.count()) + " s (" +
-                                  ttl.status().ToString() + ")");
+                                  std::to_string(ttl_.count()) + " s (" + ttl.status().ToString() +
+                                  ")");
     } else {
       // Try again soon, while the lease may still be alive in etcd.
       next = std::min(Clock::now() + std::chrono::milliseconds(250), expires);

@@ -31,7 +31,8 @@ struct SockoptArgs {
 int SetKeepalive(void* user, curl_socket_t fd, curlsocktype) {
   const auto* args = static_cast<const SockoptArgs*>(user);
   int on = 1, probes = kKeepaliveProbes;
-  unsigned user_timeout_ms = static_cast<unsigned>(args->idle_s + kKeepaliveProbes * args->interval_s) * 1000;
+  unsigned user_timeout_ms =
+      static_cast<unsigned>(args->idle_s + kKeepaliveProbes * args->interval_s) * 1000;
   setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &args->idle_s, sizeof args->idle_s);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &args->interval_s, sizeof args->interval_s);

@@ -95,8 +95,8 @@ class EtcdWatch {
   std::atomic<void*> multi_{nullptr};  // the live CURLM*, to wake it on Stop
   std::mutex mu_;                      // for cv_ (the backoff wait)
   std::condition_variable cv_;
-  std::string pending_;  // a partial line of the stream; watch thread only
-  bool compacted_ = false;  // this stream ended on a compaction; watch thread only
+  std::string pending_;           // a partial line of the stream; watch thread only
+  bool compacted_ = false;        // this stream ended on a compaction; watch thread only
   int64_t compact_revision_ = 0;  // watch thread only
   std::thread thread_;
 };

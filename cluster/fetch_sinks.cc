@@ -20,11 +20,13 @@ Result<std::unique_ptr<StagedSink>> StagedSink::Create(size_t buffers, uint64_t 
                                                        CopyIn copy_in, StagingAllocator allocator) {
   if (buffers == 0 || buffer_bytes == 0 || !copy_in)
     return Error(EINVAL, "staged sink: needs buffers, a buffer size and a copy");
-  std::unique_ptr<StagedSink> s(new StagedSink(buffer_bytes, std::move(copy_in), std::move(allocator)));
+  std::unique_ptr<StagedSink> s(
+      new StagedSink(buffer_bytes, std::move(copy_in), std::move(allocator)));
   s->slots_.resize(buffers);
   for (Slot& slot : s->slots_) {
     slot.data = static_cast<std::byte*>(s->allocator_.allocate(buffer_bytes));
-    if (slot.data == nullptr) return Error(ENOMEM, "staged sink: staging buffer of " + std::to_string(buffer_bytes));
+    if (slot.data == nullptr)
+      return Error(ENOMEM, "staged sink: staging buffer of " + std::to_string(buffer_bytes));
   }
   s->thread_ = std::thread([raw = s.get()] { raw->Run(); });
   return s;
@@ -62,7 +64,8 @@ void StagedSink::Free(std::span<std::byte> buffer) {
     if (slot.data == buffer.data()) slot.busy = false;
 }
 
-void StagedSink::Land(uint64_t offset, std::span<std::byte> buffer, std::function<void(Status)> done) {
+void StagedSink::Land(uint64_t offset, std::span<std::byte> buffer,
+                      std::function<void(Status)> done) {
   {
     std::lock_guard lock(mu_);
     jobs_.push_back({offset, buffer, std::move(done)});

@@ -24,7 +24,8 @@ class HostBufferSink : public FetchSink {
       : destination_(destination), capacity_(capacity) {}
   size_t capacity() const override { return capacity_; }
   Result<std::span<std::byte>> Acquire(uint64_t offset, uint64_t size) override;
-  void Land(uint64_t offset, std::span<std::byte> buffer, std::function<void(Status)> done) override;
+  void Land(uint64_t offset, std::span<std::byte> buffer,
+            std::function<void(Status)> done) override;
   void Drop(uint64_t offset, std::span<std::byte> buffer) override;
 
  private:
@@ -40,14 +41,15 @@ class HostBufferSink : public FetchSink {
 class StagedSink : public FetchSink {
  public:
   using CopyIn = std::function<Status(uint64_t offset, std::span<const std::byte> bytes)>;
-  static Result<std::unique_ptr<StagedSink>> Create(size_t buffers, uint64_t buffer_bytes,
-                                                    CopyIn copy_in,
-                                                    StagingAllocator allocator = StagingAllocator::PageAligned());
+  static Result<std::unique_ptr<StagedSink>> Create(
+      size_t buffers, uint64_t buffer_bytes, CopyIn copy_in,
+      StagingAllocator allocator = StagingAllocator::PageAligned());
   ~StagedSink() override;  // waits for the copy thread
 
   size_t capacity() const override { return slots_.size(); }
   Result<std::span<std::byte>> Acquire(uint64_t offset, uint64_t size) override;
-  void Land(uint64_t offset, std::span<std::byte> buffer, std::function<void(Status)> done) override;
+  void Land(uint64_t offset, std::span<std::byte> buffer,
+            std::function<void(Status)> done) override;
   void Drop(uint64_t offset, std::span<std::byte> buffer) override;
   uint64_t copied_bytes() const;
 
@@ -70,10 +72,10 @@ class StagedSink : public FetchSink {
   const StagingAllocator allocator_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<Slot> slots_;   // GUARDED_BY(mu_) (busy flags)
-  std::deque<Job> jobs_;      // GUARDED_BY(mu_)
-  bool stop_ = false;         // GUARDED_BY(mu_)
-  uint64_t copied_ = 0;       // GUARDED_BY(mu_)
+  std::vector<Slot> slots_;  // GUARDED_BY(mu_) (busy flags)
+  std::deque<Job> jobs_;     // GUARDED_BY(mu_)
+  bool stop_ = false;        // GUARDED_BY(mu_)
+  uint64_t copied_ = 0;      // GUARDED_BY(mu_)
   std::thread thread_;
 };
 

@@ -15,7 +15,8 @@ bool NameChar(char c) {
 
 Status CheckName(std::string_view what, std::string_view name) {
   if (name.empty() || name.size() > 64)
-    return Error(EINVAL, std::string(what) + " name '" + std::string(name) + "': 1 to 64 characters");
+    return Error(EINVAL,
+                 std::string(what) + " name '" + std::string(name) + "': 1 to 64 characters");
   for (char c : name)
     if (!NameChar(c))
       return Error(EINVAL, std::string(what) + " name '" + std::string(name) +
@@ -37,7 +38,8 @@ std::optional<std::pair<std::string, uint64_t>> SplitVersion(std::string_view re
   std::string_view digits = rest.substr(at + 2, 20);
   uint64_t v = 0;
   auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
-  if (!path || digits.size() != 20 || ec != std::errc() || end != digits.data() + 20) return std::nullopt;
+  if (!path || digits.size() != 20 || ec != std::errc() || end != digits.data() + 20)
+    return std::nullopt;
   *used = at + 2 + 20;
   return std::make_pair(*path, v);
 }
@@ -50,12 +52,12 @@ Status CheckObjectPath(std::string_view path) {
   size_t start = 0;
   for (;;) {
     size_t slash = path.find('/', start);
-    std::string_view part = path.substr(start, slash == std::string_view::npos ? path.npos : slash - start);
+    std::string_view part =
+        path.substr(start, slash == std::string_view::npos ? path.npos : slash - start);
     if (part.empty() || part == "." || part == "..")
       return Error(EINVAL, "object path '" + std::string(path) +
                                "': empty, '.' or '..' component (write a/b/c, no leading '/')");
-    if (part.find('\0') != std::string_view::npos)
-      return Error(EINVAL, "object path: NUL byte");
+    if (part.find('\0') != std::string_view::npos) return Error(EINVAL, "object path: NUL byte");
     if (slash == std::string_view::npos) return Status();
     start = slash + 1;
   }
@@ -119,7 +121,8 @@ std::string ClusterKeys::ObjectParts(std::string_view path, uint64_t version,
   return Object(path, version) + "/parts/" + std::string(id) + "/";
 }
 
-std::string ClusterKeys::Replica(std::string_view path, uint64_t version, std::string_view node) const {
+std::string ClusterKeys::Replica(std::string_view path, uint64_t version,
+                                 std::string_view node) const {
   return ReplicasOf(path, version) + std::string(node);
 }
 
@@ -127,7 +130,8 @@ std::string ClusterKeys::ReplicasOf(std::string_view path, uint64_t version) con
   return ReplicasPrefix() + EscapePath(path) + "/@" + VersionString(version) + "/";
 }
 
-std::string ClusterKeys::Fetch(std::string_view path, uint64_t version, std::string_view node) const {
+std::string ClusterKeys::Fetch(std::string_view path, uint64_t version,
+                               std::string_view node) const {
   return FetchesOf(path, version) + std::string(node);
 }
 

@@ -71,7 +71,8 @@ FetchRequest ObjectManifest::ToFetchRequest(std::vector<SourceAddress> sources) 
   r.object = {path, version};
   r.size = size;
   r.sources = std::move(sources);
-  for (const MemberManifest& m : members) r.segments.push_back({m.name, m.offset, m.size, m.crc32c});
+  for (const MemberManifest& m : members)
+    r.segments.push_back({m.name, m.offset, m.size, m.crc32c});
   return r;
 }
 
@@ -141,9 +142,15 @@ Result<MemberManifest> MemberFromJson(const json& j) {
 EncodedManifest EncodeManifest(const ObjectManifest& m, const std::string& parts_id) {
   json fields = json::object();
   for (const auto& [k, v] : m.fields) fields[k] = v;
-  json head = {{"path", m.path},          {"version", m.version},   {"type", m.type_name},
-               {"fields", fields},        {"mode", m.mode},         {"uid", m.uid},
-               {"gid", m.gid},            {"size", m.size},         {"publisher", m.publisher},
+  json head = {{"path", m.path},
+               {"version", m.version},
+               {"type", m.type_name},
+               {"fields", fields},
+               {"mode", m.mode},
+               {"uid", m.uid},
+               {"gid", m.gid},
+               {"size", m.size},
+               {"publisher", m.publisher},
                {"published_ms", m.published_ms}};
   std::vector<std::string> texts;
   size_t total = 0;
@@ -196,8 +203,10 @@ Result<ManifestHead> DecodeManifestHead(const std::string& text) {
   if (const json* fields = r.Find("fields", false)) {
     if (!fields->is_object()) r.fail("head.fields is not an object");
     for (auto it = fields->begin(); r.status().ok() && it != fields->end(); ++it) {
-      if (!it->is_string()) r.fail("head.fields." + it.key() + " is not a string");
-      else m.fields[it.key()] = it->get<std::string>();
+      if (!it->is_string())
+        r.fail("head.fields." + it.key() + " is not a string");
+      else
+        m.fields[it.key()] = it->get<std::string>();
     }
   }
   if (const json* members = r.Find("members", false)) {

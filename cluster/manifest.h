@@ -20,10 +20,9 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cluster/transport.h"
 #include "util/status.h"
@@ -50,7 +49,7 @@ struct ObjectManifest {
   uint32_t mode = 0755;
   uint32_t uid = 0;
   uint32_t gid = 0;
-  uint64_t size = 0;  // the allocation's bytes, members and padding
+  uint64_t size = 0;      // the allocation's bytes, members and padding
   std::string publisher;  // the node that published it
   int64_t published_ms = 0;
   std::vector<MemberManifest> members;

@@ -112,13 +112,15 @@ TEST(Manifest, ValidationNamesTheProblem) {
 }
 
 TEST(Manifest, MalformedValuesAreEproto) {
-  for (const char* text :
-       {"", "{", "[]", R"({"path":"x"})", R"({"path":"x","version":1,"mode":1,"uid":0,"gid":0,"size":10})",
-        R"({"path":"x","version":-1,"mode":1,"uid":0,"gid":0,"size":10,"members":[]})",
-        R"({"path":"x","version":1,"mode":1,"uid":0,"gid":0,"size":10,"members":[{"name":"m"}]})",
-        R"({"path":"x","version":1,"mode":1,"uid":0,"gid":0,"size":10,"members":[{"name":"m","offset":8,"size":8,"crc32c":0,"mode":420,"uid":0,"gid":0}]})",
-        R"({"path":"x","version":1,"mode":1,"uid":0,"gid":0,"size":10,"fields":{"a":1},"members":[]})",
-        R"({"path":"x","version":1,"mode":1,"uid":0,"gid":0,"size":10,"parts":{"id":"q","count":0,"crc32c":0}})"}) {
+  for (
+      const char* text :
+      {"", "{", "[]", R"({"path":"x"})",
+       R"({"path":"x","version":1,"mode":1,"uid":0,"gid":0,"size":10})",
+       R"({"path":"x","version":-1,"mode":1,"uid":0,"gid":0,"size":10,"members":[]})",
+       R"({"path":"x","version":1,"mode":1,"uid":0,"gid":0,"size":10,"members":[{"name":"m"}]})",
+       R"({"path":"x","version":1,"mode":1,"uid":0,"gid":0,"size":10,"members":[{"name":"m","offset":8,"size":8,"crc32c":0,"mode":420,"uid":0,"gid":0}]})",
+       R"({"path":"x","version":1,"mode":1,"uid":0,"gid":0,"size":10,"fields":{"a":1},"members":[]})",
+       R"({"path":"x","version":1,"mode":1,"uid":0,"gid":0,"size":10,"parts":{"id":"q","count":0,"crc32c":0}})"}) {
     EXPECT_EQ(DecodeManifestHead(text).status().code(), EPROTO) << text;
   }
 }

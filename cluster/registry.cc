@@ -13,8 +13,8 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int64_t kPageKeys = 500;   // keys per range request when listing
-constexpr size_t kTxnPuts = 100;     // puts per transaction when re-registering
+constexpr int64_t kPageKeys = 500;  // keys per range request when listing
+constexpr size_t kTxnPuts = 100;    // puts per transaction when re-registering
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -72,7 +72,8 @@ Result<CurrentVersion> ParseCurrentValue(const KeyValue& kv) {
 Result<std::unique_ptr<Registry>> Registry::Join(EtcdClient& etcd, RegistryOptions options) {
   GPUFS_RETURN_IF_ERROR(CheckClusterName(options.cluster));
   GPUFS_RETURN_IF_ERROR(CheckNodeName(options.node));
-  if (options.address.empty()) return Error(EINVAL, "registry: the node's transport address is empty");
+  if (options.address.empty())
+    return Error(EINVAL, "registry: the node's transport address is empty");
   std::unique_ptr<Registry> r(new Registry(etcd, std::move(options)));
   GPUFS_RETURN_IF_ERROR(r->Register());
   RangeRequest now{r->keys_.CurrentPrefix(), PrefixEnd(r->keys_.CurrentPrefix()), 0, 0, true};
@@ -132,12 +133,12 @@ Status Registry::Register() {
     std::string holder = "another process";
     if (!r.ranges.empty() && !r.ranges[0].kvs.empty()) {
       Result<NodeInfo> other = ParseNodeValue(r.ranges[0].kvs[0], options_.node);
-      if (other.ok())
-        holder = "pid " + std::to_string(other->pid) + " at " + other->address;
+      if (other.ok()) holder = "pid " + std::to_string(other->pid) + " at " + other->address;
     }
-    Status st = Error(EEXIST, "cluster node name '" + options_.node + "' is live (" + holder +
-                                  "): choose another --node, or wait until its lease expires (up to " +
-                                  std::to_string(options_.lease_ttl.count()) + " s after it stopped)");
+    Status st =
+        Error(EEXIST, "cluster node name '" + options_.node + "' is live (" + holder +
+                          "): choose another --node, or wait until its lease expires (up to " +
+                          std::to_string(options_.lease_ttl.count()) + " s after it stopped)");
     GPUFS_LOG(WARN) << st.ToString();
     return st;
   }
@@ -196,7 +197,7 @@ Result<std::vector<KeyValue>> Registry::RangeAll(const std::string& prefix) {
 }
 
 Result<std::optional<CurrentVersion>> Registry::ReadCurrent(const std::string& path,
-                                                           int64_t* revision) {
+                                                            int64_t* revision) {
   RangeRequest r{keys_.Current(path), "", 0, 0, false};
   GPUFS_ASSIGN_OR_RETURN(RangeResponse answer, etcd_.Range(r));
   *revision = answer.revision;
@@ -209,7 +210,8 @@ Result<uint64_t> Registry::Publish(ObjectManifest m,
                                    const std::function<void(uint64_t)>& before_commit) {
   GPUFS_RETURN_IF_ERROR(ValidateManifest(m));
   const int64_t lease = lease_id();
-  if (!alive()) return Error(ENOTCONN, "cluster node " + options_.node + " is not registered (lease lost)");
+  if (!alive())
+    return Error(ENOTCONN, "cluster node " + options_.node + " is not registered (lease lost)");
   int64_t revision = 0;
   GPUFS_ASSIGN_OR_RETURN(std::optional<CurrentVersion> cur, ReadCurrent(m.path, &revision));
   m.version = cur ? cur->version + 1 : 1;
@@ -235,7 +237,8 @@ Result<uint64_t> Registry::Publish(ObjectManifest m,
   // the current pointer and this node's replica: well under 1.5 MiB.
   const std::string current = keys_.Current(m.path);
   TxnRequest t;
-  t.compare.push_back(cur ? Compare::ModRevision(current, cur->mod_revision) : Compare::Missing(current));
+  t.compare.push_back(cur ? Compare::ModRevision(current, cur->mod_revision)
+                          : Compare::Missing(current));
   t.compare.push_back(Compare::Missing(keys_.Object(m.path, m.version)));
   json pointer = {{"version", m.version}, {"publisher", options_.node}};
   t.success.push_back(TxnOp::Put(current, pointer.dump()));

@@ -33,13 +33,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cluster/etcd_client.h"
 #include "cluster/etcd_lease.h"
@@ -154,14 +153,14 @@ class Registry {
   std::unique_ptr<EtcdWatch> watch_;
 
   mutable std::mutex mu_;
-  std::unique_ptr<LeaseKeeper> lease_;                 // GUARDED_BY(mu_)
-  std::set<std::pair<std::string, uint64_t>> held_;    // replicas registered; GUARDED_BY(mu_)
+  std::unique_ptr<LeaseKeeper> lease_;               // GUARDED_BY(mu_)
+  std::set<std::pair<std::string, uint64_t>> held_;  // replicas registered; GUARDED_BY(mu_)
   // current/ cache, LRU: most recent at the front.
-  std::list<std::pair<std::string, CurrentVersion>> lru_;  // GUARDED_BY(mu_)
+  std::list<std::pair<std::string, CurrentVersion>> lru_;            // GUARDED_BY(mu_)
   std::unordered_map<std::string, decltype(lru_)::iterator> cache_;  // GUARDED_BY(mu_)
   uint64_t generation_ = 0;  // bumped by every event; GUARDED_BY(mu_)
   std::map<std::pair<std::string, uint64_t>, ObjectManifest> manifests_;  // GUARDED_BY(mu_)
-  std::list<std::pair<std::string, uint64_t>> manifest_lru_;               // GUARDED_BY(mu_)
+  std::list<std::pair<std::string, uint64_t>> manifest_lru_;              // GUARDED_BY(mu_)
 };
 
 }  // namespace gpufs::cluster

@@ -215,9 +215,11 @@ Status Registry::AddReplica(const std::string& path, uint64_t version) {
     std::lock_guard lock(mu_);
     held_.insert({path, version});
   }
-  if (!alive()) return Error(ENOTCONN, "cluster node " + options_.node + " is not registered (lease lost)");
-  return etcd_.Put(keys_.Replica(path, version, options_.node), json{{"since_ms", NowMs()}}.dump(),
-                   lease_id())
+  if (!alive())
+    return Error(ENOTCONN, "cluster node " + options_.node + " is not registered (lease lost)");
+  return etcd_
+      .Put(keys_.Replica(path, version, options_.node), json{{"since_ms", NowMs()}}.dump(),
+           lease_id())
       .status();
 }
 
@@ -231,7 +233,8 @@ Status Registry::RemoveReplica(const std::string& path, uint64_t version) {
 
 Result<bool> Registry::ClaimFetch(const std::string& path, uint64_t version, const json& info) {
   GPUFS_RETURN_IF_ERROR(CheckObjectPath(path));
-  if (!alive()) return Error(ENOTCONN, "cluster node " + options_.node + " is not registered (lease lost)");
+  if (!alive())
+    return Error(ENOTCONN, "cluster node " + options_.node + " is not registered (lease lost)");
   const std::string key = keys_.Fetch(path, version, options_.node);
   TxnRequest t;
   t.compare.push_back(Compare::Missing(key));

@@ -50,7 +50,8 @@ struct Changes {
   }
   bool WaitFor(const std::string& p, milliseconds limit, long times = 1) {
     std::unique_lock lock(mu);
-    return cv.wait_for(lock, limit, [&] { return std::count(paths.begin(), paths.end(), p) >= times; });
+    return cv.wait_for(lock, limit,
+                       [&] { return std::count(paths.begin(), paths.end(), p) >= times; });
   }
 };
 
@@ -100,7 +101,8 @@ TEST_F(RegistryTest, ANameThatIsLiveIsRefused) {
   // A holder that died without leaving: refused until its lease runs out.
   Result<LeaseGrant> lease = etcd_client_->GrantLease(2);
   ASSERT_TRUE(lease.ok());
-  ASSERT_TRUE(etcd_client_->Put("/gpufs/test/nodes/z", R"({"address":"x:1","pid":1})", lease->id).ok());
+  ASSERT_TRUE(
+      etcd_client_->Put("/gpufs/test/nodes/z", R"({"address":"x:1","pid":1})", lease->id).ok());
   EXPECT_EQ(JoinStatus("z").code(), EEXIST);
   auto t0 = Clock::now();
   bool joined = false;
@@ -115,7 +117,8 @@ TEST_F(RegistryTest, PublishIsOneTransactionOnThePreviousVersion) {
   auto a = Join("a");
   ASSERT_TRUE(a);
   auto t0 = Clock::now();
-  while (!a->watching() && Clock::now() - t0 < seconds(5)) std::this_thread::sleep_for(milliseconds(10));
+  while (!a->watching() && Clock::now() - t0 < seconds(5))
+    std::this_thread::sleep_for(milliseconds(10));
   EXPECT_FALSE(a->Current("m").value().has_value());  // cached as absent
   Result<uint64_t> v1 = a->Publish(Model("m"));
   ASSERT_TRUE(v1.ok()) << v1.status().ToString();
@@ -222,7 +225,8 @@ TEST_F(RegistryTest, TheWatchKeepsTheCacheRight) {
   auto b = Join("b");
   ASSERT_TRUE(a && b);
   auto t0 = Clock::now();
-  while (!a->watching() && Clock::now() - t0 < seconds(5)) std::this_thread::sleep_for(milliseconds(10));
+  while (!a->watching() && Clock::now() - t0 < seconds(5))
+    std::this_thread::sleep_for(milliseconds(10));
   ASSERT_TRUE(a->watching());
   EXPECT_FALSE(a->Current("p").value().has_value());  // absent, and cached as such
   ASSERT_TRUE(b->Publish(Model("p")).ok());
@@ -248,7 +252,8 @@ TEST_F(RegistryTest, TheWatchKeepsTheCacheRight) {
   // but the last known value is still there to ask for.
   etcd_->Kill();
   t0 = Clock::now();
-  while (a->watching() && Clock::now() - t0 < seconds(5)) std::this_thread::sleep_for(milliseconds(10));
+  while (a->watching() && Clock::now() - t0 < seconds(5))
+    std::this_thread::sleep_for(milliseconds(10));
   EXPECT_EQ(a->Current("p").status().code(), ECONNREFUSED);
   ASSERT_TRUE(a->CachedCurrent("p").has_value());
   EXPECT_EQ(a->CachedCurrent("p")->version, 3u);
@@ -309,7 +314,8 @@ TEST_F(RegistryTest, FetchClaimsAreOnePerNodeAndDieWithIt) {
 TEST_F(RegistryTest, ListIsByPrefixOnly) {
   auto a = Join("a");
   ASSERT_TRUE(a);
-  for (const char* p : {"team/x", "team/y", "teamster", "other/z"}) ASSERT_TRUE(a->Publish(Model(p)).ok());
+  for (const char* p : {"team/x", "team/y", "teamster", "other/z"})
+    ASSERT_TRUE(a->Publish(Model(p)).ok());
   auto team = a->List("team");
   ASSERT_TRUE(team.ok());
   ASSERT_EQ(team->size(), 2u);

@@ -57,7 +57,8 @@ void UcxClient::Shutdown() {
   for (auto& [id, job] : jobs_) ids.push_back(id);
   for (uint64_t id : ids) {
     auto it = jobs_.find(id);
-    if (it != jobs_.end()) FailJob(*it->second, Error(ECANCELED, "the UCX client is shutting down"));
+    if (it != jobs_.end())
+      FailJob(*it->second, Error(ECANCELED, "the UCX client is shutting down"));
   }
   loop_->ProgressUntil(
       [this] {
@@ -83,11 +84,14 @@ Result<FetchResult> UcxClient::Fetch(const FetchRequest& request, FetchSink& sin
   if (request.sources.empty())
     return Error(EINVAL, "fetch " + request.object.ToString() + ": no sources");
   if (options.chunk_bytes == 0 || options.window == 0 || sink.capacity() == 0)
-    return Error(EINVAL, "fetch " + request.object.ToString() + ": chunk size, window and sink capacity must be positive");
+    return Error(EINVAL, "fetch " + request.object.ToString() +
+                             ": chunk size, window and sink capacity must be positive");
   if (request.object.path.size() > kMaxPathBytes)
-    return Error(ENAMETOOLONG, "fetch: object path over " + std::to_string(kMaxPathBytes) + " bytes");
-  GPUFS_ASSIGN_OR_RETURN(SegmentVerifier verifier,
-                         SegmentVerifier::Create(request.size, options.chunk_bytes, request.segments));
+    return Error(ENAMETOOLONG,
+                 "fetch: object path over " + std::to_string(kMaxPathBytes) + " bytes");
+  GPUFS_ASSIGN_OR_RETURN(
+      SegmentVerifier verifier,
+      SegmentVerifier::Create(request.size, options.chunk_bytes, request.segments));
   auto job = std::make_unique<Job>();
   job->request = request;
   job->options = options;
@@ -178,7 +182,8 @@ void UcxClient::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
 void UcxClient::CloseEndpoint(ucp_ep_h ep, bool force) {
   endpoints_.erase(ep);
   ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.op_attr_mask =
+      UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
   p.user_data = this;
   p.cb.send = [](void* request, ucs_status_t, void* user) {

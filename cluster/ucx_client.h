@@ -25,12 +25,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cluster/transport.h"
 #include "cluster/ucx_util.h"
@@ -105,7 +104,8 @@ class UcxClient {
     size_t length;
   };
   std::vector<Arrival> arrivals_;
-  std::vector<std::tuple<uint64_t, ucs_status_t, void*>> completions_;  // id, status, request to free
+  std::vector<std::tuple<uint64_t, ucs_status_t, void*>>
+      completions_;  // id, status, request to free
   std::vector<std::pair<uint64_t, int>> error_replies_;
   std::vector<std::pair<ucp_ep_h, ucs_status_t>> endpoint_errors_;
   std::vector<std::tuple<uint64_t, size_t, Status>> landed_;

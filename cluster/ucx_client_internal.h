@@ -55,7 +55,7 @@ struct UcxClient::Job {
   size_t receiving = 0;  // chunks with a UCX receive outstanding
   size_t done = 0;       // chunks landed and given back
   uint64_t requeued = 0;
-  Status status;         // the first failure
+  Status status;           // the first failure
   bool finishing = false;  // failed: no new requests, waiting for buffers back
   bool ended = false;      // promise set; erased at the end of the tick
   Clock::time_point start, deadline;

@@ -49,7 +49,8 @@ void UcxClient::StartJob(std::unique_ptr<Job> owned) {
     Result<sockaddr_storage> addr = ParseHostPort(src.address.address);
     if (!addr.ok()) {
       src.failure = addr.status();
-      GPUFS_LOG(WARN) << "fetch " << job.request.object.ToString() << ": " << src.failure.ToString();
+      GPUFS_LOG(WARN) << "fetch " << job.request.object.ToString() << ": "
+                      << src.failure.ToString();
       continue;
     }
     ucp_ep_params_t ep{};
@@ -65,7 +66,8 @@ void UcxClient::StartJob(std::unique_ptr<Job> owned) {
     if (st != UCS_OK) {
       src.ep = nullptr;
       src.failure = UcsError("connect to " + Describe(src.address), st);
-      GPUFS_LOG(WARN) << "fetch " << job.request.object.ToString() << ": " << src.failure.ToString();
+      GPUFS_LOG(WARN) << "fetch " << job.request.object.ToString() << ": "
+                      << src.failure.ToString();
       continue;
     }
     endpoints_[src.ep] = {job.id, i};
@@ -137,7 +139,8 @@ void UcxClient::SendRequest(Job& job, size_t source, size_t c) {
   send->header.offset = chunk.offset;
   send->header.length = chunk.size;
   ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  p.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
   p.user_data = send;
   p.cb.send = [](void* request, ucs_status_t status, void* user) {
@@ -206,9 +209,10 @@ UcxWorkerLoop::Clock::time_point UcxClient::Tick() {
       if (s.failed() || s.in_flight == 0) continue;
       auto stall_at = s.last_progress + job.options.stall_timeout;
       if (now >= stall_at) {
-        SourceFailed(job, i, Error(ETIMEDOUT, Describe(s.address) + ": no data for " +
-                                                  std::to_string(job.options.stall_timeout.count()) +
-                                                  " ms"));
+        SourceFailed(
+            job, i,
+            Error(ETIMEDOUT, Describe(s.address) + ": no data for " +
+                                 std::to_string(job.options.stall_timeout.count()) + " ms"));
         if (job.finishing || job.ended) break;
       } else {
         next = std::min(next, stall_at);
@@ -253,7 +257,6 @@ void UcxClient::StartReceive(uint64_t request_id, void* desc, size_t length) {
   }
 }
 
-
 void UcxClient::Completed(uint64_t request_id, ucs_status_t status, void* request) {
   if (request != nullptr) ucp_request_free(request);
   auto it = in_flight_.find(request_id);
@@ -287,10 +290,11 @@ void UcxClient::ErrorReply(uint64_t request_id, int error) {
   const Job::Chunk& chunk = job.chunks[it->second.chunk];
   if (chunk.state != Job::Chunk::State::kRequested) return;
   const Job::Source& src = job.sources[chunk.source];
-  SourceFailed(job, chunk.source,
-               Error(error, Describe(src.address) + " answered " + ErrnoName(error) + " for " +
-                                job.request.object.ToString() + " [" + std::to_string(chunk.offset) +
-                                ", +" + std::to_string(chunk.size) + ")"));
+  SourceFailed(
+      job, chunk.source,
+      Error(error, Describe(src.address) + " answered " + ErrnoName(error) + " for " +
+                       job.request.object.ToString() + " [" + std::to_string(chunk.offset) + ", +" +
+                       std::to_string(chunk.size) + ")"));
 }
 
 void UcxClient::Arrived(Job& job, size_t c) {
@@ -449,10 +453,12 @@ void UcxClient::MaybeFinish(Job& job) {
     r.bytes = job.request.size;
     r.seconds = seconds;
     r.requeued_chunks = job.requeued;
-    for (const Job::Source& s : job.sources) r.sources.push_back({s.address.node, s.bytes, s.failure});
-    GPUFS_LOG(INFO) << "fetched " << job.request.object.ToString() << ": " << r.bytes << " bytes in "
-                    << seconds << " s (" << (seconds > 0 ? r.bytes / seconds / 1e6 : 0)
-                    << " MB/s) from " << job.sources.size() << " sources";
+    for (const Job::Source& s : job.sources)
+      r.sources.push_back({s.address.node, s.bytes, s.failure});
+    GPUFS_LOG(INFO) << "fetched " << job.request.object.ToString() << ": " << r.bytes
+                    << " bytes in " << seconds << " s ("
+                    << (seconds > 0 ? r.bytes / seconds / 1e6 : 0) << " MB/s) from "
+                    << job.sources.size() << " sources";
     job.promise.set_value(std::move(r));
   } else {
     job.promise.set_value(job.status);

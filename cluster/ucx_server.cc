@@ -21,7 +21,8 @@ Result<std::unique_ptr<UcxServer>> UcxServer::Start(ucp_context_h context, Serve
   if (!provider) return Error(EINVAL, "UCX server: no source provider");
   if (options.staging_buffers < 2) options.staging_buffers = 2;
   GPUFS_ASSIGN_OR_RETURN(auto loop, UcxWorkerLoop::Create(context, "ucx server"));
-  std::unique_ptr<UcxServer> s(new UcxServer(std::move(options), std::move(provider), std::move(loop)));
+  std::unique_ptr<UcxServer> s(
+      new UcxServer(std::move(options), std::move(provider), std::move(loop)));
 
   ucp_am_handler_param_t am{};
   am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -174,7 +175,8 @@ void UcxServer::Accept(ucp_conn_request_h request) {
 
 void UcxServer::CloseEndpoint(ucp_ep_h ep, bool count_pending) {
   ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.op_attr_mask =
+      UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   p.flags = UCP_EP_CLOSE_FLAG_FORCE;
   p.user_data = count_pending ? this : nullptr;
   p.cb.send = [](void* request, ucs_status_t, void* user) {
@@ -249,8 +251,10 @@ void UcxServer::CopyThread() {
     // The slot is busy, so the loop thread leaves its buffer alone.
     std::span<std::byte> dst(staging_[job.slot].data, job.request.length);
     Status st = job.source->CopyOut(job.request.offset, dst);
-    if (st.ok()) ++copied_;
-    else GPUFS_LOG(WARN) << "UCX server: copy-out: " << st.ToString();
+    if (st.ok())
+      ++copied_;
+    else
+      GPUFS_LOG(WARN) << "UCX server: copy-out: " << st.ToString();
     loop_->Post([this, job = std::move(job), code = st.code()]() mutable {
       if (code != 0) {
         staging_[job.slot].busy = false;

@@ -7,8 +7,9 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::Start(UcxTransportOptions op
   std::unique_ptr<UcxTransport> t(new UcxTransport());
   GPUFS_ASSIGN_OR_RETURN(t->context_, CreateUcpContext(options.ucx));
   if (!options.server.listen.empty()) {
-    GPUFS_ASSIGN_OR_RETURN(t->server_, UcxServer::Start(t->context_.get(), std::move(options.server),
-                                                        std::move(provider)));
+    GPUFS_ASSIGN_OR_RETURN(
+        t->server_,
+        UcxServer::Start(t->context_.get(), std::move(options.server), std::move(provider)));
   }
   GPUFS_ASSIGN_OR_RETURN(t->client_, UcxClient::Start(t->context_.get()));
   return t;

@@ -61,7 +61,8 @@ bool MatchesPattern(std::span<const std::byte> got, uint64_t seed) {
 // The members' CRCs for the pattern: uneven segments, padding between.
 std::vector<Segment> PatternSegments(uint64_t size, uint64_t seed) {
   std::vector<Segment> segs;
-  const uint64_t cuts[][2] = {{0, 4096}, {8192, 3 * (8ull << 20) + 123}, {40ull << 20, size - (40ull << 20)}};
+  const uint64_t cuts[][2] = {
+      {0, 4096}, {8192, 3 * (8ull << 20) + 123}, {40ull << 20, size - (40ull << 20)}};
   std::vector<std::byte> bytes;
   for (const auto& c : cuts) {
     bytes.resize(c[1]);
@@ -125,9 +126,18 @@ class UcxTransportTest : public testing::LabTest {
   // Starts a peer serving the pattern in `node`; its address in *address.
   std::unique_ptr<LabProcess> StartPeer(const std::string& node, std::string* address,
                                         bool copy_out = false, const ObjectRef& object = kObject) {
-    std::vector<std::string> argv = {GPUFS_CLUSTER_PEER, "serve", "--listen", Lab::Address(node) + ":0",
-                                     "--object", object.ToString(), "--size", std::to_string(kSize),
-                                     "--seed", std::to_string(kSeed), "--tls", "tcp"};
+    std::vector<std::string> argv = {GPUFS_CLUSTER_PEER,
+                                     "serve",
+                                     "--listen",
+                                     Lab::Address(node) + ":0",
+                                     "--object",
+                                     object.ToString(),
+                                     "--size",
+                                     std::to_string(kSize),
+                                     "--seed",
+                                     std::to_string(kSeed),
+                                     "--tls",
+                                     "tcp"};
     if (copy_out) argv.push_back("--copy-out");
     auto p = LabProcess::Start(*lab_, node, argv, "peer-" + node + ".log");
     EXPECT_TRUE(p.ok()) << p.status().ToString();
@@ -196,10 +206,11 @@ TEST_F(UcxTransportTest, StagesAtBothEnds) {
   auto peer = StartPeer("b", &b, /*copy_out=*/true);
   ASSERT_TRUE(peer);
   Buffer dest(kSize);
-  auto staged = StagedSink::Create(2, 8 << 20, [&](uint64_t offset, std::span<const std::byte> bytes) {
-    std::memcpy(dest.span().data() + offset, bytes.data(), bytes.size());
-    return Status();
-  });
+  auto staged =
+      StagedSink::Create(2, 8 << 20, [&](uint64_t offset, std::span<const std::byte> bytes) {
+        std::memcpy(dest.span().data() + offset, bytes.data(), bytes.size());
+        return Status();
+      });
   ASSERT_TRUE(staged.ok());
   Result<FetchResult> r = client_->Fetch(Request({{"b", b}}), **staged, Options());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -324,7 +335,8 @@ TEST_F(UcxTransportTest, UnreachableSourcesFailCleanly) {
   auto t0 = Clock::now();
   Result<FetchResult> r = client_->Fetch(req, sink, Options());
   EXPECT_FALSE(r.ok());
-  EXPECT_LT(Clock::now() - t0, Options().stall_timeout + milliseconds(1500)) << r.status().ToString();
+  EXPECT_LT(Clock::now() - t0, Options().stall_timeout + milliseconds(1500))
+      << r.status().ToString();
   EXPECT_EQ(client_->Fetch({kObject, 1, {}, {}}, sink, Options()).status().code(), EINVAL);
   req.sources = {{"x", "not-an-address"}};
   EXPECT_EQ(client_->Fetch(req, sink, Options()).status().code(), EINVAL);

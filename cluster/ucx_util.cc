@@ -25,27 +25,43 @@ struct UcpConfigDeleter {
 
 int UcsErrno(ucs_status_t status) {
   switch (status) {
-    case UCS_OK: return 0;
-    case UCS_ERR_NO_MEMORY: return ENOMEM;
-    case UCS_ERR_INVALID_PARAM: return EINVAL;
-    case UCS_ERR_UNREACHABLE: return EHOSTUNREACH;
-    case UCS_ERR_INVALID_ADDR: return EADDRNOTAVAIL;
+    case UCS_OK:
+      return 0;
+    case UCS_ERR_NO_MEMORY:
+      return ENOMEM;
+    case UCS_ERR_INVALID_PARAM:
+      return EINVAL;
+    case UCS_ERR_UNREACHABLE:
+      return EHOSTUNREACH;
+    case UCS_ERR_INVALID_ADDR:
+      return EADDRNOTAVAIL;
     case UCS_ERR_NOT_IMPLEMENTED:
-    case UCS_ERR_UNSUPPORTED: return ENOTSUP;
-    case UCS_ERR_MESSAGE_TRUNCATED: return EMSGSIZE;
+    case UCS_ERR_UNSUPPORTED:
+      return ENOTSUP;
+    case UCS_ERR_MESSAGE_TRUNCATED:
+      return EMSGSIZE;
     case UCS_ERR_NO_PROGRESS:
-    case UCS_ERR_BUSY: return EBUSY;
-    case UCS_ERR_NO_ELEM: return ENOENT;
+    case UCS_ERR_BUSY:
+      return EBUSY;
+    case UCS_ERR_NO_ELEM:
+      return ENOENT;
     case UCS_ERR_TIMED_OUT:
-    case UCS_ERR_ENDPOINT_TIMEOUT: return ETIMEDOUT;
-    case UCS_ERR_CANCELED: return ECANCELED;
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+      return ETIMEDOUT;
+    case UCS_ERR_CANCELED:
+      return ECANCELED;
     case UCS_ERR_BUFFER_TOO_SMALL:
-    case UCS_ERR_EXCEEDS_LIMIT: return E2BIG;
-    case UCS_ERR_CONNECTION_RESET: return ECONNRESET;
-    case UCS_ERR_REJECTED: return ECONNREFUSED;
-    case UCS_ERR_NOT_CONNECTED: return ENOTCONN;
+    case UCS_ERR_EXCEEDS_LIMIT:
+      return E2BIG;
+    case UCS_ERR_CONNECTION_RESET:
+      return ECONNRESET;
+    case UCS_ERR_REJECTED:
+      return ECONNREFUSED;
+    case UCS_ERR_NOT_CONNECTED:
+      return ENOTCONN;
     case UCS_ERR_IO_ERROR:
-    default: return EIO;
+    default:
+      return EIO;
   }
 }
 
@@ -82,12 +98,14 @@ Result<sockaddr_storage> ParseHostPort(std::string_view text) {
   std::string_view port;
   if (text.starts_with("[")) {
     size_t close = text.find("]:");
-    if (close == std::string_view::npos) return Error(EINVAL, "'" + std::string(text) + "': expected [ADDR]:PORT");
+    if (close == std::string_view::npos)
+      return Error(EINVAL, "'" + std::string(text) + "': expected [ADDR]:PORT");
     host = std::string(text.substr(1, close - 1));
     port = text.substr(close + 2);
   } else {
     size_t colon = text.rfind(':');
-    if (colon == std::string_view::npos) return Error(EINVAL, "'" + std::string(text) + "': expected ADDR:PORT");
+    if (colon == std::string_view::npos)
+      return Error(EINVAL, "'" + std::string(text) + "': expected ADDR:PORT");
     host = std::string(text.substr(0, colon));
     port = text.substr(colon + 1);
   }

@@ -95,8 +95,8 @@ Result<std::unique_ptr<Lab>> Lab::Create(std::vector<std::string> nodes) {
     bool unsupported = output.find("Operation not permitted") != std::string::npos ||
                        output.find("Permission denied") != std::string::npos ||
                        output.find("not supported") != std::string::npos;
-    return Error(unsupported ? ENOTSUP : EIO,
-                 "cluster lab: netns.sh up " + tag + " exited " + std::to_string(rc) + ": " + output);
+    return Error(unsupported ? ENOTSUP : EIO, "cluster lab: netns.sh up " + tag + " exited " +
+                                                  std::to_string(rc) + ": " + output);
   }
   char dir_template[] = "/tmp/gpufs-lab-XXXXXX";
   if (::mkdtemp(dir_template) == nullptr) return PosixError("mkdtemp", errno);
@@ -232,7 +232,8 @@ Result<std::string> LabProcess::ReadLine(milliseconds limit) {
     char buf[4096];
     ssize_t n = ::read(out_.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return Error(EPIPE, "pid " + std::to_string(pid_) + " closed stdout; log: " + LogTail(1500));
+    if (n <= 0)
+      return Error(EPIPE, "pid " + std::to_string(pid_) + " closed stdout; log: " + LogTail(1500));
     buffered_.append(buf, static_cast<size_t>(n));
   }
 }
@@ -305,21 +306,14 @@ std::string EtcdServer::endpoint() const { return Lab::Address(node_) + ":2379";
 Status EtcdServer::Launch() {
   const std::string client = "http://" + endpoint();
   const std::string peer = "http://127.0.0.1:2380";
-  std::vector<std::string> argv = {EtcdBinary(),
-                                   "--name", "lab",
-                                   "--data-dir", data_dir_,
-                                   "--listen-client-urls", client,
-                                   "--advertise-client-urls", client,
-                                   "--listen-peer-urls", peer,
-                                   "--initial-advertise-peer-urls", peer,
-                                   "--initial-cluster", "lab=" + peer,
-                                   // A one-member cluster elects itself at once.
-                                   "--heartbeat-interval", "10",
-                                   "--election-timeout", "100",
-                                   "--logger", "zap",
-                                   "--log-level", "warn"};
-  GPUFS_ASSIGN_OR_RETURN(process_, LabProcess::Start(lab_, node_, argv,
-                                                     "etcd-" + node_ + ".log"));
+  std::vector<std::string> argv = {
+      EtcdBinary(), "--name", "lab", "--data-dir", data_dir_, "--listen-client-urls", client,
+      "--advertise-client-urls", client, "--listen-peer-urls", peer,
+      "--initial-advertise-peer-urls", peer, "--initial-cluster", "lab=" + peer,
+      // A one-member cluster elects itself at once.
+      "--heartbeat-interval", "10", "--election-timeout", "100", "--logger", "zap", "--log-level",
+      "warn"};
+  GPUFS_ASSIGN_OR_RETURN(process_, LabProcess::Start(lab_, node_, argv, "etcd-" + node_ + ".log"));
   ++launches_;
   const std::string health = client + "/health";
   LabProcess* proc = process_.get();
@@ -327,8 +321,7 @@ Status EtcdServer::Launch() {
     const auto deadline = Clock::now() + std::chrono::seconds(20);
     while (Clock::now() < deadline) {
       if (Healthy(health)) return Status();
-      if (proc->Exited())
-        return Error(EIO, "etcd exited at start-up; log: " + proc->LogTail());
+      if (proc->Exited()) return Error(EIO, "etcd exited at start-up; log: " + proc->LogTail());
       // Polling a condition with a deadline: etcd has no readiness fd.
       std::this_thread::sleep_for(milliseconds(20));
     }
@@ -346,7 +339,11 @@ Status EtcdServer::Restart() {
   return Launch();
 }
 
-Status EtcdServer::Pause() { return process_ ? process_->Pause() : Error(ESRCH, "etcd not running"); }
-Status EtcdServer::Resume() { return process_ ? process_->Resume() : Error(ESRCH, "etcd not running"); }
+Status EtcdServer::Pause() {
+  return process_ ? process_->Pause() : Error(ESRCH, "etcd not running");
+}
+Status EtcdServer::Resume() {
+  return process_ ? process_->Resume() : Error(ESRCH, "etcd not running");
+}
 
 }  // namespace gpufs::cluster::testing

@@ -102,7 +102,8 @@ class LabProcess {
 // 10.201.0.10:2379, with its data directory in the lab's directory.
 class EtcdServer {
  public:
-  static Result<std::unique_ptr<EtcdServer>> Start(const Lab& lab, const std::string& node = "etcd");
+  static Result<std::unique_ptr<EtcdServer>> Start(const Lab& lab,
+                                                   const std::string& node = "etcd");
   ~EtcdServer();
 
   // "10.201.0.10:2379"

@@ -34,8 +34,9 @@ class LabTest : public ::testing::Test {
     etcd_ = std::move(*etcd);
   }
 
-  std::unique_ptr<EtcdClient> NewClient(std::vector<std::string> endpoints = {},
-                                        std::chrono::milliseconds timeout = std::chrono::milliseconds(1000)) {
+  std::unique_ptr<EtcdClient> NewClient(
+      std::vector<std::string> endpoints = {},
+      std::chrono::milliseconds timeout = std::chrono::milliseconds(1000)) {
     EtcdOptions o;
     o.endpoints = endpoints.empty() ? std::vector<std::string>{etcd_->endpoint()} : endpoints;
     o.timeout = timeout;
@@ -45,7 +46,7 @@ class LabTest : public ::testing::Test {
   }
 
   bool with_etcd_ = true;
-  std::unique_ptr<Lab> lab_;           // destroyed last
+  std::unique_ptr<Lab> lab_;  // destroyed last
   std::unique_ptr<EtcdServer> etcd_;
 };
 

@@ -68,11 +68,12 @@ ReplicaAllocator HostAllocator() {
 }
 
 Result<std::pair<uint64_t, std::shared_ptr<const ByteSource>>> Fetch(ClusterNode& node,
-                                                                      const std::string& path) {
+                                                                     const std::string& path) {
   GPUFS_ASSIGN_OR_RETURN(std::optional<CurrentVersion> cur, node.Lookup(path));
   if (!cur || cur->removed) return Error(ENOENT, path + " is not published");
   GPUFS_ASSIGN_OR_RETURN(ObjectManifest m, node.Manifest(path, cur->version));
-  GPUFS_ASSIGN_OR_RETURN(std::shared_ptr<const ByteSource> bytes, node.FetchOnce(m, HostAllocator()));
+  GPUFS_ASSIGN_OR_RETURN(std::shared_ptr<const ByteSource> bytes,
+                         node.FetchOnce(m, HostAllocator()));
   return std::make_pair(cur->version, bytes);
 }
 
@@ -83,14 +84,22 @@ int Run(int argc, char** argv) {
     std::string a = argv[i];
     std::string v = i + 1 < argc ? argv[i + 1] : "";
     ++i;
-    if (a == "--etcd") url = v;
-    else if (a == "--node") o.node = v;
-    else if (a == "--listen") o.listen = v;
-    else if (a == "--tls") o.ucx.transports = v;
-    else if (a == "--lease-ttl") o.lease_ttl = std::chrono::seconds(std::atoi(v.c_str()));
-    else if (a == "--etcd-timeout") o.etcd_timeout = std::chrono::milliseconds(std::atoi(v.c_str()));
-    else if (a == "--stall-ms") o.fetch.stall_timeout = std::chrono::milliseconds(std::atoi(v.c_str()));
-    else return Say("err EINVAL unknown option " + a), 2;
+    if (a == "--etcd")
+      url = v;
+    else if (a == "--node")
+      o.node = v;
+    else if (a == "--listen")
+      o.listen = v;
+    else if (a == "--tls")
+      o.ucx.transports = v;
+    else if (a == "--lease-ttl")
+      o.lease_ttl = std::chrono::seconds(std::atoi(v.c_str()));
+    else if (a == "--etcd-timeout")
+      o.etcd_timeout = std::chrono::milliseconds(std::atoi(v.c_str()));
+    else if (a == "--stall-ms")
+      o.fetch.stall_timeout = std::chrono::milliseconds(std::atoi(v.c_str()));
+    else
+      return Say("err EINVAL unknown option " + a), 2;
   }
   Result<ClusterUrl> parsed = ParseClusterUrl(url);
   if (!parsed.ok()) return Say(Err(parsed.status())), 1;
@@ -117,7 +126,9 @@ int Run(int argc, char** argv) {
       Say(v.ok() ? "ok " + std::to_string(*v) : Err(v.status()));
     } else if (cmd == "lookup") {
       Result<std::optional<CurrentVersion>> v = node.Lookup(path);
-      Say(!v.ok() ? Err(v.status()) : !v->has_value() ? "none" : "ok " + std::to_string((*v)->version));
+      Say(!v.ok()           ? Err(v.status())
+          : !v->has_value() ? "none"
+                            : "ok " + std::to_string((*v)->version));
     } else if (cmd == "fetch") {
       auto r = Fetch(node, path);
       if (!r.ok()) {
@@ -137,7 +148,8 @@ int Run(int argc, char** argv) {
           if (Fetch(node, path).ok()) ++good;
         });
       for (std::thread& t : threads) t.join();
-      Say("ok " + std::to_string(good.load()) + " " + std::to_string(node.fetches_started() - before));
+      Say("ok " + std::to_string(good.load()) + " " +
+          std::to_string(node.fetches_started() - before));
     } else if (cmd == "status") {
       Say(node.StatusJson().dump());
     } else {

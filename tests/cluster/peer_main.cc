@@ -37,7 +37,8 @@ class PatternSource : public ByteSource {
   uint64_t size() const override { return size_; }
   const std::byte* host_data() const override { return copy_out_ ? nullptr : data_; }
   Status CopyOut(uint64_t offset, std::span<std::byte> dst) const override {
-    if (offset > size_ || dst.size() > size_ - offset) return Error(ERANGE, "copy-out out of range");
+    if (offset > size_ || dst.size() > size_ - offset)
+      return Error(ERANGE, "copy-out out of range");
     std::memcpy(dst.data(), data_ + offset, dst.size());
     return Status();
   }
@@ -63,13 +64,20 @@ int Serve(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--listen") listen = next();
-    else if (a == "--object") object = next();
-    else if (a == "--size") size = std::strtoull(next().c_str(), nullptr, 0);
-    else if (a == "--seed") seed = std::strtoull(next().c_str(), nullptr, 0);
-    else if (a == "--copy-out") copy_out = true;
-    else if (a == "--tls") tls = next();
-    else return Usage();
+    if (a == "--listen")
+      listen = next();
+    else if (a == "--object")
+      object = next();
+    else if (a == "--size")
+      size = std::strtoull(next().c_str(), nullptr, 0);
+    else if (a == "--seed")
+      seed = std::strtoull(next().c_str(), nullptr, 0);
+    else if (a == "--copy-out")
+      copy_out = true;
+    else if (a == "--tls")
+      tls = next();
+    else
+      return Usage();
   }
   size_t at = object.rfind('@');
   if (listen.empty() || at == std::string::npos) return Usage();
@@ -78,9 +86,10 @@ int Serve(int argc, char** argv) {
   UcxTransportOptions options;
   options.ucx.transports = tls;
   options.server.listen = listen;
-  auto transport = UcxTransport::Start(options, [&](const ObjectRef& want) -> std::shared_ptr<const ByteSource> {
-    return want == ref ? source : nullptr;
-  });
+  auto transport =
+      UcxTransport::Start(options, [&](const ObjectRef& want) -> std::shared_ptr<const ByteSource> {
+        return want == ref ? source : nullptr;
+      });
   if (!transport.ok()) {
     std::printf("error %s\n", transport.status().ToString().c_str());
     std::fflush(stdout);
@@ -92,8 +101,10 @@ int Serve(int argc, char** argv) {
   std::fflush(stdout);
   std::string line;
   while (std::getline(std::cin, line)) {
-    if (line == "stats") std::printf("%s\n", (*transport)->Stats().dump().c_str());
-    else std::printf("error unknown command\n");
+    if (line == "stats")
+      std::printf("%s\n", (*transport)->Stats().dump().c_str());
+    else
+      std::printf("error unknown command\n");
     std::fflush(stdout);
   }
   return 0;
