@@ -221,6 +221,38 @@ TEST_F(ClusterNodeTest, AnEtcdOutageStopsOnlyClusterWorkWhichRecovers) {
   EXPECT_EQ(Ask(*c, "fetch model"), "ok 1 " + crc);
 }
 
+TEST_F(ClusterNodeTest, ReplicasAreRegisteredAndDroppedInProcess) {
+  // A ClusterNode in this process (namespace a) beside a node process in b.
+  ClusterNodeOptions o;
+  o.etcd = *ParseClusterUrl("etcd://" + etcd_->endpoint() + "/lab");
+  o.node = "t";
+  o.listen = Lab::Address("a") + ":0";
+  o.ucx.transports = "tcp";
+  auto here = ClusterNode::Start(o);
+  ASSERT_TRUE(here.ok()) << here.status().ToString();
+  auto b = StartNode("b", "b");
+  ASSERT_TRUE(b);
+  auto bytes = HostReplica::Create(1 << 20);
+  ASSERT_TRUE(bytes.ok());
+  testing::FillPattern(kSeed, 0, {const_cast<std::byte*>((*bytes)->host_data()), 1 << 20});
+  // Published from this process, fetched by b from here; then this node's
+  // replica is dropped and registered again.
+  ObjectManifest m;
+  m.path = "restored";
+  m.size = 1 << 20;
+  m.members.push_back({"w", 0, 1 << 20, "uint8", {1 << 20}, Crc32c(0, (*bytes)->bytes())});
+  Result<uint64_t> v = (*here)->Publish(m, *bytes);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(Ask(*b, "fetch restored"), "ok 1 " + PatternCrc(1 << 20, kSeed));
+  json s = (*here)->StatusJson();
+  EXPECT_EQ(Holders(s, "restored@1"), (std::vector<std::string>{"b", "t"}));
+  ASSERT_OK((*here)->DropReplica("restored", 1));
+  EXPECT_EQ(Holders((*here)->StatusJson(), "restored@1"), (std::vector<std::string>{"b"}));
+  ASSERT_OK((*here)->RegisterReplica("restored", 1, *bytes));
+  EXPECT_EQ(Holders((*here)->StatusJson(), "restored@1"), (std::vector<std::string>{"b", "t"}));
+  EXPECT_EQ((*here)->Publish(m, nullptr).status().code(), EINVAL);
+}
+
 TEST(ClusterUrl, Parses) {
   Result<ClusterUrl> u = ParseClusterUrl("etcd://10.0.0.1:2379,10.0.0.2:2379/prod");
   ASSERT_TRUE(u.ok());
