@@ -14,6 +14,10 @@ packages=(
   attr                              # getfattr/setfattr, used by tests and docs
   python3 python3-numpy             # Python package and its tests
   help2man                          # the gpufs(1) man page, from --help
+  libcurl4-openssl-dev              # cluster: etcd's JSON gateway over HTTP
+  libucx-dev ucx-utils              # cluster: peer-to-peer bytes (UCP); ucx_perftest for the benchmark
+  etcd-server                       # cluster: the metadata store its tests and CI run
+  iproute2 util-linux               # cluster tests: ip netns, nsenter
 )
 
 missing=()

@@ -1,0 +1,66 @@
+// UcxClient's per-fetch state, shared by ucx_client.cc (set-up, UCX
+// callbacks) and ucx_fetch.cc (the fetch's state machine). Loop thread only.
+#pragma once
+
+#include <deque>
+#include <optional>
+
+#include "cluster/checksum.h"
+#include "cluster/ucx_client.h"
+
+namespace gpufs::cluster {
+
+// How sinks' threads reach the loop: outlives the client, so a late
+// done() after the client is gone is dropped instead of touching it.
+struct UcxClient::Mailbox {
+  std::mutex mu;
+  UcxWorkerLoop* loop = nullptr;  // GUARDED_BY(mu); null once the client stops
+  bool Post(std::function<void()> fn) {
+    std::lock_guard lock(mu);
+    return loop != nullptr && loop->Post(std::move(fn));
+  }
+};
+
+struct UcxClient::Job {
+  using Clock = UcxWorkerLoop::Clock;
+  struct Chunk {
+    enum class State { kQueued, kRequested, kReceiving, kVerifying, kLanding, kDone };
+    State state = State::kQueued;
+    uint64_t offset = 0, size = 0;
+    size_t source = 0;
+    uint64_t request_id = 0;
+    std::span<std::byte> buffer;
+    void* receive = nullptr;  // the UCX receive request while kReceiving
+    bool orphaned = false;    // its source failed while it was receiving
+  };
+  struct Source {
+    SourceAddress address;
+    ucp_ep_h ep = nullptr;
+    Status failure;  // non-OK once dropped
+    size_t in_flight = 0;
+    uint64_t bytes = 0;
+    Clock::time_point last_progress;
+    bool failed() const { return !failure.ok(); }
+  };
+
+  uint64_t id = 0;
+  FetchRequest request;
+  FetchOptions options;
+  FetchSink* sink = nullptr;
+  std::optional<SegmentVerifier> verifier;
+  std::vector<Chunk> chunks;
+  std::deque<size_t> queue;
+  std::vector<Source> sources;
+  size_t out = 0;        // sink buffers out (acquired, not given back)
+  size_t receiving = 0;  // chunks with a UCX receive outstanding
+  size_t done = 0;       // chunks landed and given back
+  uint64_t requeued = 0;
+  Status status;           // the first failure
+  bool finishing = false;  // failed: no new requests, waiting for buffers back
+  bool ended = false;      // promise set; erased at the end of the tick
+  Clock::time_point start, deadline;
+  std::promise<Result<FetchResult>> promise;
+  std::shared_ptr<Progress> progress;
+};
+
+}  // namespace gpufs::cluster

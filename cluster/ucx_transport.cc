@@ -1,0 +1,35 @@
+#include "cluster/ucx_transport.h"
+
+namespace gpufs::cluster {
+
+Result<std::unique_ptr<UcxTransport>> UcxTransport::Start(UcxTransportOptions options,
+                                                          SourceProvider provider) {
+  std::unique_ptr<UcxTransport> t(new UcxTransport());
+  GPUFS_ASSIGN_OR_RETURN(t->context_, CreateUcpContext(options.ucx));
+  if (!options.server.listen.empty()) {
+    GPUFS_ASSIGN_OR_RETURN(
+        t->server_,
+        UcxServer::Start(t->context_.get(), std::move(options.server), std::move(provider)));
+  }
+  GPUFS_ASSIGN_OR_RETURN(t->client_, UcxClient::Start(t->context_.get()));
+  return t;
+}
+
+UcxTransport::~UcxTransport() {
+  client_.reset();
+  server_.reset();
+}
+
+std::string UcxTransport::listen_address() const { return server_ ? server_->address() : ""; }
+
+Result<FetchResult> UcxTransport::Fetch(const FetchRequest& request, FetchSink& sink,
+                                        const FetchOptions& options) {
+  return client_->Fetch(request, sink, options);
+}
+
+nlohmann::json UcxTransport::Stats() const {
+  return {{"server", server_ ? server_->Stats() : nlohmann::json(nullptr)},
+          {"fetches", client_->Stats()}};
+}
+
+}  // namespace gpufs::cluster
