@@ -279,7 +279,8 @@ Result<Arena*> ArenaCache::Acquire(const struct gpufs_ipc_info& info, int member
     return status;
   }
   arena->refs = 1;
-  if (arena->vmm != 0 && !arena->key.writable && ::fstat(member_fd, &arena->member) == 0) {
+  if (arena->vmm != 0 && !arena->key.writable && member_fd >= 0 &&
+      ::fstat(member_fd, &arena->member) == 0) {
     arena->member_fd = ::fcntl(member_fd, F_DUPFD_CLOEXEC, 0);
     arena->blob_offset = info.offset;
     arena->blob_size = info.size;
@@ -288,6 +289,71 @@ Result<Arena*> ArenaCache::Acquire(const struct gpufs_ipc_info& info, int member
     }
   }
   return arena;
+}
+
+namespace {
+// Keys of object maps' allocations: above every blob id.
+constexpr uint64_t kObjectAllocation = 1ull << 63;
+
+std::array<uint8_t, 16> Uuid(const uint8_t uuid[16]) {
+  std::array<uint8_t, 16> out;
+  std::memcpy(out.data(), uuid, out.size());
+  return out;
+}
+}  // namespace
+
+Result<Arena*> ArenaCache::AcquireAllocation(const struct gpufs_object_alloc& alloc,
+                                             uint64_t generation, UniqueFd fd) {
+  struct gpufs_ipc_info info;
+  std::memset(&info, 0, sizeof info);
+  info.magic = GPUFS_MAGIC;
+  info.version = GPUFS_UAPI_VERSION;
+  std::memcpy(info.handle, alloc.handle, sizeof info.handle);
+  info.offset = 0;
+  info.size = alloc.alloc_size;
+  std::memcpy(info.device_uuid, alloc.device_uuid, sizeof info.device_uuid);
+  info.blob_id = kObjectAllocation | alloc.memory;
+  info.generation = generation;
+  info.handle_type = alloc.handle_type;
+  info.flags = alloc.flags & GPUFS_INFO_PRIVATE_COPY;
+  info.alloc_size = alloc.alloc_size;
+  if (alloc.handle_type == GPUFS_HANDLE_VMM_FD && !fd.valid()) {
+    return Error(EPROTO, "the daemon sent no fd for a VMM allocation of the object");
+  }
+  // The fd is the arena's for as long as it lives: no member file to stat.
+  return Acquire(info, /*member_fd=*/-1, std::move(fd));
+}
+
+void ArenaCache::AddObjectMember(const uint8_t uuid[16], uint64_t generation, uint64_t blob,
+                                 const ObjectMember& member) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ObjectMemberEntry& entry = object_members_[MemberKey(Uuid(uuid), generation, blob)];
+  if (entry.maps == 0) entry.member = member;
+  ++entry.maps;
+}
+
+void ArenaCache::RemoveObjectMember(const uint8_t uuid[16], uint64_t generation, uint64_t blob) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = object_members_.find(MemberKey(Uuid(uuid), generation, blob));
+  if (it != object_members_.end() && --it->second.maps == 0) object_members_.erase(it);
+}
+
+std::optional<ArenaCache::ObjectMember> ArenaCache::AcquireObjectMember(
+    const struct gpufs_ipc_info& info) {
+  if (info.flags & GPUFS_INFO_WRITABLE) return std::nullopt;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = object_members_.find(MemberKey(Uuid(info.device_uuid), info.generation, info.blob_id));
+  if (it == object_members_.end()) return std::nullopt;
+  const ObjectMember& m = it->second.member;
+  // A private copy and the shared memory are different mappings: only the
+  // same kind stands in for the other.
+  if (((m.arena->key.vmm_blob != 0) != (info.handle_type == GPUFS_HANDLE_VMM_FD)) ||
+      m.private_copy != ((info.flags & GPUFS_INFO_PRIVATE_COPY) != 0) || m.size != info.size ||
+      m.arena->refs <= 0) {
+    return std::nullopt;
+  }
+  ++m.arena->refs;
+  return m;
 }
 
 Arena* ArenaCache::AcquireByStat(const struct stat& st, int* fd) {

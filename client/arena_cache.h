@@ -27,6 +27,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <tuple>
 #include <string>
 
 #include "gpufs/uapi.h"
@@ -43,7 +45,7 @@ struct ArenaKey {
   std::array<uint8_t, 16> device_uuid;
   std::array<uint8_t, 64> handle;
   uint64_t generation;
-  uint64_t vmm_blob = 0;  // VMM: the blob id; 0 for legacy handles
+  uint64_t vmm_blob = 0;  // VMM: the blob id (an object map's: kObjectAllocation | memory); 0 legacy
   bool writable = false;  // VMM: mapped PROT_READWRITE (a producer's ALLOC)
   auto operator<=>(const ArenaKey&) const = default;
 };
@@ -99,6 +101,25 @@ class ArenaCache {
   // kernel's attribute cache (1 s) when it can be.
   Arena* AcquireByStat(const struct stat& st, int* fd);
 
+  // The allocation of an object map (GPUFS_IOC_MAP_OBJECT) that `alloc`
+  // describes, its fd `fd` (VMM) pushed with the map: opened once per
+  // process and allocation, read-only, with one reference for the caller.
+  Result<Arena*> AcquireAllocation(const struct gpufs_object_alloc& alloc, uint64_t generation,
+                                   UniqueFd fd);
+  // Members of mapped objects, by (device, generation, blob): a gpufs_map of
+  // one of them maps from its object's arena instead of importing again.
+  struct ObjectMember {
+    Arena* arena = nullptr;
+    uint64_t offset = 0;
+    uint64_t size = 0;
+    bool private_copy = false;  // the arena is this process's copy
+  };
+  void AddObjectMember(const uint8_t uuid[16], uint64_t generation, uint64_t blob,
+                       const ObjectMember& member);
+  void RemoveObjectMember(const uint8_t uuid[16], uint64_t generation, uint64_t blob);
+  // The object arena holding blob `info` names, with one more reference; null if none.
+  std::optional<ObjectMember> AcquireObjectMember(const struct gpufs_ipc_info& info);
+
   // Whether AcquireByStat can find anything (a read-only VMM arena is open):
   // when not, a map need not stat its path first.
   bool HasMemberArenas() const;
@@ -125,6 +146,12 @@ class ArenaCache {
   mutable std::mutex mu_;
   std::map<ArenaKey, std::unique_ptr<Arena>> arenas_;  // guarded by mu_
   std::map<std::pair<dev_t, ino_t>, Arena*> by_member_;  // guarded by mu_
+  using MemberKey = std::tuple<std::array<uint8_t, 16>, uint64_t, uint64_t>;
+  struct ObjectMemberEntry {
+    ObjectMember member;
+    int maps = 0;  // object maps that registered it
+  };
+  std::map<MemberKey, ObjectMemberEntry> object_members_;  // guarded by mu_
 };
 
 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L shows it.

@@ -29,4 +29,16 @@ Status Create(const char* path, uint64_t size, gpufs_buffer* buf);
 Status Seal(gpufs_buffer* buf);
 Status Unmap(gpufs_buffer* buf);
 
+// object_map.cc and object_save.cc: objects as a whole.
+Status MapObject(const char* path, gpufs_object_map* map);
+Status UnmapObject(gpufs_object_map* map);
+Status CreateObject(const char* path, const gpufs_object_spec* members, uint32_t count,
+                    const char* type, gpufs_object_writer* w);
+Status CopyIntoObject(gpufs_object_writer* w, uint32_t count, const uint32_t* members,
+                      const void* const* srcs, const uint64_t* bytes);
+Status CopyFileIntoObject(gpufs_object_writer* w, int fd, uint32_t count, const uint32_t* members,
+                          const uint64_t* file_offsets);
+Status CommitObject(gpufs_object_writer* w, uint32_t flags);
+Status AbortObject(gpufs_object_writer* w);
+
 }  // namespace gpufs::client

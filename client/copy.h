@@ -26,6 +26,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <span>
 
 #include "client/arena_cache.h"
 #include "util/status.h"
@@ -39,5 +40,25 @@ Status CopyToBlob(const Arena& arena, CUdeviceptr dst, const void* src, uint64_t
 // Copies `bytes` bytes from `src`, device memory inside `arena`'s mapping, to
 // `dst` (host or device memory).
 Status CopyFromBlob(const Arena& arena, void* dst, CUdeviceptr src, uint64_t bytes);
+
+// Many copies into `arena`'s mapping at once: those from memory CUDA knows
+// are queued together on one stream and waited for once (an object's
+// members from framework tensors); the rest are staged one by one.
+struct CopyPiece {
+  CUdeviceptr dst;
+  const void* src;
+  uint64_t bytes;
+};
+Status CopyPiecesToBlob(const Arena& arena, std::span<const CopyPiece> pieces);
+
+// Copies ranges of file `fd` into `arena`'s mapping: read in 4 MiB chunks
+// into pinned buffers by several threads, each chunk's DMA overlapping the
+// next chunk's read (`gpufs import` of a safetensors file).
+struct FilePiece {
+  CUdeviceptr dst;
+  uint64_t file_offset;
+  uint64_t bytes;
+};
+Status CopyFileToBlob(const Arena& arena, int fd, std::span<const FilePiece> pieces);
 
 }  // namespace gpufs::client

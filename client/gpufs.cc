@@ -138,6 +138,50 @@ int gpufs_get_ipc_info(const char* path, struct gpufs_ipc_info* info) {
                 Guarded([&] { return gpufs::client::IpcInfo(path, info); }));
 }
 
+int gpufs_map_object(const char* path, struct gpufs_object_map* map) {
+  if (map != nullptr) *map = gpufs_object_map{};
+  return Finish("gpufs_map_object", Subject(path),
+                Guarded([&] { return gpufs::client::MapObject(path, map); }));
+}
+
+int gpufs_unmap_object(struct gpufs_object_map* map) {
+  return Finish("gpufs_unmap_object", "",
+                Guarded([&] { return gpufs::client::UnmapObject(map); }));
+}
+
+int gpufs_object_create(const char* path, const struct gpufs_object_spec* members, uint32_t count,
+                        const char* type, struct gpufs_object_writer* w) {
+  if (w != nullptr) *w = gpufs_object_writer{};
+  return Finish("gpufs_object_create", Subject(path), Guarded([&] {
+                  if (w == nullptr) return gpufs::Error(EINVAL, "writer is NULL");
+                  return gpufs::client::CreateObject(path, members, count, type, w);
+                }));
+}
+
+int gpufs_object_copy(struct gpufs_object_writer* w, uint32_t count, const uint32_t* members,
+                      const void* const* srcs, const uint64_t* bytes) {
+  return Finish("gpufs_object_copy", "", Guarded([&] {
+                  return gpufs::client::CopyIntoObject(w, count, members, srcs, bytes);
+                }));
+}
+
+int gpufs_object_copy_file(struct gpufs_object_writer* w, int fd, uint32_t count,
+                           const uint32_t* members, const uint64_t* file_offsets) {
+  return Finish("gpufs_object_copy_file", "", Guarded([&] {
+                  return gpufs::client::CopyFileIntoObject(w, fd, count, members, file_offsets);
+                }));
+}
+
+int gpufs_object_commit(struct gpufs_object_writer* w, uint32_t flags) {
+  return Finish("gpufs_object_commit", "",
+                Guarded([&] { return gpufs::client::CommitObject(w, flags); }));
+}
+
+int gpufs_object_abort(struct gpufs_object_writer* w) {
+  return Finish("gpufs_object_abort", "",
+                Guarded([&] { return gpufs::client::AbortObject(w); }));
+}
+
 const char* gpufs_last_error(void) { return gpufs::client::t_last_error.c_str(); }
 
 int gpufs_open_arenas(void) { return gpufs::client::ArenaCache::Instance().size(); }

@@ -407,10 +407,20 @@ Status ShareBuffer(const gpufs_buffer& from, gpufs_buffer* out) {
 
 Status MapInfo(UniqueFd fd, const struct gpufs_ipc_info& info, uint32_t flags, gpufs_buffer* buf,
                UniqueFd pushed) {
-  GPUFS_ASSIGN_OR_RETURN(Arena * arena,
-                         ArenaCache::Instance().Acquire(info, fd.get(), std::move(pushed)));
+  // A member of an object this process has mapped: its object's mapping
+  // serves it (the pushed fd, if any, just closes).
+  uint64_t offset = info.offset;
+  Arena* arena = nullptr;
+  if (auto held = ArenaCache::Instance().AcquireObjectMember(info)) {
+    arena = held->arena;
+    offset = held->offset;
+    trace::Mark("object-mapping");
+  } else {
+    GPUFS_ASSIGN_OR_RETURN(arena,
+                           ArenaCache::Instance().Acquire(info, fd.get(), std::move(pushed)));
+  }
   gpufs_buffer out{};
-  out.ptr = reinterpret_cast<void*>(static_cast<uintptr_t>(arena->base + info.offset));
+  out.ptr = reinterpret_cast<void*>(static_cast<uintptr_t>(arena->base + offset));
   out.size = info.size;
   out.device = arena->ordinal;
   out.fd = fd.release();

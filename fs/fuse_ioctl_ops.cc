@@ -61,10 +61,10 @@ bool PushOrReply(fuse_req_t req, const char* op, const uint8_t (&cookie)[GPUFS_T
 
 void MapObject(fuse_req_t req, HandleId handle, const void* in_buf, size_t in_bufsz,
                size_t out_bufsz) {
-  if (in_bufsz < sizeof(gpufs_map_object) || out_bufsz < sizeof(gpufs_map_object)) {
+  if (in_bufsz < sizeof(gpufs_map_object_req) || out_bufsz < sizeof(gpufs_map_object_req)) {
     return ReplyError(req, "ioctl MAP_OBJECT", Error(EINVAL, "short buffer"));
   }
-  gpufs_map_object request{};
+  gpufs_map_object_req request{};
   std::memcpy(&request, in_buf, sizeof request);
   FdServer* fds = Fds(req);
   if (fds == nullptr) return ReplyError(req, "ioctl MAP_OBJECT", Error(ENOTCONN, "no fd socket"));

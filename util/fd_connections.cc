@@ -107,6 +107,18 @@ Result<FdConnections::Pushed> FdConnections::Push(const std::string& path, const
   return PushLocked(path, ask);
 }
 
+Status FdConnections::RunExchange(const std::string& path, const Exchange& exchange) {
+  std::lock_guard lock(mu_);
+  GPUFS_ASSIGN_OR_RETURN(Conn * conn, ConnectionLocked(path));
+  Status done = exchange(conn->sock.get(), conn->cookie);
+  if (done.ok()) {
+    conn->in_step = true;
+  } else if (done.code() == EPIPE || done.code() == ECONNRESET || done.code() == EPROTO) {
+    conns_.erase(path);  // what is left on it cannot be trusted
+  }
+  return done;
+}
+
 Result<FdConnections::Pushed> FdConnections::MapAtOpen(const std::string& path, uint64_t ino,
                                                        const std::function<Status()>& open,
                                                        const Ask& ask) {

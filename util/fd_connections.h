@@ -76,6 +76,13 @@ class FdConnections {
   Result<Pushed> MapAtOpen(const std::string& path, uint64_t ino,
                            const std::function<Status()>& open, const Ask& ask);
 
+  // Runs `exchange` with this process's connection to `path`, its socket
+  // and cookie, holding the connection for the whole exchange (an ioctl
+  // whose answer arrives on the socket, GPUFS_IOC_MAP_OBJECT's). A failure
+  // whose errno is EPIPE, ECONNRESET or EPROTO drops the connection.
+  using Exchange = std::function<Status(int sock, const Token& cookie)>;
+  Status RunExchange(const std::string& path, const Exchange& exchange);
+
  private:
   struct Owner {
     pid_t pid;

@@ -235,7 +235,7 @@ struct gpufs_seal_object {
  * VMM allocation, in the description's order. The open object holds what it
  * mapped: keep it open while the memory is in use. Members the caller may
  * not open, or that are not sealed GPU blobs, are described as skipped. */
-struct gpufs_map_object {
+struct gpufs_map_object_req {
   uint8_t cookie[GPUFS_TOKEN_BYTES]; /* in */
   uint32_t members;                  /* out: mapped */
   uint32_t skipped;                  /* out: left out */
@@ -297,7 +297,7 @@ struct gpufs_verify {
 
 #define GPUFS_IOC_ALLOC_OBJECT _IOWR('G', 5, struct gpufs_alloc_object)
 #define GPUFS_IOC_SEAL_OBJECT _IOW('G', 6, struct gpufs_seal_object)
-#define GPUFS_IOC_MAP_OBJECT _IOWR('G', 7, struct gpufs_map_object)
+#define GPUFS_IOC_MAP_OBJECT _IOWR('G', 7, struct gpufs_map_object_req)
 #define GPUFS_IOC_VERIFY _IOR('G', 8, struct gpufs_verify)
 
 #endif /* GPUFS_UAPI_H_ */

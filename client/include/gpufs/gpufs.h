@@ -121,6 +121,90 @@ int gpufs_unmap(struct gpufs_buffer* buf);
 /* Reads the handle of the member at `path` without mapping it. */
 int gpufs_get_ipc_info(const char* path, struct gpufs_ipc_info* info);
 
+/* ---- Objects as a whole ---------------------------------------------------
+ * A model of hundreds of tensors is one request each way: gpufs_map_object
+ * maps every sealed GPU member of an object the caller may open (each of
+ * the object's allocations imported and mapped once), and
+ * gpufs_object_create ... gpufs_object_commit writes an object as one
+ * allocation and publishes it in one step (readers see the whole new object
+ * or the old one; a writer that dies or aborts leaves nothing). */
+
+/* One member of a mapped object. Pointers stay valid until
+ * gpufs_unmap_object. */
+struct gpufs_member_map {
+  const char* name;      /* relative to the object ("sub/w" in a nested object) */
+  void* ptr;             /* device pointer to its first byte; NULL: skipped */
+  uint64_t size;
+  uint64_t blob_id;
+  const char* dtype;     /* user.gpufs.dtype, "" when unset */
+  const uint64_t* shape; /* ndim dimensions */
+  int32_t ndim;          /* -1: no user.gpufs.shape */
+  int32_t error;         /* skipped: why (EACCES: not the caller's to open; EBUSY:
+                            not sealed; ENODEV: not in GPU memory) */
+  const char* why;       /* skipped: why, in words; "" otherwise */
+  uint32_t flags;        /* GPUFS_INFO_PRIVATE_COPY: this process's own copy */
+  int device;            /* CUDA ordinal of its GPU in this process */
+};
+
+struct gpufs_object_map {
+  uint32_t count;                   /* members described: mapped first, then skipped */
+  uint32_t mapped;
+  struct gpufs_member_map* members;
+  int fd;                           /* the open object; owned by the map */
+  uint64_t generation;
+  void* internal;                   /* libgpufs's bookkeeping; do not touch */
+};
+
+/* Maps every sealed GPU member under the object at `path` that the caller
+ * may open. Members of an object that is one allocation are pointers into
+ * one mapping. -ENOTDIR: not an object; -ENOTTY: not on a gpufs mount. */
+int gpufs_map_object(const char* path, struct gpufs_object_map* map);
+/* Releases every mapping of `map` and closes the object. Safe on a zeroed map. */
+int gpufs_unmap_object(struct gpufs_object_map* map);
+
+/* A member of an object to write. */
+struct gpufs_object_spec {
+  const char* name;
+  uint64_t size;
+  const char* dtype;     /* NULL or "": none */
+  const uint64_t* shape;
+  int32_t ndim;          /* -1: no shape */
+};
+
+struct gpufs_object_writer {
+  void* base;              /* device pointer to the object's allocation (offset 0);
+                              NULL on a mount without a GPU */
+  uint64_t bytes;          /* of the layout */
+  uint32_t count;
+  const uint64_t* offsets; /* of each member in the allocation (GPUFS_OBJECT_ALIGN) */
+  int device;              /* CUDA ordinal, -1 without a GPU */
+  int fd;                  /* the staging member; owned by the writer */
+  void* internal;
+};
+
+/* Starts writing the object `path` (its parent object must exist) with
+ * `count` members, `type` its user.gpufs.type (NULL: none). Fill it with
+ * kernels at base + offsets[i], gpufs_object_copy or gpufs_object_copy_file,
+ * then gpufs_object_commit. -EINVAL: a bad member (the daemon's log says
+ * which); -ENOSPC: no room. */
+int gpufs_object_create(const char* path, const struct gpufs_object_spec* members, uint32_t count,
+                        const char* type, struct gpufs_object_writer* w);
+/* Copies members[i] from srcs[i] (bytes[i], its whole size): device or host
+ * memory; sources CUDA knows are copied together on one stream, waited for
+ * once. */
+int gpufs_object_copy(struct gpufs_object_writer* w, uint32_t count, const uint32_t* members,
+                      const void* const* srcs, const uint64_t* bytes);
+/* Copies members[i] from file `fd` at file_offsets[i] (its whole size),
+ * with parallel reads overlapping the copies to the GPU. */
+int gpufs_object_copy_file(struct gpufs_object_writer* w, int fd, uint32_t count,
+                           const uint32_t* members, const uint64_t* file_offsets);
+/* Waits for the device's work, seals every member and puts the object at
+ * its path (flags GPUFS_SEAL_REPLACE: in place of an object there, else
+ * -EEXIST). The writer is closed either way. */
+int gpufs_object_commit(struct gpufs_object_writer* w, uint32_t flags);
+/* Gives up: nothing of the object stays. Safe on a zeroed writer. */
+int gpufs_object_abort(struct gpufs_object_writer* w);
+
 /* The calling thread's last error, as text ("" if none). */
 const char* gpufs_last_error(void);
 
