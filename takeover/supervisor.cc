@@ -22,6 +22,7 @@
 #include "takeover/mount_guard.h"
 #include "takeover/registry.h"
 #include "util/log.h"
+#include "util/mountinfo.h"
 
 namespace gpufs {
 namespace {
@@ -75,8 +76,11 @@ class Supervisor {
  private:
   Status Setup() {
     GPUFS_RETURN_IF_ERROR(MakeStateDir(config_.state_dir));
+    GPUFS_ASSIGN_OR_RETURN(lock_, LockState(config_.state_dir, config_.mountpoint));
+    // Only now: the log is the lock holder's, and a refused mount must not
+    // write into another daemon's.
+    OpenLog();
     GPUFS_RETURN_IF_ERROR(ProtectStateDir(config_.state_dir));
-    GPUFS_ASSIGN_OR_RETURN(lock_, LockState(config_.state_dir));
     GPUFS_RETURN_IF_ERROR(ClearStaleMount(config_.mountpoint));
     // Tens of thousands of blob fds: take what the hard limit allows.
     rlimit lim{};
@@ -91,6 +95,9 @@ class Supervisor {
     sigfd_.reset(::signalfd(-1, &set, SFD_CLOEXEC));
     if (!sigfd_.valid()) return PosixError("signalfd", errno);
     GPUFS_ASSIGN_OR_RETURN(mount_, FuseMount::Mount(config_.mountpoint, config_.fuse_options));
+    // Recorded in the lock: once it is gone from mountinfo, the next mount
+    // knows this supervisor is exiting and waits for it.
+    if (Result<dev_t> dev = MountDevice(config_.mountpoint); dev.ok()) mount_dev_ = *dev;
     OpenControl();
     // Workers record their open handles here (takeover/handle_table.h);
     // without it they send a message for each.
@@ -103,6 +110,12 @@ class Supervisor {
                       << "): workers report handles by message";
     }
     return Status::Ok();
+  }
+
+  void OpenLog() {
+    if (config_.log_path.empty()) return;
+    log_.reset(::open(config_.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+    if (log_.valid()) log::SetFd(log_.get());
   }
 
   // STATE/supervisor.sock, owner-only. Without it, SIGHUP still restarts.
@@ -163,7 +176,7 @@ class Supervisor {
     if (pid < 0) std::exit(Fail("fork: " + std::string(std::strerror(errno))));
     worker_ = pid;
     channel_ = std::move(pair->first);
-    RecordWorker(lock_.get(), pid);
+    RecordWorker(lock_.get(), pid, mount_dev_, config_.mountpoint);
     // A worker that dies during the handover shows up as SIGCHLD.
     Status sent = registry_.SendHandover(channel_.get(), generation_, me);
     if (!sent.ok())
@@ -309,7 +322,8 @@ class Supervisor {
   }
 
   SupervisorConfig config_;
-  UniqueFd lock_, sigfd_, control_, channel_;
+  UniqueFd lock_, log_, sigfd_, control_, channel_;
+  std::optional<dev_t> mount_dev_;
   std::unique_ptr<FuseMount> mount_;
   std::unique_ptr<takeover::HandleTable> table_;  // null: handles come by message
   takeover::Registry registry_;

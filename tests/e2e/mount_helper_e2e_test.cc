@@ -101,6 +101,51 @@ TEST_F(TempDirs, MountingOverALiveMountIsRefused) {
   EXPECT_EQ(Sh("grep -c ' " + mnt_ + " ' /proc/mounts").output, "1\n");
 }
 
+// umount, then gpufs mount at once: the daemon that served the mount may
+// still be exiting (its worker finishing), and the new one waits for it
+// rather than failing with EBUSY.
+TEST_F(TempDirs, RemountRightAfterUmountWaitsForTheExitingDaemon) {
+  const std::string mount = GpufsBin() + " mount " + mnt_ + " --state " + state_ +
+                            " --store host --capacity 64M";
+  int busy = 0;
+  for (int cycle = 0; cycle < 50; ++cycle) {
+    auto mounted = Sh(mount);
+    if (mounted.output.find("EBUSY") != std::string::npos) ++busy;
+    ASSERT_EQ(mounted.status, 0) << "cycle " << cycle << ": " << mounted.output;
+    ASSERT_TRUE(Mounted());
+    WriteFile(mnt_ + "/m" + std::to_string(cycle), "cycle");
+    ASSERT_EQ(Sh("umount " + mnt_).status, 0) << "cycle " << cycle;
+  }
+  EXPECT_EQ(busy, 0);
+  // The data of every cycle survived the remounts (a files host tier).
+  ASSERT_EQ(Sh(mount).status, 0);
+  EXPECT_EQ(ReadFile(mnt_ + "/m49"), "cycle");
+}
+
+// A mount refused because the state directory is in use says who uses it
+// and what to do, and writes nothing into that daemon's log.
+TEST_F(TempDirs, RefusedMountNamesTheHolderAndLeavesItsLogAlone) {
+  ASSERT_EQ(Sh(GpufsBin() + " mount " + mnt_ + " --state " + state_ + " --store host").status, 0);
+  const std::string pid = std::to_string(DaemonPid());
+  std::string other = root_ + "/mnt2";
+  std::filesystem::create_directories(other);
+  auto second = Sh(GpufsBin() + " mount " + other + " --state " + state_ + " --store host");
+  EXPECT_NE(second.status, 0);
+  EXPECT_NE(second.output.find("in use by the gpufs daemon (pid " + pid + ") serving " + mnt_ +
+                               "; a second mount point needs its own state directory"),
+            std::string::npos)
+      << second.output;
+  // The same mount point again: the advice is to unmount, not a new --state.
+  auto same = Sh(GpufsBin() + " mount " + mnt_ + " --state " + state_ + " --store host");
+  EXPECT_NE(same.status, 0);
+  EXPECT_NE(same.output.find(mnt_ + " is already mounted by the gpufs daemon (pid " + pid + ")"),
+            std::string::npos)
+      << same.output;
+  EXPECT_EQ(same.output.find("second mount point"), std::string::npos) << same.output;
+  const std::string log = ReadFile(state_ + "/gpufs.log");
+  EXPECT_EQ(log.find("EBUSY"), std::string::npos) << log;
+}
+
 TEST_F(TempDirs, CliPutGetLsStatRm) {
   ASSERT_EQ(Sh(GpufsBin() + " mount " + mnt_ + " --state " + state_ + " --store host").status, 0);
   ASSERT_TRUE(Mounted());
