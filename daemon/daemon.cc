@@ -76,10 +76,19 @@ std::vector<std::string> WorkerArgv(const MountConfig& config) {
   return argv;
 }
 
-[[noreturn]] void ExecSupervisor(const MountConfig& config, int report_fd) {
+// The fresh directory of the fd socket (no --socket): it goes with the mount.
+void RemoveSocketDir(const std::string& dir) {
+  if (dir.empty()) return;
+  ::unlink((dir + "/fd.sock").c_str());
+  ::rmdir(dir.c_str());
+}
+
+[[noreturn]] void ExecSupervisor(const MountConfig& config, int report_fd,
+                                 const std::string& socket_dir) {
   std::vector<std::string> argv = {FindBinary("gpufs-supervisor"), "--mountpoint",
                                    config.mountpoint, "--state", config.state_dir};
   if (config.foreground) argv.push_back("--foreground");
+  if (!socket_dir.empty()) argv.insert(argv.end(), {"--socket-dir", socket_dir});
   if (report_fd >= 0) argv.insert(argv.end(), {"--report-fd", std::to_string(report_fd)});
   if (config.ready_fd >= 0)
     argv.insert(argv.end(), {"--ready-fd", std::to_string(config.ready_fd)});
@@ -99,6 +108,7 @@ std::vector<std::string> WorkerArgv(const MountConfig& config) {
     (void)n;
   }
   std::fprintf(stderr, "gpufs: %s\n", why.c_str());
+  RemoveSocketDir(socket_dir);
   ::_exit(kExitMountFailed);
 }
 
@@ -244,7 +254,9 @@ int RunMount(MountConfig config) {
   if (*link) return ServeWorker(config, **link);
 
   // The fd socket of VMM exports must keep its path across workers: clients
-  // find it once (user.gpufs.socket). Without --socket, one fresh directory.
+  // find it once (user.gpufs.socket). Without --socket, one fresh directory,
+  // which the supervisor removes when it exits.
+  std::string socket_dir;
   if (config.socket.empty()) {
     const char* tmp = std::getenv("TMPDIR");
     std::string dir = std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/gpufs-sock-XXXXXX";
@@ -253,18 +265,21 @@ int RunMount(MountConfig config) {
       return kExitMountFailed;
     }
     ::chmod(dir.c_str(), 0755);
+    socket_dir = dir;
     config.socket = dir + "/fd.sock";
   }
-  if (config.foreground) ExecSupervisor(config, -1);
+  if (config.foreground) ExecSupervisor(config, -1, socket_dir);
 
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     std::perror("gpufs: pipe");
+    RemoveSocketDir(socket_dir);
     return kExitMountFailed;
   }
   pid_t pid = ::fork();
   if (pid < 0) {
     std::perror("gpufs: fork");
+    RemoveSocketDir(socket_dir);
     return kExitMountFailed;
   }
   if (pid == 0) {
@@ -273,7 +288,7 @@ int RunMount(MountConfig config) {
     if (::chdir("/") != 0) {
       // Not fatal: every path is absolute by now.
     }
-    ExecSupervisor(config, fds[1]);
+    ExecSupervisor(config, fds[1], socket_dir);
   }
   ::close(fds[1]);
   std::string verdict;

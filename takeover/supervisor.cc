@@ -339,6 +339,17 @@ class Supervisor {
 
 }  // namespace
 
-int RunSupervisor(const SupervisorConfig& config) { return Supervisor(config).Run(); }
+int RunSupervisor(const SupervisorConfig& config) {
+  int rc = Supervisor(config).Run();
+  if (!config.socket_dir.empty()) {
+    // The worker unlinks its socket when it exits cleanly; a killed one
+    // leaves it behind.
+    ::unlink((config.socket_dir + "/fd.sock").c_str());
+    if (::rmdir(config.socket_dir.c_str()) != 0 && errno != ENOENT) {
+      GPUFS_LOG(WARN) << "remove " << config.socket_dir << ": " << std::strerror(errno);
+    }
+  }
+  return rc;
+}
 
 }  // namespace gpufs

@@ -32,10 +32,13 @@ struct SupervisorConfig {
   int report_fd = -1;  // one zero byte once serving, or the error text; then closed
   int ready_fd = -1;   // "ready\n" once serving; then closed
   std::vector<std::string> worker_argv;  // argv[0] is the worker binary's path
+  // A directory made for this mount's fd socket: removed, with the socket
+  // (fd.sock) in it, when the supervisor exits (empty: none).
+  std::string socket_dir;
 };
 
 // Runs until the file system is unmounted: 0, or 1 when it could not mount or
-// the workers keep failing before they serve.
+// the workers keep failing before they serve. Removes `socket_dir` either way.
 int RunSupervisor(const SupervisorConfig& config);
 
 // Environment a worker finds (decimal fd numbers).

@@ -1,7 +1,7 @@
 // gpufs-supervisor: started by gpufsd (`gpufs mount`), not by users.
 //
 //   gpufs-supervisor --mountpoint DIR --state DIR [--foreground] [--report-fd N]
-//                    [--ready-fd N] [-o OPTION]... -- WORKER [ARG]...
+//                    [--ready-fd N] [--socket-dir DIR] [-o OPTION]... -- WORKER [ARG]...
 //
 // WORKER is started with the mount's /dev/fuse fd and a takeover channel
 // (takeover/supervisor.h); it is restarted whenever it dies.
@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
       config.report_fd = std::atoi(argv[++i]);
     } else if (arg == "--ready-fd" && has_value) {
       config.ready_fd = std::atoi(argv[++i]);
+    } else if (arg == "--socket-dir" && has_value) {
+      config.socket_dir = argv[++i];
     } else if (arg == "-o" && has_value) {
       config.fuse_options.push_back(argv[++i]);
     } else if (arg == "--foreground") {
@@ -45,7 +47,7 @@ int main(int argc, char** argv) {
   if (config.mountpoint.empty() || config.state_dir.empty() || config.worker_argv.empty()) {
     std::fprintf(stderr,
                  "usage: gpufs-supervisor --mountpoint DIR --state DIR [--foreground] "
-                 "[--report-fd N] [--ready-fd N] [-o OPTION]... -- WORKER [ARG]...\n");
+                 "[--report-fd N] [--ready-fd N] [--socket-dir DIR] [-o OPTION]... -- WORKER [ARG]...\n");
     return 2;
   }
   if (config.report_fd >= 0) ::fcntl(config.report_fd, F_SETFD, FD_CLOEXEC);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "tests/support/mount_fixture.h"
 #include "tests/support/wait.h"
@@ -144,6 +145,41 @@ TEST_F(TempDirs, RefusedMountNamesTheHolderAndLeavesItsLogAlone) {
   EXPECT_EQ(same.output.find("second mount point"), std::string::npos) << same.output;
   const std::string log = ReadFile(state_ + "/gpufs.log");
   EXPECT_EQ(log.find("EBUSY"), std::string::npos) << log;
+}
+
+// The directory a mount makes for its fd socket (under $TMPDIR, without
+// --socket) goes with it: at the unmount, and when the mount fails.
+TEST_F(TempDirs, SocketDirectoryGoesWithTheMount) {
+  const std::string tmp = root_ + "/tmp";
+  std::filesystem::create_directories(tmp);
+  auto entries = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(tmp)) {
+      names.push_back(e.path().filename().string());
+    }
+    return names;
+  };
+  const std::string env = "TMPDIR=" + tmp + " ";
+  ASSERT_EQ(Sh(env + GpufsBin() + " mount " + mnt_ + " --state " + state_ + " --store host").status,
+            0);
+  EXPECT_EQ(entries().size(), 1u);  // gpufs-sock-XXXXXX, in use
+  pid_t daemon = DaemonPid();
+  // Refused (the state directory is in use), in the background and the foreground.
+  std::string other = root_ + "/mnt2";
+  std::filesystem::create_directories(other);
+  for (const char* mode : {"", " --foreground"}) {
+    auto refused =
+        Sh(env + GpufsBin() + " mount " + other + mode + " --state " + state_ + " --store host");
+    EXPECT_NE(refused.status, 0) << refused.output;
+    EXPECT_EQ(entries().size(), 1u) << mode;
+  }
+  ASSERT_EQ(Sh("umount " + mnt_).status, 0);
+  ASSERT_TRUE(test_support::WaitForExit(daemon, std::chrono::seconds(10)));
+  EXPECT_TRUE(entries().empty()) << entries().front();
+  // A mount point that does not exist.
+  auto missing = Sh(env + GpufsBin() + " mount " + root_ + "/none --state " + state_);
+  EXPECT_NE(missing.status, 0);
+  EXPECT_TRUE(entries().empty());
 }
 
 TEST_F(TempDirs, CliPutGetLsStatRm) {
