@@ -168,6 +168,7 @@ class FileWriter : public MemberWriter {
   static Result<std::unique_ptr<MemberWriter>> Open(const std::string& path) {
     UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!fd.valid()) return PosixError("create " + path, errno);
+    GPUFS_RETURN_IF_ERROR(DeclareExplicitSeal(fd.get(), path));
     return std::unique_ptr<MemberWriter>(new FileWriter(path, std::move(fd)));
   }
   Status Write(std::span<const std::byte> data) override {

@@ -1,14 +1,17 @@
 #include "cli/put_cmd.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "cli/cli_util.h"
@@ -153,6 +156,40 @@ Result<std::string> ResolveTarget(const std::string& file, const std::string& pa
   return (std::filesystem::path(path) / BaseName(file)).string();
 }
 
+// The hidden member a put to `name` by process `pid` writes, beside it.
+std::string TempName(const std::string& name, const std::string& pid) {
+  return "." + name.substr(0, 200) + ".putting-" + pid;
+}
+
+bool IsSealed(const std::string& path) {
+  auto meta = GetAttrValue(path, std::string(xattr::kMeta).c_str());
+  if (!meta.ok()) return false;
+  auto j = nlohmann::json::parse(*meta, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.value("state", "") == "sealed";
+}
+
+// Removes the temporaries of earlier puts to `name` in `dir` whose process
+// is gone but which were sealed and never renamed (a put killed between
+// its seal and its rename, or by a gpufs that did not discard them). An
+// unsealed one is left alone: its writer may live in another PID namespace.
+void RemoveStaleTemps(const std::filesystem::path& dir, const std::string& name) {
+  const std::string prefix = TempName(name, "");
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::string file = e.path().filename().string();
+    if (file.size() <= prefix.size() || file.compare(0, prefix.size(), prefix) != 0) continue;
+    std::string digits = file.substr(prefix.size());
+    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
+    pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid <= 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    if (!IsSealed(e.path().string())) continue;
+    if (::unlink(e.path().c_str()) == 0) {
+      std::fprintf(stderr, "gpufs: removed %s, left by a put (pid %d) that did not finish\n",
+                   e.path().c_str(), static_cast<int>(pid));
+    }
+  }
+}
+
 }  // namespace
 
 Status Put(const std::string& file, const std::string& path_arg, const PutOptions& options) {
@@ -174,9 +211,9 @@ Status Put(const std::string& file, const std::string& path_arg, const PutOption
                              FormatSize(*free_before) + " free");
   }
 
+  RemoveStaleTemps(parent, name);
   InterruptGuard interrupts;
-  std::string tmp =
-      (parent / ("." + name.substr(0, 200) + ".putting-" + std::to_string(::getpid()))).string();
+  std::string tmp = (parent / TempName(name, std::to_string(::getpid()))).string();
   UniqueFd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   if (!out.valid()) return PosixError("create " + tmp, errno);
   // Unlinked before its last close, a member is discarded, never sealed
@@ -194,6 +231,12 @@ Status Put(const std::string& file, const std::string& path_arg, const PutOption
     }
     return status;
   };
+
+  // Killed before its seal, the put leaves nothing: the daemon discards the
+  // member instead of sealing it at the kernel's release of `out`.
+  if (Status declared = DeclareExplicitSeal(out.get(), tmp); !declared.ok()) {
+    return discard(declared);
+  }
 
   Progress progress("put " + BaseName(file == "-" ? path : file), src.length.value_or(0));
   uint64_t done = 0;

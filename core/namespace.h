@@ -220,6 +220,11 @@ class Namespace {
   // GPUFS_IOC_SEAL: seals the handle's blob now. Only a writer may: EBADF
   // for a handle not opened for writing.
   Status SealHandle(HandleId handle);
+  // GPUFS_IOC_EXPLICIT_SEAL: the writer of `handle` will seal with
+  // SealHandle; released unsealed, the blob is discarded (as after
+  // AllocDevice), and its row gets no close mark, so a cold start discards
+  // it too. EBADF for a handle not opened for writing, EPERM once sealed.
+  Status DeclareExplicitSeal(HandleId handle);
   // Moves the bytes of blob `ino`, or of every blob under object `ino`, to
   // `device`; an object also places its future members there. Readers see
   // the same bytes throughout; processes that mapped the old place keep it
@@ -271,7 +276,8 @@ class Namespace {
     // as a local file system would (the kernel splits sendfile, splice and
     // copy_file_range into several writes; the caller must see why).
     std::atomic<int> broken{0};
-    // Set by AllocDevice: released unsealed, the blob is discarded.
+    // Set by AllocDevice and DeclareExplicitSeal: released unsealed, the
+    // blob is discarded.
     std::atomic<bool> needs_explicit_seal{false};
     // Guarded by io_mu: the catalog's row is marked closed (a Flush did it,
     // maybe in the worker before a takeover). rec.closed is always false.

@@ -1,6 +1,6 @@
-// The ioctl adapter: GPUFS_IOC_MAP, GPUFS_IOC_MAP_PUSH, GPUFS_IOC_ALLOC and
-// GPUFS_IOC_SEAL on an open blob (include/gpufs/uapi.h); anything else is
-// ENOTTY.
+// The ioctl adapter: GPUFS_IOC_MAP, GPUFS_IOC_MAP_PUSH, GPUFS_IOC_ALLOC,
+// GPUFS_IOC_SEAL and GPUFS_IOC_EXPLICIT_SEAL on an open blob
+// (include/gpufs/uapi.h); anything else is ENOTTY.
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -103,6 +103,13 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
       if (handle == 0) return ReplyError(req, "ioctl SEAL", Error(ENOTTY, "not a blob"));
       Status sealed = Ns(req).SealHandle(handle);
       if (!sealed.ok()) return ReplyError(req, "ioctl SEAL", sealed);
+      fuse_reply_ioctl(req, 0, nullptr, 0);
+      return;
+    }
+    case GPUFS_IOC_EXPLICIT_SEAL: {
+      if (handle == 0) return ReplyError(req, "ioctl EXPLICIT_SEAL", Error(ENOTTY, "not a blob"));
+      Status declared = Ns(req).DeclareExplicitSeal(handle);
+      if (!declared.ok()) return ReplyError(req, "ioctl EXPLICIT_SEAL", declared);
       fuse_reply_ioctl(req, 0, nullptr, 0);
       return;
     }

@@ -175,5 +175,15 @@ struct gpufs_map_push {
  * GPUFS_IOC_MAP's does. The cookie of another uid's or process's
  * connection: EACCES, and the token is spent. */
 #define GPUFS_IOC_MAP_PUSH _IOWR('G', 4, struct gpufs_map_push)
+/* On a member opened for writing and filled with write(2): this writer will
+ * seal it with GPUFS_IOC_SEAL. Released unsealed (the writer was killed or
+ * gave up), it is then discarded, as a GPUFS_IOC_ALLOC'd blob is, instead of
+ * sealed by the last close as a plain tool's member is; a daemon that stops
+ * meanwhile discards it at its next start. So a member meant to appear
+ * complete or not at all never shows half-written. GPUFS_IOC_ALLOC implies
+ * it (and answers EEXIST after it). EBADF: not opened for writing. EPERM:
+ * sealed. ENOTTY: a daemon older than this ioctl (the member is sealed at
+ * its last close). */
+#define GPUFS_IOC_EXPLICIT_SEAL _IO('G', 5)
 
 #endif /* GPUFS_UAPI_H_ */

@@ -43,7 +43,7 @@ import os
 import sys
 from typing import Any, NamedTuple, Optional, Tuple
 
-from . import _lib, dlpack, dtypes
+from . import _lib, _uapi, dlpack, dtypes
 from ._mount import check_on_gpufs
 from .blob import DTYPE_XATTR, SHAPE_XATTR, format_shape
 
@@ -296,18 +296,28 @@ def _write_host(path, src):
     _write_file(path, src)
 
 
-GPUFS_IOC_SEAL = 0x4703  # _IO('G', 3), include/gpufs/uapi.h
+def _gpufs_ioctl(fd, request):
+    """An ioctl of _uapi on `fd`; False where there is no gpufs member to ask
+    (ENOTTY: a plain file with force=True, or a daemon older than it)."""
+    try:
+        fcntl.ioctl(fd, request)
+        return True
+    except OSError as e:
+        if e.errno != errno.ENOTTY:
+            raise
+        return False
 
 
 def _write_file(path, src):
-    """write(2) through the mount, then GPUFS_IOC_SEAL before the close."""
+    """write(2) through the mount, then GPUFS_IOC_SEAL before the close.
+
+    Declared with GPUFS_IOC_EXPLICIT_SEAL first: if this process dies before
+    the seal, the daemon discards the member instead of sealing it
+    half-written at the release of the descriptor."""
     with builtins.open(path, "wb", buffering=0) as f:  # unbuffered: no isatty ioctl
+        _gpufs_ioctl(f.fileno(), _uapi.GPUFS_IOC_EXPLICIT_SEAL)
         _set_attrs(f.fileno(), src)
         done = 0
         while done < src.nbytes:
             done += f.write(src.host[done:])
-        try:
-            fcntl.ioctl(f.fileno(), GPUFS_IOC_SEAL)
-        except OSError as e:
-            if e.errno != errno.ENOTTY:  # ENOTTY: not on a gpufs mount, nothing to seal
-                raise
+        _gpufs_ioctl(f.fileno(), _uapi.GPUFS_IOC_SEAL)
