@@ -152,6 +152,11 @@ class Namespace {
   // Size changes: any size while the blob is unsealed; 0 on a sealed blob
   // links a new empty blob; other sizes on a sealed blob give EPERM.
   Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& request, HandleId handle);
+  // After a write to blob `ino` (or an O_TRUNC open of it) by `caller`: a
+  // caller other than root takes its setuid/setgid bits away, as on ext4
+  // (SetIdBitsDroppedByWrite). The kernel leaves that to the file system
+  // for direct I/O writes and atomic O_TRUNC opens.
+  Status DropSetIdsAfterWrite(uint64_t ino, const Caller& caller);
   // `mode` is the mode after the caller's umask.
   Result<Attr> Mkdir(const Caller& caller, uint64_t parent, std::string_view name, uint32_t mode);
   Status Rmdir(uint64_t parent, std::string_view name);
