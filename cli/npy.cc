@@ -238,7 +238,9 @@ std::string ElementName(const Header& h) { return h.dtype.empty() ? "'" + h.desc
 bool HasMagic(std::string_view prefix) { return prefix.substr(0, kMagic.size()) == kMagic; }
 
 Result<DescrInfo> ParseDescr(std::string_view descr) {
-  std::string quoted = "'" + std::string(descr) + "'";
+  std::string quoted = "'";  // appended to: GCC 12 -Wrestrict misfires on "'" + std::string&&
+  quoted += descr;
+  quoted += '\'';
   std::string_view s = descr;
   char order = '=';
   if (!s.empty() && (s[0] == '<' || s[0] == '>' || s[0] == '|' || s[0] == '=')) {

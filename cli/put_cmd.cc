@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <string_view>
 #include <vector>
 
 #include "cli/cli_util.h"
@@ -158,7 +159,11 @@ Result<std::string> ResolveTarget(const std::string& file, const std::string& pa
 
 // The hidden member a put to `name` by process `pid` writes, beside it.
 std::string TempName(const std::string& name, const std::string& pid) {
-  return "." + name.substr(0, 200) + ".putting-" + pid;
+  std::string temp = ".";  // appended to: GCC 12 -Wrestrict misfires on "." + std::string&&
+  temp += std::string_view(name).substr(0, 200);
+  temp += ".putting-";
+  temp += pid;
+  return temp;
 }
 
 bool IsSealed(const std::string& path) {

@@ -59,7 +59,10 @@ std::vector<std::string> WorkerArgv(const MountConfig& config) {
       "--host-tier",        config.host_tier};
   if (!config.devices.empty()) {
     std::string list;
-    for (int d : config.devices) list += (list.empty() ? "" : ",") + std::to_string(d);
+    for (int d : config.devices) {
+      if (!list.empty()) list += ',';
+      list += std::to_string(d);
+    }
     argv.insert(argv.end(), {"--devices", list});
   }
   if (config.capacity) argv.insert(argv.end(), {"--capacity", std::to_string(*config.capacity)});

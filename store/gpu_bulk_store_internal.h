@@ -46,7 +46,12 @@ inline constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
 inline constexpr uint64_t kPackAlignment = 512;  // of every blob in a pack
 
 inline std::string Range(uint64_t offset, uint64_t length) {
-  return "[" + std::to_string(offset) + ", +" + std::to_string(length) + ")";
+  std::string range = "[";  // appended to: GCC 12 -Wrestrict misfires on "[" + std::string&&
+  range += std::to_string(offset);
+  range += ", +";
+  range += std::to_string(length);
+  range += ')';
+  return range;
 }
 
 }  // namespace gpu_bulk_store_internal

@@ -43,7 +43,12 @@ Status MakeDirs(const std::string& dir) {
 }
 
 std::string Range(uint64_t offset, uint64_t length) {
-  return "[" + std::to_string(offset) + ", +" + std::to_string(length) + ")";
+  std::string range = "[";  // appended to: GCC 12 -Wrestrict misfires on "[" + std::string&&
+  range += std::to_string(offset);
+  range += ", +";
+  range += std::to_string(length);
+  range += ')';
+  return range;
 }
 
 }  // namespace

@@ -217,8 +217,12 @@ void RecordWorker(int lock_fd, pid_t worker, std::optional<dev_t> mount,
                   const std::string& mountpoint) {
   std::string line = std::to_string(getpid()) + " " + std::to_string(worker);
   if (mount) {
-    line += " " + std::to_string(major(*mount)) + ":" + std::to_string(minor(*mount)) + " " +
-            EscapeMountField(mountpoint);
+    line += ' ';
+    line += std::to_string(major(*mount));
+    line += ':';
+    line += std::to_string(minor(*mount));
+    line += ' ';
+    line += EscapeMountField(mountpoint);
   }
   if (::ftruncate(lock_fd, 0) != 0 || ::pwrite(lock_fd, line.data(), line.size(), 0) < 0) {
     GPUFS_LOG(WARN) << "recording worker " << worker
