@@ -32,18 +32,6 @@ env -i /usr/bin/python3 -c "import sys; assert '/usr/local/$pydir' in sys.path, 
   "import gpufs; assert gpufs.__file__.startswith('$prefix'), gpufs.__file__") ||
   fail "installed package does not import"
 
-# A virtual environment: pip installs the package offline (README's command).
-repo=$(cd "$(dirname "$0")/.." && pwd)
-if /usr/bin/python3 -c "import venv, pip, setuptools" 2>/dev/null; then
-  /usr/bin/python3 -m venv --system-site-packages --without-pip "$scratch/venv"
-  cp -r "$repo/python" "$scratch/python-src"  # pip builds in the source tree
-  "$scratch/venv/bin/python" -m pip install -q --no-index --no-build-isolation \
-    "$scratch/python-src" >"$scratch/pip.log" 2>&1 || fail "pip install: $(cat "$scratch/pip.log")"
-  (cd "$scratch" && env -i "$scratch/venv/bin/python" -c \
-    "import gpufs; assert gpufs.__file__.startswith('$scratch/venv'), gpufs.__file__") ||
-    fail "the venv's gpufs does not import"
-fi
-
 if command -v help2man >/dev/null; then
   man1=$prefix/share/man/man1/gpufs.1
   [ -f "$man1" ] || fail "no man page"

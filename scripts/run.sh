@@ -17,8 +17,12 @@ sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 $sudo mkdir -p "$mountpoint"
 if mountpoint -q "$mountpoint" 2>/dev/null; then
-  echo "gpufs: $mountpoint is already mounted"; exit 0
+  echo "gpufs: $mountpoint is already mounted"
+  ./scripts/python-check.sh
+  exit 0
 fi
 $sudo gpufs mount "$mountpoint" "$@"
 echo "gpufs is mounted at $mountpoint:"
 df -h "$mountpoint"
+# The Python package went to the system's python3: which interpreters see it.
+./scripts/python-check.sh

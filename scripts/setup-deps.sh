@@ -13,6 +13,7 @@ packages=(
   libgtest-dev                      # unit and end-to-end tests
   attr                              # getfattr/setfattr, used by tests and docs
   python3 python3-numpy             # Python package and its tests
+  python3-venv                      # a virtual environment's pip (the install test)
   help2man                          # the gpufs(1) man page, from --help
 )
 
