@@ -126,7 +126,7 @@ TEST_F(CliE2E, NpyDtypeAndShapeOverrides) {
       << mismatch.output;
   EXPECT_EQ(Listing(), before);
   auto bad_dtype = Gpufs("put --dtype float31 " + L("a.npy") + " " + P("o/a"));
-  EXPECT_NE(bad_dtype.status, 0);
+  EXPECT_EQ(bad_dtype.status, 2);  // a usage error
   EXPECT_NE(bad_dtype.output.find("unknown dtype 'float31'"), std::string::npos)
       << bad_dtype.output;
   EXPECT_EQ(Listing(), before);

@@ -143,6 +143,11 @@ int main(int argc, char** argv) {
     if (dtype_opt->count() > 0) put_options.dtype = dtype;
     if (shape_opt->count() > 0) put_options.shape = shape;
     put_options.force = force;
+    if (auto s = gpufs::CheckPutArguments(src, put_options); !s.ok()) {
+      std::fprintf(stderr, "gpufs: put: %s\nRun 'gpufs put --help' for its options.\n",
+                   s.message().c_str());
+      return kUsageError;
+    }
     if (auto s = on_gpufs(dst); !s.ok()) return Report(s);
     return Report(gpufs::Put(src, dst, put_options));
   }

@@ -93,15 +93,20 @@ struct Source {
   std::optional<std::vector<uint64_t>> shape;
 };
 
+// Whether `fd` (the regular file `file`) is a .npy: by its name or its magic.
+bool IsNpy(int fd, const std::string& file) {
+  char magic[6] = {};
+  return EndsWith(file, ".npy") || (::pread(fd, magic, sizeof magic, 0) == sizeof magic &&
+                                    npy::HasMagic(std::string_view(magic, sizeof magic)));
+}
+
 Result<Source> OpenSource(const std::string& file, const PutOptions& options) {
+  GPUFS_RETURN_IF_ERROR(CheckPutArguments(file, options));
   Source src;
   if (options.shape) {
-    auto parsed = proto::ParseShape(*options.shape);
-    if (!parsed.ok()) return parsed.status().Prepend("--shape");
-    src.shape = *parsed;
+    GPUFS_ASSIGN_OR_RETURN(src.shape, proto::ParseShape(*options.shape));
   }
   src.dtype = options.dtype;
-  if (src.dtype) GPUFS_RETURN_IF_ERROR(proto::CheckDtype(*src.dtype).Prepend("--dtype"));
   if (file == "-") {
     src.fd = 0;
   } else {
@@ -115,13 +120,7 @@ Result<Source> OpenSource(const std::string& file, const PutOptions& options) {
   bool regular = S_ISREG(st.st_mode);
   if (regular) src.length = static_cast<uint64_t>(st.st_size);
 
-  bool is_npy = false;
-  if (!options.raw) {
-    char magic[6] = {};
-    is_npy = EndsWith(file, ".npy") ||
-             (regular && ::pread(src.fd, magic, sizeof magic, 0) == sizeof magic &&
-              npy::HasMagic(std::string_view(magic, sizeof magic)));
-  }
+  bool is_npy = !options.raw && (EndsWith(file, ".npy") || (regular && IsNpy(src.fd, file)));
   if (is_npy) {
     if (!regular) return Error(EINVAL, file + ": a .npy must be a regular file (or use --raw)");
     GPUFS_ASSIGN_OR_RETURN(npy::Header header,
@@ -196,6 +195,22 @@ void RemoveStaleTemps(const std::filesystem::path& dir, const std::string& name)
 }
 
 }  // namespace
+
+Status CheckPutArguments(const std::string& file, const PutOptions& options) {
+  if (options.dtype) GPUFS_RETURN_IF_ERROR(proto::CheckDtype(*options.dtype).Prepend("--dtype"));
+  if (options.shape) {
+    GPUFS_RETURN_IF_ERROR(proto::ParseShape(*options.shape).status().Prepend("--shape"));
+  }
+  if (options.shape && !options.dtype && !options.raw) {
+    UniqueFd fd(file == "-" ? -1 : ::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid() || !IsNpy(fd.get(), file)) {
+      return Error(EINVAL, "--shape " + *options.shape +
+                               " needs --dtype: without an element type nothing says how many "
+                               "bytes the shape describes (a .npy has both)");
+    }
+  }
+  return Status::Ok();
+}
 
 Status Put(const std::string& file, const std::string& path_arg, const PutOptions& options) {
   GPUFS_ASSIGN_OR_RETURN(Source src, OpenSource(file, options));

@@ -15,6 +15,12 @@ struct PutOptions {
   bool force = false;  // the target need not be on a gpufs mount
 };
 
+// The arguments' own errors, found before anything is read or written (the
+// CLI reports them as usage errors): an unknown --dtype, a malformed
+// --shape, and a --shape without a dtype for a file that is no .npy
+// (nothing then says how many bytes an element has).
+Status CheckPutArguments(const std::string& file, const PutOptions& options);
+
 // Copies local `file` ("-": stdin) into blob member `path` (an existing
 // object or a path ending in '/': the file's name inside it, as cp does),
 // creating missing parent objects. A .npy file (by its name or its magic,

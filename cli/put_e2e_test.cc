@@ -188,6 +188,23 @@ TEST_F(PutE2E, APutRemovesTheSealedLeftoversOfDeadPutsOfItsTarget) {
   EXPECT_EQ(ReadFile(P("o/k9")), "new bytes");
 }
 
+// A bad --dtype or --shape, and a --shape that no element type gives a size
+// (a plain file without --dtype), are usage errors (exit 2) found before
+// anything is written; a layout that does not fit the file is not (exit 1).
+TEST_F(PutE2E, BadDtypeOrShapeIsAUsageError) {
+  WriteFile(L("x"), std::string(4 << 20, 'x'));
+  ASSERT_EQ(Sh("mkdir " + P("o")).status, 0);
+  for (const char* args : {"--dtype float31", "--shape 1,x --dtype float32", "--shape 1000"}) {
+    ShResult r = Gpufs("put " + L("x") + " " + P("o/x") + " " + args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.output;
+    EXPECT_NE(r.output.find("gpufs put --help"), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(Names("o"), "");
+  ShResult r = Gpufs("put " + L("x") + " " + P("o/x") + " --dtype float32 --shape 1000");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("is 4000 bytes, but there are 4194304"), std::string::npos) << r.output;
+}
+
 TEST_F(PutE2E, OutOfSpaceKeepsTheOldMemberAndSaysHowMuch) {
   WriteFile(L("old"), "old bytes");
   ASSERT_EQ(Gpufs("put " + L("old") + " " + P("o/w")).status, 0);
