@@ -88,7 +88,7 @@ TEST_F(CliE2E, NpyPutGetIsByteIdenticalToNumpy) {
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
     std::string file = ReadFile(L(c.name + ".npy"));
-    auto put = Gpufs("put " + L(c.name + ".npy") + " " + P("arrays/" + c.name));
+    auto put = Gpufs("put -p " + L(c.name + ".npy") + " " + P("arrays/" + c.name));
     ASSERT_EQ(put.status, 0) << put.output;
     EXPECT_EQ(Xattr(P("arrays/" + c.name), "user.gpufs.dtype"), c.dtype);
     EXPECT_EQ(Xattr(P("arrays/" + c.name), "user.gpufs.shape"), c.shape);
@@ -131,7 +131,7 @@ TEST_F(CliE2E, NpyDtypeAndShapeOverrides) {
       << bad_dtype.output;
   EXPECT_EQ(Listing(), before);
 
-  ASSERT_EQ(Gpufs("put --dtype int32 " + L("a.npy") + " " + P("o/a")).status, 0);
+  ASSERT_EQ(Gpufs("put -p --dtype int32 " + L("a.npy") + " " + P("o/a")).status, 0);
   EXPECT_EQ(Xattr(P("o/a"), "user.gpufs.dtype"), "int32");
   EXPECT_EQ(Xattr(P("o/a"), "user.gpufs.shape"), "2,3");
   ASSERT_EQ(Gpufs("put --dtype uint8 --shape 24 " + L("a.npy") + " " + P("o/a")).status, 0);

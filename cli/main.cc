@@ -73,6 +73,8 @@ int main(int argc, char** argv) {
   auto* shape_opt = put->add_option(
       "--shape", shape, "Dimensions, e.g. 1024,1024; '' for a scalar (overrides a .npy's)");
   put->add_flag("--raw", put_options.raw, "Store a .npy file's bytes as they are, header and all");
+  put->add_flag("-p,--parents", put_options.parents,
+                "Create the missing objects on the way to PATH, as mkdir -p");
 
   gpufs::GetOptions get_options;
   auto* get =

@@ -221,8 +221,15 @@ Status Put(const std::string& file, const std::string& path_arg, const PutOption
   std::filesystem::path parent = target.parent_path();
   if (parent.empty()) parent = ".";
   std::error_code ec;
-  std::filesystem::create_directories(parent, ec);
-  if (ec) return Error(ec.value(), "create " + parent.string() + ": " + ec.message());
+  if (options.parents) {
+    std::filesystem::create_directories(parent, ec);
+    if (ec) return Error(ec.value(), "create " + parent.string() + ": " + ec.message());
+  } else if (struct stat st {}; ::stat(parent.c_str(), &st) != 0) {
+    if (errno != ENOENT) return PosixError("stat " + parent.string(), errno);
+    return Error(ENOENT, parent.string() +
+                             " does not exist: create the object first (mkdir -p), or pass "
+                             "--parents (-p) to have put create it");
+  }
 
   std::optional<uint64_t> free_before = FreeBytes(parent.string());
   if (src.length && free_before && *src.length > *free_before) {

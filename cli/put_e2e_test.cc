@@ -112,7 +112,7 @@ class PutE2E : public MountedTest {
 TEST_F(PutE2E, SigintMidPutKeepsTheOldMemberAndLeavesNoHiddenOne) {
   std::string old_bytes = RandomBytes(3 << 20, 1);
   WriteFile(L("old"), old_bytes);
-  ASSERT_EQ(Gpufs("put " + L("old") + " " + P("o/w")).status, 0);
+  ASSERT_EQ(Gpufs("put -p " + L("old") + " " + P("o/w")).status, 0);
   std::string err;
   EXPECT_EQ(InterruptedPut(P("o/w"), 16 << 20, &err), 130) << err;
   EXPECT_NE(err.find("interrupted"), std::string::npos) << err;
@@ -188,6 +188,23 @@ TEST_F(PutE2E, APutRemovesTheSealedLeftoversOfDeadPutsOfItsTarget) {
   EXPECT_EQ(ReadFile(P("o/k9")), "new bytes");
 }
 
+// As for cp, the target's object must exist; -p (--parents) makes the
+// missing ones, as mkdir -p does. Without it nothing is made on the way.
+TEST_F(PutE2E, MissingObjectsAreMadeOnlyWithParents) {
+  WriteFile(L("x"), "bytes");
+  ShResult r = Gpufs("put " + L("x") + " " + P("nosuchobj/deeper/x"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find(P("nosuchobj/deeper") + " does not exist"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("--parents (-p)"), std::string::npos) << r.output;
+  EXPECT_EQ(Names(""), "");
+  EXPECT_EQ(Gpufs("put -p " + L("x") + " " + P("nosuchobj/deeper/x")).status, 0);
+  EXPECT_EQ(ReadFile(P("nosuchobj/deeper/x")), "bytes");
+  r = Gpufs("put --parents " + L("x") + " " + P("nosuchobj/deeper/x/under"));  // a member in the way
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("Not a directory"), std::string::npos) << r.output;
+}
+
 // A bad --dtype or --shape, and a --shape that no element type gives a size
 // (a plain file without --dtype), are usage errors (exit 2) found before
 // anything is written; a layout that does not fit the file is not (exit 1).
@@ -207,7 +224,7 @@ TEST_F(PutE2E, BadDtypeOrShapeIsAUsageError) {
 
 TEST_F(PutE2E, OutOfSpaceKeepsTheOldMemberAndSaysHowMuch) {
   WriteFile(L("old"), "old bytes");
-  ASSERT_EQ(Gpufs("put " + L("old") + " " + P("o/w")).status, 0);
+  ASSERT_EQ(Gpufs("put -p " + L("old") + " " + P("o/w")).status, 0);
   // A regular file larger than the mount's free space: refused up front.
   ASSERT_EQ(Sh("truncate -s 300M " + L("big")).status, 0);
   ShResult r = Gpufs("put " + L("big") + " " + P("o/w"));
@@ -232,7 +249,7 @@ TEST_F(PutE2E, APutLargerThanTheTopTierSpillsInsteadOfBeingRefused) {
   std::string first = RandomBytes(40 << 20, 7), second = RandomBytes(40 << 20, 8);
   WriteFile(L("a"), first);
   WriteFile(L("b"), second);
-  ASSERT_EQ(Gpufs("put " + L("a") + " " + tiered.Path("o/a")).status, 0);
+  ASSERT_EQ(Gpufs("put -p " + L("a") + " " + tiered.Path("o/a")).status, 0);
   ShResult r = Gpufs("put " + L("b") + " " + tiered.Path("o/b"));
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(ReadFile(tiered.Path("o/a")), first);
@@ -249,7 +266,7 @@ TEST_F(PutE2E, IntoAnObjectLikeCpAndDashIsStdinAndStdout) {
   WriteFile(L("x.bin"), "0123456789");
   ASSERT_EQ(Sh("mkdir " + P("o")).status, 0);
   EXPECT_EQ(Gpufs("put " + L("x.bin") + " " + P("o")).status, 0);
-  EXPECT_EQ(Gpufs("put " + L("x.bin") + " " + P("n/")).status, 0);
+  EXPECT_EQ(Gpufs("put -p " + L("x.bin") + " " + P("n/")).status, 0);
   EXPECT_EQ(ReadFile(P("o/x.bin")), "0123456789");
   EXPECT_EQ(ReadFile(P("n/x.bin")), "0123456789");
   EXPECT_EQ(Sh("printf abc | " + GpufsBin() + " put - " + P("o/s") + " --dtype uint8").status, 0);
@@ -268,7 +285,7 @@ TEST_F(PutE2E, IntoAnObjectLikeCpAndDashIsStdinAndStdout) {
 TEST_F(PutE2E, ProgressForcedOnShowsRateAndElapsedTime) {
   std::string fifo = L("fifo");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  Child put({"put", "--progress", fifo, P("o/p")});
+  Child put({"put", "-p", "--progress", fifo, P("o/p")});
   int w = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
   ASSERT_GE(w, 0);
   // Feed 64 KiB at a time until the first redraw (100 ms after the start) shows.

@@ -37,6 +37,7 @@ if command -v help2man >/dev/null; then
   [ -f "$man1" ] || fail "no man page"
   grep -q -- 'force' "$man1" || fail "man page lacks the options"
   grep -q 'GPUFS_LOG_LEVEL' "$man1" || fail "man page lacks the environment"
+  grep -q 'parents' "$man1" || fail "man page lacks put --parents"
 fi
 
 unit=$prefix/lib/systemd/system/gpufs@.service
@@ -49,6 +50,8 @@ got=$(bash -c "source '$completion'; COMP_WORDS=(gpufs pu); COMP_CWORD=1; _gpufs
 [ "$got" = put ] || fail "completion of 'pu' gave '$got'"
 got=$(bash -c "source '$completion'; COMP_WORDS=(gpufs mount /g --st); COMP_CWORD=3; _gpufs; echo \${COMPREPLY[*]}")
 [ "$got" = "--state --store" ] || fail "completion of 'mount --st' gave '$got'"
+got=$(bash -c "source '$completion'; COMP_WORDS=(gpufs put --pa); COMP_CWORD=2; _gpufs; echo \${COMPREPLY[*]}")
+[ "$got" = "--parents" ] || fail "completion of 'put --pa' gave '$got'"
 
 # libgpufs (built with the CUDA Toolkit only).
 if [ -f "$prefix/lib/pkgconfig/gpufs.pc" ]; then

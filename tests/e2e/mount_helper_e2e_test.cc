@@ -187,7 +187,7 @@ TEST_F(TempDirs, CliPutGetLsStatRm) {
   ASSERT_TRUE(Mounted());
   std::string local = root_ + "/data.bin";
   WriteFile(local, RandomBytes(100000, 9));
-  auto put = Sh(GpufsBin() + " put " + local + " " + mnt_ + "/obj/x --dtype float32 --shape 25000");
+  auto put = Sh(GpufsBin() + " put -p " + local + " " + mnt_ + "/obj/x --dtype float32 --shape 25000");
   ASSERT_EQ(put.status, 0) << put.output;
   auto ls = Sh(GpufsBin() + " ls -l " + mnt_ + "/obj");
   EXPECT_NE(ls.output.find("100000"), std::string::npos) << ls.output;
