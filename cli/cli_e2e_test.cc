@@ -465,6 +465,25 @@ TEST_F(CliE2E, LsJsonDescribesObjectsAndBlobs) {
   EXPECT_EQ(stat.output, Xattr(P("g/t"), "user.gpufs.meta") + "\n");
 }
 
+// ls -l tells a scalar (dtype[]), a blob with a dtype but no shape
+// (dtype[?]) and one with no dtype (-) apart.
+TEST_F(CliE2E, LsLongTellsScalarsUnknownShapesAndUntypedBlobsApart) {
+  ASSERT_EQ(Sh("mkdir " + P("g")).status, 0);
+  WriteFile(L("x"), std::string(16, 'x'));
+  ASSERT_EQ(Gpufs("put --dtype float32 --shape 2,2 " + L("x") + " " + P("g/t")).status, 0);
+  ASSERT_EQ(Gpufs("put --dtype float32 " + L("x") + " " + P("g/d")).status, 0);
+  ASSERT_EQ(Gpufs("put " + L("x") + " " + P("g/raw")).status, 0);
+  WriteFile(L("four"), "4444");
+  ASSERT_EQ(Gpufs("put --dtype int32 --shape '' " + L("four") + " " + P("g/v")).status, 0);
+  auto r = Gpufs("ls -l " + P("g"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output,
+            "-0644           16 host\tfloat32[?]\td\n"
+            "-0644           16 host\t-\traw\n"
+            "-0644           16 host\tfloat32[2,2]\tt\n"
+            "-0644            4 host\tint32[]\tv\n");
+}
+
 TEST_F(CliE2E, StatJsonOfAnObjectTooLargeForItsAttribute) {
   // ~2000 members: user.gpufs.meta passes 64 KiB (E2BIG); stat builds it instead.
   json header = json::object();

@@ -149,6 +149,19 @@ Status Get(const std::string& path, const std::string& file_arg, const GetOption
 
 namespace {
 
+// A blob's dtype and shape as `ls -l` shows them: float32[1024,1024];
+// float32[] a scalar (shape ""); float32[?] no shape recorded; - no dtype.
+std::string TensorText(const std::string& path) {
+  auto dtype = GetAttrValue(path, std::string(xattr::kDtype).c_str());
+  if (!dtype.ok()) return "-";
+  auto shape = GetAttrValue(path, std::string(xattr::kShape).c_str());
+  std::string text = *dtype;
+  text += '[';
+  text += shape.ok() ? *shape : "?";
+  text += ']';
+  return text;
+}
+
 std::string Describe(const std::string& path, const struct stat& st) {
   auto device = GetAttrValue(path, "user.gpufs.device");
   std::string line;
@@ -163,10 +176,7 @@ std::string Describe(const std::string& path, const struct stat& st) {
   } else {
     std::snprintf(buf, sizeof buf, "%12llu ", static_cast<unsigned long long>(st.st_size));
     line += buf;
-    auto dtype = GetAttrValue(path, "user.gpufs.dtype");
-    auto shape = GetAttrValue(path, "user.gpufs.shape");
-    line += (device.ok() ? *device : "?") + "\t" + (dtype.ok() ? *dtype : "-") + "[" +
-            (shape.ok() ? *shape : "") + "]";
+    line += (device.ok() ? *device : "?") + "\t" + TensorText(path);
   }
   return line;
 }

@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
   auto* ls = app.add_subcommand("ls", "List an object's members");
   ls->add_option("path", src, "Path on a gpufs mount")->required();
   ls->add_flag("-l", long_format,
-               "Show size, device (for a member: the tier it is on now), dtype and shape");
+               "Show size, device (for a member: the tier it is on now), dtype and shape: "
+               "float32[1024,1024], float32[] a scalar, float32[?] no shape, - no dtype");
   ls->add_flag(
       "--json", json,
       "Print a JSON array of {name, type, size, device, tier, dtype, shape, mode, typename}");
