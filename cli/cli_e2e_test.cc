@@ -460,9 +460,17 @@ TEST_F(CliE2E, LsJsonDescribesObjectsAndBlobs) {
   ASSERT_TRUE(one.is_array());
   ASSERT_EQ(one.size(), 1u);
   EXPECT_EQ(one[0]["type"], "blob");
-  // stat --json still prints user.gpufs.meta.
+  // stat --json prints user.gpufs.meta, and where the bytes are, as the
+  // summary does: a member's tier, an object's bytes per tier.
+  std::string meta = Xattr(P("g/t"), "user.gpufs.meta");
   auto stat = Gpufs("stat --json " + P("g/t"));
-  EXPECT_EQ(stat.output, Xattr(P("g/t"), "user.gpufs.meta") + "\n");
+  EXPECT_EQ(stat.output, meta.substr(0, meta.size() - 1) + ",\"tier\":\"host\"}\n");
+  auto object = json::parse(Gpufs("stat --json " + P("g")).output, nullptr, false);
+  ASSERT_TRUE(object.is_object());
+  EXPECT_EQ(object["tiers"], json({{"host", 36}}));
+  EXPECT_EQ(object["members"].size(), 4u);
+  std::string summary = Gpufs("stat " + P("g")).output;
+  EXPECT_NE(summary.find("tiers:    host 36 B\n"), std::string::npos) << summary;
 }
 
 // ls -l tells a scalar (dtype[]), a blob with a dtype but no shape

@@ -103,7 +103,9 @@ int main(int argc, char** argv) {
 
   auto* stat = app.add_subcommand("stat", "Show an object's or blob's meta");
   stat->add_option("path", src, "Path on a gpufs mount")->required();
-  stat->add_flag("--json", json, "Print user.gpufs.meta as JSON");
+  stat->add_flag("--json", json,
+                 "Print user.gpufs.meta as JSON, with \"tier\" (a member's tier now) or "
+                 "\"tiers\" (an object's bytes per tier)");
 
   auto* rm = app.add_subcommand("rm", "Remove a member");
   rm->add_option("path", src, "Path on a gpufs mount")->required();
