@@ -392,6 +392,24 @@ TEST_F(CliE2E, MalformedSafetensorsAreRefusedAndCreateNothing) {
   EXPECT_EQ(Listing(), before);
 }
 
+// A .npy is put, not imported: the error says so instead of calling its
+// header length implausible.
+TEST_F(CliE2E, ImportOfANpyNamesPut) {
+  WriteFile(L("x.npy"), std::string("\x93NUMPY\x01\x00\x76\x00", 10) + std::string(118, ' '));
+  WriteFile(L("renamed"), ReadFile(L("x.npy")));
+  std::string before = Listing();
+  for (const std::string& file : {L("x.npy"), L("renamed")}) {
+    auto r = Gpufs("import " + file + " " + P("m"));
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.output.find(file + " is a .npy file; import reads .safetensors files: put it "
+                                   "with gpufs put " + file + " " + P("m")),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(r.output.find("implausible"), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(Listing(), before);
+}
+
 TEST(CliImportE2E, FailureMidwayLeavesNothing) {
   // A store too small for the model: the upload fails with ENOSPC part way.
   GpufsMount mount({"--store", "host", "--capacity", "2M"});

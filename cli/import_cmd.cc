@@ -24,6 +24,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/interrupt.h"
+#include "cli/npy.h"
 #include "cli/progress.h"
 #include "cli/safetensors.h"
 #include "proto/shape.h"
@@ -406,6 +407,10 @@ Status Import(const std::string& file, const std::string& path, const ImportOpti
   if (!in.valid()) return PosixError("open " + file, errno);
   if (::fstat(in.get(), &st) != 0) return PosixError("stat " + file, errno);
   if (!S_ISREG(st.st_mode)) return Error(EINVAL, file + " is not a regular file");
+  if (npy::IsNpyFile(in.get(), file)) {
+    return Error(EINVAL, file + " is a .npy file; import reads .safetensors files: put it with "
+                                "gpufs put " + file + " " + path);
+  }
   GPUFS_ASSIGN_OR_RETURN(
       safetensors::Header header,
       safetensors::ReadHeader(in.get(), static_cast<uint64_t>(st.st_size), file));

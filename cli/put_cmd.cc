@@ -93,13 +93,6 @@ struct Source {
   std::optional<std::vector<uint64_t>> shape;
 };
 
-// Whether `fd` (the regular file `file`) is a .npy: by its name or its magic.
-bool IsNpy(int fd, const std::string& file) {
-  char magic[6] = {};
-  return EndsWith(file, ".npy") || (::pread(fd, magic, sizeof magic, 0) == sizeof magic &&
-                                    npy::HasMagic(std::string_view(magic, sizeof magic)));
-}
-
 Result<Source> OpenSource(const std::string& file, const PutOptions& options) {
   GPUFS_RETURN_IF_ERROR(CheckPutArguments(file, options));
   Source src;
@@ -120,7 +113,7 @@ Result<Source> OpenSource(const std::string& file, const PutOptions& options) {
   bool regular = S_ISREG(st.st_mode);
   if (regular) src.length = static_cast<uint64_t>(st.st_size);
 
-  bool is_npy = !options.raw && (EndsWith(file, ".npy") || (regular && IsNpy(src.fd, file)));
+  bool is_npy = !options.raw && (regular ? npy::IsNpyFile(src.fd, file) : EndsWith(file, ".npy"));
   if (is_npy) {
     if (!regular) return Error(EINVAL, file + ": a .npy must be a regular file (or use --raw)");
     GPUFS_ASSIGN_OR_RETURN(npy::Header header,
@@ -203,7 +196,7 @@ Status CheckPutArguments(const std::string& file, const PutOptions& options) {
   }
   if (options.shape && !options.dtype && !options.raw) {
     UniqueFd fd(file == "-" ? -1 : ::open(file.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd.valid() || !IsNpy(fd.get(), file)) {
+    if (!fd.valid() || !npy::IsNpyFile(fd.get(), file)) {
       return Error(EINVAL, "--shape " + *options.shape +
                                " needs --dtype: without an element type nothing says how many "
                                "bytes the shape describes (a .npy has both)");
