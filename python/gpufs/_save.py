@@ -44,7 +44,7 @@ import sys
 from typing import Any, NamedTuple, Optional, Tuple
 
 from . import _lib, _uapi, dlpack, dtypes
-from ._mount import check_on_gpufs
+from ._mount import check_on_gpufs, serves_gpu
 from .blob import DTYPE_XATTR, SHAPE_XATTR, format_shape
 
 __all__ = ["save", "TYPE_XATTR"]
@@ -244,26 +244,12 @@ def _set_attrs(target, src):
     os.setxattr(target, SHAPE_XATTR, format_shape(src.shape).encode())
 
 
-def _serves_gpu(path):
-    """Whether the daemon of the mount holding `path` serves a GPU (from
-    /.gpufs/stats); None where that cannot be told (not a gpufs mount)."""
-    root = os.path.abspath(os.path.dirname(path) or ".")
-    while not os.path.ismount(root):
-        root = os.path.dirname(root)
-    try:
-        with builtins.open(os.path.join(root, ".gpufs", "stats"), "rb", buffering=0) as f:
-            stats = json.loads(f.read())
-        return any(d.get("device", "").startswith("cuda:") for d in stats["devices"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-
-
 def _write_lib(path, src):
     """gpufs_create + gpufs_write + gpufs_seal: a new GPU blob filled from src."""
     if src.nbytes == 0:
         _write_file(path, src)
         return
-    if _serves_gpu(path) is False:
+    if serves_gpu(path) is False:
         # Asked first: a failed gpufs_create would already have replaced the
         # member with an empty blob.
         raise OSError(errno.ENODEV, "the gpufs daemon of this mount serves no GPU (host "
@@ -284,7 +270,7 @@ def _write_lib(path, src):
 
 
 def _write_host(path, src):
-    if src.nbytes and _lib.has("gpufs_write") and _serves_gpu(path) is not False:
+    if src.nbytes and _lib.has("gpufs_write") and serves_gpu(path) is not False:
         try:
             _write_lib(path, src)
             return

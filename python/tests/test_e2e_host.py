@@ -139,6 +139,15 @@ class HostMountTest(unittest.TestCase):
         with self.assertRaises(OSError) as cm:
             gpufs.open(self.p("o", "x"))
         self.assertEqual(cm.exception.errno, errno.ENODEV)
+        # This mount serves no GPU: no advice to move the blob to one.
+        self.assertIn("serves no GPU", str(cm.exception))
+        self.assertNotIn("migrate", str(cm.exception))
+        self.assertIn("read_numpy", str(cm.exception))
+        # A HostBlob says where it is, as its meta does.
+        blob = gpufs.load(self.p("o", "x"))
+        self.assertIsInstance(blob, gpufs.HostBlob)
+        self.assertEqual(blob.device, "host")
+        self.assertEqual(blob.device, gpufs.meta(self.p("o", "x"))["device"])
         with self.assertRaises(OSError) as cm:
             gpufs.info(self.p("o", "x"))
         self.assertEqual(cm.exception.errno, errno.ENODEV)
