@@ -52,6 +52,14 @@ got=$(bash -c "source '$completion'; COMP_WORDS=(gpufs mount /g --st); COMP_CWOR
 [ "$got" = "--state --store" ] || fail "completion of 'mount --st' gave '$got'"
 got=$(bash -c "source '$completion'; COMP_WORDS=(gpufs put --pa); COMP_CWORD=2; _gpufs; echo \${COMPREPLY[*]}")
 [ "$got" = "--parents" ] || fail "completion of 'put --pa' gave '$got'"
+# Every option a command's --help names is completed after a '-'.
+for cmd in mount put get import ls stat rm migrate restart; do
+  help=$(LD_LIBRARY_PATH=$prefix/lib "$prefix/bin/gpufs" "$cmd" --help)
+  offered=" $(bash -c "source '$completion'; COMP_WORDS=(gpufs $cmd -); COMP_CWORD=2; _gpufs; echo \${COMPREPLY[*]}") "
+  for opt in $(grep -oE -- '(^|[ ,])--?[a-z][a-z-]*' <<<"$help" | tr -d ' ,' | sort -u); do
+    [[ $offered == *" $opt "* ]] || fail "completion of 'gpufs $cmd -' lacks $opt (offered:$offered)"
+  done
+done
 
 # libgpufs (built with the CUDA Toolkit only).
 if [ -f "$prefix/lib/pkgconfig/gpufs.pc" ]; then
