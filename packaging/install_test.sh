@@ -52,6 +52,12 @@ got=$(bash -c "source '$completion'; COMP_WORDS=(gpufs mount /g --st); COMP_CWOR
 [ "$got" = "--state --store" ] || fail "completion of 'mount --st' gave '$got'"
 got=$(bash -c "source '$completion'; COMP_WORDS=(gpufs put --pa); COMP_CWORD=2; _gpufs; echo \${COMPREPLY[*]}")
 [ "$got" = "--parents" ] || fail "completion of 'put --pa' gave '$got'"
+# bash-completion loads it from there on demand (the prefix standing for
+# /usr/local/share, which bash-completion searches by default).
+loader=/usr/share/bash-completion/bash_completion
+[ -f "$loader" ] || fail "bash-completion is not installed (scripts/setup-deps.sh installs it): the completion never loads"
+got=$(XDG_DATA_DIRS=$prefix/share:/usr/share bash -c "source $loader; __load_completion gpufs && complete -p gpufs")
+[ "$got" = "complete -F _gpufs gpufs" ] || fail "bash-completion did not load the completion: '$got'"
 # Every option a command's --help names is completed after a '-'.
 for cmd in mount put get import ls stat rm migrate restart; do
   help=$(LD_LIBRARY_PATH=$prefix/lib "$prefix/bin/gpufs" "$cmd" --help)
