@@ -38,6 +38,12 @@ if command -v help2man >/dev/null; then
   grep -q -- 'force' "$man1" || fail "man page lacks the options"
   grep -q 'GPUFS_LOG_LEVEL' "$man1" || fail "man page lacks the environment"
   grep -q 'parents' "$man1" || fail "man page lacks put --parents"
+  # The pages it names that are gpufs's own are installed.
+  for page in $(grep -oE '(gpufs|mount\.gpufs)[a-z.@-]*\([0-9]\)' "$man1" | sort -u); do
+    name=${page%(*} section=${page#*(}
+    section=${section%)}
+    [ -f "$prefix/share/man/man$section/$name.$section" ] || fail "man page names $page, not installed"
+  done
 fi
 
 unit=$prefix/lib/systemd/system/gpufs@.service
