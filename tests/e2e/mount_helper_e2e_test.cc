@@ -4,6 +4,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <string>
@@ -87,6 +88,14 @@ TEST_F(TempDirs, BadOptionsFailClearlyWithoutMounting) {
       Sh(MountHelperBin() + " gpufs " + mnt_ + " -o state=" + state_ + ",capacity=lots");
   EXPECT_NE(bad_capacity.status, 0);
   EXPECT_NE(bad_capacity.output.find("not a size"), std::string::npos) << bad_capacity.output;
+  // A usage error is one line and a pointer to --help, not the whole usage.
+  for (const char* args : {" --bogus", "", " --capacity"}) {
+    auto usage = Sh(GpufsBin() + " mount" + (std::string(args).empty() ? "" : " " + mnt_) + args);
+    EXPECT_EQ(usage.status, 2) << usage.output;
+    EXPECT_EQ(std::count(usage.output.begin(), usage.output.end(), '\n'), 2) << usage.output;
+    EXPECT_NE(usage.output.find("Run 'gpufs mount --help' for its options."), std::string::npos)
+        << usage.output;
+  }
   auto no_dir = Sh(GpufsBin() + " mount " + root_ + "/missing --state " + state_ + " --store host");
   EXPECT_NE(no_dir.status, 0);
   EXPECT_NE(no_dir.output.find("does not exist"), std::string::npos) << no_dir.output;
