@@ -9,6 +9,8 @@
 #include "daemon/daemon.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -117,6 +119,13 @@ void RemoveSocketDir(const std::string& dir) {
 
 // A worker: everything that touches stores, SQLite and CUDA.
 int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
+  // The stop signals (SIGTERM is the supervisor's "replace me") are taken by
+  // the FUSE loop's sigwait thread once it serves; blocked here, before any
+  // thread starts, so that no thread lets them kill the worker instead.
+  sigset_t stop;
+  sigemptyset(&stop);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&stop, sig);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   UniqueFd log_file;
   if (!config.foreground) {
     std::string log_path = config.state_dir + "/gpufs.log";

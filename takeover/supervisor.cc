@@ -219,11 +219,16 @@ class Supervisor {
       Report("");
     } else {
       auto ms = std::chrono::duration<double, std::milli>(Clock::now() - replaced_at_).count();
-      GPUFS_LOG(WARN) << "takeover: worker " << generation_ << " (pid " << worker_ << ") serving "
-                      << config_.mountpoint << " " << ms << " ms after worker " << generation_ - 1
-                      << " stopped; open handles " << registry_.handles() << ", blob fds "
-                      << registry_.blobs() << ", host slabs " << registry_.memories()
-                      << ", restarts " << generation_ - 1;
+      // A restart asked for is routine; a worker that died is worth a warning.
+      auto level = restarting_ ? log::Level::INFO : log::Level::WARN;
+      restarting_ = false;
+      if (level >= log::GetLevel()) {
+        log::Line(level) << "takeover: worker " << generation_ << " (pid " << worker_
+                         << ") serving " << config_.mountpoint << " " << ms << " ms after worker "
+                         << generation_ - 1 << " stopped; open handles " << registry_.handles()
+                         << ", blob fds " << registry_.blobs() << ", host slabs "
+                         << registry_.memories() << ", restarts " << generation_ - 1;
+      }
     }
     for (UniqueFd& client : waiting_) {
       std::string line = "worker " + std::to_string(generation_) + " pid " +
@@ -256,9 +261,13 @@ class Supervisor {
           return Fail(why);
         }
       }
-      GPUFS_LOG(WARN) << "worker " << generation_ << " (pid " << pid << ") " << Describe(status)
-                      << "; starting worker " << generation_ + 1 << " to take over "
-                      << config_.mountpoint;
+      bool asked = restarting_ && WIFEXITED(status) && WEXITSTATUS(status) == kExitReplaceMe;
+      if (!asked) restarting_ = false;  // it died some other way: that is news
+      if (auto level = asked ? log::Level::INFO : log::Level::WARN; level >= log::GetLevel()) {
+        log::Line(level) << "worker " << generation_ << " (pid " << pid << ") "
+                         << Describe(status) << "; starting worker " << generation_ + 1
+                         << " to take over " << config_.mountpoint;
+      }
       StartWorker();
     }
     return std::nullopt;
@@ -269,6 +278,7 @@ class Supervisor {
     // clients get their answer when it serves.
     if (worker_ <= 0 || !ready_) return;
     GPUFS_LOG(INFO) << why << ": replacing worker " << generation_ << " (pid " << worker_ << ")";
+    restarting_ = true;
     ::kill(worker_, SIGTERM);
   }
 
@@ -332,6 +342,7 @@ class Supervisor {
   uint32_t generation_ = 0;
   bool ready_ = false;
   bool stopping_ = false;
+  bool restarting_ = false;  // Restart asked the worker to go: its exit is no news
   int early_deaths_ = 0;
   std::string last_failure_;
   Clock::time_point replaced_at_;
