@@ -415,4 +415,10 @@ Status CachingCatalog::RemoveXattr(EntryId id, std::string_view name) {
   return removed;
 }
 
+Status CachingCatalog::Batch(const std::function<Status()>& body) {
+  Status done = ForwardingCatalog::Batch(body);
+  if (!done.ok()) Clear();
+  return done;
+}
+
 }  // namespace gpufs

@@ -76,6 +76,8 @@ class CachingCatalog : public ForwardingCatalog {
   Status SetXattr(EntryId id, std::string_view name, std::string_view value, int flags) override;
   Result<std::vector<std::string>> ListXattrs(EntryId id) override;
   Status RemoveXattr(EntryId id, std::string_view name) override;
+  // A batch that fails was rolled back: what it cached goes.
+  Status Batch(const std::function<Status()>& body) override;
 
   // Rows held now (tests).
   size_t RowsForTesting() const { return Rows(); }

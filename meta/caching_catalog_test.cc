@@ -335,5 +335,61 @@ TEST(CachingCatalogTest, DeletedBlobIsGone) {
   EXPECT_EQ(cache.GetBlob(made->id).status().code(), ENOENT);
 }
 
+// A batch that fails leaves nothing, in SQLite or in the cache; one that
+// succeeds leaves everything, in one transaction, past a reopen.
+TEST(CachingCatalogTest, ABatchIsAllOrNothing) {
+  TempDir dir;
+  const std::string path = dir.path() + "/c.db";
+  auto opened = SqliteCatalog::Open(path, 1000, 100, 0755);
+  ASSERT_TRUE(opened.ok());
+  auto cache = std::make_unique<CachingCatalog>(std::move(*opened));
+  auto made = [&](const std::string& name, int members) -> Status {
+    GPUFS_ASSIGN_OR_RETURN(Entry object,
+                           cache->CreateEntry(ChildOfRoot(name, EntryKind::kObject), std::nullopt));
+    GPUFS_RETURN_IF_ERROR(cache->SetXattr(object.id, "user.gpufs.type", "Model", 0));
+    for (int i = 0; i < members; ++i) {
+      Entry member = ChildOfRoot("m" + std::to_string(i), EntryKind::kBlob);
+      member.parent = object.id;
+      Blob blob;
+      blob.device = "cuda:0";
+      blob.size = 100 + i;
+      GPUFS_ASSIGN_OR_RETURN(Entry stored, cache->CreateEntry(member, blob));
+      GPUFS_RETURN_IF_ERROR(cache->SetXattr(stored.id, "user.gpufs.dtype", "uint8", 0));
+    }
+    return Status::Ok();
+  };
+  // The name is taken half-way: the whole batch goes.
+  ASSERT_TRUE(cache->CreateEntry(ChildOfRoot("taken", EntryKind::kObject), std::nullopt).ok());
+  Status failed = cache->Batch([&]() -> Status {
+    GPUFS_RETURN_IF_ERROR(made("a", 50));
+    return made("taken", 1);
+  });
+  EXPECT_EQ(failed.code(), EEXIST) << failed.ToString();
+  EXPECT_EQ(cache->Lookup(kRootEntryId, "a").status().code(), ENOENT);
+  EXPECT_EQ(*cache->CountEntries(), 2u);  // the root and "taken"
+  // A failure the body handles does not end the batch.
+  ASSERT_TRUE(cache->Batch([&]() -> Status {
+                      EXPECT_EQ(made("taken", 0).code(), EEXIST);
+                      return made("b", 200);
+                    })
+                  .ok());
+  auto b = cache->Lookup(kRootEntryId, "b");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(*cache->GetXattr(b->id, "user.gpufs.type"), "Model");
+  cache.reset();
+  auto again = SqliteCatalog::Open(path, 1000, 100, 0755);
+  ASSERT_TRUE(again.ok());
+  auto b2 = (*again)->Lookup(kRootEntryId, "b");
+  ASSERT_TRUE(b2.ok());
+  auto children = (*again)->ListChildren(b2->id, 0, 1000);
+  ASSERT_TRUE(children.ok());
+  EXPECT_EQ(children->size(), 200u);
+  EXPECT_EQ((*again)->Lookup(kRootEntryId, "a").status().code(), ENOENT);
+  EXPECT_EQ(*(*again)->GetXattr(children->back().id, "user.gpufs.dtype"), "uint8");
+  auto marked = (*again)->EntriesWithXattr("user.gpufs.type");
+  ASSERT_TRUE(marked.ok());
+  EXPECT_EQ(*marked, std::vector<EntryId>{b2->id});
+}
+
 }  // namespace
 }  // namespace gpufs::meta_test

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -72,6 +73,9 @@ struct Blob {
   // restart seals it instead of discarding it (a close() that returned is
   // durable).
   bool closed = false;
+  // sum64 (util/sum64.h) of the sealed bytes, taken on the GPU at seal (or
+  // when the blob came onto a GPU); none for blobs sealed elsewhere.
+  std::optional<uint64_t> checksum;
 };
 
 class Catalog {
@@ -160,6 +164,18 @@ class Catalog {
   // Names in name order.
   virtual Result<std::vector<std::string>> ListXattrs(EntryId id) = 0;
   virtual Status RemoveXattr(EntryId id, std::string_view name) = 0;  // ENODATA
+
+  // --- many changes as one ------------------------------------------------
+  // Runs `body`, whose calls to this catalog (through any decorator) commit
+  // together or not at all: one write transaction for all of them (an
+  // object's members, published in one step). Each call in it is still
+  // atomic on its own, and its errors are what they would be outside. The
+  // batch fails, changing nothing, when `body` fails or the commit does.
+  // The default runs `body` as it is (no atomicity): for test doubles.
+  virtual Status Batch(const std::function<Status()>& body) { return body(); }
+  // Entries that carry attribute `name` (internal marks such as a pending
+  // object's), in id order.
+  virtual Result<std::vector<EntryId>> EntriesWithXattr(std::string_view name) = 0;
 
   // --- daemon state --------------------------------------------------------
   // Increments and returns the generation: one per daemon start, so IPC

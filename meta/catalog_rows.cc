@@ -76,7 +76,8 @@ Blob BlobFromRow(const Statement& row) {
   blob.size = static_cast<uint64_t>(row.ColumnInt64(2));
   blob.state = static_cast<BlobState>(row.ColumnInt64(3));
   blob.owner_uid = static_cast<uint32_t>(row.ColumnInt64(4));
-  blob.closed = row.ColumnInt64(7) != 0;
+  blob.closed = row.ColumnInt64(5) != 0;
+  if (!row.ColumnIsNull(6)) blob.checksum = static_cast<uint64_t>(row.ColumnInt64(6));
   return blob;
 }
 
@@ -85,10 +86,12 @@ void BindBlobFields(Statement& stmt, int first, const Blob& blob) {
   stmt.BindInt64(first + 1, I64(blob.size));
   stmt.BindInt64(first + 2, static_cast<int>(blob.state));
   stmt.BindInt64(first + 3, blob.owner_uid);
-  // arena, offset: no store reads them any more (each keeps its own placement).
-  stmt.BindInt64(first + 4, 0);
-  stmt.BindInt64(first + 5, 0);
-  stmt.BindInt64(first + 6, blob.closed ? 1 : 0);
+  stmt.BindInt64(first + 4, blob.closed ? 1 : 0);
+  if (blob.checksum) {
+    stmt.BindInt64(first + 5, static_cast<int64_t>(*blob.checksum));  // the bits, as SQLite holds 64
+  } else {
+    stmt.BindNull(first + 5);
+  }
 }
 
 Result<bool> StepOnce(Statement& stmt) {
@@ -155,7 +158,7 @@ Status UpdateBlobRow(Db& db, const Blob& blob) {
   GPUFS_RETURN_IF_ERROR(ValidateBlob(blob));
   GPUFS_ASSIGN_OR_RETURN(Statement stmt, db.GetCachedStatement(kUpdateBlobSql));
   BindBlobFields(stmt, 0, blob);
-  stmt.BindInt64(7, I64(blob.id));
+  stmt.BindInt64(6, I64(blob.id));
   GPUFS_RETURN_IF_ERROR(stmt.Run());
   if (db.Changes() == 0) return Error(ENOENT, "no such blob");
   return Status::Ok();
@@ -196,7 +199,7 @@ Result<Blob> InsertBlob(Db& db, const Blob& blob) {
   GPUFS_ASSIGN_OR_RETURN(Statement stmt,
                          db.GetCachedStatement(blob.id != 0 ? kInsertBlobAsSql : kInsertBlobSql));
   BindBlobFields(stmt, 0, blob);
-  if (blob.id != 0) stmt.BindInt64(7, I64(blob.id));
+  if (blob.id != 0) stmt.BindInt64(6, I64(blob.id));
   GPUFS_RETURN_IF_ERROR(stmt.Run());
   Blob stored = blob;
   stored.id = static_cast<BlobId>(db.LastInsertRowId());

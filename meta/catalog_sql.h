@@ -7,7 +7,7 @@ namespace gpufs::catalog_internal {
 // Column lists shared by the queries and by EntryFromRow / BlobFromRow.
 #define GPUFS_ENTRY_COLUMNS \
   "id, parent, name, kind, mode, uid, gid, atime_ns, mtime_ns, ctime_ns, blob"
-#define GPUFS_BLOB_COLUMNS "id, device, size, state, owner_uid, arena, offset, closed"
+#define GPUFS_BLOB_COLUMNS "id, device, size, state, owner_uid, closed, checksum"
 
 constexpr char kGetEntrySql[] = "SELECT " GPUFS_ENTRY_COLUMNS " FROM entries WHERE id = ?";
 constexpr char kLookupChildSql[] =
@@ -53,24 +53,25 @@ SELECT 1 FROM ancestors WHERE id = ?2 LIMIT 1)sql";
 constexpr char kGetBlobSql[] = "SELECT " GPUFS_BLOB_COLUMNS " FROM blobs WHERE id = ?";
 constexpr char kListBlobsSql[] = "SELECT " GPUFS_BLOB_COLUMNS " FROM blobs ORDER BY id";
 constexpr char kInsertBlobSql[] =
-    "INSERT INTO blobs (device, size, state, owner_uid, arena, offset, closed)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?)";
+    "INSERT INTO blobs (device, size, state, owner_uid, closed, checksum)"
+    " VALUES (?, ?, ?, ?, ?, ?)";
 constexpr char kInsertBlobAsSql[] =
-    "INSERT INTO blobs (device, size, state, owner_uid, arena, offset, closed, id)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
+    "INSERT INTO blobs (device, size, state, owner_uid, closed, checksum, id)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)";
 // The highest id each AUTOINCREMENT table has handed out, and raising it
 // to ids taken outside SQLite (meta/deferred_rows.h).
 constexpr char kLastIdSql[] = "SELECT seq FROM sqlite_sequence WHERE name = ?";
 constexpr char kRaiseLastIdSql[] = "UPDATE sqlite_sequence SET seq = MAX(seq, ?) WHERE name = ?";
 constexpr char kUpdateBlobSql[] =
-    "UPDATE blobs SET device = ?, size = ?, state = ?, owner_uid = ?, arena = ?, offset = ?,"
-    " closed = ? WHERE id = ?";
+    "UPDATE blobs SET device = ?, size = ?, state = ?, owner_uid = ?, closed = ?, checksum = ?"
+    " WHERE id = ?";
 constexpr char kDeleteBlobSql[] = "DELETE FROM blobs WHERE id = ?";
 constexpr char kEntryOfBlobSql[] = "SELECT id FROM entries WHERE blob = ?";
 constexpr char kListUnlinkedBlobsSql[] =
     "SELECT id FROM blobs WHERE NOT EXISTS (SELECT 1 FROM entries WHERE entries.blob = blobs.id)"
     " ORDER BY id";
 
+constexpr char kEntriesWithXattrSql[] = "SELECT entry FROM xattrs WHERE name = ? ORDER BY entry";
 constexpr char kGetXattrSql[] = "SELECT value FROM xattrs WHERE entry = ? AND name = ?";
 constexpr char kListXattrsSql[] = "SELECT name FROM xattrs WHERE entry = ? ORDER BY name";
 constexpr char kInsertXattrSql[] = "INSERT INTO xattrs (entry, name, value) VALUES (?, ?, ?)";

@@ -35,11 +35,11 @@ struct Record {
   uint32_t kind;  // 1: create, 2: update
   uint32_t has;   // kHasBlob | kHasEntry
   uint64_t blob_id, size;
-  uint32_t state, owner_uid, closed, reserved;
+  uint32_t state, owner_uid, closed, checksum_lo;  // checksum_lo, _hi: with kHasChecksum
   uint64_t entry_id, parent, entry_blob;
   uint32_t entry_kind, mode, uid, gid;
   int64_t atime_ns, mtime_ns, ctime_ns;
-  uint32_t name_len, reserved2;
+  uint32_t name_len, checksum_hi;
   char device[32];  // NUL-terminated
   char name[256];   // name_len bytes
   char unused[100];
@@ -48,7 +48,7 @@ struct Record {
 static_assert(sizeof(Record) == DeferredRows::kRecordBytes);
 static_assert(DeferredRows::kMaxDeviceBytes < sizeof(Record::device));
 static_assert(DeferredRows::kMaxNameBytes <= sizeof(Record::name));
-constexpr uint32_t kHasBlob = 1, kHasEntry = 2;
+constexpr uint32_t kHasBlob = 1, kHasEntry = 2, kHasChecksum = 4;
 constexpr uint32_t kCreate = 1, kUpdate = 2;
 
 constexpr size_t kHeaderBytes = DeferredRows::kHeaderBytes;
@@ -108,6 +108,11 @@ Record Encode(bool create, const std::optional<Blob>& blob, const std::optional<
     r.state = static_cast<uint32_t>(blob->state);
     r.owner_uid = blob->owner_uid;
     r.closed = blob->closed ? 1 : 0;
+    if (blob->checksum) {
+      r.has |= kHasChecksum;
+      r.checksum_lo = static_cast<uint32_t>(*blob->checksum);
+      r.checksum_hi = static_cast<uint32_t>(*blob->checksum >> 32);
+    }
     std::memcpy(r.device, blob->device.data(), blob->device.size());
   }
   if (entry) {
@@ -140,6 +145,9 @@ void Decode(const Record& r, std::optional<Blob>& blob, std::optional<Entry>& en
     blob->state = static_cast<BlobState>(r.state);
     blob->owner_uid = r.owner_uid;
     blob->closed = r.closed != 0;
+    if (r.has & kHasChecksum) {
+      blob->checksum = static_cast<uint64_t>(r.checksum_hi) << 32 | r.checksum_lo;
+    }
   }
   if (r.has & kHasEntry) {
     entry.emplace();

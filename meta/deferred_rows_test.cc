@@ -97,6 +97,27 @@ TEST_F(DeferredRowsTest, ReadsSeeAnUpdateBeforeItReachesSqlite) {
   EXPECT_EQ((*children)[0].mtime_ns, 555);
 }
 
+// A seal's checksum rides in the log like the rest of the row, and is there
+// after the death of the process that logged it.
+TEST_F(DeferredRowsTest, AChecksumSurvivesTheDeathOfItsProcess) {
+  InAKilledProcess([&](SqliteCatalog& catalog) {
+    Blob sealed = Closed(7);
+    sealed.state = BlobState::kSealed;
+    sealed.checksum = 0x8000000000000001ull;
+    EXPECT_TRUE(catalog.UpdateBlob(sealed).ok());
+    EXPECT_EQ(catalog.GetBlob(file_.blob)->checksum, 0x8000000000000001ull);
+  });
+  auto blob = catalog_->GetBlob(file_.blob);
+  ASSERT_TRUE(blob.ok());
+  EXPECT_EQ(blob->state, BlobState::kSealed);
+  EXPECT_EQ(blob->checksum, 0x8000000000000001ull);
+  Blob cleared = *blob;
+  cleared.checksum.reset();
+  ASSERT_TRUE(catalog_->UpdateBlob(cleared).ok());
+  Reopen(Locking::kExclusive);
+  EXPECT_FALSE(catalog_->GetBlob(file_.blob)->checksum.has_value());
+}
+
 TEST_F(DeferredRowsTest, MissingRowsAreStillENOENT) {
   Blob ghost = Closed(1);
   ghost.id = file_.blob + 100;
@@ -212,9 +233,8 @@ TEST_F(DeferredRowsTest, AnIdHandedOutIsNeverHandedOutAgain) {
     ASSERT_TRUE(db.ok());
     ASSERT_TRUE(
         (*db)
-            ->Execute("INSERT INTO blobs (id, device, size, state, owner_uid, arena, offset,"
-                      " closed) VALUES (" +
-                      std::to_string(taken) + ", 'host', 0, 1, 0, 0, 0, 0)")
+            ->Execute("INSERT INTO blobs (id, device, size, state, owner_uid, closed) VALUES (" +
+                      std::to_string(taken) + ", 'host', 0, 1, 0, 0)")
             .ok());
   }
   Reopen(Locking::kExclusive);

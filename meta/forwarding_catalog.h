@@ -4,6 +4,7 @@
 // Not thread-safe, like every Catalog.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,6 +55,10 @@ class ForwardingCatalog : public Catalog {
     return inner_->LinkBlob(entry, blob);
   }
   Result<Blob> GetBlob(BlobId id) override { return inner_->GetBlob(id); }
+  Status Batch(const std::function<Status()>& body) override { return inner_->Batch(body); }
+  Result<std::vector<EntryId>> EntriesWithXattr(std::string_view name) override {
+    return inner_->EntriesWithXattr(name);
+  }
   Status UpdateBlob(const Blob& blob) override { return inner_->UpdateBlob(blob); }
   Status UpdateBlobAndEntryAttrs(const Blob& blob, const Entry& entry) override {
     return inner_->UpdateBlobAndEntryAttrs(blob, entry);

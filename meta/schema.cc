@@ -1,10 +1,10 @@
 // The catalog's schema, its version and its migrations.
 //
-// Schema (version 3, see kMigrations):
+// Schema (version 4, see kMigrations):
 //   entries  one row per object or member; `id` is the inode number; (parent,
 //            name) places it in the tree; a member's `blob` links its bytes.
-//   blobs    where bytes live (the device) and whether they
-//            are sealed. Kept apart from entries so that O_TRUNC can link a new
+//   blobs    where bytes live (the device), whether they are sealed, and
+//            the checksum of a sealed GPU blob's bytes. Kept apart from entries so that O_TRUNC can link a new
 //            blob while readers of the old one keep it until DeleteBlob.
 //   xattrs   (entry, name) -> binary value.
 //   settings small persistent counters (the daemon generation).
@@ -87,6 +87,14 @@ UPDATE blobs SET closed = 0;
     // is a count over its subdirectories only.
     R"sql(
 CREATE INDEX entries_objects_by_parent ON entries(parent) WHERE kind = 1;
+)sql",
+    // 4: blobs.arena and offset (never read: stores keep their own
+    // placement) go; `checksum`, the sum64 of a sealed GPU blob's bytes
+    // (util/sum64.h; NULL: none taken), comes.
+    R"sql(
+ALTER TABLE blobs DROP COLUMN arena;
+ALTER TABLE blobs DROP COLUMN offset;
+ALTER TABLE blobs ADD COLUMN checksum INTEGER;
 )sql",
 };
 

@@ -289,7 +289,7 @@ Result<uint64_t> SqliteCatalog::CountEntries() {
 }
 
 Result<Entry> SqliteCatalog::CreateEntry(const Entry& entry, const std::optional<Blob>& blob) {
-  Result<Entry> created = deferred_ && DeferredRows::Fits(blob ? &*blob : nullptr, &entry)
+  Result<Entry> created = Deferring() && DeferredRows::Fits(blob ? &*blob : nullptr, &entry)
                               ? DeferCreate(entry, blob)
                               : DoCreateEntry(*db_, entry, blob);
   if (created.ok() && attached_) ++*attached_;
@@ -347,7 +347,7 @@ Status SqliteCatalog::UpdateEntryAttrs(const Entry& entry) {
 
 Status SqliteCatalog::UpdateRows(const Blob* blob, const Entry* entry) {
   if (blob != nullptr) GPUFS_RETURN_IF_ERROR(ValidateBlob(*blob));
-  if (!deferred_ || !DeferredRows::Fits(blob, entry)) {
+  if (!Deferring() || !DeferredRows::Fits(blob, entry)) {
     Transaction txn(*db_);
     GPUFS_RETURN_IF_ERROR(txn.Begin());
     if (blob != nullptr) GPUFS_RETURN_IF_ERROR(UpdateBlobRow(*db_, *blob));
@@ -401,6 +401,32 @@ Result<std::vector<EntryId>> SqliteCatalog::ListDetached() {
     return ListIds(stmt);
   };
   return Annotated(list(), [] { return std::string("list detached entries"); });
+}
+
+Status SqliteCatalog::Batch(const std::function<Status()>& body) {
+  if (db_->in_batch()) return body();  // already inside one
+  Transaction txn(*db_);
+  GPUFS_RETURN_IF_ERROR(txn.Begin().Prepend("begin a batch"));
+  db_->set_in_batch(true);
+  Status done = body();
+  db_->set_in_batch(false);
+  if (done.ok()) done = txn.Commit().Prepend("commit a batch");
+  if (!done.ok()) {
+    txn.Rollback();
+    attached_.reset();  // counted in the batch: recount
+    checked_parent_ = 0;
+  }
+  return done;
+}
+
+Result<std::vector<EntryId>> SqliteCatalog::EntriesWithXattr(std::string_view name) {
+  auto list = [&]() -> Result<std::vector<EntryId>> {
+    GPUFS_RETURN_IF_ERROR(Settle());
+    GPUFS_ASSIGN_OR_RETURN(Statement stmt, db_->GetCachedStatement(kEntriesWithXattrSql));
+    stmt.BindText(0, name);
+    return ListIds(stmt);
+  };
+  return Annotated(list(), [&] { return "entries with " + std::string(name); });
 }
 
 }  // namespace gpufs

@@ -91,9 +91,16 @@ class SqliteCatalog final : public Catalog {
 
   Result<uint64_t> NextGeneration() override;
 
+  // One write transaction around `body`; inside it nothing is deferred
+  // (rows go straight into the transaction, so a rollback takes them too).
+  Status Batch(const std::function<Status()>& body) override;
+  Result<std::vector<EntryId>> EntriesWithXattr(std::string_view name) override;
+
  private:
   explicit SqliteCatalog(std::unique_ptr<Db> db) : db_(std::move(db)) {}
 
+  // Whether writes go to the deferred-rows log now (not in a batch).
+  bool Deferring() const { return deferred_ && !db_->in_batch(); }
   // Defers, or writes now when there is no log (Locking::kShared).
   Status UpdateRows(const Blob* blob, const Entry* entry);
   Result<Entry> DeferCreate(const Entry& entry, const std::optional<Blob>& blob);

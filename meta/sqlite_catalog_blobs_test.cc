@@ -10,7 +10,7 @@ namespace {
 
 using namespace meta_test;
 
-TEST_F(SqliteCatalogTest, Blobs) {
+TEST_P(SqliteCatalogContractTest, Blobs) {
   Entry file = Create(kRootEntryId, "file", EntryKind::kBlob, MakeBlob(10));
   ASSERT_NE(file.blob, 0u);
   auto first = catalog_->GetBlob(file.blob);
@@ -54,7 +54,7 @@ TEST_F(SqliteCatalogTest, Blobs) {
 }
 
 // A seal: the blob's row and the entry's times together, or neither.
-TEST_F(SqliteCatalogTest, UpdateBlobAndEntryAttrsIsOneTransaction) {
+TEST_P(SqliteCatalogContractTest, UpdateBlobAndEntryAttrsIsOneTransaction) {
   Blob unsealed = MakeBlob(0);
   unsealed.state = BlobState::kUnsealed;
   Entry file = Create(kRootEntryId, "file", EntryKind::kBlob, unsealed);
@@ -82,7 +82,7 @@ TEST_F(SqliteCatalogTest, UpdateBlobAndEntryAttrsIsOneTransaction) {
   EXPECT_EQ(catalog_->GetEntry(file.id)->mtime_ns, 123456789);
 }
 
-TEST_F(SqliteCatalogTest, CreateBlobThenLinkBlob) {
+TEST_P(SqliteCatalogContractTest, CreateBlobThenLinkBlob) {
   Entry file = Create(kRootEntryId, "file", EntryKind::kBlob, MakeBlob(10));
   auto prepared = catalog_->CreateBlob(MakeBlob(30));
   ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
@@ -102,7 +102,7 @@ TEST_F(SqliteCatalogTest, CreateBlobThenLinkBlob) {
   EXPECT_EQ(catalog_->LinkBlob(kRootEntryId, file.blob).status().code(), EISDIR);
 }
 
-TEST_F(SqliteCatalogTest, UpdateRoundTrips) {
+TEST_P(SqliteCatalogContractTest, UpdateRoundTrips) {
   Entry file = Create(kRootEntryId, "file", EntryKind::kBlob, MakeBlob(10));
   Blob blob = *catalog_->GetBlob(file.blob);
   blob.device = "cuda:1";
@@ -145,7 +145,7 @@ TEST_F(SqliteCatalogTest, UpdateRoundTrips) {
   EXPECT_EQ(catalog_->UpdateEntryAttrs(attrs).code(), ENOENT);
 }
 
-TEST_F(SqliteCatalogTest, Xattrs) {
+TEST_P(SqliteCatalogContractTest, Xattrs) {
   Entry obj = Create(kRootEntryId, "obj");
   const std::string binary("\0\x01\xff zero\0end", 12);
   ASSERT_TRUE(catalog_->SetXattr(obj.id, "user.gpufs.type", "Tensor", 0).ok());
@@ -182,7 +182,7 @@ TEST_F(SqliteCatalogTest, Xattrs) {
   EXPECT_EQ(catalog_->RemoveXattr(999, "user.a").code(), ENOENT);
 }
 
-TEST_F(SqliteCatalogTest, NextGenerationIncrementsAcrossReopen) {
+TEST_P(SqliteCatalogContractTest, NextGenerationIncrementsAcrossReopen) {
   EXPECT_EQ(*catalog_->NextGeneration(), 1u);
   EXPECT_EQ(*catalog_->NextGeneration(), 2u);
   Reopen();

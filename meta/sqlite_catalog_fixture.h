@@ -36,12 +36,16 @@ class SqliteCatalogTest : public ::testing::Test {
     Reopen();
   }
 
-  // Shared locking: CountRows looks at the file over a second connection.
-  void Reopen(Locking locking = Locking::kShared) {
+  // The locking a plain Reopen() uses (SqliteCatalogContractTest: each).
+  virtual Locking DefaultLocking() const { return Locking::kShared; }
+
+  void Reopen() { Reopen(DefaultLocking()); }
+  void Reopen(Locking locking) {
     catalog_.reset();
     auto catalog = SqliteCatalog::Open(path_, kUid, kGid, 0755, locking);
     ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
     catalog_ = std::move(catalog).value();
+    locking_ = locking;
   }
 
   Entry NewEntry(EntryId parent, std::string name, EntryKind kind, int64_t time_ns = 100) {
@@ -74,8 +78,17 @@ class SqliteCatalogTest : public ::testing::Test {
     return names;
   }
 
-  // Rows of `table` for `where`, read over a second connection.
+  // Rows of `table` for `where`, read over a second connection (with
+  // exclusive locking, the catalog is closed for it, which writes its
+  // deferred rows, and opened again).
   int64_t CountRows(const std::string& table, const std::string& where = "1") {
+    struct Reopener {
+      SqliteCatalogTest* test;
+      ~Reopener() {
+        if (test != nullptr) test->Reopen(Locking::kExclusive);
+      }
+    } reopen{locking_ == Locking::kExclusive ? this : nullptr};
+    if (locking_ == Locking::kExclusive) catalog_.reset();
     auto db = Db::Open(path_);
     EXPECT_TRUE(db.ok()) << db.status().ToString();
     if (!db.ok()) return -1;
@@ -88,6 +101,20 @@ class SqliteCatalogTest : public ::testing::Test {
   meta_test::TempDir dir_;
   std::string path_;
   std::unique_ptr<SqliteCatalog> catalog_;
+  Locking locking_ = Locking::kShared;
 };
+
+// The catalog's contract, in both modes: kExclusive (the daemon's, whose
+// creates and row updates go through the deferred-rows log) and kShared
+// (every call writes SQLite at once).
+class SqliteCatalogContractTest : public SqliteCatalogTest,
+                                  public ::testing::WithParamInterface<Locking> {
+ protected:
+  Locking DefaultLocking() const override { return GetParam(); }
+};
+
+inline std::string LockingName(const ::testing::TestParamInfo<Locking>& info) {
+  return info.param == Locking::kExclusive ? "Exclusive" : "Shared";
+}
 
 }  // namespace gpufs::meta_test

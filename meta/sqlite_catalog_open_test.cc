@@ -14,7 +14,7 @@ namespace {
 
 using namespace meta_test;
 
-TEST_F(SqliteCatalogTest, EverythingSurvivesReopen) {
+TEST_P(SqliteCatalogContractTest, EverythingSurvivesReopen) {
   Entry dir = Create(kRootEntryId, "dir");
   Entry file = Create(dir.id, "file", EntryKind::kBlob, MakeBlob(10));
   Entry gone = Create(dir.id, "gone", EntryKind::kBlob, MakeBlob(5));
@@ -51,7 +51,7 @@ TEST_F(SqliteCatalogTest, EverythingSurvivesReopen) {
   EXPECT_EQ(*catalog_->CountEntries(), 3u);
 }
 
-TEST_F(SqliteCatalogTest, TooNewSchemaIsRefused) {
+TEST_P(SqliteCatalogContractTest, TooNewSchemaIsRefused) {
   catalog_.reset();
   {
     auto db = Db::Open(path_);
@@ -68,13 +68,63 @@ TEST_F(SqliteCatalogTest, TooNewSchemaIsRefused) {
   EXPECT_NE(catalog.status().message().find(path_), std::string::npos);
 }
 
-TEST_F(SqliteCatalogTest, SchemaVersionIsRecorded) {
+TEST_P(SqliteCatalogContractTest, SchemaVersionIsRecorded) {
+  catalog_.reset();  // an exclusive catalog keeps other connections out
   auto db = Db::Open(path_);
   ASSERT_TRUE(db.ok());
   auto stmt = (*db)->Prepare("PRAGMA user_version");
   ASSERT_TRUE(stmt.ok());
   ASSERT_EQ(*stmt->Step(), StepResult::kRow);
   EXPECT_EQ(stmt->ColumnInt64(0), SqliteCatalog::SchemaVersion());
+}
+
+// A catalog of schema 3 (blobs with the unused arena and offset columns)
+// opens as schema 4: its rows intact, checksums recorded from then on.
+TEST(SqliteCatalogOpen, SchemaThreeMigratesKeepingItsRows) {
+  meta_test::TempDir dir;
+  const std::string path = dir.path() + "/catalog.db";
+  {
+    auto db = Db::Open(path);
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE((*db)->Execute(R"sql(
+CREATE TABLE blobs (id INTEGER PRIMARY KEY AUTOINCREMENT, device TEXT NOT NULL,
+  size INTEGER NOT NULL, state INTEGER NOT NULL CHECK (state IN (0, 1, 2)),
+  owner_uid INTEGER NOT NULL, arena INTEGER NOT NULL, offset INTEGER NOT NULL,
+  closed INTEGER NOT NULL);
+CREATE TABLE entries (id INTEGER PRIMARY KEY AUTOINCREMENT, parent INTEGER NOT NULL,
+  name TEXT NOT NULL, kind INTEGER NOT NULL CHECK (kind IN (1, 2)), mode INTEGER NOT NULL,
+  uid INTEGER NOT NULL, gid INTEGER NOT NULL, atime_ns INTEGER NOT NULL,
+  mtime_ns INTEGER NOT NULL, ctime_ns INTEGER NOT NULL, blob INTEGER REFERENCES blobs(id));
+CREATE UNIQUE INDEX entries_by_name ON entries(parent, name) WHERE parent != 0;
+CREATE INDEX entries_by_parent ON entries(parent, id);
+CREATE UNIQUE INDEX entries_by_blob ON entries(blob) WHERE blob IS NOT NULL;
+CREATE TABLE xattrs (entry INTEGER NOT NULL REFERENCES entries(id) ON DELETE CASCADE,
+  name TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (entry, name)) WITHOUT ROWID;
+CREATE TABLE settings (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE INDEX entries_objects_by_parent ON entries(parent) WHERE kind = 1;
+INSERT INTO entries VALUES (1, 0, '', 1, 16877, 0, 0, 1, 1, 1, NULL);
+INSERT INTO blobs VALUES (5, 'cuda:0', 4096, 1, 1000, 3, 512, 0);
+INSERT INTO entries VALUES (2, 1, 'w', 2, 33188, 1000, 100, 1, 1, 1, 5);
+PRAGMA user_version = 3;
+)sql")
+                    .ok());
+  }
+  auto catalog = SqliteCatalog::Open(path, meta_test::kUid, meta_test::kGid, 0755);
+  ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
+  auto blob = (*catalog)->GetBlob(5);
+  ASSERT_TRUE(blob.ok()) << blob.status().ToString();
+  EXPECT_EQ(blob->device, "cuda:0");
+  EXPECT_EQ(blob->size, 4096u);
+  EXPECT_EQ(blob->state, BlobState::kSealed);
+  EXPECT_EQ(blob->owner_uid, 1000u);
+  EXPECT_FALSE(blob->checksum.has_value());
+  EXPECT_EQ((*catalog)->Lookup(kRootEntryId, "w")->blob, 5u);
+  blob->checksum = 0xfedcba9876543210ull;  // all 64 bits, the top one too
+  ASSERT_TRUE((*catalog)->UpdateBlob(*blob).ok());
+  catalog->reset();
+  auto again = SqliteCatalog::Open(path, meta_test::kUid, meta_test::kGid, 0755);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->GetBlob(5)->checksum, 0xfedcba9876543210ull);
 }
 
 TEST(SqliteCatalogOpen, MissingDirectoryFailsClearly) {
@@ -99,7 +149,7 @@ TEST(SqliteCatalogOpen, NotADatabaseFailsClearly) {
 
 // The daemon's catalog keeps its file locked: a second connection cannot
 // write it (nor read it) while the catalog is open, and can once it closes.
-TEST_F(SqliteCatalogTest, ExclusiveLockingKeepsOthersOut) {
+TEST_P(SqliteCatalogContractTest, ExclusiveLockingKeepsOthersOut) {
   Reopen(Locking::kExclusive);
   ASSERT_TRUE(catalog_->CreateEntry(NewEntry(kRootEntryId, "a", EntryKind::kObject), std::nullopt)
                   .ok());

@@ -12,7 +12,7 @@ namespace {
 
 using namespace meta_test;
 
-TEST_F(SqliteCatalogTest, FreshCatalogHasRoot) {
+TEST_P(SqliteCatalogContractTest, FreshCatalogHasRoot) {
   auto root = catalog_->GetEntry(kRootEntryId);
   ASSERT_TRUE(root.ok()) << root.status().ToString();
   EXPECT_EQ(root->id, kRootEntryId);
@@ -29,7 +29,7 @@ TEST_F(SqliteCatalogTest, FreshCatalogHasRoot) {
   EXPECT_EQ(catalog_->GetEntry(99).status().code(), ENOENT);
 }
 
-TEST_F(SqliteCatalogTest, CreateLookupList) {
+TEST_P(SqliteCatalogContractTest, CreateLookupList) {
   Entry a = Create(kRootEntryId, "a");
   Entry c = Create(kRootEntryId, "c");
   Entry b = Create(kRootEntryId, "b");
@@ -71,7 +71,7 @@ TEST_F(SqliteCatalogTest, CreateLookupList) {
   EXPECT_EQ(catalog_->GetEntry(b.id)->atime_ns, 100);
 }
 
-TEST_F(SqliteCatalogTest, CreateTakenNameIsEexist) {
+TEST_P(SqliteCatalogContractTest, CreateTakenNameIsEexist) {
   Entry a = Create(kRootEntryId, "a");
   auto again = catalog_->CreateEntry(NewEntry(kRootEntryId, "a", EntryKind::kBlob), MakeBlob(1));
   EXPECT_EQ(again.status().code(), EEXIST);
@@ -82,7 +82,7 @@ TEST_F(SqliteCatalogTest, CreateTakenNameIsEexist) {
   Create(a.id, "a");
 }
 
-TEST_F(SqliteCatalogTest, CreateUnderMissingDetachedOrBlobParent) {
+TEST_P(SqliteCatalogContractTest, CreateUnderMissingDetachedOrBlobParent) {
   auto missing = catalog_->CreateEntry(NewEntry(42, "x", EntryKind::kObject), std::nullopt);
   EXPECT_EQ(missing.status().code(), ENOENT);
   EXPECT_NE(missing.status().message().find("parent 42 does not exist"), std::string::npos);
@@ -101,7 +101,7 @@ TEST_F(SqliteCatalogTest, CreateUnderMissingDetachedOrBlobParent) {
   EXPECT_EQ(under_blob.status().code(), ENOTDIR);
 }
 
-TEST_F(SqliteCatalogTest, CreateRejectsBadInput) {
+TEST_P(SqliteCatalogContractTest, CreateRejectsBadInput) {
   for (const std::string& name : {std::string(""), std::string("."), std::string(".."),
                                   std::string("a/b"), std::string("a\0b", 3)}) {
     auto entry = catalog_->CreateEntry(NewEntry(kRootEntryId, name, EntryKind::kObject), {});
@@ -127,7 +127,7 @@ TEST_F(SqliteCatalogTest, CreateRejectsBadInput) {
   EXPECT_EQ(*catalog_->CountEntries(), 2u);
 }
 
-TEST_F(SqliteCatalogTest, TypeBitsFollowKind) {
+TEST_P(SqliteCatalogContractTest, TypeBitsFollowKind) {
   Entry entry = NewEntry(kRootEntryId, "f", EntryKind::kBlob);
   entry.mode = 0644;  // no type bits
   auto created = catalog_->CreateEntry(entry, std::nullopt);
@@ -138,7 +138,7 @@ TEST_F(SqliteCatalogTest, TypeBitsFollowKind) {
   EXPECT_EQ(catalog_->GetEntry(created->id)->mode, S_IFREG | 0600u);
 }
 
-TEST_F(SqliteCatalogTest, IdsAreNeverReused) {
+TEST_P(SqliteCatalogContractTest, IdsAreNeverReused) {
   Create(kRootEntryId, "a");
   Entry b = Create(kRootEntryId, "b", EntryKind::kBlob, MakeBlob(8));
   ASSERT_TRUE(catalog_->Detach(b.id, 1).ok());
@@ -155,7 +155,7 @@ TEST_F(SqliteCatalogTest, IdsAreNeverReused) {
   EXPECT_GT(d.blob, c.blob);
 }
 
-TEST_F(SqliteCatalogTest, DetachListDetachedPurge) {
+TEST_P(SqliteCatalogContractTest, DetachListDetachedPurge) {
   Entry dir = Create(kRootEntryId, "dir");
   Entry file = Create(dir.id, "file", EntryKind::kBlob, MakeBlob(64));
   Entry other = Create(dir.id, "other", EntryKind::kBlob);
@@ -198,7 +198,7 @@ TEST_F(SqliteCatalogTest, DetachListDetachedPurge) {
   EXPECT_EQ(CountRows("entries"), 3);  // root, dir, other
 }
 
-TEST_F(SqliteCatalogTest, PurgeRefusesAttachedRootAndNonEmpty) {
+TEST_P(SqliteCatalogContractTest, PurgeRefusesAttachedRootAndNonEmpty) {
   Entry a = Create(kRootEntryId, "a");
   Create(a.id, "child");
   auto attached = catalog_->Purge(a.id);
@@ -211,7 +211,7 @@ TEST_F(SqliteCatalogTest, PurgeRefusesAttachedRootAndNonEmpty) {
   EXPECT_EQ(catalog_->Purge(12345).status().code(), ENOENT);
 }
 
-TEST_F(SqliteCatalogTest, RemoveDetachesAndPurgesInOneTransaction) {
+TEST_P(SqliteCatalogContractTest, RemoveDetachesAndPurgesInOneTransaction) {
   Entry dir = Create(kRootEntryId, "dir");
   Entry file = Create(dir.id, "file", EntryKind::kBlob, MakeBlob(64));
   Create(dir.id, "other", EntryKind::kBlob);
@@ -248,7 +248,7 @@ TEST_F(SqliteCatalogTest, RemoveDetachesAndPurgesInOneTransaction) {
   EXPECT_EQ(catalog_->Remove(held.id, 3).status().code(), ENOENT);  // already detached
 }
 
-TEST_F(SqliteCatalogTest, Move) {
+TEST_P(SqliteCatalogContractTest, Move) {
   Entry src = Create(kRootEntryId, "src");
   Entry dst = Create(kRootEntryId, "dst");
   Entry file = Create(src.id, "file", EntryKind::kBlob);
@@ -290,7 +290,7 @@ TEST_F(SqliteCatalogTest, Move) {
   EXPECT_EQ(catalog_->GetEntry(src.id)->ctime_ns, 3000);
 }
 
-TEST_F(SqliteCatalogTest, MoveRefusesWhatWouldBreakTheTree) {
+TEST_P(SqliteCatalogContractTest, MoveRefusesWhatWouldBreakTheTree) {
   Entry a = Create(kRootEntryId, "a");
   Entry b = Create(a.id, "b");
   Entry file = Create(kRootEntryId, "file", EntryKind::kBlob);
@@ -313,7 +313,7 @@ TEST_F(SqliteCatalogTest, MoveRefusesWhatWouldBreakTheTree) {
 
 // The live count of attached entries matches a fresh count after creates,
 // detaches and a move over an existing name.
-TEST_F(SqliteCatalogTest, LiveEntryCountMatchesAFreshCount) {
+TEST_P(SqliteCatalogContractTest, LiveEntryCountMatchesAFreshCount) {
   Reopen(Locking::kExclusive);
   EXPECT_EQ(*catalog_->CountEntries(), 1u);
   auto a = catalog_->CreateEntry(NewEntry(kRootEntryId, "a", EntryKind::kObject), std::nullopt);
@@ -329,6 +329,9 @@ TEST_F(SqliteCatalogTest, LiveEntryCountMatchesAFreshCount) {
   Reopen(Locking::kExclusive);
   EXPECT_EQ(*catalog_->CountEntries(), 2u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Locking, SqliteCatalogContractTest,
+                         ::testing::Values(Locking::kExclusive, Locking::kShared), LockingName);
 
 }  // namespace
 }  // namespace gpufs

@@ -284,10 +284,19 @@ int64_t Db::Changes() const { return sqlite3_changes(db_); }
 Transaction::~Transaction() { Rollback(); }
 
 Transaction::Transaction(Transaction&& other) noexcept
-    : db_(other.db_), mode_(other.mode_), open_(std::exchange(other.open_, false)) {}
+    : db_(other.db_),
+      mode_(other.mode_),
+      open_(std::exchange(other.open_, false)),
+      savepoint_(other.savepoint_) {}
 
 Status Transaction::Begin() {
   if (open_) return Error(EINVAL, "begin transaction: already open");
+  if (db_->in_batch()) {
+    GPUFS_ASSIGN_OR_RETURN(Statement stmt, db_->GetCachedStatement("SAVEPOINT gpufs_nested"));
+    GPUFS_RETURN_IF_ERROR(stmt.Run());
+    open_ = savepoint_ = true;
+    return Status::Ok();
+  }
   GPUFS_ASSIGN_OR_RETURN(
       Statement stmt,
       db_->GetCachedStatement(mode_ == Mode::kImmediate ? "BEGIN IMMEDIATE" : "BEGIN"));
@@ -305,6 +314,13 @@ Status Transaction::Begin() {
 
 Status Transaction::Commit() {
   if (!open_) return Error(EINVAL, "commit: no transaction open");
+  if (savepoint_) {
+    GPUFS_ASSIGN_OR_RETURN(Statement release,
+                           db_->GetCachedStatement("RELEASE SAVEPOINT gpufs_nested"));
+    GPUFS_RETURN_IF_ERROR(release.Run());
+    open_ = false;
+    return Status::Ok();
+  }
   GPUFS_ASSIGN_OR_RETURN(Statement stmt, db_->GetCachedStatement("COMMIT"));
   Status status = stmt.Run();
   // After some errors (SQLITE_FULL, IOERR...) SQLite has already rolled back.
@@ -319,6 +335,14 @@ void Transaction::Rollback() {
   if (!open_) return;
   open_ = false;
   if (sqlite3_get_autocommit(db_->handle()) != 0) return;  // SQLite rolled back already
+  if (savepoint_) {
+    for (const char* sql : {"ROLLBACK TO SAVEPOINT gpufs_nested", "RELEASE SAVEPOINT gpufs_nested"}) {
+      Result<Statement> stmt = db_->GetCachedStatement(sql);
+      Status status = stmt.ok() ? stmt->Run() : stmt.status();
+      if (!status.ok()) GPUFS_LOG(ERROR) << sql << " " << db_->path() << ": " << status.ToString();
+    }
+    return;
+  }
   Result<Statement> stmt = db_->GetCachedStatement("ROLLBACK");
   Status status = stmt.ok() ? stmt->Run() : stmt.status();
   if (!status.ok()) {

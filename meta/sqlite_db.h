@@ -141,6 +141,13 @@ class Db {
   void SetWriteHooks(WriteHooks hooks) { hooks_ = std::move(hooks); }
   const WriteHooks& write_hooks() const { return hooks_; }
 
+  // Inside an open Transaction that many changes share (a batch): further
+  // Transactions are savepoints within it, each atomic on its own, all
+  // committed (or rolled back) with the outer one. Set by the batch's owner
+  // between its Begin and Commit.
+  void set_in_batch(bool in) { in_batch_ = in; }
+  bool in_batch() const { return in_batch_; }
+
  private:
   struct CacheSlot {
     sqlite3_stmt* stmt = nullptr;
@@ -152,6 +159,7 @@ class Db {
   std::string path_;
   std::map<std::string, CacheSlot, std::less<>> cache_;  // nodes are stable: slots stay put
   WriteHooks hooks_;
+  bool in_batch_ = false;
 };
 
 // BEGIN ... COMMIT, rolled back on destruction unless committed. Move-only.
@@ -186,6 +194,7 @@ class Transaction {
   Db* db_;
   Mode mode_;
   bool open_ = false;
+  bool savepoint_ = false;  // opened inside a batch (Db::in_batch)
 };
 
 }  // namespace gpufs

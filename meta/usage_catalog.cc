@@ -424,4 +424,10 @@ Status UsageCatalog::DeleteBlob(BlobId id) {
   return deleted;
 }
 
+Status UsageCatalog::Batch(const std::function<Status()>& body) {
+  Status done = ForwardingCatalog::Batch(body);
+  if (!done.ok()) Drop(done);
+  return done;
+}
+
 }  // namespace gpufs

@@ -98,6 +98,8 @@ class UsageCatalog final : public ForwardingCatalog {
   Status UpdateBlob(const Blob& blob) override;
   Status UpdateBlobAndEntryAttrs(const Blob& blob, const Entry& entry) override;
   Status DeleteBlob(BlobId id) override;
+  // A batch that fails was rolled back: the figures it moved are counted afresh.
+  Status Batch(const std::function<Status()>& body) override;
 
  private:
   // The figures of `entry`'s subtree as they stand (a blob member: its blob).

@@ -122,7 +122,21 @@ struct IpcExport {
   uint64_t offset = 0;  // of the blob inside the exported allocation
   uint64_t size = 0;
   uint8_t device_uuid[16] = {};
+  // Names the allocation among this store's: the same for blobs that share
+  // one (a pack, an object's members), so one fd serves all of them.
+  uint64_t memory = 0;
 };
+
+// A member of an object allocated as a whole (BulkStore::AllocateGroup):
+// its blob, and where its bytes start in the object's allocation.
+struct GroupMember {
+  BlobId id = 0;
+  uint64_t offset = 0;  // a multiple of kGroupAlignment, in member order
+  uint64_t size = 0;
+};
+// Where members of an object allocated as a whole start: 512 bytes, more
+// than DLPack's and the frameworks' 256 (include/gpufs/uapi.h says so too).
+inline constexpr uint64_t kGroupAlignment = 512;
 
 // A sealed blob's bytes in this process's memory, read-only, for a reader
 // to hand on without copying them first (the FUSE read reply). Valid and
@@ -177,6 +191,28 @@ class BulkStore {
   // Nobody maps the places Reshare kept for the blob any more: clear and
   // release them. Unknown ids are ignored.
   virtual void ReleaseRetired(BlobId id) { (void)id; }
+
+  // The members of an object written as a whole, unsealed and reading as
+  // zero: a store with device memory places them in one allocation of
+  // `bytes` (at least the end of the last member), at their offsets, shared
+  // by exactly these blobs of `key` (each member is exported with the whole
+  // allocation, which the object's producer fills in place). Such a member
+  // keeps its size (Resize: EPERM); Free zeroes its range, and the
+  // allocation goes with its last member. All or nothing: on error no
+  // member is live. The default allocates each member alone (stores whose
+  // bytes never leave the process).
+  virtual Status AllocateGroup(std::span<const GroupMember> members, uint64_t bytes,
+                               const SharingKey& key) {
+    (void)bytes;
+    for (size_t i = 0; i < members.size(); ++i) {
+      Status made = Allocate(members[i].id, key, members[i].size);
+      if (!made.ok()) {
+        for (size_t j = 0; j < i; ++j) Free(members[j].id);
+        return made;
+      }
+    }
+    return Status::Ok();
+  }
 
   // Changes the size of an unsealed blob from `old_size` to `new_size`; bytes
   // past old_size read as zero. The store may reserve more than asked (to grow
@@ -235,6 +271,26 @@ class BulkStore {
     (void)id;
     return Error(EOPNOTSUPP, "store " + device() + " has no device memory to export");
   }
+
+  // A private copy of the allocation that holds sealed blob `id`, for a
+  // reader who may not write it (an importer can always map an fd writable,
+  // so the shared allocation goes only to writers): a new allocation, byte
+  // for byte the same (the blob at the same offset), live as blob `copy`
+  // (sealed, counted in `used`, shared with nobody; Free releases it). The
+  // export names the copy's memory, with `id`'s offset and size. ENOSPC
+  // when there is no room (nothing changed); EOPNOTSUPP for stores without
+  // device memory.
+  virtual Result<IpcExport> ExportCopy(BlobId id, BlobId copy) {
+    (void)id;
+    (void)copy;
+    return Error(EOPNOTSUPP, "store " + device() + " has no device memory to copy");
+  }
+
+  // The sum64 checksum (util/sum64.h) of the first sizes[i] bytes of each
+  // blob ids[i] (no Resize, Write or Free of them meanwhile). The default
+  // reads them into host memory; a GPU store sums on the device.
+  virtual Result<std::vector<uint64_t>> Checksums(std::span<const BlobId> ids,
+                                                  std::span<const uint64_t> sizes);
 };
 
 }  // namespace gpufs

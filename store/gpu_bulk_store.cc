@@ -1,6 +1,6 @@
 // GpuBulkStore: the store facade (Open, bookkeeping, Allocate/Write/Read/Free
 // dispatch, Usage, Export). gpu_bulk_store_internal.h lists the files that
-// hold the rest (places and growth, packs, copies, takeover).
+// hold the rest (places and growth, packs and groups, copies, takeover).
 //
 // Locking. mu_ guards the tables and counters only. Every CUDA call that can
 // take long (cudaMalloc, cudaFree, copies, memsets, cudaIpcGetMemHandle) runs
@@ -27,35 +27,20 @@ static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(IpcExport{}.handle),
 
 // ---- Open and bookkeeping
 
-Result<std::unique_ptr<GpuBulkStore>> GpuBulkStore::Open(const GpuStoreOptions& given) {
-  GpuStoreOptions options = given;
+Result<std::unique_ptr<GpuBulkStore>> GpuBulkStore::Open(const GpuStoreOptions& options) {
   const std::string name = "gpu store cuda:" + std::to_string(options.ordinal);
-  if (options.ipc == GpuIpcMode::kVmm) {
-    uint64_t granularity = 0;
-    if (cudaSetDevice(options.ordinal) != cudaSuccess ||
-        !VmmSupported(options.ordinal, &granularity)) {
-      (void)cudaGetLastError();
-      return Error(ENODEV, name + ": no CUDA VMM with POSIX-fd export on this device/driver "
-                                  "(mount with --ipc legacy)");
-    }
-    options.alignment = granularity;  // one physical allocation per blob
-    options.arena_size = 4 * granularity;
-  }
-  if (options.alignment == 0 || !std::has_single_bit(options.alignment)) {
-    return Error(EINVAL, name + ": alignment " + std::to_string(options.alignment) +
-                             " is not a power of two");
-  }
-  if (options.arena_size % options.alignment != 0 || options.arena_size / options.alignment < 4) {
-    return Error(EINVAL, name + ": arena size " + std::to_string(options.arena_size) +
-                             " must be a multiple of the alignment (" +
-                             std::to_string(options.alignment) + ") and hold at least 4 units");
-  }
   int count = 0;
   GPUFS_RETURN_IF_ERROR(CudaError("cudaGetDeviceCount", cudaGetDeviceCount(&count)).Prepend(name));
   if (options.ordinal < 0 || options.ordinal >= count) {
     return Error(ENODEV, name + ": no such CUDA device (" + std::to_string(count) + " visible)");
   }
   GPUFS_RETURN_IF_ERROR(CudaError("cudaSetDevice", cudaSetDevice(options.ordinal)).Prepend(name));
+  uint64_t alignment = kPackAlignment;
+  if (options.ipc == GpuIpcMode::kVmm && !VmmSupported(options.ordinal, &alignment)) {
+    (void)cudaGetLastError();
+    return Error(ENODEV, name + ": no CUDA VMM with POSIX-fd export on this device/driver "
+                                "(mount with --ipc legacy)");
+  }
   cudaDeviceProp prop{};
   GPUFS_RETURN_IF_ERROR(
       CudaError("cudaGetDeviceProperties", cudaGetDeviceProperties(&prop, options.ordinal))
@@ -69,12 +54,13 @@ Result<std::unique_ptr<GpuBulkStore>> GpuBulkStore::Open(const GpuStoreOptions& 
   std::memcpy(uuid.data(), prop.uuid.bytes, uuid.size());
   const uint64_t capacity = options.capacity.value_or(free_bytes / 10 * 9);
   GPUFS_LOG(INFO) << name << ": " << prop.name << ", " << free_bytes << " of " << total_bytes
-                  << " bytes free, capacity " << capacity << " bytes, arenas of "
-                  << options.arena_size << " bytes";
-  return std::unique_ptr<GpuBulkStore>(new GpuBulkStore(options, capacity, uuid));
+                  << " bytes free, capacity " << capacity << " bytes, "
+                  << (options.ipc == GpuIpcMode::kVmm ? "VMM allocations of " : "cudaMalloc of ")
+                  << alignment << "-byte units";
+  return std::unique_ptr<GpuBulkStore>(new GpuBulkStore(options, alignment, capacity, uuid));
 }
 
-GpuBulkStore::GpuBulkStore(const GpuStoreOptions& options, uint64_t capacity,
+GpuBulkStore::GpuBulkStore(const GpuStoreOptions& options, uint64_t alignment, uint64_t capacity,
                            std::array<uint8_t, 16> uuid)
     : ordinal_(options.ordinal),
       device_("cuda:" + std::to_string(options.ordinal)),
@@ -85,11 +71,9 @@ GpuBulkStore::GpuBulkStore(const GpuStoreOptions& options, uint64_t capacity,
       inherited_(options.ipc == GpuIpcMode::kVmm ? options.inherited : nullptr),
       memory_ids_((static_cast<uint64_t>(std::random_device{}()) << 32 |
                    std::random_device{}()) << 16),
-      arena_size_(options.arena_size),
-      alignment_(options.alignment),
-      dedicated_threshold_(options.ipc == GpuIpcMode::kSharedArenas ? options.arena_size / 4 : 0),
+      alignment_(alignment),
       ipc_(options.ipc),
-      pack_max_(options.ipc == GpuIpcMode::kVmm ? options.alignment / 4 : 0) {
+      pack_max_(options.ipc == GpuIpcMode::kVmm ? alignment / 4 : 0) {
   if (ipc_ == GpuIpcMode::kVmm) {
     pool_ = std::make_unique<VmmPool>(
         ordinal_, options.pool_budget.value_or(std::min<uint64_t>(capacity / 8, 2ull << 30)));
@@ -114,9 +98,9 @@ StoreUsage GpuBulkStore::Usage() const {
   return StoreUsage{.capacity = capacity_, .used = used_, .blobs = blobs_.size()};
 }
 
-size_t GpuBulkStore::arena_count() const {
+size_t GpuBulkStore::group_count() const {
   std::lock_guard lock(mu_);
-  return arena_count_;
+  return group_count_;
 }
 
 size_t GpuBulkStore::pack_count() const {
@@ -137,9 +121,9 @@ GpuBulkStore::PlaceForTesting GpuBulkStore::PlaceOfForTesting(BlobId id) const {
   return {place.alloc, place.offset, place.reserved};
 }
 
-void* GpuBulkStore::AllocationBaseForTesting(uint64_t arena) const {
+void* GpuBulkStore::AllocationBaseForTesting(uint64_t alloc) const {
   std::lock_guard lock(mu_);
-  auto it = allocs_.find(arena);
+  auto it = allocs_.find(alloc);
   return it == allocs_.end() ? nullptr : it->second->base();
 }
 
@@ -189,11 +173,10 @@ Status GpuBulkStore::MissingLocked(BlobId id, std::string_view what) const {
 
 Status GpuBulkStore::Allocate(BlobId id, const SharingKey& key, uint64_t size) {
   const uint32_t owner_uid = key.uid;
-  // An empty blob of a store with one allocation per blob (2 MiB of VMM, or
-  // a cudaMalloc) gets no place until it grows or is first exported
+  // An empty blob gets no place until it grows or is first exported
   // (PlaceEmpty): `touch` or a member created and written later then costs
   // no device call.
-  if (size == 0 && ipc_ != GpuIpcMode::kSharedArenas) {
+  if (size == 0) {
     std::lock_guard lock(mu_);
     if (!blobs_.emplace(id, BlobRecord{.place = {}, .size = 0, .owner = owner_uid, .sealed = false,
                                        .key = key, .retired = {}})
@@ -216,12 +199,9 @@ Status GpuBulkStore::Allocate(BlobId id, const SharingKey& key, uint64_t size) {
     }
     used_ += need;  // reserved now, so that concurrent calls cannot take it
   }
-
+  // Zeroed when it was made (MakeMemory).
   Result<Place> place = AcquirePlace(owner_uid, size, true, true);
-  // A VMM place is a fresh allocation, zeroed when it was made.
-  Status status = !place.ok()                 ? place.status()
-                  : ipc_ == GpuIpcMode::kVmm ? Status::Ok()
-                                             : Zero(place->data, size);
+  Status status = place.status();
   Dropped dropped;  // freed after the lock is released
   {
     std::lock_guard lock(mu_);
@@ -360,12 +340,28 @@ Status GpuBulkStore::PlaceEmpty(BlobId id) {
   return Status::Ok();
 }
 
+IpcExport GpuBulkStore::ExportOfLocked(const Allocation& alloc, const Place& place,
+                                       uint64_t size) const {
+  IpcExport out;
+  out.offset = place.offset;
+  out.size = size;
+  out.alloc_size = alloc.bytes();
+  out.memory = alloc.memory_id != 0 ? alloc.memory_id : memory_ids_ + alloc.id;
+  std::memcpy(out.device_uuid, uuid_.data(), sizeof(out.device_uuid));
+  if (alloc.vmm) {
+    out.handle_type = IpcExport::kVmmFd;
+    out.fd = alloc.vmm->fd();  // exported when it was made: nothing slow here
+  } else {
+    out.handle_type = IpcExport::kLegacy;
+  }
+  return out;
+}
+
 Result<IpcExport> GpuBulkStore::Export(BlobId id) {
   GPUFS_RETURN_IF_ERROR(PlaceEmpty(id));
   IpcExport out;
   uint64_t alloc_id = 0;
   std::byte* base = nullptr;
-  bool cached = false;
   cudaIpcMemHandle_t handle{};
   {
     std::lock_guard lock(mu_);
@@ -376,27 +372,19 @@ Result<IpcExport> GpuBulkStore::Export(BlobId id) {
       return Error(
           EIO, "gpu store " + device_ + ": export " + Describe(id) + ": its allocation is gone");
     }
-    out.offset = rec->place.offset;
-    out.size = rec->size;
-    std::memcpy(out.device_uuid, uuid_.data(), sizeof(out.device_uuid));
-    if (found->vmm) {
-      // Exported when it was made: nothing slow here.
+    out = ExportOfLocked(*found, rec->place, rec->size);
+    if (found->vmm || found->exported) {
       found->exported = true;
-      out.handle_type = IpcExport::kVmmFd;
-      out.alloc_size = found->vmm->size();
-      out.fd = found->vmm->fd();
+      if (!found->vmm) std::memcpy(out.handle, &found->ipc, sizeof(out.handle));
       return out;
     }
     alloc_id = found->id;
     base = found->base();
-    cached = found->exported;
-    handle = found->ipc;
-    out.alloc_size = found->dedicated ? rec->place.reserved : arena_size_;
   }
-  if (!cached) {
-    GPUFS_RETURN_IF_ERROR(Enter());
-    GPUFS_RETURN_IF_ERROR(CudaError("cudaIpcGetMemHandle", cudaIpcGetMemHandle(&handle, base))
-                              .Prepend("gpu store " + device_ + ": export " + Describe(id)));
+  GPUFS_RETURN_IF_ERROR(Enter());
+  GPUFS_RETURN_IF_ERROR(CudaError("cudaIpcGetMemHandle", cudaIpcGetMemHandle(&handle, base))
+                            .Prepend("gpu store " + device_ + ": export " + Describe(id)));
+  {
     std::lock_guard lock(mu_);
     auto it = allocs_.find(alloc_id);
     if (it != allocs_.end() && !it->second->exported) {
@@ -404,7 +392,6 @@ Result<IpcExport> GpuBulkStore::Export(BlobId id) {
       it->second->exported = true;
     }
   }
-  out.handle_type = IpcExport::kLegacy;
   std::memcpy(out.handle, &handle, sizeof(out.handle));
   return out;
 }

@@ -1,39 +1,35 @@
 // GpuBulkStore: blob bytes in the memory of one CUDA device, exported to other
 // processes. How (GpuStoreOptions::ipc):
-// - kVmm (what `gpufs mount` uses where it can): every blob is one CUDA VMM
-//   physical allocation of its own, rounded to the granularity (2 MiB on the
-//   H200), zeroed when made and exported as a POSIX fd (vmm_memory.h); a
-//   mapper can reach that blob's bytes and nothing else, and a freed
-//   allocation is never given to another blob (importers may still hold it).
-//   Allocations of recently used exact sizes come ready from a pool
-//   (vmm_pool.h); teardown runs on a background thread.
-//   Packs: a sealed blob of at most granularity / 4 bytes whose SharingKey
-//   is shareable moves at Seal (one D2D copy) into a "pack", a VMM
-//   allocation of one granule shared only by sealed blobs of that same key
-//   (ranges of 512 bytes). A freed range is zeroed before it is reused.
-//   Reshare moves a packed blob to a pack of its new key (or its own
-//   allocation); the old range stays, while it may be mapped, until
-//   ReleaseRetired (the namespace calls it at the member's last close) or
-//   Free.
-// - kLegacy: one cudaMalloc per blob, zeroed whole, legacy cudaIpc handles
-//   (which cannot be mapped read-only).
-// - kSharedArenas: the layout below, for the store's own arena tests only:
-//   a legacy IPC handle maps a whole arena, neighbours included.
+// - kVmm (the default, and what `gpufs mount` uses where the driver can):
+//   every blob is one CUDA VMM physical allocation of its own, rounded to the
+//   granularity (2 MiB on the H200), zeroed when made and exported as a
+//   POSIX fd (vmm_memory.h); a mapper can reach that blob's bytes and
+//   nothing else, and a freed allocation is never given to another blob
+//   (importers may still hold it). Allocations of recently used exact sizes
+//   come ready from a pool (vmm_pool.h); teardown runs on a background
+//   thread. Two kinds of allocation hold several blobs, always of one
+//   SharingKey (exactly the same callers can open them):
+//   * packs: a sealed blob of at most granularity / 4 bytes whose key is
+//     shareable moves at Seal (one D2D copy) into a pack, an allocation of
+//     one granule shared by sealed blobs of that key (ranges of 512 bytes);
+//   * groups: the members of an object written as a whole
+//     (AllocateGroup), one allocation at the offsets the core chose, which
+//     the object's producer fills in place.
+//   A freed range of either is zeroed before anything else can see it.
+//   Reshare moves a blob out when its key changes; the old range stays,
+//   while it may be mapped, until ReleaseRetired (the namespace calls it at
+//   the member's last close) or Free.
+// - kLegacy: one cudaMalloc per blob (or per group), zeroed whole, legacy
+//   cudaIpc handles (which cannot be mapped read-only). No packs.
 //
-// Layout: small blobs share cudaMalloc'd arenas of `arena_size` bytes, each
-// arena holding the blobs of a single owner (an IPC handle maps a whole
-// allocation, so owners never share one); a blob whose reservation reaches
-// arena_size / 4 has a cudaMalloc of its own ("dedicated"). A blob's Place names
-// the allocation (an id of this store, never reused while it is open), the
-// blob's offset inside it and the bytes set aside for it, a
-// multiple of `alignment` and at least one alignment unit (zero-byte blobs too).
+// A blob's Place names its allocation (an id of this store, never reused
+// while it is open), its offset there and the bytes set aside for it. An
+// empty blob has no place until it grows or is first exported.
 //
-// Accounting: `used` is the sum of the reservations of live blobs, never more
-// than the capacity (default: 90% of the device's free memory at Open). Arena
-// space not reserved by a blob is not counted, so the device can run out of
-// memory first; a failed cudaMalloc is ENOSPC as well, and changes nothing.
-//
-// The store keeps its own table of blobs by id; callers name blobs by id only.
+// Accounting: `used` is the sum of the reservations of live blobs (a pack's
+// unused ranges are not counted, so a pack may pass the capacity by a
+// granule), never more than the capacity (default: 90% of the device's free
+// memory at Open). A failed device allocation is ENOSPC and changes nothing.
 //
 // Device memory does not survive the daemon, unless another process kept it
 // (kVmm with a BlobFdSink, the takeover supervisor: docs/TAKEOVER.md): Recover
@@ -62,27 +58,20 @@
 
 namespace gpufs {
 
-// How blobs are laid out and exported.
+// How blobs are exported (see the file comment).
 enum class GpuIpcMode {
-  // Small blobs of one owner share cudaMalloc arenas, exported with legacy
-  // IPC: a handle maps the neighbours too. Kept for the store's own tests of
-  // arenas; `gpufs mount` never uses it.
-  kSharedArenas,
-  // One cudaMalloc per blob (nothing else in it), legacy cudaIpc handles.
-  kLegacy,
-  // One CUDA VMM physical allocation per blob (rounded to the granularity),
-  // exported as a POSIX fd (see vmm_memory.h); alignment = the granularity.
+  // CUDA VMM physical allocations exported as POSIX fds (vmm_memory.h).
   kVmm,
+  // One cudaMalloc per blob (or group), legacy cudaIpc handles.
+  kLegacy,
 };
 
 struct GpuStoreOptions {
-  int ordinal = 0;                     // CUDA device, as numbered in this process
-  GpuIpcMode ipc = GpuIpcMode::kSharedArenas;
+  int ordinal = 0;  // CUDA device, as numbered in this process
+  GpuIpcMode ipc = GpuIpcMode::kVmm;
   // kVmm: bytes of allocations kept ready (default: capacity / 8, at most 2 GiB).
   std::optional<uint64_t> pool_budget;
-  std::optional<uint64_t> capacity;    // default: 90% of the free device memory at Open
-  uint64_t arena_size = 256ull << 20;  // bytes per shared arena; a multiple of alignment
-  uint64_t alignment = 512;            // of every blob's offset; a power of two
+  std::optional<uint64_t> capacity;  // default: 90% of the free device memory at Open
   // kVmm: told of each blob's allocation fd as blobs get, change and free
   // their allocation (bulk_store.h). Null: nobody is told. Outlives the store.
   BlobFdSink* fd_sink = nullptr;
@@ -102,9 +91,8 @@ struct GpuStoreOptions {
 class GpuBulkStore final : public BulkStore {
  public:
   // Opens the store on device `options.ordinal`. Errors: ENODEV if there is no
-  // such device (or no usable driver); EINVAL if alignment is not a power of
-  // two, or arena_size is not a multiple of it or less than 4 units; the
-  // mapped CUDA error (see CudaError) if the device cannot be queried.
+  // such device, no usable driver, or (kVmm) no VMM with POSIX-fd export;
+  // the mapped CUDA error (see CudaError) if the device cannot be queried.
   static Result<std::unique_ptr<GpuBulkStore>> Open(const GpuStoreOptions& options);
 
   // Frees all device memory, whether or not blobs are still live.
@@ -120,34 +108,38 @@ class GpuBulkStore final : public BulkStore {
   // in GpuStoreOptions::inherited (kVmm) is re-imported and mapped as it is:
   // intact, sealed or not as `live` says, never moved by Seal (mappers may
   // hold it); its reservation is the range its record names (BlobMemory). The
-  // blobs of one pack share one import; such a pack takes no new blobs and
-  // goes with its last blob. Returns the id of
-  // every other blob in `live` with size > 0 (their bytes went with the
-  // previous daemon), and of blobs whose import failed or whose allocation is
-  // shorter than their size (the sink is told BlobFreed). Blobs of size 0 get
-  // a fresh place and stay live (reported lost only if no place can be had).
-  // With the default capacity, re-imported bytes are added to it (they were
-  // not free at Open). Reads of a lost blob give EIO; Free forgets it.
+  // blobs of one pack or group share one import; such an allocation takes no
+  // new blobs and goes with its last blob. Returns the id of every other
+  // blob in `live` with size > 0 (their bytes went with the previous daemon),
+  // and of blobs whose import failed or whose allocation is shorter than
+  // their size (the sink is told BlobFreed). Blobs of size 0 stay live
+  // (placed when they grow). With the default capacity, re-imported bytes
+  // are added to it (they were not free at Open). Reads of a lost blob give
+  // EIO; Free forgets it.
   Result<std::vector<BlobId>> Recover(std::span<const StoredBlob> live) override;
 
-  // Places `size` zero bytes in an arena of key.uid (a new arena if none
-  // has room) or, from arena_size / 4 bytes on, in a dedicated allocation.
-  // EEXIST if `id` is live; ENOSPC past the capacity or when the device is out
-  // of memory, with nothing changed.
+  // A blob of `size` zero bytes in an allocation of its own (none yet for
+  // size 0). EEXIST if `id` is live; ENOSPC past the capacity or when the
+  // device is out of memory, with nothing changed.
   Status Allocate(BlobId id, const SharingKey& key, uint64_t size) override;
+  // One allocation of Units(bytes) for all `members` (bulk_store.h); EINVAL
+  // for members that overlap, are out of order, misaligned or pass `bytes`.
+  Status AllocateGroup(std::span<const GroupMember> members, uint64_t bytes,
+                       const SharingKey& key) override;
 
-  // See BulkStore::Reshare; only packed blobs (kVmm) move.
+  // See BulkStore::Reshare; packed and grouped blobs move to a place of
+  // their own (or a pack of the new key).
   Status Reshare(BlobId id, const SharingKey& key, bool keep_old) override;
   void ReleaseRetired(BlobId id) override;
 
   // Grows within the reservation when it can; otherwise reserves
-  // geometrically (2x, else 1.25x, else exactly, as the capacity allows),
-  // in place if the arena has room behind the blob, else in a new place with a
-  // device-to-device copy (which makes earlier Export results for the blob
-  // stale). Bytes from old_size to new_size read as zero.
-  // Shrinking keeps the reservation (Seal trims it). ENOENT if the blob is not
-  // live; EINVAL if old_size is not its size; EPERM if it is sealed; ENOSPC
-  // (blob unchanged) if no larger place can be had.
+  // geometrically (2x, else 1.25x, else exactly, as the capacity allows) in
+  // a new allocation with a device-to-device copy (which makes earlier
+  // Export results for the blob stale). Bytes from old_size to new_size read
+  // as zero. Shrinking keeps the reservation (Seal trims it). ENOENT if the
+  // blob is not live; EINVAL if old_size is not its size; EPERM if it is
+  // sealed or a member of a group; ENOSPC (blob unchanged) if no larger
+  // place can be had.
   Status Resize(BlobId id, uint64_t old_size, uint64_t new_size) override;
 
   // Host-to-device copy: one DMA from pinned host memory (or from device
@@ -155,61 +147,66 @@ class GpuBulkStore final : public BulkStore {
   // thread's pinned staging buffers. ENOENT if the blob is not live (EIO if it was
   // lost); EPERM if it is sealed; EINVAL if the range passes its size; the
   // mapped CUDA error if a copy fails (part of `src` may have been written).
-  Status Write(BlobId id, uint64_t offset,
-               std::span<const std::byte> src) override;
+  Status Write(BlobId id, uint64_t offset, std::span<const std::byte> src) override;
 
   // Device-to-host copy, like Write. EIO if the blob is not live or was lost;
   // EINVAL if the range passes its size.
   Status Read(BlobId id, uint64_t offset, std::span<std::byte> dst) override;
 
-  // Trims the reservation to `size` (which may be less than the blob's size,
-  // not more: EINVAL). An arena range shrinks in place; a dedicated allocation
-  // with more than 1/8 slack moves to an exact place (an arena if small
-  // enough), with a device-to-device copy, unless it has been exported (a
-  // writer may have it mapped). If that move fails the blob stays where it
-  // is, the failure is logged, and the seal still succeeds. Sealing twice is
-  // allowed. ENOENT if the blob is not live (EIO if it was lost).
+  // Marks the blob sealed at `size` (not more than its size: EINVAL). A
+  // small blob of a shareable key moves into a pack (kVmm); an allocation of
+  // its own with more than 1/8 slack moves to an exact one, unless it was
+  // exported (a writer may have it mapped); a group member stays. If a move
+  // fails the blob stays, the failure is logged, and the seal succeeds.
+  // Sealing twice is allowed. ENOENT if the blob is not live (EIO if lost).
   Status Seal(BlobId id, uint64_t size) override;
 
-  // Releases the blob's place (and places it left while mapped); a pack
-  // range is zeroed first; an allocation whose last blob goes is freed
-  // (cudaFree). Unknown ids are logged.
+  // Releases the blob's place (and places it left while mapped); a range of
+  // a pack or group is zeroed first; an allocation whose last blob goes is
+  // freed. Unknown ids are logged.
   void Free(BlobId id) override;
 
   // Pinned host memory (cudaHostAlloc, cudaHostAllocPortable: usable with
   // every device), freed with cudaFreeHost. Null if it cannot be had.
   HostBuffer AllocateHostBuffer(size_t bytes) override;
 
-  // The cudaIpcMemHandle_t of the allocation holding the blob (computed once
-  // per allocation), the blob's offset in it, its size and the device UUID.
-  // ENOENT if the blob is not live (EIO if it was lost); the mapped CUDA error
-  // if the handle cannot be had.
+  // The allocation holding the blob (kVmm: its fd; kLegacy: its cudaIpc
+  // handle, computed once per allocation), the blob's offset in it, its
+  // size and the device UUID. ENOENT if the blob is not live (EIO if it was
+  // lost); the mapped CUDA error if the handle cannot be had.
   Result<IpcExport> Export(BlobId id) override;
+  // See BulkStore::ExportCopy: one D2D copy of the whole allocation into a
+  // fresh one (pooled by size), not reported to the fd sink (a copy dies
+  // with this daemon; its importer keeps its memory).
+  Result<IpcExport> ExportCopy(BlobId id, BlobId copy) override;
+  // On the device: one kernel for all blobs (store/sum64_kernel.h).
+  Result<std::vector<uint64_t>> Checksums(std::span<const BlobId> ids,
+                                          std::span<const uint64_t> sizes) override;
 
   int ordinal() const { return ordinal_; }
-  GpuIpcMode ipc_mode() const { return ipc_; }
   // cudaDeviceProp::uuid of the device.
   const std::array<uint8_t, 16>& uuid() const { return uuid_; }
-  uint64_t arena_size() const { return arena_size_; }
+  // Bytes every reservation is a multiple of (the VMM granularity; 512 for
+  // kLegacy).
+  uint64_t alignment() const { return alignment_; }
   // Live allocations of each kind (for tests and stats).
-  size_t arena_count() const;
   size_t dedicated_count() const;
-  // kVmm packs live now (for tests).
   size_t pack_count() const;
+  size_t group_count() const;
   // Tests only: where blob `id` lives (all zero if it does not).
   struct PlaceForTesting {
-    uint64_t arena = 0;
+    uint64_t alloc = 0;
     uint64_t offset = 0;
     uint64_t reserved = 0;
     bool operator==(const PlaceForTesting&) const = default;
   };
   PlaceForTesting PlaceOfForTesting(BlobId id) const;
-  // Tests only: the device address of allocation `arena` (PlaceForTesting::arena),
+  // Tests only: the device address of allocation `alloc` (PlaceForTesting::alloc),
   // or nullptr if there is none. Valid until its last blob is freed.
-  void* AllocationBaseForTesting(uint64_t arena) const;
+  void* AllocationBaseForTesting(uint64_t alloc) const;
 
  private:
-  struct Allocation;  // a cudaMalloc: an arena or one dedicated blob
+  struct Allocation;  // one device allocation: a blob's own, a pack or a group
 
   // Where a blob lives: allocation id, offset in it, reserved bytes, and the
   // device address of its first byte.
@@ -226,26 +223,27 @@ class GpuBulkStore final : public BulkStore {
     uint32_t owner = 0;
     bool sealed = false;
     SharingKey key;
-    std::vector<Place> retired;  // earlier pack ranges, kept for their mappers
+    std::vector<Place> retired;  // earlier shared ranges, kept for their mappers
   };
 
   using Dropped = std::vector<std::unique_ptr<Allocation>>;
 
-  GpuBulkStore(const GpuStoreOptions& options, uint64_t capacity, std::array<uint8_t, 16> uuid);
+  GpuBulkStore(const GpuStoreOptions& options, uint64_t alignment, uint64_t capacity,
+               std::array<uint8_t, 16> uuid);
 
-  // ---- Takeover (gpu_store_takeover.cc): blob fds for the BlobFdSink.
+  // ---- Takeover (gpu_bulk_store_takeover.cc): blob fds for the BlobFdSink.
   // Tells the sink that `id` now lives at `place` (kVmm only). Must not hold mu_.
   void ReportAdded(BlobId id, const Place& place);
   void ReportFreed(BlobId id);
-  // Re-imports `blob` from `inherited` and enters it live (Recover): a pack
-  // (several blobs, BlobMemory::id alike) is imported once; `imported` maps
-  // BlobMemory::id to the allocation made for it.
+  // Re-imports `blob` from `inherited` and enters it live (Recover): a
+  // shared allocation (several blobs, BlobMemory::id alike) is imported
+  // once; `imported` maps BlobMemory::id to the allocation made for it.
   Status AdoptInherited(const StoredBlob& blob, InheritedBlobFd inherited,
                         std::map<uint64_t, uint64_t>* imported);
-  // A dedicated allocation of `bytes` (VMM or cudaMalloc by ipc_), zeroed.
-  // `producer_fills` (pooled only): see VmmPool::Take; EndFillLocked ends it.
-  Status AllocateDedicated(Allocation* alloc, uint64_t bytes, bool pooled,
-                           bool producer_fills = false);
+  // Device memory of `bytes` for `alloc` (VMM or cudaMalloc by ipc_),
+  // zeroed. `producer_fills` (pooled only): see VmmPool::Take; EndFillLocked
+  // ends it.
+  Status MakeMemory(Allocation* alloc, uint64_t bytes, bool pooled, bool producer_fills = false);
   // The producer's fill of `alloc` ended (sealed or dropped): the pool may
   // make the next allocation now. Once per fill; later calls do nothing.
   void EndFillLocked(Allocation* alloc);
@@ -260,10 +258,9 @@ class GpuBulkStore final : public BulkStore {
   // cudaSetDevice(ordinal_) on the calling thread.
   Status Enter() const;
 
-  // A new place of Units(bytes) for a blob of `owner`: in one of the owner's
-  // arenas (or a new one) below the dedicated threshold, else a dedicated
-  // allocation. Does not touch used_. Locks mu_ itself; must not hold it.
-  // `pooled`: an exact size worth keeping ready (kVmm, see vmm_pool.h).
+  // A new allocation of Units(bytes) for one blob of `owner`. Does not touch
+  // used_. Locks mu_ itself; must not hold it. `pooled`: an exact size
+  // worth keeping ready (kVmm, see vmm_pool.h).
   Result<Place> AcquirePlace(uint32_t owner, uint64_t bytes, bool pooled = false,
                              bool producer_fills = false);
   // Returns `place` to its allocation; an allocation left without blobs moves
@@ -278,8 +275,8 @@ class GpuBulkStore final : public BulkStore {
   Result<Place> AcquirePackPlace(const SharingKey& key, uint64_t bytes);
   // Whether a sealed blob of `size` bytes and `key` belongs in a pack.
   bool Packable(const SharingKey& key, uint64_t size) const;
-  // Zeroes the pack ranges among `places` (outside mu_), then releases them
-  // all. Must not hold mu_.
+  // Zeroes the shared ranges among `places` (outside mu_), then releases
+  // them all. Must not hold mu_.
   void ReleasePlaces(const std::vector<Place>& places);
   // Allocation `alloc`, or nullptr.
   Allocation* FindAllocLocked(uint64_t alloc) const;
@@ -287,6 +284,9 @@ class GpuBulkStore final : public BulkStore {
   BlobRecord* FindLocked(BlobId id);
   // ENOENT for an unknown blob, EIO for a lost one ("what" names the call).
   Status MissingLocked(BlobId id, std::string_view what) const;
+  // What Export reports of allocation `alloc` for a blob at `place` of
+  // `size` bytes (mu_ held); kLegacy's handle is filled in by the caller.
+  IpcExport ExportOfLocked(const Allocation& alloc, const Place& place, uint64_t size) const;
 
   // Copies on the calling thread's stream, synchronised before returning.
   Status ToDevice(std::byte* dst, const std::byte* src, size_t bytes) const;
@@ -304,24 +304,21 @@ class GpuBulkStore final : public BulkStore {
   BlobFdSink* const fd_sink_;
   InheritedBlobFds* const inherited_;
   const uint64_t memory_ids_;  // random: BlobMemory::id is this + the allocation id
-  const uint64_t arena_size_;
-  const uint64_t alignment_;
-  const uint64_t dedicated_threshold_;  // arena_size / 4; 0 (all dedicated) unless kSharedArenas
+  const uint64_t alignment_;   // of every reservation: the VMM granularity, or 512
   const GpuIpcMode ipc_;
   const uint64_t pack_max_;        // kVmm: alignment / 4 (bytes of the largest packed blob); else 0
   std::unique_ptr<VmmPool> pool_;  // kVmm only
 
   mutable std::mutex mu_;
-  std::unordered_map<BlobId, BlobRecord> blobs_;                      // GUARDED_BY(mu_)
-  std::unordered_set<BlobId> lost_;                                   // GUARDED_BY(mu_)
-  std::map<uint64_t, std::unique_ptr<Allocation>> allocs_;            // GUARDED_BY(mu_)
-  std::unordered_map<uint32_t, std::set<uint64_t>> arenas_of_owner_;  // GUARDED_BY(mu_)
-  std::map<SharingKey, std::set<uint64_t>> packs_of_key_;             // GUARDED_BY(mu_)
-  size_t pack_count_ = 0;                                             // GUARDED_BY(mu_)
-  size_t arena_count_ = 0;                                            // GUARDED_BY(mu_)
-  size_t dedicated_count_ = 0;                                        // GUARDED_BY(mu_)
-  uint64_t used_ = 0;                                                 // GUARDED_BY(mu_)
-  uint64_t next_alloc_id_ = 1;                                        // GUARDED_BY(mu_)
+  std::unordered_map<BlobId, BlobRecord> blobs_;            // GUARDED_BY(mu_)
+  std::unordered_set<BlobId> lost_;                         // GUARDED_BY(mu_)
+  std::map<uint64_t, std::unique_ptr<Allocation>> allocs_;  // GUARDED_BY(mu_)
+  std::map<SharingKey, std::set<uint64_t>> packs_of_key_;   // GUARDED_BY(mu_)
+  size_t pack_count_ = 0;                                   // GUARDED_BY(mu_)
+  size_t group_count_ = 0;                                  // GUARDED_BY(mu_)
+  size_t dedicated_count_ = 0;                              // GUARDED_BY(mu_)
+  uint64_t used_ = 0;                                       // GUARDED_BY(mu_)
+  uint64_t next_alloc_id_ = 1;                              // GUARDED_BY(mu_)
 };
 
 }  // namespace gpufs

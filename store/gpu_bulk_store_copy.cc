@@ -20,6 +20,7 @@
 
 #include "store/cuda_util.h"
 #include "store/gpu_bulk_store.h"
+#include "store/gpu_bulk_store_internal.h"
 #include "util/log.h"
 
 namespace gpufs {
@@ -88,6 +89,11 @@ Status Finish(cudaStream_t stream, Status status) {
 void FreePinned(std::byte* ptr) { PinnedMemory::Adopt(ptr).Reset(); }  // logs errors
 
 }  // namespace
+
+Result<cudaStream_t> gpu_bulk_store_internal::ThreadStream(int ordinal) {
+  GPUFS_ASSIGN_OR_RETURN(ThreadDeviceState * state, ThreadState(ordinal, false));
+  return state->stream.get();
+}
 
 // ---- Copies
 

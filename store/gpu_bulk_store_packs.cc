@@ -1,6 +1,7 @@
-// GpuBulkStore (kVmm): packs, allocations of one granule shared by the small
-// sealed blobs of one SharingKey, and Reshare, which moves a packed blob when
-// its sharers change (gpu_bulk_store.h describes both).
+// GpuBulkStore: allocations shared by blobs of one SharingKey — packs (kVmm:
+// one granule shared by small sealed blobs) and groups (the members of an
+// object written as a whole) — and Reshare, which moves such a blob out when
+// its sharers change (gpu_bulk_store.h describes them).
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -11,6 +12,71 @@
 #include "util/log.h"
 
 namespace gpufs {
+
+// ---- Groups
+
+Status GpuBulkStore::AllocateGroup(std::span<const GroupMember> members, uint64_t bytes,
+                                   const SharingKey& key) {
+  const std::string what = "gpu store " + device_ + ": allocate an object of " +
+                           std::to_string(members.size()) + " members (" + std::to_string(bytes) +
+                           " bytes)";
+  uint64_t end = 0;
+  for (const GroupMember& m : members) {
+    if (m.offset % kGroupAlignment != 0 || m.offset < end || m.size > bytes ||
+        m.offset > bytes - m.size) {
+      return Error(EINVAL, what + ": member " + Describe(m.id) + " at " +
+                               Range(m.offset, m.size) + " is out of place");
+    }
+    end = m.offset + m.size;
+  }
+  if (members.empty()) return Status::Ok();
+  const uint64_t reserved = Units(bytes);
+  {
+    std::lock_guard lock(mu_);
+    for (const GroupMember& m : members) {
+      if (blobs_.contains(m.id)) return Error(EEXIST, what + ": " + Describe(m.id) + " is live");
+    }
+    if (reserved > RoomLocked(0)) return FullLocked(what, reserved);
+    used_ += reserved;  // reserved now, so that concurrent calls cannot take it
+  }
+  auto alloc = std::make_unique<Allocation>();
+  alloc->owner = key.uid;
+  alloc->key = key;
+  alloc->kind = Allocation::Kind::kGroup;
+  Status made = MakeMemory(alloc.get(), reserved, true, true);
+  std::vector<Place> places;
+  Dropped dropped;  // freed after the lock is released
+  {
+    std::lock_guard lock(mu_);
+    if (!made.ok()) {
+      used_ -= reserved;
+      return made.Prepend(what);
+    }
+    alloc->id = next_alloc_id_++;
+    alloc->blobs = members.size();
+    for (size_t i = 0; i < members.size(); ++i) {
+      // Each member's reservation runs to the next one's start (the last
+      // one's to the end), so the reservations add up to the allocation.
+      const uint64_t next = i + 1 < members.size() ? members[i + 1].offset : reserved;
+      Place place{.alloc = alloc->id,
+                  .offset = members[i].offset,
+                  .reserved = next - members[i].offset,
+                  .data = alloc->base() + members[i].offset};
+      places.push_back(place);
+      blobs_.emplace(members[i].id, BlobRecord{.place = place,
+                                               .size = members[i].size,
+                                               .owner = key.uid,
+                                               .sealed = false,
+                                               .key = key,
+                                               .retired = {}});
+      lost_.erase(members[i].id);
+    }
+    allocs_.emplace(alloc->id, std::move(alloc));
+    ++group_count_;
+  }
+  for (size_t i = 0; i < members.size(); ++i) ReportAdded(members[i].id, places[i]);
+  return Status::Ok();
+}
 
 // ---- Packs (kVmm)
 
@@ -41,8 +107,8 @@ Result<GpuBulkStore::Place> GpuBulkStore::AcquirePackPlace(const SharingKey& key
   auto alloc = std::make_unique<Allocation>();
   alloc->owner = key.uid;
   alloc->key = key;
-  alloc->pack = true;
-  GPUFS_RETURN_IF_ERROR(AllocateDedicated(alloc.get(), alignment_, true));
+  alloc->kind = Allocation::Kind::kPack;
+  GPUFS_RETURN_IF_ERROR(MakeMemory(alloc.get(), alignment_, true));
   alloc->ranges.emplace(alignment_, kPackAlignment);
   std::optional<uint64_t> offset = alloc->ranges->Allocate(reserved);
   if (!offset) {  // cannot happen: reserved <= alignment / 4
@@ -70,13 +136,15 @@ Status GpuBulkStore::Reshare(BlobId id, const SharingKey& key, bool keep_old) {
     if (rec == nullptr) return MissingLocked(id, "reshare");
     if (rec->key == key) return Status::Ok();
     const Allocation* alloc = FindAllocLocked(rec->place.alloc);
-    if (alloc == nullptr || !alloc->pack) {
+    if (alloc == nullptr || !alloc->shared()) {
       rec->key = key;  // its own allocation: nobody else reaches it
       return Status::Ok();
     }
+    if (!rec->sealed) return Error(EBUSY, what + ": it is still being written");
     blob = *rec;
   }
-  // In a pack of the old key (sealed, so its bytes do not change): copy.
+  // Shared with blobs of the old key (sealed, so its bytes do not change):
+  // copy it out.
   const Place old = blob.place;
   Result<Place> place = Packable(key, blob.size) ? AcquirePackPlace(key, blob.size)
                                                  : AcquirePlace(key.uid, blob.size, true);

@@ -1,26 +1,15 @@
-// GpuBulkStore: where blobs live outside packs (arenas per owner and
-// dedicated allocations), how a place is taken and given back, and the
-// growth and shrink of a blob's place (Resize, Seal).
-//
-// Arenas per owner. Small blobs are carved out of cudaMalloc'd arenas by a
-// best-fit RangeAllocator. A legacy CUDA IPC handle maps a whole allocation, so
-// an arena only ever holds blobs of one owner (uid): whoever may map one blob
-// may map its neighbours, which are then their own. An arena is cudaFree'd as
-// soon as its last blob goes, so memory returns to the device (and to other
-// processes) without a compaction step.
-//
-// Dedicated allocations. A reservation of arena_size / 4 or more gets its own
-// cudaMalloc, so big blobs neither fragment arenas nor pin them.
+// GpuBulkStore: allocations of one blob, how a place is taken and given
+// back, and the growth and shrink of a blob's place (Resize, Seal).
 //
 // Growth. Writes through FUSE arrive as many 1 MiB pieces of a size nobody
 // knows in advance. Resize reserves geometrically (2x the reservation, else
-// 1.25x, else exactly what is asked: the first the capacity allows), trying to
-// extend the arena range in place first (no copy); otherwise it takes a new
-// place (arena or dedicated, by the new reservation), copies device-to-device
-// and frees the old place. Seal gives the slack back: an arena range shrinks in
-// place, a dedicated allocation with more than 1/8 slack moves into an exact
-// place. Bytes a blob gains always read as zero (cudaMemset), since arena
-// ranges are reused.
+// 1.25x, else exactly what is asked: the first the capacity allows) in a new
+// allocation, copies device-to-device and frees the old one. Seal gives the
+// slack back: a blob with more than 1/8 slack moves into an exact allocation
+// (unless it was exported: a writer may map it), and a small one of a
+// shareable key into a pack. Bytes a blob gains read as zero: allocations
+// are zeroed when made, and bytes past a shrunk size are zeroed when it
+// grows again.
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -41,61 +30,18 @@ Result<GpuBulkStore::Place> GpuBulkStore::AcquirePlace(uint32_t owner, uint64_t 
   const uint64_t reserved = Units(bytes);
   auto alloc = std::make_unique<Allocation>();
   alloc->owner = owner;
-  if (reserved >= dedicated_threshold_) {
-    GPUFS_RETURN_IF_ERROR(AllocateDedicated(alloc.get(), reserved, pooled, producer_fills));
-    alloc->dedicated = true;
-    alloc->blobs = 1;
-    std::lock_guard lock(mu_);
-    alloc->id = next_alloc_id_++;
-    Place place{.alloc = alloc->id, .offset = 0, .reserved = reserved, .data = alloc->base()};
-    allocs_.emplace(alloc->id, std::move(alloc));
-    ++dedicated_count_;
-    return place;
-  }
-
-  {
-    std::lock_guard lock(mu_);
-    auto owned = arenas_of_owner_.find(owner);
-    if (owned != arenas_of_owner_.end()) {
-      for (uint64_t arena_id : owned->second) {
-        Allocation* found = FindAllocLocked(arena_id);
-        if (found == nullptr || found->ranges->largest_free() < reserved) continue;
-        Allocation& arena = *found;
-        std::optional<uint64_t> offset = arena.ranges->Allocate(reserved);
-        if (!offset) continue;
-        ++arena.blobs;
-        return Place{.alloc = arena_id,
-                     .offset = *offset,
-                     .reserved = reserved,
-                     .data = arena.base() + *offset};
-      }
-    }
-  }
-
-  // No arena of this owner has room: make one. Another thread may do the same
-  // meanwhile; the owner then has one more arena, which is harmless.
-  GPUFS_ASSIGN_OR_RETURN(alloc->memory, DeviceMemory::Allocate(ordinal_, arena_size_));
-  alloc->ranges.emplace(arena_size_, alignment_);
-  std::optional<uint64_t> offset = alloc->ranges->Allocate(reserved);
-  if (!offset) {  // cannot happen: reserved < arena_size / 4
-    return Error(EIO, "gpu store " + device_ + ": a new arena cannot hold " +
-                          std::to_string(reserved) + " bytes");
-  }
+  GPUFS_RETURN_IF_ERROR(MakeMemory(alloc.get(), reserved, pooled, producer_fills));
   alloc->blobs = 1;
   std::lock_guard lock(mu_);
   alloc->id = next_alloc_id_++;
-  Place place{.alloc = alloc->id,
-              .offset = *offset,
-              .reserved = reserved,
-              .data = alloc->base() + *offset};
-  arenas_of_owner_[owner].insert(alloc->id);
+  Place place{.alloc = alloc->id, .offset = 0, .reserved = reserved, .data = alloc->base()};
   allocs_.emplace(alloc->id, std::move(alloc));
-  ++arena_count_;
+  ++dedicated_count_;
   return place;
 }
 
-Status GpuBulkStore::AllocateDedicated(Allocation* alloc, uint64_t bytes, bool pooled,
-                                       bool producer_fills) {
+Status GpuBulkStore::MakeMemory(Allocation* alloc, uint64_t bytes, bool pooled,
+                                bool producer_fills) {
   if (ipc_ == GpuIpcMode::kVmm) {
     if (pooled && pool_) {
       alloc->vmm = pool_->Take(bytes, producer_fills);
@@ -117,8 +63,8 @@ Status GpuBulkStore::AllocateDedicated(Allocation* alloc, uint64_t bytes, bool p
     return Status::Ok();
   }
   GPUFS_ASSIGN_OR_RETURN(alloc->memory, DeviceMemory::Allocate(ordinal_, bytes));
-  // A blob's own allocation is all its mapper sees: zero it whole, so no
-  // earlier blob's bytes show in the padding.
+  // An allocation is all its mapper sees: zero it whole, so no earlier
+  // blob's bytes show in the padding.
   return Zero(alloc->memory.get(), bytes);
 }
 
@@ -138,25 +84,25 @@ void GpuBulkStore::ReleasePlaceLocked(const Place& place, Dropped* dropped) {
     return;
   }
   Allocation& alloc = *it->second;
-  if (!alloc.dedicated) alloc.ranges->Free(place.offset, place.reserved);
+  if (alloc.ranges) alloc.ranges->Free(place.offset, place.reserved);
   if (alloc.blobs > 0) --alloc.blobs;
   if (alloc.blobs > 0) return;
   EndFillLocked(&alloc);
-  if (alloc.dedicated) {
-    --dedicated_count_;
-  } else if (alloc.pack) {
-    --pack_count_;
-    auto packs = packs_of_key_.find(alloc.key);
-    if (packs != packs_of_key_.end()) {
-      packs->second.erase(alloc.id);
-      if (packs->second.empty()) packs_of_key_.erase(packs);
-    }
-  } else {
-    --arena_count_;
-    auto owned = arenas_of_owner_.find(alloc.owner);
-    if (owned != arenas_of_owner_.end()) {
-      owned->second.erase(alloc.id);
-      if (owned->second.empty()) arenas_of_owner_.erase(owned);
+  switch (alloc.kind) {
+    case Allocation::Kind::kOwn:
+      --dedicated_count_;
+      break;
+    case Allocation::Kind::kGroup:
+      --group_count_;
+      break;
+    case Allocation::Kind::kPack: {
+      --pack_count_;
+      auto packs = packs_of_key_.find(alloc.key);
+      if (packs != packs_of_key_.end()) {
+        packs->second.erase(alloc.id);
+        if (packs->second.empty()) packs_of_key_.erase(packs);
+      }
+      break;
     }
   }
   dropped->push_back(std::move(it->second));
@@ -166,17 +112,18 @@ void GpuBulkStore::ReleasePlaceLocked(const Place& place, Dropped* dropped) {
 void GpuBulkStore::ReleasePlaces(const std::vector<Place>& places) {
   std::vector<bool> cleared(places.size(), true);
   for (size_t i = 0; i < places.size(); ++i) {
-    bool packed = false;
+    bool shared = false;
     {
       std::lock_guard lock(mu_);
       const Allocation* alloc = FindAllocLocked(places[i].alloc);
-      packed = alloc != nullptr && alloc->pack;
+      shared = alloc != nullptr && alloc->shared();
     }
-    // The range may go to the next blob of the key: its bytes must not.
-    if (packed) {
+    // The other blobs' mappers reach this range, and a pack gives it to the
+    // next blob of the key: its bytes must go.
+    if (shared) {
       Status zeroed = Zero(places[i].data, places[i].reserved);
       if (!zeroed.ok()) {
-        GPUFS_LOG(ERROR) << "gpu store " << device_ << ": a freed pack range stays taken, it "
+        GPUFS_LOG(ERROR) << "gpu store " << device_ << ": a freed shared range stays taken, it "
                          << "could not be zeroed: " << zeroed.ToString();
         cleared[i] = false;
       }
@@ -200,6 +147,10 @@ Status GpuBulkStore::Resize(BlobId id, uint64_t old_size, uint64_t new_size) {
     BlobRecord* rec = FindLocked(id);
     if (rec == nullptr) return MissingLocked(id, "resize");
     if (rec->sealed) return Error(EPERM, what + ": the blob is sealed");
+    if (const Allocation* alloc = FindAllocLocked(rec->place.alloc);
+        alloc != nullptr && alloc->kind == Allocation::Kind::kGroup && new_size > rec->size) {
+      return Error(EPERM, what + ": a member of an object written as a whole keeps its size");
+    }
     if (rec->size != old_size) {
       return Error(EINVAL, what + ": the blob has " + std::to_string(rec->size) + " bytes");
     }
@@ -224,41 +175,7 @@ Status GpuBulkStore::Resize(BlobId id, uint64_t old_size, uint64_t new_size) {
       std::max(exact, Units(old.reserved + old.reserved / 4)), exact};
   targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
 
-  // 1. In place: the arena range grows into the free space behind it.
-  std::optional<uint64_t> grown;
-  {
-    std::lock_guard lock(mu_);
-    Allocation* alloc = FindAllocLocked(old.alloc);
-    if (alloc != nullptr && !alloc->dedicated) {
-      for (uint64_t target : targets) {
-        if (target >= dedicated_threshold_ || target > RoomLocked(old.reserved)) continue;
-        if (alloc->ranges->Grow(old.offset, old.reserved, target)) {
-          used_ += target - old.reserved;
-          grown = target;
-          break;
-        }
-      }
-    }
-  }
-  if (grown) {
-    Status zeroed = Zero(old.data + old_size, new_size - old_size);
-    std::lock_guard lock(mu_);
-    if (!zeroed.ok()) {
-      if (Allocation* alloc = FindAllocLocked(old.alloc)) {
-        alloc->ranges->Shrink(old.offset, *grown, old.reserved);
-      }
-      used_ -= *grown - old.reserved;
-      return zeroed.Prepend(what);
-    }
-    BlobRecord* rec = FindLocked(id);
-    if (rec != nullptr) {
-      rec->place.reserved = *grown;
-      rec->size = new_size;
-    }
-    return Status::Ok();
-  }
-
-  // 2. A new place, with a device-to-device copy of the bytes so far.
+  // A new place, with a device-to-device copy of the bytes so far.
   Status last;
   for (uint64_t target : targets) {
     {
@@ -270,9 +187,6 @@ Status GpuBulkStore::Resize(BlobId id, uint64_t old_size, uint64_t new_size) {
     Result<Place> place = AcquirePlace(blob.owner, target, exact_first, exact_first);
     Status status = place.status();
     if (status.ok()) status = DeviceToDevice(place->data, old.data, old_size);
-    if (status.ok() && ipc_ != GpuIpcMode::kVmm) {  // VMM places are fresh, zeroed allocations
-      status = Zero(place->data + old_size, new_size - old_size);
-    }
     // The bytes so far are in the new place: the supervisor may keep it
     // instead of the old one (before the write that grew the blob returns).
     if (status.ok()) ReportAdded(id, *place);
@@ -317,7 +231,7 @@ Status GpuBulkStore::Seal(BlobId id, uint64_t size) {
     if (found == nullptr) return Error(EIO, what + ": its allocation is gone");
     Allocation& alloc = *found;
     EndFillLocked(&alloc);
-    if (alloc.dedicated && Packable(rec->key, size)) {
+    if (alloc.kind == Allocation::Kind::kOwn && Packable(rec->key, size)) {
       blob = *rec;
     }
   }
@@ -362,13 +276,10 @@ Status GpuBulkStore::Seal(BlobId id, uint64_t size) {
     if (found == nullptr) return Error(EIO, what + ": its allocation is gone");
     Allocation& alloc = *found;
     const bool slack = rec->place.reserved > exact;
-    // An exported allocation may be mapped by a writer (gpufs_create): it stays.
-    if (!alloc.dedicated || !slack || rec->place.reserved - exact <= exact / 8 || alloc.exported) {
-      if (!alloc.dedicated && slack) {
-        alloc.ranges->Shrink(rec->place.offset, rec->place.reserved, exact);
-        used_ -= rec->place.reserved - exact;
-        rec->place.reserved = exact;
-      }
+    // An exported allocation may be mapped by a writer (gpufs_create), and a
+    // group's by its object's producer: it stays.
+    if (alloc.kind != Allocation::Kind::kOwn || !slack ||
+        rec->place.reserved - exact <= exact / 8 || alloc.exported) {
       rec->size = size;
       rec->sealed = true;
       return Status::Ok();
@@ -376,7 +287,7 @@ Status GpuBulkStore::Seal(BlobId id, uint64_t size) {
     blob = *rec;
   }
 
-  // A dedicated allocation with much slack: move into an exact place. The new
+  // An allocation of its own with much slack: move into an exact one. The new
   // reservation is smaller, so the capacity allows it.
   const Place old = blob.place;
   Result<Place> place = AcquirePlace(blob.owner, exact);

@@ -1,6 +1,6 @@
 // Tests of where GpuBulkStore puts blobs (label `gpu`): growth by Resize, the
-// trim at Seal, capacity and device exhaustion, owners' arenas and memory
-// given back at Free. Every test skips when no CUDA device is visible.
+// trim at Seal, capacity and device exhaustion, and memory given back at
+// Free, in kVmm and kLegacy. Every test skips when no CUDA device is visible.
 #include "store/gpu_bulk_store.h"
 
 #include <cuda_runtime_api.h>
@@ -14,8 +14,8 @@
 namespace gpufs {
 namespace {
 
-TEST_F(GpuBulkStoreTest, ResizeZeroFillsAndChecksSize) {
-  auto store = OpenStore(SmallOptions());
+TEST_P(GpuBulkStoreTest, ResizeZeroFillsAndChecksSize) {
+  auto store = OpenStore(Options());
   ASSERT_TRUE(store);
   const uint64_t size = 1 * MiB;
   Extent extent = MustAllocate(*store, 1, 1000, size);
@@ -53,19 +53,13 @@ TEST_F(GpuBulkStoreTest, ResizeZeroFillsAndChecksSize) {
   EXPECT_EQ(store->Usage().used, 0u);
 }
 
-TEST_F(GpuBulkStoreTest, GrowthByMiBWritesCrossesIntoDedicated) {
-  GpuStoreOptions options;  // the real arena size: 256 MiB, dedicated from 64 MiB
-  options.capacity = 4 * GiB;
-  auto store = OpenStore(options);
+TEST_P(GpuBulkStoreTest, GrowthByMiBWritesIsGeometric) {
+  auto store = OpenStore(Options(4 * GiB));
   ASSERT_TRUE(store);
-  const uint64_t target = 3 * options.arena_size / 4 + 12345;
+  const uint64_t target = 192 * MiB + 12345;
   Extent extent = MustAllocate(*store, 1, 1000, 0);
-  EXPECT_EQ(store->arena_count(), 1u);
-  EXPECT_EQ(store->dedicated_count(), 0u);
-
   size_t moves = 0;
   extent = GrowByWrites(*store, 1, extent, 0, target, 1 * MiB, 5, &moves);
-  EXPECT_EQ(store->arena_count(), 0u);  // the blob left its arena, which went away
   EXPECT_EQ(store->dedicated_count(), 1u);
   EXPECT_LE(moves, 12u) << "growth is not geometric";
   EXPECT_GE(extent.reserved, target);
@@ -76,7 +70,7 @@ TEST_F(GpuBulkStoreTest, GrowthByMiBWritesCrossesIntoDedicated) {
   auto sealed = Placed(*store, 1, store->Seal(1, target));
   ASSERT_TRUE(sealed.ok()) << sealed.status().ToString();
   EXPECT_GE(sealed->reserved, target);
-  EXPECT_LE(sealed->reserved, target + target / 8 + options.alignment);
+  EXPECT_LE(sealed->reserved, target + target / 8 + store->alignment());
   EXPECT_EQ(store->Usage().used, sealed->reserved);
   EXPECT_BYTES_EQ(ReadAll(*store, 1, target), want);
   store->Free(1);
@@ -84,88 +78,70 @@ TEST_F(GpuBulkStoreTest, GrowthByMiBWritesCrossesIntoDedicated) {
   EXPECT_EQ(store->Usage().used, 0u);
 }
 
-TEST_F(GpuBulkStoreTest, SealTrimsReservation) {
-  auto store = OpenStore(SmallOptions());
+TEST_P(GpuBulkStoreTest, SealTrimsReservation) {
+  auto store = OpenStore(Options());
   ASSERT_TRUE(store);
+  const uint64_t unit = store->alignment();
 
-  // Arena blob: the reservation shrinks in place.
-  Extent a = MustAllocate(*store, 1, 1000, 0);
-  a = GrowByWrites(*store, 1, a, 0, 1 * MiB + 1, 1 * MiB, 1);
-  EXPECT_GE(a.reserved, 2 * MiB);  // grew geometrically
-  EXPECT_EQ(store->Usage().used, a.reserved);
-  auto sa = Placed(*store, 1, store->Seal(1, 1 * MiB + 1));
-  ASSERT_TRUE(sa.ok()) << sa.status().ToString();
-  EXPECT_EQ(sa->arena, a.arena);
-  EXPECT_EQ(sa->offset, a.offset);
-  EXPECT_EQ(sa->reserved, 1 * MiB + 512);
-  EXPECT_EQ(store->Usage().used, sa->reserved);
-  EXPECT_BYTES_EQ(ReadAll(*store, 1, 1 * MiB + 1), Pattern(1 * MiB + 1, 1));
-
-  // Sealed: no more writes or resizes; sealing again is fine.
-  EXPECT_EQ(store->Write(1, 0, Pattern(1, 1)).code(), EPERM);
-  EXPECT_EQ(Placed(*store, 1, store->Resize(1, 1 * MiB + 1, 2 * MiB)).status().code(), EPERM);
-  EXPECT_EQ(Placed(*store, 1, store->Seal(1, 2 * MiB)).status().code(), EINVAL);
-  auto again = Placed(*store, 1, store->Seal(1, 1 * MiB + 1));
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(*again, *sa);
-
-  // Dedicated blob with much slack: moves into an exact allocation.
+  // Much slack: moves into an exact allocation.
   const uint64_t size = 9 * MiB;
   Extent d = MustAllocate(*store, 2, 1000, 0);
   d = GrowByWrites(*store, 2, d, 0, size, 1 * MiB, 2);
-  EXPECT_EQ(store->dedicated_count(), 1u);
   ASSERT_GT(d.reserved, size + size / 8) << "expected geometric slack to trim";
   auto sd = Placed(*store, 2, store->Seal(2, size));
   ASSERT_TRUE(sd.ok()) << sd.status().ToString();
-  EXPECT_EQ(sd->reserved, size);
+  EXPECT_EQ(sd->reserved, (size + unit - 1) / unit * unit);
   EXPECT_EQ(sd->offset, 0u);
   EXPECT_EQ(store->dedicated_count(), 1u);
-  EXPECT_EQ(store->Usage().used, sa->reserved + size);
+  EXPECT_EQ(store->Usage().used, sd->reserved);
   EXPECT_BYTES_EQ(ReadAll(*store, 2, size), Pattern(size, 2));
 
-  // Dedicated blob with little slack: stays.
+  // Sealed: no more writes or resizes; sealing again is fine.
+  EXPECT_EQ(store->Write(2, 0, Pattern(1, 1)).code(), EPERM);
+  EXPECT_EQ(Placed(*store, 2, store->Resize(2, size, 2 * size)).status().code(), EPERM);
+  EXPECT_EQ(Placed(*store, 2, store->Seal(2, 2 * size)).status().code(), EINVAL);
+  auto again = Placed(*store, 2, store->Seal(2, size));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *sd);
+
+  // Little slack: stays.
   Extent e = MakeBlob(*store, 3, 1000, 10 * MiB);
   auto se = Placed(*store, 3, store->Seal(3, 10 * MiB - 1000));
   ASSERT_TRUE(se.ok());
   EXPECT_EQ(*se, e);
 
-  // Dedicated blob sealed small: moves into an arena.
-  MakeBlob(*store, 4, 1000, 5 * MiB);
-  EXPECT_EQ(store->dedicated_count(), 3u);
+  // Exported before the seal (a producer may map it): stays, slack or not.
+  MakeBlob(*store, 4, 1000, 24 * MiB);
+  Extent before = store->PlaceOfForTesting(4);
+  ASSERT_TRUE(store->Export(4).ok());
   auto sf = Placed(*store, 4, store->Seal(4, 1 * MiB));
   ASSERT_TRUE(sf.ok());
-  EXPECT_EQ(sf->reserved, 1 * MiB);
-  EXPECT_EQ(sf->arena, sa->arena);  // the owner's arena
-  EXPECT_EQ(store->dedicated_count(), 2u);
-  const std::vector<std::byte> f_bytes = Pattern(5 * MiB, 4);
+  EXPECT_EQ(*sf, before);
+  const std::vector<std::byte> f_bytes = Pattern(24 * MiB, 4);
   EXPECT_BYTES_EQ(ReadAll(*store, 4, 1 * MiB), std::span(f_bytes).first(1 * MiB));
-  EXPECT_EQ(store->Usage().used, sa->reserved + size + se->reserved + sf->reserved);
-  EXPECT_EQ(store->Usage().blobs, 4u);
-
-  store->Free(1);
+  EXPECT_EQ(store->Usage().blobs, 3u);
   store->Free(2);
   store->Free(3);
   store->Free(4);
   EXPECT_EQ(store->Usage().used, 0u);
-  EXPECT_EQ(store->arena_count(), 0u);
   EXPECT_EQ(store->dedicated_count(), 0u);
 }
 
-TEST_F(GpuBulkStoreTest, CapacityGivesEnospcAndChangesNothing) {
-  auto store = OpenStore(SmallOptions(4 * MiB));
+TEST_P(GpuBulkStoreTest, CapacityGivesEnospcAndChangesNothing) {
+  const uint64_t unit = GetParam() == GpuIpcMode::kVmm ? 2 * MiB : 512;
+  auto store = OpenStore(Options(4 * unit + 8 * MiB));  // room for 3 MiB, then 5 MiB, a little more
   ASSERT_TRUE(store);
   const uint64_t size = 3 * MiB;
   MakeBlob(*store, 1, 1000, size);
   const StoreUsage before = store->Usage();
-  EXPECT_EQ(before.used, size);
+  const uint64_t left = before.capacity - before.used;
 
-  EXPECT_EQ(Placed(*store, 2, store->Allocate(2, 1000, 2 * MiB)).status().code(), ENOSPC);
-  EXPECT_EQ(Placed(*store, 2, store->Allocate(2, 2000, 1 * MiB + 1)).status().code(), ENOSPC);
+  EXPECT_EQ(Placed(*store, 2, store->Allocate(2, 1000, left + 1)).status().code(), ENOSPC);
   EXPECT_EQ(store->Usage().used, before.used);
   EXPECT_EQ(store->Usage().blobs, before.blobs);
-  EXPECT_EQ(store->arena_count(), 1u);
+  EXPECT_EQ(store->dedicated_count(), 1u);
 
-  auto failed = Placed(*store, 1, store->Resize(1, size, 5 * MiB));
+  auto failed = Placed(*store, 1, store->Resize(1, size, before.capacity + 1));
   EXPECT_EQ(failed.status().code(), ENOSPC);
   EXPECT_EQ(store->Usage().used, before.used);
   EXPECT_BYTES_EQ(ReadAll(*store, 1, size), Pattern(size, 1));
@@ -173,25 +149,29 @@ TEST_F(GpuBulkStoreTest, CapacityGivesEnospcAndChangesNothing) {
   EXPECT_EQ(store->Read(1, size, past).code(), EINVAL);  // still 3 MiB
 
   // Geometric growth gives way to what the capacity allows.
-  auto grown = Placed(*store, 1, store->Resize(1, size, size + 512 * KiB));
+  const uint64_t bigger = size + 2 * MiB;
+  auto grown = Placed(*store, 1, store->Resize(1, size, bigger));
   ASSERT_TRUE(grown.ok()) << grown.status().ToString();
-  EXPECT_GE(grown->reserved, size + 512 * KiB);
-  EXPECT_LE(store->Usage().used, 4 * MiB);
-  std::vector<std::byte> got = ReadAll(*store, 1, size + 512 * KiB);
+  EXPECT_GE(grown->reserved, bigger);
+  EXPECT_LE(store->Usage().used, before.capacity);
+  std::vector<std::byte> got = ReadAll(*store, 1, bigger);
   EXPECT_BYTES_EQ(std::span(got).first(size), Pattern(size, 1));
   EXPECT_TRUE(AllZero(std::span(got).subspan(size)));
   store->Free(1);
 
-  // Exactly the capacity fits.
-  MustAllocate(*store, 3, 1000, 4 * MiB);
-  EXPECT_EQ(store->Usage().used, 4 * MiB);
-  EXPECT_EQ(Placed(*store, 4, store->Allocate(4, 1000, 0)).status().code(), ENOSPC);
+  // Exactly the capacity fits; then not even an empty blob's export.
+  const uint64_t all = before.capacity / unit * unit;
+  MustAllocate(*store, 3, 1000, all);
+  EXPECT_EQ(store->Usage().used, all);
+  MustAllocate(*store, 4, 1000, 0);
+  EXPECT_EQ(store->Export(4).status().code(), ENOSPC);
   store->Free(3);
+  store->Free(4);
   EXPECT_EQ(store->Usage().used, 0u);
 }
 
-TEST_F(GpuBulkStoreTest, DeviceOutOfMemoryIsEnospcAndChangesNothing) {
-  auto store = OpenStore(SmallOptions(uint64_t{1} << 50));  // the device runs out first
+TEST_P(GpuBulkStoreTest, DeviceOutOfMemoryIsEnospcAndChangesNothing) {
+  auto store = OpenStore(Options(uint64_t{1} << 50));  // the device runs out first
   ASSERT_TRUE(store);
   size_t free_bytes = 0;
   size_t total = 0;
@@ -220,8 +200,8 @@ TEST_F(GpuBulkStoreTest, DeviceOutOfMemoryIsEnospcAndChangesNothing) {
   store->Free(3);
 }
 
-TEST_F(GpuBulkStoreTest, FreeReturnsDeviceMemory) {
-  auto store = OpenStore(SmallOptions());
+TEST_P(GpuBulkStoreTest, FreeReturnsDeviceMemory) {
+  auto store = OpenStore(Options());
   ASSERT_TRUE(store);
   MakeBlob(*store, 100, 1000, 4096);  // stream, staging buffers: made before measuring
   store->Free(100);
@@ -237,57 +217,8 @@ TEST_F(GpuBulkStoreTest, FreeReturnsDeviceMemory) {
   EXPECT_GE(after + 8 * MiB, before);
 }
 
-TEST_F(GpuBulkStoreTest, OwnersGetSeparateArenas) {
-  auto store = OpenStore(SmallOptions());
-  ASSERT_TRUE(store);
-  Extent a = MakeBlob(*store, 1, 1000, 100 * KiB + 1);
-  Extent b = MakeBlob(*store, 2, 1001, 100 * KiB + 1);
-  Extent c = MakeBlob(*store, 3, 1000, 3 * KiB);
-  Extent d = MakeBlob(*store, 4, 1000, 6 * MiB);  // dedicated
-  EXPECT_EQ(store->arena_count(), 2u);
-  EXPECT_EQ(store->dedicated_count(), 1u);
-  EXPECT_NE(a.arena, b.arena);
-  EXPECT_EQ(a.arena, c.arena);
-  EXPECT_NE(a.offset, c.offset);
-  EXPECT_NE(d.arena, a.arena);
-  EXPECT_EQ(d.offset, 0u);
-  for (const Extent& e : {a, b, c}) EXPECT_EQ(e.offset % 512, 0u);
-
-  auto ea = store->Export(1);
-  auto eb = store->Export(2);
-  auto ec = store->Export(3);
-  auto ed = store->Export(4);
-  ASSERT_TRUE(ea.ok()) << ea.status().ToString();
-  ASSERT_TRUE(eb.ok() && ec.ok() && ed.ok());
-  EXPECT_NE(std::memcmp(ea->handle, eb->handle, 64), 0);
-  EXPECT_EQ(std::memcmp(ea->handle, ec->handle, 64), 0);
-  EXPECT_NE(std::memcmp(ea->handle, ed->handle, 64), 0);
-  EXPECT_EQ(ea->offset, a.offset);
-  EXPECT_EQ(ec->offset, c.offset);
-  EXPECT_EQ(ed->offset, 0u);
-  EXPECT_EQ(ea->size, 100 * KiB + 1);
-  EXPECT_EQ(ec->size, 3 * KiB);
-  EXPECT_EQ(ed->size, 6 * MiB);
-  for (const IpcExport* e : {&*ea, &*eb, &*ec, &*ed}) {
-    EXPECT_EQ(std::memcmp(e->device_uuid, store->uuid().data(), 16), 0);
-  }
-  // The cached handle is stable.
-  auto ea2 = store->Export(1);
-  ASSERT_TRUE(ea2.ok());
-  EXPECT_EQ(std::memcmp(ea->handle, ea2->handle, 64), 0);
-
-  store->Free(1);
-  EXPECT_EQ(store->arena_count(), 2u);  // c still lives there
-  store->Free(3);
-  EXPECT_EQ(store->arena_count(), 1u);
-  store->Free(2);
-  store->Free(4);
-  EXPECT_EQ(store->arena_count(), 0u);
-  EXPECT_EQ(store->dedicated_count(), 0u);
-}
-
-TEST_F(GpuBulkStoreTest, ManyAllocateFreeCyclesGiveEverythingBack) {
-  auto store = OpenStore(SmallOptions());
+TEST_P(GpuBulkStoreTest, ManyAllocateFreeCyclesGiveEverythingBack) {
+  auto store = OpenStore(Options());
   ASSERT_TRUE(store);
   MakeBlob(*store, 1, 1000, 4096);  // stream and staging buffers exist before measuring
   store->Free(1);
@@ -298,7 +229,7 @@ TEST_F(GpuBulkStoreTest, ManyAllocateFreeCyclesGiveEverythingBack) {
   const std::vector<std::byte> bytes = Pattern(64 * KiB, 3);
   for (BlobId id = 10; id < 1010; ++id) {
     const uint32_t owner = 1000 + static_cast<uint32_t>(id % 4);
-    // Mostly arena blobs; every 25th dedicated.
+    // Mostly small blobs; every 25th a few MiB.
     const uint64_t size = id % 25 == 0 ? 4 * MiB + id : rng() % (600 * KiB);
     auto extent = Placed(*store, id, store->Allocate(id, owner, size));
     ASSERT_TRUE(extent.ok()) << extent.status().ToString();
@@ -311,9 +242,8 @@ TEST_F(GpuBulkStoreTest, ManyAllocateFreeCyclesGiveEverythingBack) {
       live.erase(victim);
     }
   }
-  EXPECT_LE(store->arena_count(), 4u * 2);
+  EXPECT_EQ(store->dedicated_count(), live.size());
   for (const auto& [id, extent] : live) store->Free(id);
-  EXPECT_EQ(store->arena_count(), 0u);
   EXPECT_EQ(store->dedicated_count(), 0u);
   EXPECT_EQ(store->Usage().used, 0u);
   EXPECT_EQ(store->Usage().blobs, 0u);
@@ -321,6 +251,8 @@ TEST_F(GpuBulkStoreTest, ManyAllocateFreeCyclesGiveEverythingBack) {
   EXPECT_GE(after + 4 * MiB, before);
   EXPECT_LE(after, before + 4 * MiB);
 }
+
+// Instantiated in gpu_bulk_store_test.cc, for every TEST_P of the suite.
 
 }  // namespace
 }  // namespace gpufs

@@ -23,9 +23,8 @@ Result<std::vector<BlobId>> GpuBulkStore::Recover(std::span<const StoredBlob> li
     old.swap(allocs_);
     blobs_.clear();
     lost_.clear();
-    arenas_of_owner_.clear();
     packs_of_key_.clear();
-    arena_count_ = dedicated_count_ = pack_count_ = 0;
+    group_count_ = dedicated_count_ = pack_count_ = 0;
     used_ = 0;
   }
   old.clear();  // device memory of the previous call's blobs, if any
@@ -60,7 +59,7 @@ Result<std::vector<BlobId>> GpuBulkStore::Recover(std::span<const StoredBlob> li
       lost.push_back(blob.id);
       continue;
     }
-    Status fresh = Allocate(blob.id, blob.owner_uid, 0);
+    Status fresh = Allocate(blob.id, blob.owner_uid, 0);  // no device call
     if (fresh.ok()) {
       ++restored;
     } else {
@@ -123,12 +122,12 @@ Status GpuBulkStore::AdoptInherited(const StoredBlob& blob, InheritedBlobFd inhe
                              std::to_string(m.offset) + " of " + std::to_string(m.bytes) +
                              ") cannot hold its " + std::to_string(blob.size) + " bytes");
   }
-  // A blob alone in its allocation, or one of a pack's.
-  const bool pack = m.offset != 0 || m.range != m.bytes;
+  // A blob alone in its allocation, or one of a pack's or group's.
+  const bool shared = m.offset != 0 || m.range != m.bytes;
   const std::string conflict = Describe(blob.id) + ": its range overlaps another blob's";
   auto enter = [&](Allocation& alloc) -> Status {  // mu_ held
     if (blobs_.contains(blob.id)) return Error(EEXIST, Describe(blob.id) + " is already live");
-    if (pack && !alloc.ranges->Reserve(m.offset, m.range)) return Error(EINVAL, conflict);
+    if (shared && !alloc.ranges->Reserve(m.offset, m.range)) return Error(EINVAL, conflict);
     ++alloc.blobs;
     used_ += m.range;
     Place place{
@@ -145,7 +144,7 @@ Status GpuBulkStore::AdoptInherited(const StoredBlob& blob, InheritedBlobFd inhe
     std::lock_guard lock(mu_);
     if (auto it = imported->find(m.id); m.id != 0 && it != imported->end()) {
       Allocation* alloc = FindAllocLocked(it->second);
-      if (alloc == nullptr || !alloc->pack || !pack || alloc->vmm->size() != m.bytes) {
+      if (alloc == nullptr || !alloc->shared() || !shared || alloc->vmm->size() != m.bytes) {
         return Error(EINVAL, conflict);
       }
       return enter(*alloc);  // the fd is a duplicate of the one imported
@@ -156,20 +155,18 @@ Status GpuBulkStore::AdoptInherited(const StoredBlob& blob, InheritedBlobFd inhe
   alloc->owner = blob.owner_uid;
   alloc->memory_id = m.id;
   alloc->exported = true;  // mappers of the last daemon may hold it: Seal never moves it
-  if (pack) {
-    // Not offered to new blobs (its key is not known here); freed with its
-    // last blob.
-    alloc->pack = true;
+  if (shared) {
+    // A pack or a group: not offered to new blobs (its key is not known
+    // here), never moved, freed with its last blob.
+    alloc->kind = Allocation::Kind::kGroup;
     alloc->ranges.emplace(m.bytes, kPackAlignment);
-  } else {
-    alloc->dedicated = true;
   }
   std::lock_guard lock(mu_);
   alloc->id = next_alloc_id_++;
   Allocation& entered = *alloc;
   GPUFS_RETURN_IF_ERROR(enter(entered));  // `alloc` (and its import) goes on failure
   allocs_.emplace(entered.id, std::move(alloc));
-  ++(pack ? pack_count_ : dedicated_count_);
+  ++(shared ? group_count_ : dedicated_count_);
   if (m.id != 0) (*imported)[m.id] = entered.id;
   // The memory was in use at Open, so a default capacity did not count it.
   if (default_capacity_) capacity_ += m.bytes;

@@ -16,10 +16,11 @@
 namespace gpufs {
 namespace {
 
-TEST_F(GpuBulkStoreTest, OpenDescribesDevice) {
-  auto store = OpenStore(SmallOptions(123 * MiB));
+TEST_P(GpuBulkStoreTest, OpenDescribesDevice) {
+  auto store = OpenStore(Options(123 * MiB));
   ASSERT_TRUE(store);
   EXPECT_EQ(store->device(), "cuda:0");
+  EXPECT_EQ(store->alignment(), GetParam() == GpuIpcMode::kVmm ? 2 * MiB : 512u);
   EXPECT_EQ(store->ordinal(), 0);
   cudaDeviceProp prop{};
   ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
@@ -28,43 +29,31 @@ TEST_F(GpuBulkStoreTest, OpenDescribesDevice) {
   EXPECT_EQ(usage.capacity, 123 * MiB);
   EXPECT_EQ(usage.used, 0u);
   EXPECT_EQ(usage.blobs, 0u);
-  EXPECT_EQ(store->arena_count(), 0u);
-  EXPECT_EQ(store->dedicated_count(), 0u);
+  EXPECT_EQ(store->dedicated_count() + store->pack_count() + store->group_count(), 0u);
 
   // Default capacity: 90% of the free memory.
   const uint64_t free_bytes = DeviceFreeBytes();
   GpuStoreOptions defaults;
+  defaults.ipc = GetParam();
   auto full = OpenStore(defaults);
   ASSERT_TRUE(full);
   EXPECT_GT(full->Usage().capacity, free_bytes / 100 * 85);
   EXPECT_LT(full->Usage().capacity, free_bytes / 100 * 95);
 }
 
-TEST_F(GpuBulkStoreTest, OpenRejectsBadOptions) {
-  GpuStoreOptions options = SmallOptions();
+TEST_P(GpuBulkStoreTest, OpenRejectsBadOrdinals) {
+  GpuStoreOptions options = Options();
   options.ordinal = CudaDeviceCount();
   EXPECT_EQ(GpuBulkStore::Open(options).status().code(), ENODEV);
   options.ordinal = -1;
   EXPECT_EQ(GpuBulkStore::Open(options).status().code(), ENODEV);
-  options = SmallOptions();
-  options.alignment = 384;
-  EXPECT_EQ(GpuBulkStore::Open(options).status().code(), EINVAL);
-  options = SmallOptions();
-  options.alignment = 0;
-  EXPECT_EQ(GpuBulkStore::Open(options).status().code(), EINVAL);
-  options = SmallOptions();
-  options.arena_size = 1000;
-  EXPECT_EQ(GpuBulkStore::Open(options).status().code(), EINVAL);
-  options.arena_size = 1024;  // two units only
-  EXPECT_EQ(GpuBulkStore::Open(options).status().code(), EINVAL);
 }
 
-TEST_F(GpuBulkStoreTest, RoundTripAtOddOffsetsAndSizes) {
-  auto store = OpenStore(SmallOptions());
+TEST_P(GpuBulkStoreTest, RoundTripAtOddOffsetsAndSizes) {
+  auto store = OpenStore(Options());
   ASSERT_TRUE(store);
   HostBuffer pinned = store->AllocateHostBuffer(8 * MiB);
   ASSERT_TRUE(pinned);
-  // One arena blob and one dedicated blob (dedicated from 4 MiB on).
   for (const uint64_t size : {3 * MiB + 123, 9 * MiB + 7}) {
     SCOPED_TRACE("blob of " + std::to_string(size) + " bytes");
     const BlobId id = size;
@@ -121,42 +110,48 @@ TEST_F(GpuBulkStoreTest, RoundTripAtOddOffsetsAndSizes) {
     EXPECT_EQ(store->Read(id, size + 1, {}).code(), EINVAL);
     store->Free(id);
   }
-  EXPECT_EQ(store->arena_count(), 0u);
   EXPECT_EQ(store->dedicated_count(), 0u);
   EXPECT_EQ(store->Usage().used, 0u);
 }
 
-TEST_F(GpuBulkStoreTest, ReusedRangesReadAsZero) {
-  auto store = OpenStore(SmallOptions());
+TEST_P(GpuBulkStoreTest, NewBlobsReadAsZeroAfterOthersWereFreed) {
+  auto store = OpenStore(Options());
   ASSERT_TRUE(store);
-  Extent a = MakeBlob(*store, 1, 1000, 1 * MiB);
-  Extent keeper = MakeBlob(*store, 2, 1000, 1000);  // keeps the arena alive
-  EXPECT_EQ(a.arena, keeper.arena);
-  store->Free(1);
-  Extent b = MustAllocate(*store, 3, 1000, 1 * MiB);
-  EXPECT_EQ(b.arena, a.arena);
-  EXPECT_EQ(b.offset, a.offset);  // best fit takes the freed range
-  EXPECT_TRUE(AllZero(ReadAll(*store, 3, 1 * MiB)));
-  store->Free(3);
-  store->Free(2);
-  EXPECT_EQ(store->arena_count(), 0u);
+  for (BlobId id = 1; id <= 8; ++id) {
+    MakeBlob(*store, id, 1000, 3 * MiB + id);
+    store->Free(id);
+    MustAllocate(*store, 100 + id, 1000, 3 * MiB + id);
+    EXPECT_TRUE(AllZero(ReadAll(*store, 100 + id, 3 * MiB + id))) << id;
+    store->Free(100 + id);
+  }
+  EXPECT_EQ(store->dedicated_count(), 0u);
 }
 
-TEST_F(GpuBulkStoreTest, ExportPointsAtTheBlobsBytes) {
-  auto store = OpenStore(SmallOptions());
+TEST_P(GpuBulkStoreTest, ExportPointsAtTheBlobsBytes) {
+  auto store = OpenStore(Options());
   ASSERT_TRUE(store);
-  MakeBlob(*store, 1, 1000, 12345);  // so that blob 2 is not at offset 0
   for (const auto& [id, size] : {std::pair<BlobId, uint64_t>{2, 777777}, {3, 5 * MiB + 3}}) {
     SCOPED_TRACE("blob " + std::to_string(id));
     Extent extent = MakeBlob(*store, id, 1000, size);
     auto exported = store->Export(id);
     ASSERT_TRUE(exported.ok()) << exported.status().ToString();
-    void* base = store->AllocationBaseForTesting(extent.arena);
+    void* base = store->AllocationBaseForTesting(extent.alloc);
     ASSERT_NE(base, nullptr);
-    // The handle is that of the allocation's base pointer.
-    cudaIpcMemHandle_t handle{};
-    ASSERT_EQ(cudaIpcGetMemHandle(&handle, base), cudaSuccess);
-    EXPECT_EQ(std::memcmp(&handle, exported->handle, 64), 0);
+    EXPECT_EQ(exported->offset, 0u);  // alone in its allocation
+    EXPECT_GE(exported->alloc_size, size);
+    EXPECT_EQ(exported->alloc_size % store->alignment(), 0u);
+    EXPECT_NE(exported->memory, 0u);
+    if (GetParam() == GpuIpcMode::kLegacy) {
+      // The handle is that of the allocation's base pointer.
+      EXPECT_EQ(exported->handle_type, IpcExport::kLegacy);
+      cudaIpcMemHandle_t handle{};
+      ASSERT_EQ(cudaIpcGetMemHandle(&handle, base), cudaSuccess);
+      EXPECT_EQ(std::memcmp(&handle, exported->handle, 64), 0);
+    } else {
+      EXPECT_EQ(exported->handle_type, IpcExport::kVmmFd);
+      ASSERT_TRUE(exported->fd);
+      EXPECT_GE(exported->fd->get(), 0);
+    }
     // base + offset holds the blob.
     std::vector<std::byte> direct(exported->size);
     ASSERT_EQ(cudaMemcpy(direct.data(), static_cast<std::byte*>(base) + exported->offset,
@@ -168,8 +163,8 @@ TEST_F(GpuBulkStoreTest, ExportPointsAtTheBlobsBytes) {
   EXPECT_EQ(store->Export(99).status().code(), ENOENT);
 }
 
-TEST_F(GpuBulkStoreTest, ConcurrentReadersSeeTheSameBytes) {
-  auto store = OpenStore(SmallOptions());
+TEST_P(GpuBulkStoreTest, ConcurrentReadersSeeTheSameBytes) {
+  auto store = OpenStore(Options());
   ASSERT_TRUE(store);
   const uint64_t size = 24 * MiB + 11;
   MakeBlob(*store, 1, 1000, size);
@@ -201,8 +196,8 @@ TEST_F(GpuBulkStoreTest, ConcurrentReadersSeeTheSameBytes) {
   store->Free(1);
 }
 
-TEST_F(GpuBulkStoreTest, ConcurrentWritersOfDifferentBlobs) {
-  auto store = OpenStore(SmallOptions());
+TEST_P(GpuBulkStoreTest, ConcurrentWritersOfDifferentBlobs) {
+  auto store = OpenStore(Options());
   ASSERT_TRUE(store);
   std::atomic<int> bad{0};
   std::vector<std::thread> threads;
@@ -243,12 +238,11 @@ TEST_F(GpuBulkStoreTest, ConcurrentWritersOfDifferentBlobs) {
     store->Free(id);
   }
   EXPECT_EQ(store->Usage().used, 0u);
-  EXPECT_EQ(store->arena_count(), 0u);
   EXPECT_EQ(store->dedicated_count(), 0u);
 }
 
-TEST_F(GpuBulkStoreTest, RecoverReportsNonEmptyBlobsLost) {
-  auto store = OpenStore(SmallOptions());
+TEST_P(GpuBulkStoreTest, RecoverReportsNonEmptyBlobsLost) {
+  auto store = OpenStore(Options());
   ASSERT_TRUE(store);
   std::vector<StoredBlob> live = {
       {.id = 1, .owner_uid = 5, .size = 10},
@@ -260,8 +254,7 @@ TEST_F(GpuBulkStoreTest, RecoverReportsNonEmptyBlobsLost) {
   ASSERT_TRUE(lost.ok()) << lost.status().ToString();
   EXPECT_EQ(std::set<BlobId>(lost->begin(), lost->end()), (std::set<BlobId>{1, 4}));
   EXPECT_EQ(store->Usage().blobs, 2u);
-  EXPECT_EQ(store->Usage().used, 2 * 512u);
-  EXPECT_EQ(store->arena_count(), 2u);  // owners 5 and 6
+  EXPECT_EQ(store->Usage().used, 0u);  // empty blobs have no place yet
 
   std::vector<std::byte> buf(10);
   EXPECT_EQ(store->Read(1, 0, buf).code(), EIO);
@@ -276,23 +269,24 @@ TEST_F(GpuBulkStoreTest, RecoverReportsNonEmptyBlobsLost) {
   for (const StoredBlob& blob : live) store->Free(blob.id);
   EXPECT_EQ(store->Usage().blobs, 0u);
   EXPECT_EQ(store->Usage().used, 0u);
-  EXPECT_EQ(store->arena_count(), 0u);
+  EXPECT_EQ(store->dedicated_count(), 0u);
 }
 
-TEST_F(GpuBulkStoreTest, ZeroByteBlobsHaveDistinctPlaces) {
-  auto store = OpenStore(SmallOptions());
+TEST_P(GpuBulkStoreTest, ZeroByteBlobsGetAPlaceOnlyWhenExported) {
+  auto store = OpenStore(Options());
   ASSERT_TRUE(store);
   Extent a = MustAllocate(*store, 1, 1000, 0);
-  Extent b = MustAllocate(*store, 2, 1000, 0);
-  EXPECT_EQ(a.arena, b.arena);
-  EXPECT_NE(a.offset, b.offset);
-  EXPECT_EQ(a.reserved, 512u);
-  EXPECT_EQ(store->Usage().used, 1024u);
+  MustAllocate(*store, 2, 1000, 0);
+  EXPECT_EQ(a.alloc, 0u);
+  EXPECT_EQ(store->Usage().used, 0u);
   EXPECT_OK(store->Write(1, 0, {}));
   EXPECT_OK(store->Read(1, 0, {}));
-  auto sealed = Placed(*store, 1, store->Seal(1, 0));
-  ASSERT_TRUE(sealed.ok());
-  EXPECT_EQ(sealed->reserved, 512u);
+  auto exported = store->Export(2);  // an unsealed empty blob: a place of its own
+  ASSERT_TRUE(exported.ok()) << exported.status().ToString();
+  EXPECT_EQ(exported->size, 0u);
+  EXPECT_NE(store->PlaceOfForTesting(2).alloc, 0u);
+  EXPECT_EQ(store->Usage().used, store->alignment());
+  EXPECT_OK(store->Seal(1, 0));
   EXPECT_EQ(Placed(*store, 1, store->Allocate(1, 1000, 0)).status().code(), EEXIST);
   store->Free(1);
   store->Free(2);
@@ -303,8 +297,8 @@ TEST_F(GpuBulkStoreTest, ZeroByteBlobsHaveDistinctPlaces) {
   EXPECT_EQ(store->Read(2, 0, one).code(), EIO);
 }
 
-TEST_F(GpuBulkStoreTest, HostBuffersArePinned) {
-  auto store = OpenStore(SmallOptions());
+TEST_P(GpuBulkStoreTest, HostBuffersArePinned) {
+  auto store = OpenStore(Options());
   ASSERT_TRUE(store);
   HostBuffer buffer = store->AllocateHostBuffer(3 * MiB);
   ASSERT_TRUE(buffer);
@@ -321,6 +315,8 @@ TEST_F(GpuBulkStoreTest, HostBuffersArePinned) {
   HostBuffer empty = store->AllocateHostBuffer(0);  // whatever it gives, it frees cleanly
   empty.reset();
 }
+
+GPUFS_GPU_STORE_MODES(GpuBulkStoreTest);
 
 }  // namespace
 }  // namespace gpufs

@@ -1,6 +1,6 @@
 // What the tests of GpuBulkStore share: byte patterns and comparisons, the
 // ASSERT_OK/EXPECT_OK macros and the GpuBulkStoreTest fixture, which skips
-// every test when no CUDA device is visible and opens stores with small arenas.
+// every test when no CUDA device is visible and runs it in kVmm and kLegacy.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -11,6 +11,7 @@
 #include <memory>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "store/gpu_bulk_store.h"
@@ -67,19 +68,21 @@ inline uint64_t DeviceFreeBytes() {
   return free_bytes;
 }
 
-class GpuBulkStoreTest : public ::testing::Test {
+// Every test runs in both modes production uses: kVmm and kLegacy.
+class GpuBulkStoreTest : public ::testing::TestWithParam<GpuIpcMode> {
  protected:
   void SetUp() override {
     if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
   }
 
-  // Small arenas (dedicated from 4 MiB on) keep the tests quick.
-  static GpuStoreOptions SmallOptions(uint64_t capacity = 2 * GiB) {
+  // The mode under test, a capacity, and no pool (ready allocations would
+  // blur the device memory figures).
+  static GpuStoreOptions Options(uint64_t capacity = 2 * GiB) {
     GpuStoreOptions options;
     options.ordinal = 0;
+    options.ipc = GetParam();
     options.capacity = capacity;
-    options.arena_size = 16 * MiB;
-    options.alignment = 512;
+    options.pool_budget = 0;
     return options;
   }
 
@@ -128,7 +131,7 @@ class GpuBulkStoreTest : public ::testing::Test {
       EXPECT_TRUE(resized.ok()) << resized.status().ToString();
       if (!resized.ok()) return extent;
       if (moves != nullptr &&
-          (resized->arena != extent.arena || resized->offset != extent.offset)) {
+          (resized->alloc != extent.alloc || resized->offset != extent.offset)) {
         ++*moves;
       }
       extent = *resized;
@@ -140,5 +143,14 @@ class GpuBulkStoreTest : public ::testing::Test {
     return extent;
   }
 };
+
+// The two modes production runs, for INSTANTIATE_TEST_SUITE_P.
+inline std::string ModeName(const ::testing::TestParamInfo<GpuIpcMode>& info) {
+  return info.param == GpuIpcMode::kVmm ? "Vmm" : "Legacy";
+}
+#define GPUFS_GPU_STORE_MODES(suite)                                                     \
+  INSTANTIATE_TEST_SUITE_P(Modes, suite,                                                 \
+                           ::testing::Values(GpuIpcMode::kVmm, GpuIpcMode::kLegacy), \
+                           ModeName)
 
 }  // namespace gpufs

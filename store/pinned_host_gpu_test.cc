@@ -21,7 +21,7 @@ double GBps(uint64_t bytes, std::chrono::steady_clock::time_point since) {
   return s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0;
 }
 
-TEST_F(PinnedHostGpuTest, SpillAndFaultBackGoStraightBetweenThePinnedSlabAndTheDevice) {
+TEST_P(PinnedHostGpuTest, SpillAndFaultBackGoStraightBetweenThePinnedSlabAndTheDevice) {
   PinnedHostOptions options;
   options.capacity = 2 * GiB;
   options.pin = [](void* base, size_t bytes) { return RegisterHostMemory(0, base, bytes); };
@@ -30,7 +30,7 @@ TEST_F(PinnedHostGpuTest, SpillAndFaultBackGoStraightBetweenThePinnedSlabAndTheD
   ASSERT_TRUE(opened.ok());
   auto host = std::move(*opened);
   ASSERT_TRUE(host->Recover({}).ok());
-  auto gpu = OpenStore(SmallOptions());
+  auto gpu = OpenStore(Options());
   ASSERT_NE(gpu, nullptr);
 
   const uint64_t size = 512 * MiB + 4097;
@@ -63,6 +63,8 @@ TEST_F(PinnedHostGpuTest, SpillAndFaultBackGoStraightBetweenThePinnedSlabAndTheD
   EXPECT_TRUE(AllZero(host->HostBytes(3)));
   EXPECT_EQ(host->slab_count(), 1u);
 }
+
+GPUFS_GPU_STORE_MODES(PinnedHostGpuTest);
 
 }  // namespace
 }  // namespace gpufs

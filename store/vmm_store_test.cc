@@ -32,7 +32,7 @@ TEST_P(VmmStoreTest, EveryBlobHasItsOwnZeroedAllocation) {
   ASSERT_TRUE(store_->Allocate(2, 0, ones.size()).ok());
   auto a = store_->PlaceOfForTesting(1);
   auto b = store_->PlaceOfForTesting(2);
-  EXPECT_NE(a.arena, b.arena);
+  EXPECT_NE(a.alloc, b.alloc);
   EXPECT_EQ(a.offset, 0u);
   ASSERT_TRUE(store_->Write(1, 0, ones).ok());
   ASSERT_TRUE(store_->Seal(1, ones.size()).ok());
@@ -51,7 +51,7 @@ TEST_P(VmmStoreTest, EveryBlobHasItsOwnZeroedAllocation) {
   // The whole allocation past the blob reads as zero (no earlier bytes).
   std::vector<std::byte> all(exported->alloc_size);
   a = store_->PlaceOfForTesting(1);
-  ASSERT_EQ(cudaMemcpy(all.data(), store_->AllocationBaseForTesting(a.arena), all.size(),
+  ASSERT_EQ(cudaMemcpy(all.data(), store_->AllocationBaseForTesting(a.alloc), all.size(),
                        cudaMemcpyDeviceToHost),
             cudaSuccess);
   EXPECT_EQ(std::memcmp(all.data(), ones.data(), ones.size()), 0);
@@ -78,11 +78,11 @@ TEST_P(VmmStoreTest, GrowingByWritesKeepsTheBytes) {
   store_->Free(3);
 }
 
-// The bytes of allocation `arena` (PlaceForTesting::arena), `bytes` long.
-std::vector<std::byte> AllocationBytes(GpuBulkStore& store, uint64_t arena, size_t bytes) {
+// The bytes of allocation `alloc` (PlaceForTesting::alloc), `bytes` long.
+std::vector<std::byte> AllocationBytes(GpuBulkStore& store, uint64_t alloc, size_t bytes) {
   std::vector<std::byte> all(bytes);
   EXPECT_EQ(
-      cudaMemcpy(all.data(), store.AllocationBaseForTesting(arena), bytes, cudaMemcpyDeviceToHost),
+      cudaMemcpy(all.data(), store.AllocationBaseForTesting(alloc), bytes, cudaMemcpyDeviceToHost),
       cudaSuccess);
   return all;
 }
@@ -110,23 +110,23 @@ TEST_P(VmmStoreTest, SmallBlobsShareOnlyWithTheirSharingKey) {
   put(4, SharingKey(1000), 0x44, 5000);  // parent unknown: its own allocation
   auto p1 = store_->PlaceOfForTesting(1), p2 = store_->PlaceOfForTesting(2),
        p3 = store_->PlaceOfForTesting(3), p4 = store_->PlaceOfForTesting(4);
-  EXPECT_EQ(p1.arena, p2.arena);  // same callers: one pack
+  EXPECT_EQ(p1.alloc, p2.alloc);  // same callers: one pack
   EXPECT_NE(p1.offset, p2.offset);
-  EXPECT_NE(p1.arena, p3.arena);
-  EXPECT_NE(p1.arena, p4.arena);
-  EXPECT_NE(p3.arena, p4.arena);
+  EXPECT_NE(p1.alloc, p3.alloc);
+  EXPECT_NE(p1.alloc, p4.alloc);
+  EXPECT_NE(p3.alloc, p4.alloc);
   EXPECT_EQ(store_->pack_count(), 2u);
   auto e1 = store_->Export(1), e3 = store_->Export(3);
   ASSERT_TRUE(e1.ok() && e3.ok());
   EXPECT_EQ(e1->offset, p1.offset);
   EXPECT_EQ(e1->alloc_size, 2u << 20);
   // What a mapper of blob 1 reaches (the whole pack) holds blob 2, never 3.
-  auto pack = AllocationBytes(*store_, p1.arena, e1->alloc_size);
+  auto pack = AllocationBytes(*store_, p1.alloc, e1->alloc_size);
   EXPECT_EQ(Count(pack, std::byte{0x41}), 5000u);
   EXPECT_EQ(Count(pack, std::byte{0x42}), 70000u);
   EXPECT_EQ(Count(pack, std::byte{0x53}), 0u);
   EXPECT_EQ(Count(pack, std::byte{0x44}), 0u);
-  EXPECT_EQ(Count(AllocationBytes(*store_, p3.arena, e3->alloc_size), std::byte{0x41}), 0u);
+  EXPECT_EQ(Count(AllocationBytes(*store_, p3.alloc, e3->alloc_size), std::byte{0x41}), 0u);
   // Reads see each blob's own bytes.
   std::vector<std::byte> back(5000);
   ASSERT_TRUE(store_->Read(1, 0, back).ok());
@@ -135,25 +135,25 @@ TEST_P(VmmStoreTest, SmallBlobsShareOnlyWithTheirSharingKey) {
   // chmod 600 of blob 2: it moves to the 0600 pack; nobody maps it, so its
   // old range is zeroed at once.
   ASSERT_TRUE(store_->Reshare(2, secret, false).ok());
-  EXPECT_EQ(store_->PlaceOfForTesting(2).arena, p3.arena);
-  EXPECT_EQ(Count(AllocationBytes(*store_, p1.arena, 2u << 20), std::byte{0x42}), 0u);
-  EXPECT_EQ(Count(AllocationBytes(*store_, p3.arena, 2u << 20), std::byte{0x42}), 70000u);
+  EXPECT_EQ(store_->PlaceOfForTesting(2).alloc, p3.alloc);
+  EXPECT_EQ(Count(AllocationBytes(*store_, p1.alloc, 2u << 20), std::byte{0x42}), 0u);
+  EXPECT_EQ(Count(AllocationBytes(*store_, p3.alloc, 2u << 20), std::byte{0x42}), 70000u);
   std::vector<std::byte> moved(70000);
   ASSERT_TRUE(store_->Read(2, 0, moved).ok());
   EXPECT_EQ(Count(moved, std::byte{0x42}), 70000u);
 
   // Mapped while it moves: the old range stays until the blob is freed.
   ASSERT_TRUE(store_->Reshare(1, secret, true).ok());
-  EXPECT_EQ(Count(AllocationBytes(*store_, p1.arena, 2u << 20), std::byte{0x41}), 5000u);
+  EXPECT_EQ(Count(AllocationBytes(*store_, p1.alloc, 2u << 20), std::byte{0x41}), 5000u);
   // Its mappers are gone: the kept range goes, and with it the emptied pack.
   EXPECT_EQ(store_->pack_count(), 2u);
   store_->ReleaseRetired(1);
   EXPECT_EQ(store_->pack_count(), 1u);
-  EXPECT_EQ(store_->AllocationBaseForTesting(p1.arena), nullptr);
+  EXPECT_EQ(store_->AllocationBaseForTesting(p1.alloc), nullptr);
 
   // A freed range is zeroed before the next blob of the key can have it.
   store_->Free(3);
-  EXPECT_EQ(Count(AllocationBytes(*store_, p3.arena, 2u << 20), std::byte{0x53}), 0u);
+  EXPECT_EQ(Count(AllocationBytes(*store_, p3.alloc, 2u << 20), std::byte{0x53}), 0u);
   for (BlobId id : {1, 2, 4}) store_->Free(id);
   EXPECT_EQ(store_->Usage().used, 0u);
   EXPECT_EQ(store_->pack_count(), 0u);
@@ -196,7 +196,7 @@ TEST_P(VmmStoreTest, EmptyBlobsHaveNoPlaceUntilTheyGrowOrAreExported) {
   // sealed blob 1 of the same key lives in.
   auto writable = store_->Export(3);
   ASSERT_TRUE(writable.ok()) << writable.status().ToString();
-  EXPECT_NE(store_->PlaceOfForTesting(3).arena, store_->PlaceOfForTesting(1).arena);
+  EXPECT_NE(store_->PlaceOfForTesting(3).alloc, store_->PlaceOfForTesting(1).alloc);
   EXPECT_EQ(store_->PlaceOfForTesting(3).offset, 0u);
   for (BlobId id = 1; id <= 50; ++id) store_->Free(id);
   EXPECT_EQ(store_->Usage().used, 0u);

@@ -282,7 +282,7 @@ TEST_F(VmmTakeoverTest, PackedBlobsComeBackInOneImportedPack) {
   auto lost = b->Recover(live);
   ASSERT_TRUE(lost.ok());
   EXPECT_TRUE(lost->empty());
-  EXPECT_EQ(b->pack_count(), 1u);
+  EXPECT_EQ(b->group_count(), 1u);  // one shared allocation, re-imported once
   EXPECT_EQ(b->dedicated_count(), 0u);
   EXPECT_EQ(b->Usage().used, m1.range + m2.range);
   std::vector<std::byte> got(one.size());
@@ -298,7 +298,7 @@ TEST_F(VmmTakeoverTest, PackedBlobsComeBackInOneImportedPack) {
   ASSERT_TRUE(b->Read(2, 0, got).ok());
   EXPECT_TRUE(got == two);
   b->Free(2);
-  EXPECT_EQ(b->pack_count(), 0u);
+  EXPECT_EQ(b->group_count(), 0u);
   EXPECT_EQ(b->Usage().used, 0u);
   EXPECT_EQ(sink_b.freed(), 2);
 }

@@ -22,8 +22,12 @@
  *   blob is at base + info.offset, info.size bytes. A token is good for one
  *   request, by the same uid (and process, or a thread of it) that made the
  *   ioctl, while the file it was issued on stays open, for
- *   GPUFS_TOKEN_TTL_SECONDS; the daemon checks SO_PEERCRED. The fd lets the
- *   process map exactly the bytes of that one blob: no neighbour shares it.
+ *   GPUFS_TOKEN_TTL_SECONDS; the daemon checks SO_PEERCRED. The allocation
+ *   holds that blob and, for a small sealed blob, only other sealed blobs
+ *   that exactly the same callers can open (same object, owner, group and
+ *   mode: a pack); the rest of it is zero. The access flags are the
+ *   importer's: the driver cannot stop a holder of the fd from mapping it
+ *   writable, so PROT_READ protects against accidents, not a hostile reader.
  *   One round trip fewer (GPUFS_IOC_MAP_PUSH): connect first, send a struct
  *   gpufs_fd_hello with a random cookie, then ask with GPUFS_IOC_MAP_PUSH
  *   and that cookie; when the reply's info.flags has GPUFS_INFO_FD_SENT, the
@@ -136,9 +140,9 @@ struct gpufs_fd_mapped {
 };
 struct gpufs_fd_reply {
   uint32_t magic;     /* GPUFS_FD_MAGIC */
-  int32_t error;      /* 0, or an errno: EACCES (wrong uid/process, or the file
-                         was closed), ENOENT (unknown, used or expired token),
-                         EPROTO (malformed request) */
+  int32_t error;      /* 0, or an errno: EACCES (wrong uid/process), ENOENT
+                         (unknown, used or expired token, or the file it was
+                         issued on was closed), EPROTO (malformed request) */
   uint64_t blob_id;   /* as in the info the token came with */
   uint64_t alloc_size;
   char message[112];  /* why, when error != 0 (NUL-terminated) */
@@ -159,8 +163,9 @@ struct gpufs_map_push {
   struct gpufs_ipc_info info;        /* out */
 };
 
-/* Handle of a sealed GPU blob. ENODEV: the blob is in host memory. EBUSY: it
- * is still being written (not sealed after a short wait). */
+/* Handle of a sealed GPU blob (one that spilled off its GPU is brought back
+ * first). ENODEV: the blob lives in host memory. EBUSY: it is still being
+ * written (answered at once; nothing waits for the seal). */
 #define GPUFS_IOC_MAP _IOR('G', 1, struct gpufs_ipc_info)
 /* Reserve device memory for an empty unsealed blob. EPERM: sealed or not
  * opened for writing. EEXIST: already has bytes. ENOSPC: no room. */

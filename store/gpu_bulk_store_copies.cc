@@ -1,0 +1,89 @@
+// GpuBulkStore: private copies of an allocation for readers who may not
+// write it (ExportCopy), and checksums summed on the device (Checksums).
+#include <vector>
+
+#include "store/cuda_util.h"
+#include "store/gpu_bulk_store.h"
+#include "store/gpu_bulk_store_internal.h"
+#include "store/sum64_kernel.h"
+#include "util/log.h"
+
+namespace gpufs {
+
+Result<IpcExport> GpuBulkStore::ExportCopy(BlobId id, BlobId copy) {
+  GPUFS_RETURN_IF_ERROR(PlaceEmpty(id));
+  const std::string what = "gpu store " + device_ + ": a private copy of " + Describe(id);
+  std::byte* source = nullptr;
+  uint64_t bytes = 0, offset = 0, size = 0;
+  {
+    std::lock_guard lock(mu_);
+    BlobRecord* rec = FindLocked(id);
+    if (rec == nullptr) return MissingLocked(id, "copy");
+    if (!rec->sealed) return Error(EBUSY, what + ": it is still being written");
+    if (blobs_.contains(copy)) return Error(EEXIST, what + ": " + Describe(copy) + " is live");
+    const Allocation* alloc = FindAllocLocked(rec->place.alloc);
+    if (alloc == nullptr) return Error(EIO, what + ": its allocation is gone");
+    source = alloc->base();
+    bytes = alloc->bytes();
+    offset = rec->place.offset;
+    size = rec->size;
+    if (bytes > RoomLocked(0)) return FullLocked(what, bytes);
+    used_ += bytes;  // reserved now, so that concurrent calls cannot take it
+  }
+  // The whole allocation, byte for byte: the blob keeps its offset (and a
+  // copy of a pack or group holds only blobs of the same callers).
+  auto alloc = std::make_unique<Allocation>();
+  Status made = MakeMemory(alloc.get(), bytes, true);
+  if (made.ok()) made = DeviceToDevice(alloc->base(), source, bytes);
+  {
+    std::lock_guard lock(mu_);
+    if (!made.ok()) {
+      used_ -= bytes;
+      return made.Prepend(what);
+    }
+    alloc->id = next_alloc_id_++;
+    alloc->blobs = 1;
+    Place place{.alloc = alloc->id, .offset = 0, .reserved = bytes, .data = alloc->base()};
+    blobs_.emplace(copy, BlobRecord{.place = place,
+                                    .size = bytes,
+                                    .owner = 0,
+                                    .sealed = true,
+                                    .key = SharingKey(),
+                                    .retired = {}});
+    allocs_.emplace(alloc->id, std::move(alloc));
+    ++dedicated_count_;
+  }
+  auto out = Export(copy);  // kLegacy: its cudaIpc handle
+  if (!out.ok()) {
+    Free(copy);
+    return out.status().Prepend(what);
+  }
+  out->offset = offset;
+  out->size = size;
+  return out;
+}
+
+Result<std::vector<uint64_t>> GpuBulkStore::Checksums(std::span<const BlobId> ids,
+                                                      std::span<const uint64_t> sizes) {
+  if (ids.size() != sizes.size()) return Error(EINVAL, "checksums: ids and sizes differ in count");
+  std::vector<DeviceRange> ranges(ids.size());
+  {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      BlobRecord* rec = FindLocked(ids[i]);
+      if (rec == nullptr) return MissingLocked(ids[i], "checksum");
+      if (sizes[i] > rec->size) {
+        return Error(EINVAL, "gpu store " + device_ + ": checksum of " + Describe(ids[i]) +
+                                 " past its " + std::to_string(rec->size) + " bytes");
+      }
+      ranges[i] = {.data = rec->place.data, .bytes = sizes[i]};
+    }
+  }
+  GPUFS_RETURN_IF_ERROR(Enter());
+  GPUFS_ASSIGN_OR_RETURN(cudaStream_t stream, gpu_bulk_store_internal::ThreadStream(ordinal_));
+  auto sums = DeviceSum64(ranges.data(), ranges.size(), stream);
+  if (!sums.ok()) return sums.status().Prepend("gpu store " + device_ + ": checksums");
+  return sums;
+}
+
+}  // namespace gpufs
