@@ -16,6 +16,7 @@
 
 #include "util/file_io.h"
 #include "util/log.h"
+#include "util/size.h"
 
 namespace gpufs {
 namespace {
@@ -42,14 +43,7 @@ Status MakeDirs(const std::string& dir) {
   }
 }
 
-std::string Range(uint64_t offset, uint64_t length) {
-  std::string range = "[";  // appended to: GCC 12 -Wrestrict misfires on "[" + std::string&&
-  range += std::to_string(offset);
-  range += ", +";
-  range += std::to_string(length);
-  range += ')';
-  return range;
-}
+std::string Range(uint64_t offset, uint64_t length) { return FormatRange(offset, length); }
 
 }  // namespace
 
