@@ -351,7 +351,8 @@ class Supervisor {
 }  // namespace
 
 int RunSupervisor(const SupervisorConfig& config) {
-  int rc = Supervisor(config).Run();
+  Supervisor supervisor(config);  // lives on: it holds the log's fd
+  int rc = supervisor.Run();
   if (!config.socket_dir.empty()) {
     // The worker unlinks its socket when it exits cleanly; a killed one
     // leaves it behind.
