@@ -224,6 +224,7 @@ Status Put(const std::string& file, const std::string& path_arg, const PutOption
                              "--parents (-p) to have put create it");
   }
 
+  RemoveStaleTemps(parent, name);  // before the space they hold is counted
   std::optional<uint64_t> free_before = FreeBytes(parent.string());
   if (src.length && free_before && *src.length > *free_before) {
     return Error(ENOSPC, "not enough space for " + path + ": it needs " + FormatSize(*src.length) +
@@ -231,7 +232,6 @@ Status Put(const std::string& file, const std::string& path_arg, const PutOption
                              FormatSize(*free_before) + " free");
   }
 
-  RemoveStaleTemps(parent, name);
   InterruptGuard interrupts;
   std::string tmp = (parent / TempName(name, std::to_string(::getpid()))).string();
   UniqueFd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
