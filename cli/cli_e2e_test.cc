@@ -1,6 +1,7 @@
 // The CLI's data commands on a real mount: put/get of .npy files against what
-// numpy writes and reads, import of safetensors files, ls/stat --json, and the
-// promise that a refused or failed command leaves the namespace as it was.
+// numpy writes and reads, import of safetensors files (and stat of an object
+// too large for its attribute), and the promise that a refused or failed
+// command leaves the namespace as it was. ls and stat: ls_stat_e2e_test.cc.
 #include <gtest/gtest.h>
 #include <sys/xattr.h>
 
@@ -20,13 +21,6 @@ constexpr const char* kPython = "/usr/bin/python3";
 bool HaveNumpy() {
   static const bool have = Sh(std::string(kPython) + " -c 'import numpy'").status == 0;
   return have;
-}
-
-std::string Xattr(const std::string& path, const std::string& name) {
-  char buf[65536];
-  ssize_t n = ::getxattr(path.c_str(), name.c_str(), buf, sizeof buf);
-  return n < 0 ? "<" + std::string(strerrorname_np(errno)) + ">"
-               : std::string(buf, static_cast<size_t>(n));
 }
 
 std::string Le64(uint64_t v) {
@@ -88,7 +82,7 @@ TEST_F(CliE2E, NpyPutGetIsByteIdenticalToNumpy) {
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
     std::string file = ReadFile(L(c.name + ".npy"));
-    auto put = Gpufs("put " + L(c.name + ".npy") + " " + P("arrays/" + c.name));
+    auto put = Gpufs("put -p " + L(c.name + ".npy") + " " + P("arrays/" + c.name));
     ASSERT_EQ(put.status, 0) << put.output;
     EXPECT_EQ(Xattr(P("arrays/" + c.name), "user.gpufs.dtype"), c.dtype);
     EXPECT_EQ(Xattr(P("arrays/" + c.name), "user.gpufs.shape"), c.shape);
@@ -126,12 +120,12 @@ TEST_F(CliE2E, NpyDtypeAndShapeOverrides) {
       << mismatch.output;
   EXPECT_EQ(Listing(), before);
   auto bad_dtype = Gpufs("put --dtype float31 " + L("a.npy") + " " + P("o/a"));
-  EXPECT_NE(bad_dtype.status, 0);
+  EXPECT_EQ(bad_dtype.status, 2);  // a usage error
   EXPECT_NE(bad_dtype.output.find("unknown dtype 'float31'"), std::string::npos)
       << bad_dtype.output;
   EXPECT_EQ(Listing(), before);
 
-  ASSERT_EQ(Gpufs("put --dtype int32 " + L("a.npy") + " " + P("o/a")).status, 0);
+  ASSERT_EQ(Gpufs("put -p --dtype int32 " + L("a.npy") + " " + P("o/a")).status, 0);
   EXPECT_EQ(Xattr(P("o/a"), "user.gpufs.dtype"), "int32");
   EXPECT_EQ(Xattr(P("o/a"), "user.gpufs.shape"), "2,3");
   ASSERT_EQ(Gpufs("put --dtype uint8 --shape 24 " + L("a.npy") + " " + P("o/a")).status, 0);
@@ -392,6 +386,24 @@ TEST_F(CliE2E, MalformedSafetensorsAreRefusedAndCreateNothing) {
   EXPECT_EQ(Listing(), before);
 }
 
+// A .npy is put, not imported: the error says so instead of calling its
+// header length implausible.
+TEST_F(CliE2E, ImportOfANpyNamesPut) {
+  WriteFile(L("x.npy"), std::string("\x93NUMPY\x01\x00\x76\x00", 10) + std::string(118, ' '));
+  WriteFile(L("renamed"), ReadFile(L("x.npy")));
+  std::string before = Listing();
+  for (const std::string& file : {L("x.npy"), L("renamed")}) {
+    auto r = Gpufs("import " + file + " " + P("m"));
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.output.find(file + " is a .npy file; import reads .safetensors files: put it "
+                                   "with gpufs put " + file + " " + P("m")),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(r.output.find("implausible"), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(Listing(), before);
+}
+
 TEST(CliImportE2E, FailureMidwayLeavesNothing) {
   // A store too small for the model: the upload fails with ENOSPC part way.
   GpufsMount mount({"--store", "host", "--capacity", "2M"});
@@ -419,51 +431,7 @@ TEST(CliImportE2E, FailureMidwayLeavesNothing) {
   EXPECT_TRUE(mount.Stop());
 }
 
-// --- ls and stat --------------------------------------------------------------
-
-TEST_F(CliE2E, LsJsonDescribesObjectsAndBlobs) {
-  ASSERT_EQ(Sh("mkdir -p " + P("g/sub")).status, 0);
-  ASSERT_EQ(::setxattr(P("g/sub").c_str(), "user.gpufs.type", "Graph", 5, 0), 0);
-  WriteFile(L("x"), std::string(16, 'x'));
-  ASSERT_EQ(Gpufs("put --dtype float32 --shape 2,2 " + L("x") + " " + P("g/t")).status, 0);
-  ASSERT_EQ(Gpufs("put " + L("x") + " " + P("g/raw")).status, 0);
-  ASSERT_EQ(Sh("chmod 600 " + P("g/raw")).status, 0);
-  WriteFile(L("four"), "4444");
-  ASSERT_EQ(Gpufs("put --dtype int32 --shape '' " + L("four") + " " + P("g/v")).status, 0);
-  EXPECT_EQ(Xattr(P("g/v"), "user.gpufs.shape"), "");
-  auto r = Gpufs("ls --json " + P("g"));
-  ASSERT_EQ(r.status, 0) << r.output;
-  json j = json::parse(r.output, nullptr, false);
-  ASSERT_TRUE(j.is_array()) << r.output;
-  ASSERT_EQ(j.size(), 4u);
-  json raw = j[0], sub = j[1], t = j[2], v = j[3];
-  EXPECT_EQ(v["shape"], json::array());
-  EXPECT_EQ(raw["name"], "raw");
-  EXPECT_EQ(raw["mode"], "0600");
-  EXPECT_TRUE(raw["dtype"].is_null());
-  EXPECT_TRUE(raw["shape"].is_null());
-  EXPECT_EQ(raw["size"], 16);
-  EXPECT_EQ(sub["name"], "sub");
-  EXPECT_EQ(sub["type"], "object");
-  EXPECT_EQ(sub["typename"], "Graph");
-  EXPECT_EQ(sub["device"], "host");
-  EXPECT_EQ(t["dtype"], "float32");
-  EXPECT_EQ(t["shape"], json({2, 2}));
-  for (const auto& e : j) {
-    for (const char* key :
-         {"name", "type", "size", "device", "dtype", "shape", "mode", "typename"}) {
-      EXPECT_TRUE(e.contains(key)) << key << " in " << e.dump();
-    }
-  }
-  // One blob: an array of one.
-  auto one = json::parse(Gpufs("ls --json " + P("g/t")).output, nullptr, false);
-  ASSERT_TRUE(one.is_array());
-  ASSERT_EQ(one.size(), 1u);
-  EXPECT_EQ(one[0]["type"], "blob");
-  // stat --json still prints user.gpufs.meta.
-  auto stat = Gpufs("stat --json " + P("g/t"));
-  EXPECT_EQ(stat.output, Xattr(P("g/t"), "user.gpufs.meta") + "\n");
-}
+// --- stat of an object too large for its attribute ------------------------------
 
 TEST_F(CliE2E, StatJsonOfAnObjectTooLargeForItsAttribute) {
   // ~2000 members: user.gpufs.meta passes 64 KiB (E2BIG); stat builds it instead.
@@ -483,6 +451,7 @@ TEST_F(CliE2E, StatJsonOfAnObjectTooLargeForItsAttribute) {
   EXPECT_EQ(meta["typename"], "SafeTensors");
   EXPECT_EQ(meta["members"].size(), 2000u);
   EXPECT_EQ(meta["members"]["model.layers.7.self_attn.q_proj.weight"]["size"], 1);
+  EXPECT_EQ(meta["tiers"], json({{"host", 2000}}));
   auto text = Gpufs("stat " + P("many"));
   EXPECT_EQ(text.status, 0) << text.output;
   EXPECT_NE(text.output.find("members:  2000"), std::string::npos) << text.output;

@@ -102,6 +102,13 @@ Status SealMember(int fd, const std::string& what) {
   return Status::Ok();
 }
 
+Status DeclareExplicitSeal(int fd, const std::string& what) {
+  if (::ioctl(fd, GPUFS_IOC_EXPLICIT_SEAL) != 0 && errno != ENOTTY) {
+    return PosixError("GPUFS_IOC_EXPLICIT_SEAL " + what, errno);
+  }
+  return Status::Ok();
+}
+
 Status CloseChecked(UniqueFd& fd, const std::string& what) {
   if (::close(fd.release()) != 0) return PosixError("close " + what, errno);
   return Status::Ok();

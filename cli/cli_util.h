@@ -34,6 +34,11 @@ Result<size_t> ReadFull(int fd, std::byte* data, size_t size, const std::string&
 // Seals the member open for writing on `fd` (GPUFS_IOC_SEAL): its bytes are
 // final from here on. The CLI seals explicitly before it closes.
 Status SealMember(int fd, const std::string& what);
+// Tells the daemon that the writer of `fd` seals the member itself
+// (GPUFS_IOC_EXPLICIT_SEAL): killed before it does, the member is discarded,
+// never sealed half-written. ENOTTY (not a gpufs member, with --force, or a
+// daemon older than the ioctl) is not an error: there is nothing to tell.
+Status DeclareExplicitSeal(int fd, const std::string& what);
 // Closes `fd` (releasing it) and reports close(2)'s error.
 Status CloseChecked(UniqueFd& fd, const std::string& what);
 

@@ -59,13 +59,13 @@ TEST_F(ConventionsE2E, PathsOutsideAGpufsMountAreRefused) {
   EXPECT_EQ(Gpufs("put --force " + L("x") + " " + L("y")).status, 0);
   EXPECT_EQ(ReadFile(L("y")), "local bytes");
   // The mount's own paths pass, new ones included.
-  EXPECT_EQ(Gpufs("put " + L("x") + " " + P("a/b/x")).status, 0);
+  EXPECT_EQ(Gpufs("put -p " + L("x") + " " + P("a/b/x")).status, 0);
   EXPECT_EQ(Gpufs("rm -r " + P("a")).status, 0);
 }
 
 TEST_F(ConventionsE2E, MigrateToAnUnservedDeviceNamesTheServedOnes) {
   WriteFile(L("x"), "bytes");
-  ASSERT_EQ(Gpufs("put " + L("x") + " " + P("o/x")).status, 0);
+  ASSERT_EQ(Gpufs("put -p " + L("x") + " " + P("o/x")).status, 0);
   ShResult r = Gpufs("migrate " + P("o") + " --to cuda:7");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.output.find("serves only host"), std::string::npos) << r.output;

@@ -149,6 +149,19 @@ Status Get(const std::string& path, const std::string& file_arg, const GetOption
 
 namespace {
 
+// A blob's dtype and shape as `ls -l` shows them: float32[1024,1024];
+// float32[] a scalar (shape ""); float32[?] no shape recorded; - no dtype.
+std::string TensorText(const std::string& path) {
+  auto dtype = GetAttrValue(path, std::string(xattr::kDtype).c_str());
+  if (!dtype.ok()) return "-";
+  auto shape = GetAttrValue(path, std::string(xattr::kShape).c_str());
+  std::string text = *dtype;
+  text += '[';
+  text += shape.ok() ? *shape : "?";
+  text += ']';
+  return text;
+}
+
 std::string Describe(const std::string& path, const struct stat& st) {
   auto device = GetAttrValue(path, "user.gpufs.device");
   std::string line;
@@ -163,10 +176,7 @@ std::string Describe(const std::string& path, const struct stat& st) {
   } else {
     std::snprintf(buf, sizeof buf, "%12llu ", static_cast<unsigned long long>(st.st_size));
     line += buf;
-    auto dtype = GetAttrValue(path, "user.gpufs.dtype");
-    auto shape = GetAttrValue(path, "user.gpufs.shape");
-    line += (device.ok() ? *device : "?") + "\t" + (dtype.ok() ? *dtype : "-") + "[" +
-            (shape.ok() ? *shape : "") + "]";
+    line += (device.ok() ? *device : "?") + "\t" + TensorText(path);
   }
   return line;
 }
@@ -351,23 +361,50 @@ std::string Text(const json& j, const char* key) {
   return Dump(*it, -1);
 }
 
+// What the summary shows beside user.gpufs.meta: a member's tier now
+// ("tier"), an object's bytes per tier ("tiers").
+json WhereItIs(const std::string& path, const json& meta) {
+  json where = json::object();
+  if (Text(meta, "typename") == "Blob") {
+    where["tier"] = AttrOrNull(path, std::string(xattr::kTier).c_str());
+  } else {
+    std::map<std::string, uint64_t> tiers;
+    BytesPerTier(meta, &tiers);
+    where["tiers"] = tiers;
+  }
+  return where;
+}
+
+// `stat --json`: user.gpufs.meta with "tier" (a member) or "tiers" (an
+// object) added at its end, its own text kept byte for byte when it fits in
+// the attribute (names that are not UTF-8 stay escaped as the daemon wrote them).
+Status StatJson(const std::string& path) {
+  auto raw = GetAttrValue(path, std::string(xattr::kMeta).c_str());
+  if (!raw.ok() && raw.status().code() != E2BIG) return raw.status();
+  if (raw.ok()) {
+    json meta = json::parse(ForDisplay(*raw), nullptr, /*allow_exceptions=*/false);
+    size_t end = raw->find_last_of('}');
+    if (meta.is_discarded() || !meta.is_object() || end == std::string::npos) {
+      return Error(EIO, path + ": user.gpufs.meta is not a JSON object");
+    }
+    std::string extra = Dump(WhereItIs(path, meta), -1);  // {"tier":...}
+    std::string text = raw->substr(0, end);
+    if (text.find_last_not_of(" \n\t{") != std::string::npos) text += ',';
+    text += extra.substr(1);
+    std::printf("%s\n", text.c_str());
+    return Status::Ok();
+  }
+  GPUFS_ASSIGN_OR_RETURN(json j, LoadMeta(path, 0));
+  j.update(WhereItIs(path, j));
+  std::printf("%s\n", Dump(j, -1).c_str());
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status Stat(const std::string& path, bool as_json) {
-  if (as_json) {
-    // The daemon's JSON as it is, when it fits in the attribute.
-    auto raw = GetAttrValue(path, std::string(xattr::kMeta).c_str());
-    if (raw.ok()) {
-      std::printf("%s\n", raw->c_str());
-      return Status::Ok();
-    }
-    if (raw.status().code() != E2BIG) return raw.status();
-  }
+  if (as_json) return StatJson(path);
   GPUFS_ASSIGN_OR_RETURN(json j, LoadMeta(path, 0));
-  if (as_json) {
-    std::printf("%s\n", Dump(j, -1).c_str());
-    return Status::Ok();
-  }
   std::printf("path:     %s\n", path.c_str());
   std::printf("id:       %s\n", Text(j, "id").c_str());
   std::printf("typename: %s\n", Text(j, "typename").c_str());
@@ -381,19 +418,17 @@ Status Stat(const std::string& path, bool as_json) {
     std::printf("state:    %s\n", Text(j, "state").c_str());
     // Where the bytes are now (a spilled member is on host or disk and comes
     // back onto its GPU when mapped).
-    auto tier = GetAttrValue(path, std::string(xattr::kTier).c_str());
-    std::printf("tier:     %s\n", tier.ok() ? tier->c_str() : "-");
+    std::printf("tier:     %s\n", Text(WhereItIs(path, j), "tier").c_str());
     std::printf("dtype:    %s\n", Text(j, "dtype").c_str());
     std::printf("shape:    %s\n", Text(j, "shape").c_str());
   } else {
     auto members = j.find("members");
     std::printf("members:  %zu\n",
                 members != j.end() && members->is_object() ? members->size() : size_t{0});
-    std::map<std::string, uint64_t> tiers;
-    BytesPerTier(j, &tiers);
     std::string line;
-    for (const auto& [tier, bytes] : tiers) {
-      line += (line.empty() ? "" : ", ") + tier + " " + FormatSize(bytes);
+    const json where = WhereItIs(path, j);
+    for (const auto& [tier, bytes] : where["tiers"].items()) {
+      line += (line.empty() ? "" : ", ") + tier + " " + FormatSize(bytes.get<uint64_t>());
     }
     std::printf("tiers:    %s\n", line.empty() ? "-" : line.c_str());
   }

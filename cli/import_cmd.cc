@@ -24,6 +24,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/interrupt.h"
+#include "cli/npy.h"
 #include "cli/progress.h"
 #include "cli/safetensors.h"
 #include "proto/shape.h"
@@ -168,6 +169,7 @@ class FileWriter : public MemberWriter {
   static Result<std::unique_ptr<MemberWriter>> Open(const std::string& path) {
     UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!fd.valid()) return PosixError("create " + path, errno);
+    GPUFS_RETURN_IF_ERROR(DeclareExplicitSeal(fd.get(), path));
     return std::unique_ptr<MemberWriter>(new FileWriter(path, std::move(fd)));
   }
   Status Write(std::span<const std::byte> data) override {
@@ -405,6 +407,10 @@ Status Import(const std::string& file, const std::string& path, const ImportOpti
   if (!in.valid()) return PosixError("open " + file, errno);
   if (::fstat(in.get(), &st) != 0) return PosixError("stat " + file, errno);
   if (!S_ISREG(st.st_mode)) return Error(EINVAL, file + " is not a regular file");
+  if (npy::IsNpyFile(in.get(), file)) {
+    return Error(EINVAL, file + " is a .npy file; import reads .safetensors files: put it with "
+                                "gpufs put " + file + " " + path);
+  }
   GPUFS_ASSIGN_OR_RETURN(
       safetensors::Header header,
       safetensors::ReadHeader(in.get(), static_cast<uint64_t>(st.st_size), file));

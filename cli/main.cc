@@ -73,6 +73,8 @@ int main(int argc, char** argv) {
   auto* shape_opt = put->add_option(
       "--shape", shape, "Dimensions, e.g. 1024,1024; '' for a scalar (overrides a .npy's)");
   put->add_flag("--raw", put_options.raw, "Store a .npy file's bytes as they are, header and all");
+  put->add_flag("-p,--parents", put_options.parents,
+                "Create the missing objects on the way to PATH, as mkdir -p");
 
   gpufs::GetOptions get_options;
   auto* get =
@@ -93,14 +95,17 @@ int main(int argc, char** argv) {
   auto* ls = app.add_subcommand("ls", "List an object's members");
   ls->add_option("path", src, "Path on a gpufs mount")->required();
   ls->add_flag("-l", long_format,
-               "Show size, device (for a member: the tier it is on now), dtype and shape");
+               "Show size, device (for a member: the tier it is on now), dtype and shape: "
+               "float32[1024,1024], float32[] a scalar, float32[?] no shape, - no dtype");
   ls->add_flag(
       "--json", json,
       "Print a JSON array of {name, type, size, device, tier, dtype, shape, mode, typename}");
 
   auto* stat = app.add_subcommand("stat", "Show an object's or blob's meta");
   stat->add_option("path", src, "Path on a gpufs mount")->required();
-  stat->add_flag("--json", json, "Print user.gpufs.meta as JSON");
+  stat->add_flag("--json", json,
+                 "Print user.gpufs.meta as JSON, with \"tier\" (a member's tier now) or "
+                 "\"tiers\" (an object's bytes per tier)");
 
   auto* rm = app.add_subcommand("rm", "Remove a member");
   rm->add_option("path", src, "Path on a gpufs mount")->required();
@@ -143,6 +148,11 @@ int main(int argc, char** argv) {
     if (dtype_opt->count() > 0) put_options.dtype = dtype;
     if (shape_opt->count() > 0) put_options.shape = shape;
     put_options.force = force;
+    if (auto s = gpufs::CheckPutArguments(src, put_options); !s.ok()) {
+      std::fprintf(stderr, "gpufs: put: %s\nRun 'gpufs put --help' for its options.\n",
+                   s.message().c_str());
+      return kUsageError;
+    }
     if (auto s = on_gpufs(dst); !s.ok()) return Report(s);
     return Report(gpufs::Put(src, dst, put_options));
   }

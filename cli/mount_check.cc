@@ -7,8 +7,6 @@
 #include <climits>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "util/mountinfo.h"
 
@@ -49,26 +47,13 @@ Result<std::string> NearestExisting(const std::string& path) {
 Result<MountOf> FindMountOf(const std::string& path) {
   char real[PATH_MAX];
   if (::realpath(path.c_str(), real) == nullptr) return PosixError("resolve " + path, errno);
-  std::ifstream in("/proc/self/mountinfo");
-  if (!in) return Error(EIO, "cannot read /proc/self/mountinfo");
+  auto text = ReadMountInfo();
+  if (!text.ok()) return Error(EIO, "cannot read /proc/self/mountinfo");
   MountOf best;
-  std::string line;
-  while (std::getline(in, line)) {
-    // id parent major:minor root mountpoint options [optional...] - fstype source super
-    std::istringstream fields(line);
-    std::string id, parent, dev, root, mountpoint, word;
-    fields >> id >> parent >> dev >> root >> mountpoint;
-    std::string fstype;
-    while (fields >> word) {
-      if (word == "-") {
-        fields >> fstype;
-        break;
-      }
-    }
-    mountpoint = UnescapeMountField(mountpoint);
+  for (const MountEntry& m : ParseMountInfo(*text)) {
     // Later entries stack on earlier ones at the same point: >= keeps the last.
-    if (Under(real, mountpoint) && mountpoint.size() >= best.mountpoint.size()) {
-      best = {mountpoint, fstype};
+    if (Under(real, m.mountpoint) && m.mountpoint.size() >= best.mountpoint.size()) {
+      best = {m.mountpoint, m.fstype};
     }
   }
   if (best.mountpoint.empty()) return Error(EIO, std::string(real) + " is on no mount");

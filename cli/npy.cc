@@ -237,8 +237,17 @@ std::string ElementName(const Header& h) { return h.dtype.empty() ? "'" + h.desc
 
 bool HasMagic(std::string_view prefix) { return prefix.substr(0, kMagic.size()) == kMagic; }
 
+bool IsNpyFile(int fd, std::string_view name) {
+  if (name.ends_with(".npy")) return true;
+  char magic[6] = {};
+  return ::pread(fd, magic, sizeof magic, 0) == sizeof magic &&
+         HasMagic(std::string_view(magic, sizeof magic));
+}
+
 Result<DescrInfo> ParseDescr(std::string_view descr) {
-  std::string quoted = "'" + std::string(descr) + "'";
+  std::string quoted = "'";  // appended to: GCC 12 -Wrestrict misfires on "'" + std::string&&
+  quoted += descr;
+  quoted += '\'';
   std::string_view s = descr;
   char order = '=';
   if (!s.empty() && (s[0] == '<' || s[0] == '>' || s[0] == '|' || s[0] == '=')) {

@@ -42,6 +42,9 @@ struct Header {
 
 // True when `prefix` starts with the .npy magic.
 bool HasMagic(std::string_view prefix);
+// True when the file open as `fd` and called `name` is a .npy: by its name's
+// extension or its first bytes (read with pread, so `fd`'s offset stays).
+bool IsNpyFile(int fd, std::string_view name);
 
 // Parses the header of a .npy file of `file_size` bytes whose first bytes are
 // `bytes` (at least the whole header; more is fine). `name` prefixes every

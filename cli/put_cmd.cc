@@ -1,14 +1,18 @@
 #include "cli/put_cmd.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <string_view>
 #include <vector>
 
 #include "cli/cli_util.h"
@@ -90,14 +94,12 @@ struct Source {
 };
 
 Result<Source> OpenSource(const std::string& file, const PutOptions& options) {
+  GPUFS_RETURN_IF_ERROR(CheckPutArguments(file, options));
   Source src;
   if (options.shape) {
-    auto parsed = proto::ParseShape(*options.shape);
-    if (!parsed.ok()) return parsed.status().Prepend("--shape");
-    src.shape = *parsed;
+    GPUFS_ASSIGN_OR_RETURN(src.shape, proto::ParseShape(*options.shape));
   }
   src.dtype = options.dtype;
-  if (src.dtype) GPUFS_RETURN_IF_ERROR(proto::CheckDtype(*src.dtype).Prepend("--dtype"));
   if (file == "-") {
     src.fd = 0;
   } else {
@@ -111,13 +113,7 @@ Result<Source> OpenSource(const std::string& file, const PutOptions& options) {
   bool regular = S_ISREG(st.st_mode);
   if (regular) src.length = static_cast<uint64_t>(st.st_size);
 
-  bool is_npy = false;
-  if (!options.raw) {
-    char magic[6] = {};
-    is_npy = EndsWith(file, ".npy") ||
-             (regular && ::pread(src.fd, magic, sizeof magic, 0) == sizeof magic &&
-              npy::HasMagic(std::string_view(magic, sizeof magic)));
-  }
+  bool is_npy = !options.raw && (regular ? npy::IsNpyFile(src.fd, file) : EndsWith(file, ".npy"));
   if (is_npy) {
     if (!regular) return Error(EINVAL, file + ": a .npy must be a regular file (or use --raw)");
     GPUFS_ASSIGN_OR_RETURN(npy::Header header,
@@ -153,7 +149,61 @@ Result<std::string> ResolveTarget(const std::string& file, const std::string& pa
   return (std::filesystem::path(path) / BaseName(file)).string();
 }
 
+// The hidden member a put to `name` by process `pid` writes, beside it.
+std::string TempName(const std::string& name, const std::string& pid) {
+  std::string temp = ".";  // appended to: GCC 12 -Wrestrict misfires on "." + std::string&&
+  temp += std::string_view(name).substr(0, 200);
+  temp += ".putting-";
+  temp += pid;
+  return temp;
+}
+
+bool IsSealed(const std::string& path) {
+  auto meta = GetAttrValue(path, std::string(xattr::kMeta).c_str());
+  if (!meta.ok()) return false;
+  auto j = nlohmann::json::parse(*meta, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.value("state", "") == "sealed";
+}
+
+// Removes the temporaries of earlier puts to `name` in `dir` whose process
+// is gone but which were sealed and never renamed (a put killed between
+// its seal and its rename, or by a gpufs that did not discard them). An
+// unsealed one is left alone: its writer may live in another PID namespace.
+void RemoveStaleTemps(const std::filesystem::path& dir, const std::string& name) {
+  const std::string prefix = TempName(name, "");
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::string file = e.path().filename().string();
+    if (file.size() <= prefix.size() || file.compare(0, prefix.size(), prefix) != 0) continue;
+    std::string digits = file.substr(prefix.size());
+    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
+    pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid <= 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    if (!IsSealed(e.path().string())) continue;
+    if (::unlink(e.path().c_str()) == 0) {
+      std::fprintf(stderr, "gpufs: removed %s, left by a put (pid %d) that did not finish\n",
+                   e.path().c_str(), static_cast<int>(pid));
+    }
+  }
+}
+
 }  // namespace
+
+Status CheckPutArguments(const std::string& file, const PutOptions& options) {
+  if (options.dtype) GPUFS_RETURN_IF_ERROR(proto::CheckDtype(*options.dtype).Prepend("--dtype"));
+  if (options.shape) {
+    GPUFS_RETURN_IF_ERROR(proto::ParseShape(*options.shape).status().Prepend("--shape"));
+  }
+  if (options.shape && !options.dtype && !options.raw) {
+    UniqueFd fd(file == "-" ? -1 : ::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid() || !npy::IsNpyFile(fd.get(), file)) {
+      return Error(EINVAL, "--shape " + *options.shape +
+                               " needs --dtype: without an element type nothing says how many "
+                               "bytes the shape describes (a .npy has both)");
+    }
+  }
+  return Status::Ok();
+}
 
 Status Put(const std::string& file, const std::string& path_arg, const PutOptions& options) {
   GPUFS_ASSIGN_OR_RETURN(Source src, OpenSource(file, options));
@@ -164,9 +214,17 @@ Status Put(const std::string& file, const std::string& path_arg, const PutOption
   std::filesystem::path parent = target.parent_path();
   if (parent.empty()) parent = ".";
   std::error_code ec;
-  std::filesystem::create_directories(parent, ec);
-  if (ec) return Error(ec.value(), "create " + parent.string() + ": " + ec.message());
+  if (options.parents) {
+    std::filesystem::create_directories(parent, ec);
+    if (ec) return Error(ec.value(), "create " + parent.string() + ": " + ec.message());
+  } else if (struct stat st {}; ::stat(parent.c_str(), &st) != 0) {
+    if (errno != ENOENT) return PosixError("stat " + parent.string(), errno);
+    return Error(ENOENT, parent.string() +
+                             " does not exist: create the object first (mkdir -p), or pass "
+                             "--parents (-p) to have put create it");
+  }
 
+  RemoveStaleTemps(parent, name);  // before the space they hold is counted
   std::optional<uint64_t> free_before = FreeBytes(parent.string());
   if (src.length && free_before && *src.length > *free_before) {
     return Error(ENOSPC, "not enough space for " + path + ": it needs " + FormatSize(*src.length) +
@@ -175,8 +233,7 @@ Status Put(const std::string& file, const std::string& path_arg, const PutOption
   }
 
   InterruptGuard interrupts;
-  std::string tmp =
-      (parent / ("." + name.substr(0, 200) + ".putting-" + std::to_string(::getpid()))).string();
+  std::string tmp = (parent / TempName(name, std::to_string(::getpid()))).string();
   UniqueFd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   if (!out.valid()) return PosixError("create " + tmp, errno);
   // Unlinked before its last close, a member is discarded, never sealed
@@ -194,6 +251,12 @@ Status Put(const std::string& file, const std::string& path_arg, const PutOption
     }
     return status;
   };
+
+  // Killed before its seal, the put leaves nothing: the daemon discards the
+  // member instead of sealing it at the kernel's release of `out`.
+  if (Status declared = DeclareExplicitSeal(out.get(), tmp); !declared.ok()) {
+    return discard(declared);
+  }
 
   Progress progress("put " + BaseName(file == "-" ? path : file), src.length.value_or(0));
   uint64_t done = 0;

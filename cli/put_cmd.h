@@ -13,11 +13,19 @@ struct PutOptions {
   std::optional<std::string> shape;
   bool raw = false;    // store a .npy file's bytes as they are, header and all
   bool force = false;  // the target need not be on a gpufs mount
+  bool parents = false;  // create missing parent objects, as mkdir -p
 };
 
+// The arguments' own errors, found before anything is read or written (the
+// CLI reports them as usage errors): an unknown --dtype, a malformed
+// --shape, and a --shape without a dtype for a file that is no .npy
+// (nothing then says how many bytes an element has).
+Status CheckPutArguments(const std::string& file, const PutOptions& options);
+
 // Copies local `file` ("-": stdin) into blob member `path` (an existing
-// object or a path ending in '/': the file's name inside it, as cp does),
-// creating missing parent objects. A .npy file (by its name or its magic,
+// object or a path ending in '/': the file's name inside it, as cp does).
+// Its object must exist (ENOENT, as for cp) unless `parents`, which creates
+// the missing ones. A .npy file (by its name or its magic,
 // unless `raw`) gives only its data; its header sets dtype and shape. Given
 // dtype/shape override the header's; they must describe exactly the bytes
 // stored (for a plain file too, where both are given).

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -111,7 +112,7 @@ class PutE2E : public MountedTest {
 TEST_F(PutE2E, SigintMidPutKeepsTheOldMemberAndLeavesNoHiddenOne) {
   std::string old_bytes = RandomBytes(3 << 20, 1);
   WriteFile(L("old"), old_bytes);
-  ASSERT_EQ(Gpufs("put " + L("old") + " " + P("o/w")).status, 0);
+  ASSERT_EQ(Gpufs("put -p " + L("old") + " " + P("o/w")).status, 0);
   std::string err;
   EXPECT_EQ(InterruptedPut(P("o/w"), 16 << 20, &err), 130) << err;
   EXPECT_NE(err.find("interrupted"), std::string::npos) << err;
@@ -130,9 +131,100 @@ TEST_F(PutE2E, SigintMidPutOfANewMemberLeavesNothing) {
   EXPECT_NE(::stat(P("o/new").c_str(), &st), 0);
 }
 
+// The bytes of members the mount holds, over every tier (/.gpufs/stats).
+uint64_t UsedBytes(const std::string& mnt) {
+  auto stats = nlohmann::json::parse(ReadFile(mnt + "/.gpufs/stats"));
+  uint64_t used = 0;
+  for (const auto& d : stats["devices"]) used += d["used"].get<uint64_t>();
+  return used;
+}
+
+// kill -9 of a put while it writes: its hidden member is discarded, not
+// sealed at the release of its descriptor, so after a remount nothing of it
+// is listed and its bytes are free.
+TEST_F(PutE2E, KillNineMidPutLeavesNothingAfterARemount) {
+  ASSERT_EQ(Sh("mkdir " + P("o")).status, 0);
+  std::string fifo = L("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Child put({"put", fifo, P("o/k9")});
+  int w = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(w, 0);
+  WriteFd(w, RandomBytes(16 << 20, 5));  // returns once put has read all but a pipe's worth
+  std::string during = Names("o");
+  EXPECT_NE(during.find(".k9.putting-" + std::to_string(put.pid())), std::string::npos) << during;
+  EXPECT_GT(UsedBytes(mount_.mnt()), 0u);
+  ASSERT_EQ(::kill(put.pid(), SIGKILL), 0);
+  EXPECT_EQ(put.Wait(), -1);
+  ::close(w);
+  ASSERT_TRUE(mount_.Stop());
+  ASSERT_TRUE(mount_.Start());
+  EXPECT_EQ(Names("o"), "");
+  EXPECT_EQ(UsedBytes(mount_.mnt()), 0u);
+}
+
+// Hidden members of puts whose process is gone, sealed but never renamed
+// (killed between the seal and the rename, or left by an older gpufs), are
+// removed by the next put of the same target; others are left alone.
+TEST_F(PutE2E, APutRemovesTheSealedLeftoversOfDeadPutsOfItsTarget) {
+  ASSERT_EQ(Sh("mkdir " + P("o")).status, 0);
+  pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ASSERT_GT(dead, 0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  WriteFile(L("y"), "new bytes");
+  const std::string stale = ".k9.putting-" + std::to_string(dead);
+  const std::string live = ".k9.putting-" + std::to_string(::getpid());
+  const std::string other = ".other.putting-" + std::to_string(dead);
+  for (const std::string& name : {stale, live, other}) {
+    ASSERT_EQ(Gpufs("put " + L("y") + " " + P("o/" + name)).status, 0) << name;
+  }
+  ShResult r = Gpufs("put " + L("y") + " " + P("o/k9"));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("removed " + P("o/" + stale)), std::string::npos) << r.output;
+  std::string names = Names("o");
+  EXPECT_EQ(names.find(stale), std::string::npos) << names;
+  EXPECT_NE(names.find(live), std::string::npos) << names;
+  EXPECT_NE(names.find(other), std::string::npos) << names;
+  EXPECT_EQ(ReadFile(P("o/k9")), "new bytes");
+}
+
+// As for cp, the target's object must exist; -p (--parents) makes the
+// missing ones, as mkdir -p does. Without it nothing is made on the way.
+TEST_F(PutE2E, MissingObjectsAreMadeOnlyWithParents) {
+  WriteFile(L("x"), "bytes");
+  ShResult r = Gpufs("put " + L("x") + " " + P("nosuchobj/deeper/x"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find(P("nosuchobj/deeper") + " does not exist"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("--parents (-p)"), std::string::npos) << r.output;
+  EXPECT_EQ(Names(""), "");
+  EXPECT_EQ(Gpufs("put -p " + L("x") + " " + P("nosuchobj/deeper/x")).status, 0);
+  EXPECT_EQ(ReadFile(P("nosuchobj/deeper/x")), "bytes");
+  r = Gpufs("put --parents " + L("x") + " " + P("nosuchobj/deeper/x/under"));  // a member in the way
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("Not a directory"), std::string::npos) << r.output;
+}
+
+// A bad --dtype or --shape, and a --shape that no element type gives a size
+// (a plain file without --dtype), are usage errors (exit 2) found before
+// anything is written; a layout that does not fit the file is not (exit 1).
+TEST_F(PutE2E, BadDtypeOrShapeIsAUsageError) {
+  WriteFile(L("x"), std::string(4 << 20, 'x'));
+  ASSERT_EQ(Sh("mkdir " + P("o")).status, 0);
+  for (const char* args : {"--dtype float31", "--shape 1,x --dtype float32", "--shape 1000"}) {
+    ShResult r = Gpufs("put " + L("x") + " " + P("o/x") + " " + args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.output;
+    EXPECT_NE(r.output.find("gpufs put --help"), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(Names("o"), "");
+  ShResult r = Gpufs("put " + L("x") + " " + P("o/x") + " --dtype float32 --shape 1000");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("is 4000 bytes, but there are 4194304"), std::string::npos) << r.output;
+}
+
 TEST_F(PutE2E, OutOfSpaceKeepsTheOldMemberAndSaysHowMuch) {
   WriteFile(L("old"), "old bytes");
-  ASSERT_EQ(Gpufs("put " + L("old") + " " + P("o/w")).status, 0);
+  ASSERT_EQ(Gpufs("put -p " + L("old") + " " + P("o/w")).status, 0);
   // A regular file larger than the mount's free space: refused up front.
   ASSERT_EQ(Sh("truncate -s 300M " + L("big")).status, 0);
   ShResult r = Gpufs("put " + L("big") + " " + P("o/w"));
@@ -157,7 +249,7 @@ TEST_F(PutE2E, APutLargerThanTheTopTierSpillsInsteadOfBeingRefused) {
   std::string first = RandomBytes(40 << 20, 7), second = RandomBytes(40 << 20, 8);
   WriteFile(L("a"), first);
   WriteFile(L("b"), second);
-  ASSERT_EQ(Gpufs("put " + L("a") + " " + tiered.Path("o/a")).status, 0);
+  ASSERT_EQ(Gpufs("put -p " + L("a") + " " + tiered.Path("o/a")).status, 0);
   ShResult r = Gpufs("put " + L("b") + " " + tiered.Path("o/b"));
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(ReadFile(tiered.Path("o/a")), first);
@@ -174,7 +266,7 @@ TEST_F(PutE2E, IntoAnObjectLikeCpAndDashIsStdinAndStdout) {
   WriteFile(L("x.bin"), "0123456789");
   ASSERT_EQ(Sh("mkdir " + P("o")).status, 0);
   EXPECT_EQ(Gpufs("put " + L("x.bin") + " " + P("o")).status, 0);
-  EXPECT_EQ(Gpufs("put " + L("x.bin") + " " + P("n/")).status, 0);
+  EXPECT_EQ(Gpufs("put -p " + L("x.bin") + " " + P("n/")).status, 0);
   EXPECT_EQ(ReadFile(P("o/x.bin")), "0123456789");
   EXPECT_EQ(ReadFile(P("n/x.bin")), "0123456789");
   EXPECT_EQ(Sh("printf abc | " + GpufsBin() + " put - " + P("o/s") + " --dtype uint8").status, 0);
@@ -193,7 +285,7 @@ TEST_F(PutE2E, IntoAnObjectLikeCpAndDashIsStdinAndStdout) {
 TEST_F(PutE2E, ProgressForcedOnShowsRateAndElapsedTime) {
   std::string fifo = L("fifo");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  Child put({"put", "--progress", fifo, P("o/p")});
+  Child put({"put", "-p", "--progress", fifo, P("o/p")});
   int w = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
   ASSERT_GE(w, 0);
   // Feed 64 KiB at a time until the first redraw (100 ms after the start) shows.

@@ -28,8 +28,8 @@ class StatsE2E : public MountedTest {
 TEST_F(StatsE2E, VersionObjectsAndOpenMembers) {
   WriteFile(L("w"), RandomBytes(1 << 20, 5));
   WriteFile(L("x"), "0123456789");
-  ASSERT_EQ(Sh(GpufsBin() + " put " + L("w") + " " + P("o/w")).status, 0);
-  ASSERT_EQ(Sh(GpufsBin() + " put " + L("x") + " " + P("o/sub/x")).status, 0);
+  ASSERT_EQ(Sh(GpufsBin() + " put -p " + L("w") + " " + P("o/w")).status, 0);
+  ASSERT_EQ(Sh(GpufsBin() + " put -p " + L("x") + " " + P("o/sub/x")).status, 0);
   ASSERT_EQ(Sh(GpufsBin() + " put " + L("x") + " " + P("p")).status, 0);
 
   json j = Stats();

@@ -59,8 +59,9 @@ Status MapError(int fd, int err) {
                    "(ioctl GPUFS_IOC_MAP: inappropriate ioctl for device)");
     case ENODEV:
       return Error(ENODEV,
-                   "the blob has no GPU handle: it is in host memory (read it with read(2), "
-                   "or move it with `gpufs migrate PATH --to cuda:N`)");
+                   "the blob has no GPU handle: it is in host memory (read it with read(2); "
+                   "where the mount serves a GPU, `gpufs migrate PATH --to cuda:N` moves it "
+                   "there)");
     case EBUSY:
       return Error(EBUSY, "the blob is still being written (not sealed yet)");
     default:

@@ -27,4 +27,10 @@ bool MayAccess(const Caller& caller, uint32_t mode, uint32_t uid, uint32_t gid, 
   return granted(member ? group : other);
 }
 
+uint32_t SetIdBitsDroppedByWrite(uint32_t mode) {
+  uint32_t drop = mode & S_ISUID;
+  if ((mode & S_ISGID) && (mode & S_IXGRP)) drop |= S_ISGID;
+  return drop;
+}
+
 }  // namespace gpufs

@@ -21,4 +21,10 @@ enum Access : int { kMayExec = 1, kMayWrite = 2, kMayRead = 4 };  // as R_OK/W_O
 // when that is empty and they can change the answer.
 bool MayAccess(const Caller& caller, uint32_t mode, uint32_t uid, uint32_t gid, int want);
 
+// The setuid/setgid bits of a blob's `mode` that a write or an O_TRUNC by a
+// caller without CAP_FSETID takes away, as the kernel's should_remove_suid
+// does on ext4: setuid always, setgid where group execute makes it mean
+// "run with the group" (without it, the bit marks mandatory locking).
+uint32_t SetIdBitsDroppedByWrite(uint32_t mode);
+
 }  // namespace gpufs

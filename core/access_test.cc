@@ -83,5 +83,13 @@ TEST(MetaJson, NamesThatAreNotUtf8StayDistinctAndEscaped) {
   EXPECT_NE(hidden->find("\"members\":{}"), std::string::npos) << *hidden;
 }
 
+TEST(SetIdBitsDroppedByWrite, SetuidAlwaysSetgidWithGroupExecute) {
+  EXPECT_EQ(SetIdBitsDroppedByWrite(S_IFREG | 04777), 04000u);
+  EXPECT_EQ(SetIdBitsDroppedByWrite(S_IFREG | 02777), 02000u);
+  EXPECT_EQ(SetIdBitsDroppedByWrite(S_IFREG | 06755), 06000u);
+  EXPECT_EQ(SetIdBitsDroppedByWrite(S_IFREG | 02767), 0u);  // a mandatory-locking mark
+  EXPECT_EQ(SetIdBitsDroppedByWrite(S_IFREG | 0777), 0u);
+}
+
 }  // namespace
 }  // namespace gpufs

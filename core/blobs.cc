@@ -367,8 +367,8 @@ Status Namespace::FinishWriting(ActiveBlob& blob, EntryId entry_id) {
     sealed = Error(failed, "a write failed");
   } else if (blob.needs_explicit_seal) {
     sealed = Error(EIO,
-                   "it got device memory with GPUFS_IOC_ALLOC and was released without "
-                   "GPUFS_IOC_SEAL (its producer exited or gave up)");
+                   "its writer was to seal it (GPUFS_IOC_ALLOC or GPUFS_IOC_EXPLICIT_SEAL) and "
+                   "let go without GPUFS_IOC_SEAL (it exited or gave up)");
   } else {
     sealed = StoreFor(rec.device)->Seal(rec.id, blob.size.load());  // outside mu_
     if (sealed.ok()) TakeChecksum(blob);

@@ -313,4 +313,29 @@ Status Namespace::SealHandle(HandleId id) {
   return RecordSealLocked(*blob, entry);
 }
 
+Status Namespace::DeclareExplicitSeal(HandleId id) {
+  std::shared_ptr<ActiveBlob> blob;
+  EntryId entry = 0;
+  {
+    std::lock_guard lock(mu_);
+    GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
+    if (!handle->blob) return Error(EPERM, "/.gpufs/stats is read-only");
+    if (!handle->writable) {
+      return Error(EBADF, PathOf(handle->entry) +
+                              ": GPUFS_IOC_EXPLICIT_SEAL needs a descriptor opened for writing");
+    }
+    blob = handle->blob;
+    entry = handle->entry;
+  }
+  std::unique_lock io(blob->io_mu);
+  if (blob->rec.state != BlobState::kUnsealed) {
+    std::lock_guard lock(mu_);
+    return Error(EPERM, PathOf(entry) + " is sealed: blobs are immutable");
+  }
+  // A close mark a writer before left would have a cold start seal it.
+  GPUFS_RETURN_IF_ERROR(ReopenForWriting(*blob));
+  blob->needs_explicit_seal = true;
+  return Status::Ok();
+}
+
 }  // namespace gpufs

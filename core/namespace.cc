@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "core/access.h"
 #include "proto/names.h"
 #include "util/log.h"
 
@@ -257,6 +258,23 @@ Result<Attr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& request, Han
   if (!done.ok()) MoveBackSharers(ino, moved_from);
   if (done.ok() && owners) SettleSharers(ino);
   return done;
+}
+
+Status Namespace::DropSetIdsAfterWrite(uint64_t ino, const Caller& caller) {
+  if (caller.uid == 0 || IsControl(ino)) return Status::Ok();  // root has CAP_FSETID
+  uint32_t mode = 0;
+  {
+    std::lock_guard lock(mu_);
+    GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
+    mode = entry.mode;
+  }
+  uint32_t drop = SetIdBitsDroppedByWrite(mode);
+  if (drop == 0) return Status::Ok();
+  SetAttrRequest request;
+  request.mode = mode & 07777 & ~drop;
+  GPUFS_RETURN_IF_ERROR(SetAttr(ino, request, 0).status());
+  NotifyInode(ino);  // the kernel's cached mode
+  return Status::Ok();
 }
 
 Result<Attr> Namespace::Mkdir(const Caller& caller, uint64_t parent, std::string_view name,

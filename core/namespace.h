@@ -152,6 +152,11 @@ class Namespace {
   // Size changes: any size while the blob is unsealed; 0 on a sealed blob
   // links a new empty blob; other sizes on a sealed blob give EPERM.
   Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& request, HandleId handle);
+  // After a write to blob `ino` (or an O_TRUNC open of it) by `caller`: a
+  // caller other than root takes its setuid/setgid bits away, as on ext4
+  // (SetIdBitsDroppedByWrite). The kernel leaves that to the file system
+  // for direct I/O writes and atomic O_TRUNC opens.
+  Status DropSetIdsAfterWrite(uint64_t ino, const Caller& caller);
   // `mode` is the mode after the caller's umask.
   Result<Attr> Mkdir(const Caller& caller, uint64_t parent, std::string_view name, uint32_t mode);
   Status Rmdir(uint64_t parent, std::string_view name);
@@ -230,6 +235,11 @@ class Namespace {
   // GPUFS_IOC_SEAL: seals the handle's blob now. Only a writer may: EBADF
   // for a handle not opened for writing.
   Status SealHandle(HandleId handle);
+  // GPUFS_IOC_EXPLICIT_SEAL: the writer of `handle` will seal with
+  // SealHandle; released unsealed, the blob is discarded (as after
+  // AllocDevice), and its row gets no close mark, so a cold start discards
+  // it too. EBADF for a handle not opened for writing, EPERM once sealed.
+  Status DeclareExplicitSeal(HandleId handle);
 
   // --- objects written and mapped as a whole (core/objects.cc) --------------
   // GPUFS_IOC_ALLOC_OBJECT on a writable handle of a new member whose bytes
@@ -311,7 +321,8 @@ class Namespace {
     // as a local file system would (the kernel splits sendfile, splice and
     // copy_file_range into several writes; the caller must see why).
     std::atomic<int> broken{0};
-    // Set by AllocDevice: released unsealed, the blob is discarded.
+    // Set by AllocDevice and DeclareExplicitSeal: released unsealed, the
+    // blob is discarded.
     std::atomic<bool> needs_explicit_seal{false};
     // The manifest of an object written as a whole (AllocObject): discarded
     // at release without a word, as it was never to be a member.

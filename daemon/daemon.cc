@@ -9,6 +9,8 @@
 #include "daemon/daemon.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -60,7 +62,10 @@ std::vector<std::string> WorkerArgv(const MountConfig& config) {
       "--host-tier",        config.host_tier};
   if (!config.devices.empty()) {
     std::string list;
-    for (int d : config.devices) list += (list.empty() ? "" : ",") + std::to_string(d);
+    for (int d : config.devices) {
+      if (!list.empty()) list += ',';
+      list += std::to_string(d);
+    }
     argv.insert(argv.end(), {"--devices", list});
   }
   if (config.capacity) argv.insert(argv.end(), {"--capacity", std::to_string(*config.capacity)});
@@ -78,10 +83,19 @@ std::vector<std::string> WorkerArgv(const MountConfig& config) {
   return argv;
 }
 
-[[noreturn]] void ExecSupervisor(const MountConfig& config, int report_fd) {
+// The fresh directory of the fd socket (no --socket): it goes with the mount.
+void RemoveSocketDir(const std::string& dir) {
+  if (dir.empty()) return;
+  ::unlink((dir + "/fd.sock").c_str());
+  ::rmdir(dir.c_str());
+}
+
+[[noreturn]] void ExecSupervisor(const MountConfig& config, int report_fd,
+                                 const std::string& socket_dir) {
   std::vector<std::string> argv = {FindBinary("gpufs-supervisor"), "--mountpoint",
                                    config.mountpoint, "--state", config.state_dir};
   if (config.foreground) argv.push_back("--foreground");
+  if (!socket_dir.empty()) argv.insert(argv.end(), {"--socket-dir", socket_dir});
   if (report_fd >= 0) argv.insert(argv.end(), {"--report-fd", std::to_string(report_fd)});
   if (config.ready_fd >= 0)
     argv.insert(argv.end(), {"--ready-fd", std::to_string(config.ready_fd)});
@@ -101,11 +115,19 @@ std::vector<std::string> WorkerArgv(const MountConfig& config) {
     (void)n;
   }
   std::fprintf(stderr, "gpufs: %s\n", why.c_str());
+  RemoveSocketDir(socket_dir);
   ::_exit(kExitMountFailed);
 }
 
 // A worker: everything that touches stores, SQLite and CUDA.
 int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
+  // The stop signals (SIGTERM is the supervisor's "replace me") are taken by
+  // the FUSE loop's sigwait thread once it serves; blocked here, before any
+  // thread starts, so that no thread lets them kill the worker instead.
+  sigset_t stop;
+  sigemptyset(&stop);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&stop, sig);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   UniqueFd log_file;
   if (!config.foreground) {
     std::string log_path = config.state_dir + "/gpufs.log";
@@ -249,7 +271,9 @@ int RunMount(MountConfig config) {
   if (*link) return ServeWorker(config, **link);
 
   // The fd socket of VMM exports must keep its path across workers: clients
-  // find it once (user.gpufs.socket). Without --socket, one fresh directory.
+  // find it once (user.gpufs.socket). Without --socket, one fresh directory,
+  // which the supervisor removes when it exits.
+  std::string socket_dir;
   if (config.socket.empty()) {
     const char* tmp = std::getenv("TMPDIR");
     std::string dir = std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/gpufs-sock-XXXXXX";
@@ -258,18 +282,21 @@ int RunMount(MountConfig config) {
       return kExitMountFailed;
     }
     ::chmod(dir.c_str(), 0755);
+    socket_dir = dir;
     config.socket = dir + "/fd.sock";
   }
-  if (config.foreground) ExecSupervisor(config, -1);
+  if (config.foreground) ExecSupervisor(config, -1, socket_dir);
 
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     std::perror("gpufs: pipe");
+    RemoveSocketDir(socket_dir);
     return kExitMountFailed;
   }
   pid_t pid = ::fork();
   if (pid < 0) {
     std::perror("gpufs: fork");
+    RemoveSocketDir(socket_dir);
     return kExitMountFailed;
   }
   if (pid == 0) {
@@ -278,7 +305,7 @@ int RunMount(MountConfig config) {
     if (::chdir("/") != 0) {
       // Not fatal: every path is absolute by now.
     }
-    ExecSupervisor(config, fds[1]);
+    ExecSupervisor(config, fds[1], socket_dir);
   }
   ::close(fds[1]);
   std::string verdict;

@@ -7,8 +7,9 @@
 int main(int argc, char** argv) {
   auto parsed = gpufs::ParseMountArgs(argc, argv, gpufs::ArgStyle::kDaemon);
   if (!parsed.ok()) {
-    std::fprintf(stderr, "gpufs mount: %s\n%s", parsed.status().message().c_str(),
-                 gpufs::Usage(gpufs::ArgStyle::kDaemon).c_str());
+    // One error, not the whole usage: --help has that.
+    std::fprintf(stderr, "gpufs mount: %s\nRun 'gpufs mount --help' for its options.\n",
+                 parsed.status().message().c_str());
     return gpufs::kExitUsage;
   }
   if (parsed->help) {

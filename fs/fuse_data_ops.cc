@@ -79,6 +79,10 @@ void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   }
   auto opened = Ns(req).Open(CallerOf(req), ino, fi->flags);
   if (!opened.ok()) return ReplyError(req, "open", opened.status());
+  if ((fi->flags & O_TRUNC) && (fi->flags & O_ACCMODE) != O_RDONLY) {
+    Status dropped = Ns(req).DropSetIdsAfterWrite(ino, CallerOf(req));
+    if (!dropped.ok()) LogFailure("open O_TRUNC: dropping setuid/setgid", dropped, false);
+  }
   fi->fh = opened->handle;
   RecordOpen(req, *opened, fi->flags);
   if ((fi->flags & O_ACCMODE) == O_RDONLY && opened->blob != 0) {
@@ -109,11 +113,14 @@ void OnRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
   Ahead(req).Read(req, fi->fh, static_cast<uint64_t>(off), size);
 }
 
-void OnWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off,
+void OnWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
              fuse_file_info* fi) {
   auto n = Ns(req).Write(fi->fh, static_cast<uint64_t>(off),
                          {reinterpret_cast<const std::byte*>(buf), size});
   if (!n.ok()) return ReplyError(req, "write", n.status());
+  if (Status dropped = Ns(req).DropSetIdsAfterWrite(ino, CallerOf(req)); !dropped.ok()) {
+    LogFailure("write: dropping setuid/setgid", dropped, false);
+  }
   fuse_reply_write(req, *n);
 }
 

@@ -67,7 +67,10 @@ void OnMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, d
         Error(EPERM,
               std::string(name) + ": gpufs holds objects (directories) and blobs (files) only"));
   }
-  auto created = Ns(req).Create(CallerOf(req), parent, name, mode, O_RDONLY);
+  // Created as by a writer, so that its release seals the empty blob (only
+  // a writer's release seals): a member left unsealed with nobody holding it
+  // could not be truncated, and a restart would discard it.
+  auto created = Ns(req).Create(CallerOf(req), parent, name, mode, O_WRONLY);
   if (!created.ok() && DoneBefore(created.status(), EEXIST)) {
     return ReplyEntry(req, "mknod", Ns(req).Lookup(parent, name));
   }

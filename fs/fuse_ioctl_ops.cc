@@ -1,7 +1,7 @@
 // The ioctl adapter (include/gpufs/uapi.h): on an open member GPUFS_IOC_MAP,
-// MAP_PUSH, ALLOC, SEAL, ALLOC_OBJECT, SEAL_OBJECT and VERIFY; on an open
-// object GPUFS_IOC_MAP_OBJECT. Anything else is ENOTTY. What leaves the
-// daemon is made by the Exporter (fs/exporter.h).
+// MAP_PUSH, ALLOC, SEAL, EXPLICIT_SEAL, ALLOC_OBJECT, SEAL_OBJECT and
+// VERIFY; on an open object GPUFS_IOC_MAP_OBJECT. Anything else is ENOTTY.
+// What leaves the daemon is made by the Exporter (fs/exporter.h).
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -190,6 +190,12 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
     case GPUFS_IOC_SEAL: {
       Status sealed = Ns(req).SealHandle(handle);
       if (!sealed.ok()) return ReplyError(req, "ioctl SEAL", sealed);
+      fuse_reply_ioctl(req, 0, nullptr, 0);
+      return;
+    }
+    case GPUFS_IOC_EXPLICIT_SEAL: {
+      Status declared = Ns(req).DeclareExplicitSeal(handle);
+      if (!declared.ok()) return ReplyError(req, "ioctl EXPLICIT_SEAL", declared);
       fuse_reply_ioctl(req, 0, nullptr, 0);
       return;
     }

@@ -1,19 +1,13 @@
 #include "fs/socket_registry.h"
 
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
-#include <fstream>
-#include <optional>
-#include <sstream>
 #include <utility>
 #include <vector>
 
 #include "util/fd_protocol.h"
-#include "util/mountinfo.h"
 
 namespace gpufs {
 namespace {
@@ -30,36 +24,6 @@ Status CheckDir(const std::string& dir) {
 }
 
 }  // namespace
-
-Result<dev_t> MountDevice(const std::string& mountinfo, const std::string& mountpoint) {
-  std::istringstream lines(mountinfo);
-  std::string line;
-  std::optional<dev_t> found;
-  while (std::getline(lines, line)) {
-    // id parent major:minor root mountpoint options [optional...] - fstype source super
-    std::istringstream fields(line);
-    std::vector<std::string> f;
-    for (std::string w; fields >> w;) f.push_back(w);
-    size_t dash = 0;
-    while (dash < f.size() && f[dash] != "-") ++dash;
-    if (f.size() < 5 || dash + 1 >= f.size()) continue;
-    const std::string& type = f[dash + 1];
-    if (type != "fuse.gpufs" || UnescapeMountField(f[4]) != mountpoint) continue;
-    unsigned maj = 0, min = 0;
-    if (std::sscanf(f[2].c_str(), "%u:%u", &maj, &min) != 2) continue;
-    found = makedev(maj, min);
-  }
-  if (!found) return Error(ENOENT, "no gpufs mount at " + mountpoint + " in mountinfo");
-  return *found;
-}
-
-Result<dev_t> MountDevice(const std::string& mountpoint) {
-  std::ifstream in("/proc/self/mountinfo");
-  if (!in) return PosixError("open /proc/self/mountinfo", errno);
-  std::stringstream text;
-  text << in.rdbuf();
-  return MountDevice(text.str(), mountpoint);
-}
 
 Result<SocketRegistration> SocketRegistration::Make(const std::string& dir, dev_t dev,
                                                     const std::string& socket) {

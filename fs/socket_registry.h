@@ -15,16 +15,10 @@
 
 #include <string>
 
+#include "util/mountinfo.h"  // MountDevice: the st_dev a registration is named by
 #include "util/status.h"
 
 namespace gpufs {
-
-// The st_dev of the gpufs mount at `mountpoint` (absolute, normalized), from
-// `mountinfo` (the text of /proc/self/mountinfo; the last mount there wins).
-// ENOENT when there is none. Reading it costs no request to the mount.
-Result<dev_t> MountDevice(const std::string& mountinfo, const std::string& mountpoint);
-// The same from this process's /proc/self/mountinfo.
-Result<dev_t> MountDevice(const std::string& mountpoint);
 
 class SocketRegistration {
  public:

@@ -10,21 +10,6 @@
 namespace gpufs {
 namespace {
 
-TEST(SocketRegistryTest, MountDeviceIsTheLastGpufsMountAtThatPath) {
-  const std::string mountinfo =
-      "22 1 0:21 / /proc rw,nosuid - proc proc rw\n"
-      "40 22 0:40 / /mnt/my\\040gpu rw,nosuid,nodev shared:1 - fuse.gpufs gpufs rw,user_id=0\n"
-      "41 22 0:41 / /mnt/other rw - fuse.sshfs host: rw\n"
-      "42 40 0:52 / /mnt/my\\040gpu rw,nosuid,nodev - fuse.gpufs gpufs rw,user_id=0\n"
-      "43 22 0:53 / /mnt/my rw - fuse.gpufs gpufs rw\n";
-  auto dev = MountDevice(mountinfo, "/mnt/my gpu");
-  ASSERT_TRUE(dev.ok()) << dev.status().ToString();
-  EXPECT_EQ(*dev, makedev(0, 52));
-  EXPECT_EQ(MountDevice(mountinfo, "/mnt/other").status().code(), ENOENT);  // not gpufs
-  EXPECT_EQ(MountDevice(mountinfo, "/mnt/none").status().code(), ENOENT);
-  EXPECT_EQ(MountDevice("garbage\n\n1 2\n", "/mnt/my").status().code(), ENOENT);
-}
-
 class SocketRegistrationTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -12,7 +12,12 @@
 
 namespace gpufs::catalog_internal {
 
-std::string Quote(std::string_view name) { return "'" + std::string(name) + "'"; }
+std::string Quote(std::string_view name) {
+  std::string quoted = "'";  // appended to: GCC 12 -Wrestrict misfires on "'" + std::string&&
+  quoted += name;
+  quoted += '\'';
+  return quoted;
+}
 
 int64_t NowNs() {
   timespec ts{};

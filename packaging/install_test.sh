@@ -32,23 +32,18 @@ env -i /usr/bin/python3 -c "import sys; assert '/usr/local/$pydir' in sys.path, 
   "import gpufs; assert gpufs.__file__.startswith('$prefix'), gpufs.__file__") ||
   fail "installed package does not import"
 
-# A virtual environment: pip installs the package offline (README's command).
-repo=$(cd "$(dirname "$0")/.." && pwd)
-if /usr/bin/python3 -c "import venv, pip, setuptools" 2>/dev/null; then
-  /usr/bin/python3 -m venv --system-site-packages --without-pip "$scratch/venv"
-  cp -r "$repo/python" "$scratch/python-src"  # pip builds in the source tree
-  "$scratch/venv/bin/python" -m pip install -q --no-index --no-build-isolation \
-    "$scratch/python-src" >"$scratch/pip.log" 2>&1 || fail "pip install: $(cat "$scratch/pip.log")"
-  (cd "$scratch" && env -i "$scratch/venv/bin/python" -c \
-    "import gpufs; assert gpufs.__file__.startswith('$scratch/venv'), gpufs.__file__") ||
-    fail "the venv's gpufs does not import"
-fi
-
 if command -v help2man >/dev/null; then
   man1=$prefix/share/man/man1/gpufs.1
   [ -f "$man1" ] || fail "no man page"
   grep -q -- 'force' "$man1" || fail "man page lacks the options"
   grep -q 'GPUFS_LOG_LEVEL' "$man1" || fail "man page lacks the environment"
+  grep -q 'parents' "$man1" || fail "man page lacks put --parents"
+  # The pages it names that are gpufs's own are installed.
+  for page in $(grep -oE '(gpufs|mount\.gpufs)[a-z.@-]*\([0-9]\)' "$man1" | sort -u); do
+    name=${page%(*} section=${page#*(}
+    section=${section%)}
+    [ -f "$prefix/share/man/man$section/$name.$section" ] || fail "man page names $page, not installed"
+  done
 fi
 
 unit=$prefix/lib/systemd/system/gpufs@.service
@@ -61,6 +56,22 @@ got=$(bash -c "source '$completion'; COMP_WORDS=(gpufs pu); COMP_CWORD=1; _gpufs
 [ "$got" = put ] || fail "completion of 'pu' gave '$got'"
 got=$(bash -c "source '$completion'; COMP_WORDS=(gpufs mount /g --st); COMP_CWORD=3; _gpufs; echo \${COMPREPLY[*]}")
 [ "$got" = "--state --store" ] || fail "completion of 'mount --st' gave '$got'"
+got=$(bash -c "source '$completion'; COMP_WORDS=(gpufs put --pa); COMP_CWORD=2; _gpufs; echo \${COMPREPLY[*]}")
+[ "$got" = "--parents" ] || fail "completion of 'put --pa' gave '$got'"
+# bash-completion loads it from there on demand (the prefix standing for
+# /usr/local/share, which bash-completion searches by default).
+loader=/usr/share/bash-completion/bash_completion
+[ -f "$loader" ] || fail "bash-completion is not installed (scripts/setup-deps.sh installs it): the completion never loads"
+got=$(XDG_DATA_DIRS=$prefix/share:/usr/share bash -c "source $loader; __load_completion gpufs && complete -p gpufs")
+[ "$got" = "complete -F _gpufs gpufs" ] || fail "bash-completion did not load the completion: '$got'"
+# Every option a command's --help names is completed after a '-'.
+for cmd in mount put get import ls stat rm migrate restart; do
+  help=$(LD_LIBRARY_PATH=$prefix/lib "$prefix/bin/gpufs" "$cmd" --help)
+  offered=" $(bash -c "source '$completion'; COMP_WORDS=(gpufs $cmd -); COMP_CWORD=2; _gpufs; echo \${COMPREPLY[*]}") "
+  for opt in $(grep -oE -- '(^|[ ,])--?[a-z][a-z-]*' <<<"$help" | tr -d ' ,' | sort -u); do
+    [[ $offered == *" $opt "* ]] || fail "completion of 'gpufs $cmd -' lacks $opt (offered:$offered)"
+  done
+done
 
 # libgpufs (built with the CUDA Toolkit only).
 if [ -f "$prefix/lib/pkgconfig/gpufs.pc" ]; then

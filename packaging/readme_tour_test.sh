@@ -3,8 +3,11 @@
 # scripts/run.sh: the install (into a scratch prefix, put first on PATH and
 # PYTHONPATH), a mounted gpufs (host store, its own state directory), and
 # every "# command" line of the tour, /gpu standing for the mount. Each
-# command must succeed; where the README shows "same", "refused", an
-# attribute line or a Python result, that line must be printed.
+# command must succeed; where the README shows "same", "refused" or a Python
+# result, that line must be printed; what it shows of getfattr, gpufs ls -l,
+# gpufs stat and the stats file must be what is printed, line for line
+# ("..." standing for anything, cuda:0 for the device the mount serves,
+# the stats file's JSON on one line).
 #   readme_tour_test.sh BUILD_DIR SCRATCH PYTHON_DIR
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,7 +37,44 @@ gpufs mount "$mnt" --state "$scratch/state" --store host --capacity 256M ||
 daemon=$(cut -d" " -f1 "$scratch/state/lock")  # the supervisor (then its worker)
 [ -f "$mnt/.gpufs/stats" ] || fail "no mount"
 
-# The tour: "# command" lines, each followed by what it prints.
+device=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["default_device"])' \
+  "$mnt/.gpufs/stats")
+
+# A README output line as a bash pattern: literal but for "..." (anything).
+quote_glob() { sed 's/[][*?\\]/\\&/g' <<<"$1"; }
+as_pattern() {
+  local text=$1 out=""
+  while [[ $text == *"..."* ]]; do
+    out+=$(quote_glob "${text%%...*}")"*"
+    text=${text#*...}
+  done
+  printf '%s' "$out$(quote_glob "$text")"
+}
+# Every line of `out` matches one of the README's, and every README line one of `out`'s.
+same_lines() {
+  local out=$1 line exp found
+  shift
+  for exp in "$@"; do
+    found=0
+    while IFS= read -r line; do
+      # shellcheck disable=SC2053
+      [[ $line == $(as_pattern "${exp//cuda:0/$device}") ]] && found=1
+    done <<<"$out"
+    [ "$found" = 1 ] || fail "'$cmd' did not print '$exp': $out"
+  done
+  while IFS= read -r line; do
+    [ -n "$line" ] || continue
+    found=0
+    for exp in "$@"; do
+      # shellcheck disable=SC2053
+      [[ $line == $(as_pattern "${exp//cuda:0/$device}") ]] && found=1
+    done
+    [ "$found" = 1 ] || fail "'$cmd' printed '$line', which the README does not show"
+  done <<<"$out"
+}
+
+# The tour: "# command" lines, each followed by what it prints ("# file:"
+# is getfattr's).
 tour=$(sed -n '/^<!-- tour/,/^<!-- \/tour -->/p' "$repo/README.md" | sed '/^```/d;/^<!--/d')
 [ -n "$tour" ] || fail "no tour in README.md"
 ran=0
@@ -46,17 +86,23 @@ check() {
   local out line
   out=$(cd "$scratch/cwd" && bash -c "$run" 2>&1) || fail "'$cmd' failed: $out"
   ran=$((ran + 1))
+  out=${out//$mnt//gpu}
   case $cmd in
-    *"echo same"|*"echo refused"|"getfattr -d "*|"python3 -c "*)
+    "getfattr "*|"gpufs ls -l "*|"gpufs stat "*)
+      same_lines "$out" "${expected[@]}" ;;
+    "cat /gpu/.gpufs/stats")
+      out=$(tr -s ' \n' ' ' <<<"$out")
+      same_lines "${out% }" "${expected[@]}" ;;
+    *"echo same"|*"echo refused"|"python3 -c "*)
       for line in "${expected[@]}"; do
         line=${line%%  *#*}  # "output     # a comment"
         [[ $line == "bash: "* ]] && continue  # the shell's own wording differs
-        grep -qxF -- "$line" <<<"${out//$mnt//gpu}" || fail "'$cmd' did not print '$line': $out"
+        grep -qxF -- "$line" <<<"$out" || fail "'$cmd' did not print '$line': $out"
       done ;;
   esac
 }
 while IFS= read -r line; do
-  if [[ $line == "# "* ]]; then
+  if [[ $line == "# "* && $line != "# file: "* ]]; then
     check
     cmd=${line#\# } expected=()
   else

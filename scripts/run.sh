@@ -10,17 +10,19 @@ cd "$(dirname "$0")/.."
 mountpoint=/gpu
 if [ $# -gt 0 ] && [ "${1:0:1}" != "-" ]; then mountpoint=$1; shift; fi
 ./scripts/setup-deps.sh
-# The product only (no tests, no examples), optimised, in a build folder of its
-# own so that scripts/test.sh's developer build (build/) is left alone.
-GPUFS_BUILD_DIR=${GPUFS_BUILD_DIR:-build-release} GPUFS_BUILD_TYPE=${GPUFS_BUILD_TYPE:-Release} \
-  GPUFS_CMAKE_ARGS="-DGPUFS_TESTS=OFF -DGPUFS_EXAMPLES=OFF ${GPUFS_CMAKE_ARGS:-}" \
-  ./scripts/build.sh
+# The product only, optimised, in build-release/ (a summary here, the whole
+# output in build-release/build.log).
+./scripts/build-product.sh
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 $sudo mkdir -p "$mountpoint"
 if mountpoint -q "$mountpoint" 2>/dev/null; then
-  echo "gpufs: $mountpoint is already mounted"; exit 0
+  echo "gpufs: $mountpoint is already mounted"
+  ./scripts/python-check.sh
+  exit 0
 fi
 $sudo gpufs mount "$mountpoint" "$@"
 echo "gpufs is mounted at $mountpoint:"
 df -h "$mountpoint"
+# The Python package went to the system's python3: which interpreters see it.
+./scripts/python-check.sh

@@ -12,7 +12,9 @@ packages=(
   libdlpack-dev                     # DLPack tensor ABI (libgpufs exports tensors)
   libgtest-dev                      # unit and end-to-end tests
   attr                              # getfattr/setfattr, used by tests and docs
+  bash-completion                   # loads gpufs's completion (share/bash-completion/completions)
   python3 python3-numpy             # Python package and its tests
+  python3-venv                      # a virtual environment's pip (the install test)
   help2man                          # the gpufs(1) man page, from --help
   libcurl4-openssl-dev              # cluster: etcd's JSON gateway over HTTP
   libucx-dev ucx-utils              # cluster: peer-to-peer bytes (UCP); ucx_perftest for the benchmark

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "store/cuda_util.h"
+#include "util/size.h"
 #include "store/gpu_bulk_store.h"
 #include "store/range_allocator.h"
 #include "store/vmm_memory.h"
@@ -55,9 +56,7 @@ namespace gpu_bulk_store_internal {
 inline constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
 inline constexpr uint64_t kPackAlignment = 512;  // of every blob in a pack
 
-inline std::string Range(uint64_t offset, uint64_t length) {
-  return "[" + std::to_string(offset) + ", +" + std::to_string(length) + ")";
-}
+inline std::string Range(uint64_t offset, uint64_t length) { return FormatRange(offset, length); }
 
 // The calling thread's own stream for device `ordinal`, its current device.
 Result<cudaStream_t> ThreadStream(int ordinal);

@@ -16,6 +16,7 @@
 
 #include "util/file_io.h"
 #include "util/log.h"
+#include "util/size.h"
 
 namespace gpufs {
 namespace {
@@ -42,9 +43,7 @@ Status MakeDirs(const std::string& dir) {
   }
 }
 
-std::string Range(uint64_t offset, uint64_t length) {
-  return "[" + std::to_string(offset) + ", +" + std::to_string(length) + ")";
-}
+std::string Range(uint64_t offset, uint64_t length) { return FormatRange(offset, length); }
 
 }  // namespace
 

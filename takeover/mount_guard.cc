@@ -7,17 +7,21 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include "util/log.h"
+#include "util/mountinfo.h"
 
 namespace gpufs {
 
@@ -110,43 +114,97 @@ bool WaitGone(pid_t pid, std::chrono::milliseconds limit) {
   return r > 0;
 }
 
+// What the lock file says: "SUPERVISOR [WORKER [MAJOR:MINOR MOUNTPOINT]]",
+// the rest once the supervisor has mounted and started a worker (the mount
+// point escaped as in mountinfo, so that it is one field).
+struct LockRecord {
+  long supervisor = 0;
+  long worker = 0;
+  std::optional<MountEntry> mount;  // its dev and mountpoint
+};
+
+LockRecord ReadLockRecord(int fd) {
+  char text[PATH_MAX * 4 + 64] = {};
+  ssize_t n = ::pread(fd, text, sizeof text - 1, 0);
+  LockRecord rec;
+  std::istringstream in(std::string(text, n > 0 ? static_cast<size_t>(n) : 0));
+  std::string dev, at;
+  in >> rec.supervisor >> rec.worker >> dev >> at;
+  unsigned maj = 0, min = 0;
+  if (!at.empty() && std::sscanf(dev.c_str(), "%u:%u", &maj, &min) == 2) {
+    rec.mount = MountEntry{makedev(maj, min), UnescapeMountField(at), "fuse.gpufs"};
+  }
+  return rec;
+}
+
+// Whether process `pid` still has `mount` (the same device at the same
+// point, in its own mount namespace: a device number alone is reused by the
+// next mount anywhere). An error when that cannot be told (the process is
+// not ours to inspect).
+Result<bool> StillMounted(pid_t pid, const MountEntry& mount) {
+  GPUFS_ASSIGN_OR_RETURN(std::string text, ReadMountInfo(std::to_string(pid)));
+  for (const MountEntry& m : ParseMountInfo(text)) {
+    if (m.dev == mount.dev && m.mountpoint == mount.mountpoint && m.fstype == mount.fstype) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
-// A holder that is exiting (killed with -9 just now) is waited for, for a
-// bounded time, instead of refusing: a remount right after kill -9 works.
-Result<UniqueFd> LockState(const std::string& dir) {
+// A holder on its way out is waited for, for a bounded time, instead of
+// refused: one killed with -9 just now, or one whose mount is gone (unmounted
+// a moment ago: it exits once its worker has), so that a remount right after
+// either works.
+Result<UniqueFd> LockState(const std::string& dir, const std::string& mountpoint) {
   std::string path = dir + "/lock";
   UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!fd.valid()) return PosixError("open " + path, errno);
+  constexpr std::chrono::seconds kExitWait(10);
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
-    char pid[32] = {};
-    ssize_t n = ::pread(fd.get(), pid, sizeof pid - 1, 0);
-    (void)n;
-    pid_t holder = static_cast<pid_t>(std::atol(pid));
+    LockRecord rec = ReadLockRecord(fd.get());
+    pid_t holder = static_cast<pid_t>(rec.supervisor);
+    std::optional<std::string> serving;  // the holder's mount point while it is mounted
+    bool unmounted = false;
+    if (holder > 0 && rec.mount) {
+      auto mounted = StillMounted(holder, *rec.mount);
+      if (mounted.ok()) {
+        if (*mounted) serving = rec.mount->mountpoint;
+        unmounted = !*mounted;
+      }
+    }
     bool locked = false;
-    if (holder > 0 && IsExiting(holder)) {
+    if (holder > 0 && (unmounted || IsExiting(holder))) {
       GPUFS_LOG(INFO) << "state directory " << dir << ": waiting for the previous daemon (pid "
                       << holder << ") to finish exiting";
-      constexpr std::chrono::seconds kExitWait(10);
       locked = WaitGone(holder, kExitWait) && ::flock(fd.get(), LOCK_EX | LOCK_NB) == 0;
     }
     if (!locked) {
-      return Error(EBUSY, "state directory " + dir + " is in use by another gpufs daemon (pid " +
-                              std::to_string(holder) +
-                              "); a second mount point needs its own state directory: "
+      std::string who = "the gpufs daemon (pid " + std::to_string(holder) + ")";
+      if (serving && *serving == mountpoint) {
+        return Error(EBUSY, mountpoint + " is already mounted by " + who +
+                                " with state directory " + dir + ": umount it first");
+      }
+      if (unmounted) {
+        return Error(EBUSY, "state directory " + dir + " is still held by " + who +
+                                ", unmounted but not exited after " +
+                                std::to_string(kExitWait.count()) +
+                                " s; mount again once it has exited");
+      }
+      return Error(EBUSY, "state directory " + dir + " is in use by " + who +
+                              (serving ? " serving " + *serving : std::string()) +
+                              "; a second mount point needs its own state directory: "
                               "gpufs mount MNT --state DIR (or -o state=DIR)");
     }
   }
   // The last supervisor's worker dies with it (PR_SET_PDEATHSIG) but may not
   // be gone yet, and while it lives it still answers on the old mount.
-  char old[64] = {};
-  ssize_t n = ::pread(fd.get(), old, sizeof old - 1, 0);
-  long supervisor = 0, worker = 0;
-  if (n > 0 && std::sscanf(old, "%ld %ld", &supervisor, &worker) == 2 && worker > 0 &&
-      IsExiting(static_cast<pid_t>(worker))) {
-    GPUFS_LOG(INFO) << "state directory " << dir << ": waiting for the last worker (pid " << worker
-                    << ") to finish exiting";
-    WaitGone(static_cast<pid_t>(worker), std::chrono::seconds(10));
+  LockRecord old = ReadLockRecord(fd.get());
+  if (old.worker > 0 && IsExiting(static_cast<pid_t>(old.worker))) {
+    GPUFS_LOG(INFO) << "state directory " << dir << ": waiting for the last worker (pid "
+                    << old.worker << ") to finish exiting";
+    WaitGone(static_cast<pid_t>(old.worker), kExitWait);
   }
   std::string me = std::to_string(getpid());
   if (::ftruncate(fd.get(), 0) != 0 || ::pwrite(fd.get(), me.data(), me.size(), 0) < 0) {
@@ -155,8 +213,17 @@ Result<UniqueFd> LockState(const std::string& dir) {
   return fd;
 }
 
-void RecordWorker(int lock_fd, pid_t worker) {
+void RecordWorker(int lock_fd, pid_t worker, std::optional<dev_t> mount,
+                  const std::string& mountpoint) {
   std::string line = std::to_string(getpid()) + " " + std::to_string(worker);
+  if (mount) {
+    line += ' ';
+    line += std::to_string(major(*mount));
+    line += ':';
+    line += std::to_string(minor(*mount));
+    line += ' ';
+    line += EscapeMountField(mountpoint);
+  }
   if (::ftruncate(lock_fd, 0) != 0 || ::pwrite(lock_fd, line.data(), line.size(), 0) < 0) {
     GPUFS_LOG(WARN) << "recording worker " << worker
                     << " in the state lock: " << std::strerror(errno);

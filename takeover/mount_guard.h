@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 
 #include "util/status.h"
@@ -21,12 +22,19 @@ Status MakeStateDir(const std::string& dir);
 Status ProtectStateDir(const std::string& dir);
 // One daemon per state directory: two would share a catalog and host files.
 // The lock lives as long as the returned fd; the file holds the holder's pid.
-// A holder that is exiting (killed with -9 just now) is waited for, for a
-// bounded time, so a remount right after a kill works.
-Result<UniqueFd> LockState(const std::string& dir);
-// Adds the worker's pid to the lock file ("SUPERVISOR WORKER"): if the
-// supervisor dies, the next LockState waits for that worker to be gone too.
-void RecordWorker(int lock_fd, pid_t worker);
+// A holder on its way out (killed with -9 just now, or its mount unmounted a
+// moment ago) is waited for, for a bounded time, so a remount right after
+// either works. EBUSY otherwise, saying whether the holder serves
+// `mountpoint` itself (umount it first) or another mount point (which needs
+// a state directory of its own).
+Result<UniqueFd> LockState(const std::string& dir, const std::string& mountpoint);
+// Adds the worker's pid and the mount to the lock file ("SUPERVISOR WORKER
+// MAJOR:MINOR MOUNTPOINT", the mount point escaped as in mountinfo): if the
+// supervisor dies, the next LockState waits for that worker to be gone too;
+// while the supervisor outlives its unmounted mount, the next one sees that
+// the mount is gone and waits for it to exit.
+void RecordWorker(int lock_fd, pid_t worker, std::optional<dev_t> mount,
+                  const std::string& mountpoint);
 // A mount whose server died ("Transport endpoint is not connected") is taken
 // away so a new one can take its place; a live FUSE mount is EBUSY.
 Status ClearStaleMount(const std::string& mountpoint);

@@ -22,6 +22,7 @@
 #include "takeover/mount_guard.h"
 #include "takeover/registry.h"
 #include "util/log.h"
+#include "util/mountinfo.h"
 
 namespace gpufs {
 namespace {
@@ -75,8 +76,11 @@ class Supervisor {
  private:
   Status Setup() {
     GPUFS_RETURN_IF_ERROR(MakeStateDir(config_.state_dir));
+    GPUFS_ASSIGN_OR_RETURN(lock_, LockState(config_.state_dir, config_.mountpoint));
+    // Only now: the log is the lock holder's, and a refused mount must not
+    // write into another daemon's.
+    OpenLog();
     GPUFS_RETURN_IF_ERROR(ProtectStateDir(config_.state_dir));
-    GPUFS_ASSIGN_OR_RETURN(lock_, LockState(config_.state_dir));
     GPUFS_RETURN_IF_ERROR(ClearStaleMount(config_.mountpoint));
     // Tens of thousands of blob fds: take what the hard limit allows.
     rlimit lim{};
@@ -91,6 +95,9 @@ class Supervisor {
     sigfd_.reset(::signalfd(-1, &set, SFD_CLOEXEC));
     if (!sigfd_.valid()) return PosixError("signalfd", errno);
     GPUFS_ASSIGN_OR_RETURN(mount_, FuseMount::Mount(config_.mountpoint, config_.fuse_options));
+    // Recorded in the lock: once it is gone from mountinfo, the next mount
+    // knows this supervisor is exiting and waits for it.
+    if (Result<dev_t> dev = MountDevice(config_.mountpoint); dev.ok()) mount_dev_ = *dev;
     OpenControl();
     // Workers record their open handles here (takeover/handle_table.h);
     // without it they send a message for each.
@@ -103,6 +110,12 @@ class Supervisor {
                       << "): workers report handles by message";
     }
     return Status::Ok();
+  }
+
+  void OpenLog() {
+    if (config_.log_path.empty()) return;
+    log_.reset(::open(config_.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+    if (log_.valid()) log::SetFd(log_.get());
   }
 
   // STATE/supervisor.sock, owner-only. Without it, SIGHUP still restarts.
@@ -163,7 +176,7 @@ class Supervisor {
     if (pid < 0) std::exit(Fail("fork: " + std::string(std::strerror(errno))));
     worker_ = pid;
     channel_ = std::move(pair->first);
-    RecordWorker(lock_.get(), pid);
+    RecordWorker(lock_.get(), pid, mount_dev_, config_.mountpoint);
     // A worker that dies during the handover shows up as SIGCHLD.
     Status sent = registry_.SendHandover(channel_.get(), generation_, me);
     if (!sent.ok())
@@ -206,11 +219,16 @@ class Supervisor {
       Report("");
     } else {
       auto ms = std::chrono::duration<double, std::milli>(Clock::now() - replaced_at_).count();
-      GPUFS_LOG(WARN) << "takeover: worker " << generation_ << " (pid " << worker_ << ") serving "
-                      << config_.mountpoint << " " << ms << " ms after worker " << generation_ - 1
-                      << " stopped; open handles " << registry_.handles() << ", blob fds "
-                      << registry_.blobs() << ", host slabs " << registry_.memories()
-                      << ", restarts " << generation_ - 1;
+      // A restart asked for is routine; a worker that died is worth a warning.
+      auto level = restarting_ ? log::Level::INFO : log::Level::WARN;
+      restarting_ = false;
+      if (level >= log::GetLevel()) {
+        log::Line(level) << "takeover: worker " << generation_ << " (pid " << worker_
+                         << ") serving " << config_.mountpoint << " " << ms << " ms after worker "
+                         << generation_ - 1 << " stopped; open handles " << registry_.handles()
+                         << ", blob fds " << registry_.blobs() << ", host slabs "
+                         << registry_.memories() << ", restarts " << generation_ - 1;
+      }
     }
     for (UniqueFd& client : waiting_) {
       std::string line = "worker " + std::to_string(generation_) + " pid " +
@@ -243,9 +261,13 @@ class Supervisor {
           return Fail(why);
         }
       }
-      GPUFS_LOG(WARN) << "worker " << generation_ << " (pid " << pid << ") " << Describe(status)
-                      << "; starting worker " << generation_ + 1 << " to take over "
-                      << config_.mountpoint;
+      bool asked = restarting_ && WIFEXITED(status) && WEXITSTATUS(status) == kExitReplaceMe;
+      if (!asked) restarting_ = false;  // it died some other way: that is news
+      if (auto level = asked ? log::Level::INFO : log::Level::WARN; level >= log::GetLevel()) {
+        log::Line(level) << "worker " << generation_ << " (pid " << pid << ") "
+                         << Describe(status) << "; starting worker " << generation_ + 1
+                         << " to take over " << config_.mountpoint;
+      }
       StartWorker();
     }
     return std::nullopt;
@@ -256,6 +278,7 @@ class Supervisor {
     // clients get their answer when it serves.
     if (worker_ <= 0 || !ready_) return;
     GPUFS_LOG(INFO) << why << ": replacing worker " << generation_ << " (pid " << worker_ << ")";
+    restarting_ = true;
     ::kill(worker_, SIGTERM);
   }
 
@@ -309,7 +332,8 @@ class Supervisor {
   }
 
   SupervisorConfig config_;
-  UniqueFd lock_, sigfd_, control_, channel_;
+  UniqueFd lock_, log_, sigfd_, control_, channel_;
+  std::optional<dev_t> mount_dev_;
   std::unique_ptr<FuseMount> mount_;
   std::unique_ptr<takeover::HandleTable> table_;  // null: handles come by message
   takeover::Registry registry_;
@@ -318,6 +342,7 @@ class Supervisor {
   uint32_t generation_ = 0;
   bool ready_ = false;
   bool stopping_ = false;
+  bool restarting_ = false;  // Restart asked the worker to go: its exit is no news
   int early_deaths_ = 0;
   std::string last_failure_;
   Clock::time_point replaced_at_;
@@ -325,6 +350,18 @@ class Supervisor {
 
 }  // namespace
 
-int RunSupervisor(const SupervisorConfig& config) { return Supervisor(config).Run(); }
+int RunSupervisor(const SupervisorConfig& config) {
+  Supervisor supervisor(config);  // lives on: it holds the log's fd
+  int rc = supervisor.Run();
+  if (!config.socket_dir.empty()) {
+    // The worker unlinks its socket when it exits cleanly; a killed one
+    // leaves it behind.
+    ::unlink((config.socket_dir + "/fd.sock").c_str());
+    if (::rmdir(config.socket_dir.c_str()) != 0 && errno != ENOENT) {
+      GPUFS_LOG(WARN) << "remove " << config.socket_dir << ": " << std::strerror(errno);
+    }
+  }
+  return rc;
+}
 
 }  // namespace gpufs

@@ -25,14 +25,20 @@ struct SupervisorConfig {
   std::string mountpoint;
   std::string state_dir;
   std::vector<std::string> fuse_options;  // -o words for the mount
-  bool foreground = false;                // log to stderr, keep stdio
+  bool foreground = false;                // keep stdio
+  // Where the log goes once the state lock is held (empty: stderr). Until
+  // then nothing is logged there: it is the lock holder's log.
+  std::string log_path;
   int report_fd = -1;  // one zero byte once serving, or the error text; then closed
   int ready_fd = -1;   // "ready\n" once serving; then closed
   std::vector<std::string> worker_argv;  // argv[0] is the worker binary's path
+  // A directory made for this mount's fd socket: removed, with the socket
+  // (fd.sock) in it, when the supervisor exits (empty: none).
+  std::string socket_dir;
 };
 
 // Runs until the file system is unmounted: 0, or 1 when it could not mount or
-// the workers keep failing before they serve.
+// the workers keep failing before they serve. Removes `socket_dir` either way.
 int RunSupervisor(const SupervisorConfig& config);
 
 // Environment a worker finds (decimal fd numbers).

@@ -1,7 +1,7 @@
 // gpufs-supervisor: started by gpufsd (`gpufs mount`), not by users.
 //
 //   gpufs-supervisor --mountpoint DIR --state DIR [--foreground] [--report-fd N]
-//                    [--ready-fd N] [-o OPTION]... -- WORKER [ARG]...
+//                    [--ready-fd N] [--socket-dir DIR] [-o OPTION]... -- WORKER [ARG]...
 //
 // WORKER is started with the mount's /dev/fuse fd and a takeover channel
 // (takeover/supervisor.h); it is restarted whenever it dies.
@@ -12,7 +12,6 @@
 #include <cstring>
 #include <string>
 
-#include "takeover/mount_guard.h"
 #include "takeover/supervisor.h"
 #include "util/log.h"
 
@@ -33,6 +32,8 @@ int main(int argc, char** argv) {
       config.report_fd = std::atoi(argv[++i]);
     } else if (arg == "--ready-fd" && has_value) {
       config.ready_fd = std::atoi(argv[++i]);
+    } else if (arg == "--socket-dir" && has_value) {
+      config.socket_dir = argv[++i];
     } else if (arg == "-o" && has_value) {
       config.fuse_options.push_back(argv[++i]);
     } else if (arg == "--foreground") {
@@ -46,17 +47,18 @@ int main(int argc, char** argv) {
   if (config.mountpoint.empty() || config.state_dir.empty() || config.worker_argv.empty()) {
     std::fprintf(stderr,
                  "usage: gpufs-supervisor --mountpoint DIR --state DIR [--foreground] "
-                 "[--report-fd N] [-o OPTION]... -- WORKER [ARG]...\n");
+                 "[--report-fd N] [--ready-fd N] [--socket-dir DIR] [-o OPTION]... -- WORKER [ARG]...\n");
     return 2;
   }
   if (config.report_fd >= 0) ::fcntl(config.report_fd, F_SETFD, FD_CLOEXEC);
   if (config.ready_fd >= 0) ::fcntl(config.ready_fd, F_SETFD, FD_CLOEXEC);
   if (!config.foreground) {
-    gpufs::Status made = gpufs::MakeStateDir(config.state_dir);  // where the log goes
-    if (!made.ok()) std::fprintf(stderr, "gpufs-supervisor: %s\n", made.ToString().c_str());
-    std::string log_path = config.state_dir + "/gpufs.log";
-    int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (log_fd >= 0) gpufs::log::SetFd(log_fd);
+    config.log_path = config.state_dir + "/gpufs.log";
+    // Until the supervisor holds the state lock (and with it the log), its
+    // lines go nowhere: a failure to get that far reaches the caller through
+    // --report-fd, which `gpufs mount` prints.
+    int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (null >= 0) gpufs::log::SetFd(null);
   }
   return gpufs::RunSupervisor(config);
 }

@@ -57,4 +57,13 @@ std::string FormatSize(uint64_t bytes) {
   return buf;
 }
 
+std::string FormatRange(uint64_t offset, uint64_t length) {
+  std::string range = "[";  // appended to: GCC 12 -Wrestrict misfires on "[" + std::string&&
+  range += std::to_string(offset);
+  range += ", +";
+  range += std::to_string(length);
+  range += ')';
+  return range;
+}
+
 }  // namespace gpufs

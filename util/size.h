@@ -14,5 +14,7 @@ namespace gpufs {
 Result<uint64_t> ParseSize(std::string_view text);
 // "1.5 GiB", "64 MiB", "512 B".
 std::string FormatSize(uint64_t bytes);
+// A byte range for messages: "[4096, +512)".
+std::string FormatRange(uint64_t offset, uint64_t length);
 
 }  // namespace gpufs

@@ -22,6 +22,8 @@ TEST(ParseSize, RejectsGarbage) {
   }
 }
 
+TEST(FormatRange, OffsetAndLength) { EXPECT_EQ(FormatRange(4096, 512), "[4096, +512)"); }
+
 TEST(FormatSize, PicksUnit) {
   EXPECT_EQ(FormatSize(512), "512 B");
   EXPECT_EQ(FormatSize(64ull << 20), "64.0 MiB");

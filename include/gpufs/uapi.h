@@ -184,6 +184,16 @@ struct gpufs_map_push {
  * GPUFS_IOC_MAP's does. The cookie of another uid's or process's
  * connection: EACCES, and the token is spent. */
 #define GPUFS_IOC_MAP_PUSH _IOWR('G', 4, struct gpufs_map_push)
+/* On a member opened for writing and filled with write(2): this writer will
+ * seal it with GPUFS_IOC_SEAL. Released unsealed (the writer was killed or
+ * gave up), it is then discarded, as a GPUFS_IOC_ALLOC'd blob is, instead of
+ * sealed by the last close as a plain tool's member is; a daemon that stops
+ * meanwhile discards it at its next start. So a member meant to appear
+ * complete or not at all never shows half-written. GPUFS_IOC_ALLOC implies
+ * it (and answers EEXIST after it). EBADF: not opened for writing. EPERM:
+ * sealed. ENOTTY: a daemon older than this ioctl (the member is sealed at
+ * its last close). */
+#define GPUFS_IOC_EXPLICIT_SEAL _IO('G', 5)
 
 /* ---- Objects written and mapped as a whole ---------------------------------
  * An object written as a whole (Python gpufs.save of a dict, `gpufs import`,
@@ -295,9 +305,9 @@ struct gpufs_verify {
   uint32_t ok;      /* 1: they match */
 };
 
-#define GPUFS_IOC_ALLOC_OBJECT _IOWR('G', 5, struct gpufs_alloc_object)
-#define GPUFS_IOC_SEAL_OBJECT _IOW('G', 6, struct gpufs_seal_object)
-#define GPUFS_IOC_MAP_OBJECT _IOWR('G', 7, struct gpufs_map_object_req)
-#define GPUFS_IOC_VERIFY _IOR('G', 8, struct gpufs_verify)
+#define GPUFS_IOC_ALLOC_OBJECT _IOWR('G', 6, struct gpufs_alloc_object)
+#define GPUFS_IOC_SEAL_OBJECT _IOW('G', 7, struct gpufs_seal_object)
+#define GPUFS_IOC_MAP_OBJECT _IOWR('G', 8, struct gpufs_map_object_req)
+#define GPUFS_IOC_VERIFY _IOR('G', 9, struct gpufs_verify)
 
 #endif /* GPUFS_UAPI_H_ */

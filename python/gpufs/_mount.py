@@ -8,11 +8,13 @@ holding the path's nearest existing ancestor; gpufs mounts have type
 ``fuse.gpufs``.
 """
 
+import builtins
 import errno
+import json
 import os
 from typing import Optional, Tuple
 
-__all__ = ["GPUFS_FSTYPE", "mount_of", "check_on_gpufs"]
+__all__ = ["GPUFS_FSTYPE", "mount_of", "check_on_gpufs", "serves_gpu"]
 
 GPUFS_FSTYPE = "fuse.gpufs"
 
@@ -72,3 +74,17 @@ def check_on_gpufs(path: "os.PathLike[str] | str", force: bool = False) -> None:
     where = f" ({found[0]} is {found[1]})" if found else ""
     raise OSError(errno.EXDEV, f"not on a gpufs mount{where}; pass force=True to use it anyway",
                   os.fspath(path))
+
+
+def serves_gpu(path: "os.PathLike[str] | str") -> Optional[bool]:
+    """Whether the daemon of the mount holding `path` serves a GPU (from
+    /.gpufs/stats); None where that cannot be told (not a gpufs mount)."""
+    root = os.path.abspath(os.path.dirname(os.fspath(path)) or ".")
+    while not os.path.ismount(root):
+        root = os.path.dirname(root)
+    try:
+        with builtins.open(os.path.join(root, ".gpufs", "stats"), "rb", buffering=0) as f:
+            stats = json.loads(f.read())
+        return any(d.get("device", "").startswith("cuda:") for d in stats["devices"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None

@@ -43,8 +43,8 @@ import os
 import sys
 from typing import Any, NamedTuple, Optional, Tuple
 
-from . import _lib, dlpack, dtypes
-from ._mount import check_on_gpufs
+from . import _lib, _uapi, dlpack, dtypes
+from ._mount import check_on_gpufs, serves_gpu
 from .blob import DTYPE_XATTR, SHAPE_XATTR, format_shape
 
 __all__ = ["save", "TYPE_XATTR"]
@@ -244,26 +244,12 @@ def _set_attrs(target, src):
     os.setxattr(target, SHAPE_XATTR, format_shape(src.shape).encode())
 
 
-def _serves_gpu(path):
-    """Whether the daemon of the mount holding `path` serves a GPU (from
-    /.gpufs/stats); None where that cannot be told (not a gpufs mount)."""
-    root = os.path.abspath(os.path.dirname(path) or ".")
-    while not os.path.ismount(root):
-        root = os.path.dirname(root)
-    try:
-        with builtins.open(os.path.join(root, ".gpufs", "stats"), "rb", buffering=0) as f:
-            stats = json.loads(f.read())
-        return any(d.get("device", "").startswith("cuda:") for d in stats["devices"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-
-
 def _write_lib(path, src):
     """gpufs_create + gpufs_write + gpufs_seal: a new GPU blob filled from src."""
     if src.nbytes == 0:
         _write_file(path, src)
         return
-    if _serves_gpu(path) is False:
+    if serves_gpu(path) is False:
         # Asked first: a failed gpufs_create would already have replaced the
         # member with an empty blob.
         raise OSError(errno.ENODEV, "the gpufs daemon of this mount serves no GPU (host "
@@ -284,7 +270,7 @@ def _write_lib(path, src):
 
 
 def _write_host(path, src):
-    if src.nbytes and _lib.has("gpufs_write") and _serves_gpu(path) is not False:
+    if src.nbytes and _lib.has("gpufs_write") and serves_gpu(path) is not False:
         try:
             _write_lib(path, src)
             return
@@ -296,18 +282,28 @@ def _write_host(path, src):
     _write_file(path, src)
 
 
-GPUFS_IOC_SEAL = 0x4703  # _IO('G', 3), include/gpufs/uapi.h
+def _gpufs_ioctl(fd, request):
+    """An ioctl of _uapi on `fd`; False where there is no gpufs member to ask
+    (ENOTTY: a plain file with force=True, or a daemon older than it)."""
+    try:
+        fcntl.ioctl(fd, request)
+        return True
+    except OSError as e:
+        if e.errno != errno.ENOTTY:
+            raise
+        return False
 
 
 def _write_file(path, src):
-    """write(2) through the mount, then GPUFS_IOC_SEAL before the close."""
+    """write(2) through the mount, then GPUFS_IOC_SEAL before the close.
+
+    Declared with GPUFS_IOC_EXPLICIT_SEAL first: if this process dies before
+    the seal, the daemon discards the member instead of sealing it
+    half-written at the release of the descriptor."""
     with builtins.open(path, "wb", buffering=0) as f:  # unbuffered: no isatty ioctl
+        _gpufs_ioctl(f.fileno(), _uapi.GPUFS_IOC_EXPLICIT_SEAL)
         _set_attrs(f.fileno(), src)
         done = 0
         while done < src.nbytes:
             done += f.write(src.host[done:])
-        try:
-            fcntl.ioctl(f.fileno(), GPUFS_IOC_SEAL)
-        except OSError as e:
-            if e.errno != errno.ENOTTY:  # ENOTTY: not on a gpufs mount, nothing to seal
-                raise
+        _gpufs_ioctl(f.fileno(), _uapi.GPUFS_IOC_SEAL)

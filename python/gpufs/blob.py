@@ -25,6 +25,7 @@ import threading
 from typing import Any
 
 from . import _lib, dlpack, dtypes
+from ._mount import serves_gpu
 
 __all__ = ["Blob", "HostBlob", "open_blob", "read_numpy", "tensor_attrs", "DTYPE_XATTR",
            "SHAPE_XATTR", "DEVICE_XATTR"]
@@ -155,18 +156,15 @@ class Blob:
             except OSError:
                 pass  # the map reports it
         known = _known_description(key)
-        raw = None
-        if known is None and _lib.has("gpufs_map_described"):
-            desc = _lib.GpufsDescription()
-            try:
-                _lib.call("gpufs_map_described", os.fsencode(path), ctypes.byref(buf),
-                          ctypes.byref(desc), path=path)
-                raw = desc.values()
-            except OSError as e:
-                if e.errno != errno.ERANGE:  # a value too long for it: read below
-                    raise
-        if raw is None:
-            _lib.call("gpufs_map", os.fsencode(path), ctypes.byref(buf), path=path)
+        try:
+            raw = self._map(path, buf, known)
+        except OSError as e:
+            # libgpufs suggests moving the blob to a GPU; say so where there is none.
+            if e.errno == errno.ENODEV and serves_gpu(path) is False:
+                raise OSError(errno.ENODEV, "the blob is in host memory and this mount's daemon "
+                              "serves no GPU (--store host): read it with gpufs.read_numpy() or "
+                              "gpufs.load(), which give host copies", path) from None
+            raise
         try:
             st = os.fstat(buf.fd)
             mapped = _stat_key(st)
@@ -182,6 +180,22 @@ class Blob:
         self._adopt(path, buf, dt, shape)
         self._key = mapped
         _remember_description(mapped, dt, shape)
+
+    @staticmethod
+    def _map(path, buf, known):
+        """Maps `path` into `buf`; the raw (dtype, shape) attributes where
+        libgpufs read them on the way (gpufs_map_described), else None."""
+        if known is None and _lib.has("gpufs_map_described"):
+            desc = _lib.GpufsDescription()
+            try:
+                _lib.call("gpufs_map_described", os.fsencode(path), ctypes.byref(buf),
+                          ctypes.byref(desc), path=path)
+                return desc.values()
+            except OSError as e:
+                if e.errno != errno.ERANGE:  # a value too long for it: read below
+                    raise
+        _lib.call("gpufs_map", os.fsencode(path), ctypes.byref(buf), path=path)
+        return None
 
     @classmethod
     def _wrap(cls, path, buf, dt, shape):
@@ -353,15 +367,19 @@ class HostBlob:
     """A blob in host memory, read through the file (no GPU needed).
 
     Same description as :class:`Blob` (``path``, ``nbytes``, ``shape``,
-    ``dtype``); ``device`` is None.  ``numpy()`` reads the bytes each time.
+    ``dtype``); ``device`` is where its bytes are, as its meta says:
+    ``"host"`` (or ``"disk"``; ``"host"`` for a plain file).  ``numpy()``
+    reads the bytes each time.
     """
-
-    device = None
 
     def __init__(self, path):
         self.path = os.fspath(path)
         self.nbytes = os.stat(self.path).st_size
         self._dtype, self.shape = tensor_attrs(self.path, self.nbytes)
+        try:
+            self.device = os.getxattr(self.path, DEVICE_XATTR).decode()
+        except OSError:  # not on a gpufs mount (force=True)
+            self.device = "host"
 
     @property
     def dtype(self):

@@ -1,7 +1,7 @@
 """The element types gpufs knows, and their names in every protocol it speaks.
 
 One row per gpufs dtype name (the value of ``user.gpufs.dtype``).  This is a thin
-copy of proto/dtypes.h, the one table; the ctest proto_python_dtypes compares them.  Each row gives the element size, the DLPack
+copy of proto/dtypes.h, the one table; the ctest proto_python compares them.  Each row gives the element size, the DLPack
 ``(code, bits, lanes)``, the ``__cuda_array_interface__`` typestr, and the
 numpy / torch / cupy / jax names (``None`` where that library has none).
 

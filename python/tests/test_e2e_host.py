@@ -6,6 +6,7 @@ gpufs binary ($GPUFS_BIN, else <repo>/build/bin/gpufs) or /dev/fuse is missing.
 """
 
 import errno
+import json
 import os
 import shutil
 import subprocess
@@ -45,17 +46,20 @@ class HostMountTest(unittest.TestCase):
         self.tmp = tempfile.mkdtemp(prefix="gpufs-py-")
         self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
         self.mnt = os.path.join(self.tmp, "mnt")
-        state = os.path.join(self.tmp, "state")
         os.mkdir(self.mnt)
-        os.mkdir(state)
+        os.mkdir(os.path.join(self.tmp, "state"))
         self.log_path = os.path.join(self.tmp, "daemon.log")
+        self._mount()
+
+    def _mount(self):
         # The daemon writes "ready" to --ready-fd once the mount is in place;
         # end of file without it means it failed.
         ready_r, ready_w = os.pipe()
-        with open(self.log_path, "wb") as log:
+        with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [GPUFS_BIN, "mount", self.mnt, "--foreground", "--store", "host",
-                 "--state", state, "--capacity", "256M", "--ready-fd", str(ready_w)],
+                 "--state", os.path.join(self.tmp, "state"), "--capacity", "256M",
+                 "--ready-fd", str(ready_w)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 pass_fds=(ready_w,))
         os.close(ready_w)
@@ -135,6 +139,15 @@ class HostMountTest(unittest.TestCase):
         with self.assertRaises(OSError) as cm:
             gpufs.open(self.p("o", "x"))
         self.assertEqual(cm.exception.errno, errno.ENODEV)
+        # This mount serves no GPU: no advice to move the blob to one.
+        self.assertIn("serves no GPU", str(cm.exception))
+        self.assertNotIn("migrate", str(cm.exception))
+        self.assertIn("read_numpy", str(cm.exception))
+        # A HostBlob says where it is, as its meta does.
+        blob = gpufs.load(self.p("o", "x"))
+        self.assertIsInstance(blob, gpufs.HostBlob)
+        self.assertEqual(blob.device, "host")
+        self.assertEqual(blob.device, gpufs.meta(self.p("o", "x"))["device"])
         with self.assertRaises(OSError) as cm:
             gpufs.info(self.p("o", "x"))
         self.assertEqual(cm.exception.errno, errno.ENODEV)
@@ -233,6 +246,33 @@ class HostMountTest(unittest.TestCase):
         gpufs.save(np.zeros(2), os.path.join(local, "x"), force=True)
         self.assertEqual(os.listdir(local), ["x"])
         self.assertEqual(gpufs._mount.mount_of(self.p("new", "deep"))[1], "fuse.gpufs")
+
+    def test_saver_killed_before_its_seal_leaves_nothing(self):
+        # The host path writes with write(2) and seals with GPUFS_IOC_SEAL;
+        # this saver is killed with every byte written, just before the seal.
+        script = (
+            "import fcntl, os, signal, sys\n"
+            "sys.path.insert(0, sys.argv[2])\n"
+            "import numpy as np, gpufs\n"
+            "from gpufs import _uapi\n"
+            "ioctl = fcntl.ioctl\n"
+            "def dying(fd, request, *args):\n"
+            "    if request == _uapi.GPUFS_IOC_SEAL:\n"
+            "        os.kill(os.getpid(), signal.SIGKILL)\n"
+            "    return ioctl(fd, request, *args)\n"
+            "fcntl.ioctl = dying\n"
+            "gpufs.save(np.ones(1 << 20, np.float32), sys.argv[1])\n")
+        package = os.path.dirname(os.path.dirname(os.path.abspath(gpufs.__file__)))
+        killed = subprocess.run([sys.executable, "-c", script, self.p("o", "x"), package],
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(killed.returncode, -9, killed.stderr)
+        # After a remount (the daemon saw the release by then): no member, no bytes.
+        self._unmount()
+        self._mount()
+        self.assertEqual(os.listdir(self.p("o")), [])
+        with open(self.p(".gpufs", "stats"), "rb") as f:
+            stats = json.loads(f.read())
+        self.assertEqual(sum(d["used"] for d in stats["devices"]), 0)
 
     def test_package_is_typed(self):
         self.assertTrue(os.path.exists(os.path.join(os.path.dirname(gpufs.__file__), "py.typed")))

@@ -4,9 +4,11 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "tests/support/mount_fixture.h"
 #include "tests/support/wait.h"
@@ -86,6 +88,14 @@ TEST_F(TempDirs, BadOptionsFailClearlyWithoutMounting) {
       Sh(MountHelperBin() + " gpufs " + mnt_ + " -o state=" + state_ + ",capacity=lots");
   EXPECT_NE(bad_capacity.status, 0);
   EXPECT_NE(bad_capacity.output.find("not a size"), std::string::npos) << bad_capacity.output;
+  // A usage error is one line and a pointer to --help, not the whole usage.
+  for (const char* args : {" --bogus", "", " --capacity"}) {
+    auto usage = Sh(GpufsBin() + " mount" + (std::string(args).empty() ? "" : " " + mnt_) + args);
+    EXPECT_EQ(usage.status, 2) << usage.output;
+    EXPECT_EQ(std::count(usage.output.begin(), usage.output.end(), '\n'), 2) << usage.output;
+    EXPECT_NE(usage.output.find("Run 'gpufs mount --help' for its options."), std::string::npos)
+        << usage.output;
+  }
   auto no_dir = Sh(GpufsBin() + " mount " + root_ + "/missing --state " + state_ + " --store host");
   EXPECT_NE(no_dir.status, 0);
   EXPECT_NE(no_dir.output.find("does not exist"), std::string::npos) << no_dir.output;
@@ -101,12 +111,92 @@ TEST_F(TempDirs, MountingOverALiveMountIsRefused) {
   EXPECT_EQ(Sh("grep -c ' " + mnt_ + " ' /proc/mounts").output, "1\n");
 }
 
+// umount, then gpufs mount at once: the daemon that served the mount may
+// still be exiting (its worker finishing), and the new one waits for it
+// rather than failing with EBUSY.
+TEST_F(TempDirs, RemountRightAfterUmountWaitsForTheExitingDaemon) {
+  const std::string mount = GpufsBin() + " mount " + mnt_ + " --state " + state_ +
+                            " --store host --capacity 64M";
+  int busy = 0;
+  for (int cycle = 0; cycle < 50; ++cycle) {
+    auto mounted = Sh(mount);
+    if (mounted.output.find("EBUSY") != std::string::npos) ++busy;
+    ASSERT_EQ(mounted.status, 0) << "cycle " << cycle << ": " << mounted.output;
+    ASSERT_TRUE(Mounted());
+    WriteFile(mnt_ + "/m" + std::to_string(cycle), "cycle");
+    ASSERT_EQ(Sh("umount " + mnt_).status, 0) << "cycle " << cycle;
+  }
+  EXPECT_EQ(busy, 0);
+  // The data of every cycle survived the remounts (a files host tier).
+  ASSERT_EQ(Sh(mount).status, 0);
+  EXPECT_EQ(ReadFile(mnt_ + "/m49"), "cycle");
+}
+
+// A mount refused because the state directory is in use says who uses it
+// and what to do, and writes nothing into that daemon's log.
+TEST_F(TempDirs, RefusedMountNamesTheHolderAndLeavesItsLogAlone) {
+  ASSERT_EQ(Sh(GpufsBin() + " mount " + mnt_ + " --state " + state_ + " --store host").status, 0);
+  const std::string pid = std::to_string(DaemonPid());
+  std::string other = root_ + "/mnt2";
+  std::filesystem::create_directories(other);
+  auto second = Sh(GpufsBin() + " mount " + other + " --state " + state_ + " --store host");
+  EXPECT_NE(second.status, 0);
+  EXPECT_NE(second.output.find("in use by the gpufs daemon (pid " + pid + ") serving " + mnt_ +
+                               "; a second mount point needs its own state directory"),
+            std::string::npos)
+      << second.output;
+  // The same mount point again: the advice is to unmount, not a new --state.
+  auto same = Sh(GpufsBin() + " mount " + mnt_ + " --state " + state_ + " --store host");
+  EXPECT_NE(same.status, 0);
+  EXPECT_NE(same.output.find(mnt_ + " is already mounted by the gpufs daemon (pid " + pid + ")"),
+            std::string::npos)
+      << same.output;
+  EXPECT_EQ(same.output.find("second mount point"), std::string::npos) << same.output;
+  const std::string log = ReadFile(state_ + "/gpufs.log");
+  EXPECT_EQ(log.find("EBUSY"), std::string::npos) << log;
+}
+
+// The directory a mount makes for its fd socket (under $TMPDIR, without
+// --socket) goes with it: at the unmount, and when the mount fails.
+TEST_F(TempDirs, SocketDirectoryGoesWithTheMount) {
+  const std::string tmp = root_ + "/tmp";
+  std::filesystem::create_directories(tmp);
+  auto entries = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(tmp)) {
+      names.push_back(e.path().filename().string());
+    }
+    return names;
+  };
+  const std::string env = "TMPDIR=" + tmp + " ";
+  ASSERT_EQ(Sh(env + GpufsBin() + " mount " + mnt_ + " --state " + state_ + " --store host").status,
+            0);
+  EXPECT_EQ(entries().size(), 1u);  // gpufs-sock-XXXXXX, in use
+  pid_t daemon = DaemonPid();
+  // Refused (the state directory is in use), in the background and the foreground.
+  std::string other = root_ + "/mnt2";
+  std::filesystem::create_directories(other);
+  for (const char* mode : {"", " --foreground"}) {
+    auto refused =
+        Sh(env + GpufsBin() + " mount " + other + mode + " --state " + state_ + " --store host");
+    EXPECT_NE(refused.status, 0) << refused.output;
+    EXPECT_EQ(entries().size(), 1u) << mode;
+  }
+  ASSERT_EQ(Sh("umount " + mnt_).status, 0);
+  ASSERT_TRUE(test_support::WaitForExit(daemon, std::chrono::seconds(10)));
+  EXPECT_TRUE(entries().empty()) << entries().front();
+  // A mount point that does not exist.
+  auto missing = Sh(env + GpufsBin() + " mount " + root_ + "/none --state " + state_);
+  EXPECT_NE(missing.status, 0);
+  EXPECT_TRUE(entries().empty());
+}
+
 TEST_F(TempDirs, CliPutGetLsStatRm) {
   ASSERT_EQ(Sh(GpufsBin() + " mount " + mnt_ + " --state " + state_ + " --store host").status, 0);
   ASSERT_TRUE(Mounted());
   std::string local = root_ + "/data.bin";
   WriteFile(local, RandomBytes(100000, 9));
-  auto put = Sh(GpufsBin() + " put " + local + " " + mnt_ + "/obj/x --dtype float32 --shape 25000");
+  auto put = Sh(GpufsBin() + " put -p " + local + " " + mnt_ + "/obj/x --dtype float32 --shape 25000");
   ASSERT_EQ(put.status, 0) << put.output;
   auto ls = Sh(GpufsBin() + " ls -l " + mnt_ + "/obj");
   EXPECT_NE(ls.output.find("100000"), std::string::npos) << ls.output;

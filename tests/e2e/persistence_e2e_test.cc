@@ -143,7 +143,10 @@ TEST(PersistenceE2E, SecondDaemonOnTheSameStateIsRefused) {
   ASSERT_TRUE(m.Start());
   auto second = Sh(GpufsBin() + " mount " + m.state() +
                    "-other --foreground --store host --state " + m.state() + " ; echo rc=$?");
-  EXPECT_NE(second.output.find("in use by another gpufs daemon"), std::string::npos)
+  EXPECT_NE(second.output.find("is in use by the gpufs daemon (pid "), std::string::npos)
+      << second.output;
+  EXPECT_NE(second.output.find(") serving " + m.mnt() + "; a second mount point needs its own"),
+            std::string::npos)
       << second.output;
   EXPECT_NE(second.output.find("rc=1"), std::string::npos);
   EXPECT_TRUE(m.Stop());

@@ -76,6 +76,48 @@ TEST_F(SealTest, OnlyAWriterSeals) {
   EXPECT_EQ(errno, EPERM);
 }
 
+// GPUFS_IOC_EXPLICIT_SEAL: a writer that declared it seals itself, so a
+// close without GPUFS_IOC_SEAL (the writer died or gave up) discards the
+// member instead of sealing what it holds; with the seal, it stays. Only a
+// writer of an unsealed member may declare it.
+TEST_F(SealTest, ExplicitSealWritersThatLetGoUnsealedLeaveNothing) {
+  ASSERT_EQ(::mkdir(P("o").c_str(), 0755), 0);
+  for (bool seal : {false, true}) {
+    std::string f = P(seal ? "o/sealed" : "o/abandoned");
+    int fd = ::open(f.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ioctl(fd, GPUFS_IOC_EXPLICIT_SEAL), 0) << std::strerror(errno);
+    ASSERT_TRUE(WriteAllFd(fd, std::string(1 << 20, 'x')));
+    if (seal) {
+      ASSERT_EQ(::ioctl(fd, GPUFS_IOC_SEAL), 0) << std::strerror(errno);
+    }
+    EXPECT_EQ(::close(fd), 0);
+  }
+  // The discard happens at the kernel's release, just after close(): a
+  // remount is after it.
+  ASSERT_TRUE(mount_.Stop());
+  ASSERT_TRUE(mount_.Start());
+  struct stat st {};
+  EXPECT_NE(::stat(P("o/abandoned").c_str(), &st), 0);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(ReadFile(P("o/sealed")), std::string(1 << 20, 'x'));
+  EXPECT_NE(mount_.Log().find("without GPUFS_IOC_SEAL"), std::string::npos) << mount_.Log();
+
+  int ro = ::open(P("o/sealed").c_str(), O_RDONLY);
+  ASSERT_GE(ro, 0);
+  errno = 0;
+  EXPECT_EQ(::ioctl(ro, GPUFS_IOC_EXPLICIT_SEAL), -1);
+  EXPECT_EQ(errno, EBADF);  // not a writer
+  ::close(ro);
+  int fd = ::open(P("o/fresh").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ioctl(fd, GPUFS_IOC_SEAL), 0);
+  errno = 0;
+  EXPECT_EQ(::ioctl(fd, GPUFS_IOC_EXPLICIT_SEAL), -1);
+  EXPECT_EQ(errno, EPERM);  // sealed already
+  ::close(fd);
+}
+
 // Inherited copies of a writer's descriptor (a child that exits) do not
 // seal: the opener's close does.
 TEST_F(SealTest, AChildClosingAnInheritedDescriptorDoesNotSeal) {

@@ -6,11 +6,13 @@
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -69,6 +71,14 @@ std::string ReadFile(const std::string& path) {
 void WriteFile(const std::string& path, const std::string& data) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+
+std::string Xattr(const std::string& path, const std::string& name) {
+  std::string value(65536, '\0');
+  ssize_t n = ::getxattr(path.c_str(), name.c_str(), value.data(), value.size());
+  if (n < 0) return "<" + std::string(strerrorname_np(errno)) + ">";
+  value.resize(static_cast<size_t>(n));
+  return value;
 }
 
 std::string RandomBytes(size_t n, uint32_t seed) {

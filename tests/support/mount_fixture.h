@@ -28,6 +28,9 @@ std::string MountHelperBin();
 // Reads a whole file; "" if unreadable.
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& data);
+// The value of extended attribute `name` of `path`, or "<ERRNO>" (its
+// name, e.g. "<ENODATA>") when getxattr fails.
+std::string Xattr(const std::string& path, const std::string& name);
 // Deterministic pseudo-random bytes.
 std::string RandomBytes(size_t n, uint32_t seed);
 
