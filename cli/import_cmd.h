@@ -16,19 +16,15 @@ struct ImportOptions {
 // Imports `file` as the object `path` on a gpufs mount.
 //
 // The header is validated in full before anything is created (see
-// safetensors.h). The object is built under a temporary sibling,
-// PARENT/.NAME.importing-PID, and renamed to `path` only once every member is
-// written and sealed; on any failure (or SIGINT/SIGTERM/SIGHUP) the temporary
-// tree and any parent objects this call created are removed, so the namespace
-// is left as it was. EEXIST, before anything is read, when `path` exists and
-// not `options.replace`; with it, the old entry is moved aside, the new object
-// renamed in, and the old one removed.
+// safetensors.h). The object is written as a whole (cli/object_writer.h):
+// one allocation, published at `path` in one step once every member is in;
+// on any failure (or SIGINT/SIGTERM/SIGHUP) nothing of it stays, nor any
+// parent object this call made. EEXIST, before anything is read, when
+// `path` exists and not `options.replace`; with it, an old object at `path`
+// is replaced in the same step (readers see the old or the new, whole).
 //
-// The file is read once, front to back, in 64 MiB chunks (one chunk read
-// ahead on a second thread). Where the new object lives on a GPU and this
-// build has libgpufs, each member is made with gpufs_create and filled with
-// gpufs_write straight from the read buffer; otherwise (or when libgpufs
-// finds no usable CUDA driver, ENODEV) the bytes are written through the mount.
+// On a GPU the tensors are read with parallel preads into pinned buffers,
+// each chunk's copy to the device overlapping the next chunk's read.
 Status Import(const std::string& file, const std::string& path, const ImportOptions& options);
 
 }  // namespace gpufs

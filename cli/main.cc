@@ -13,6 +13,7 @@
 #include "cli/command_names.h"
 #include "cli/file_cmds.h"
 #include "cli/import_cmd.h"
+#include "cli/verify_cmd.h"
 #include "cli/daemon_exec.h"
 #include "cli/interrupt.h"
 #include "cli/mount_check.h"
@@ -117,6 +118,11 @@ int main(int argc, char** argv) {
   migrate->add_option("path", src, "Path on a gpufs mount")->required();
   migrate->add_option("--to", to, "cuda:N, host or disk (pins it there)")->required();
 
+  std::vector<std::string> verify_paths;
+  auto* verify = app.add_subcommand(
+      "verify", "Check sealed GPU members against the checksums taken when they were sealed");
+  verify->add_option("paths", verify_paths, "Members or objects on a gpufs mount")->required();
+
   std::string restart_mount;
   auto* restart = app.add_subcommand(
       "restart", "Replace a mount's daemon with the gpufsd on disk, without unmounting");
@@ -159,6 +165,20 @@ int main(int argc, char** argv) {
   if (import_cmd->parsed()) {
     if (auto s = on_gpufs(dst); !s.ok()) return Report(s);
     return Report(gpufs::Import(src, dst, import_options));
+  }
+  if (verify->parsed()) {
+    for (const std::string& p : verify_paths) {
+      if (auto s = on_gpufs(p); !s.ok()) return Report(s);
+    }
+    int mismatches = 0;
+    gpufs::Status checked = gpufs::Verify(verify_paths, &mismatches);
+    if (!checked.ok()) return Report(checked);
+    if (mismatches > 0) {
+      std::fprintf(stderr, "gpufs: verify: %d member(s) do not match their checksum\n",
+                   mismatches);
+      return 1;
+    }
+    return 0;
   }
   if (restart->parsed()) {
     if (auto s = on_gpufs(restart_mount); !s.ok()) return Report(s);

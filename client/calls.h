@@ -38,6 +38,7 @@ Status CopyIntoObject(gpufs_object_writer* w, uint32_t count, const uint32_t* me
                       const void* const* srcs, const uint64_t* bytes);
 Status CopyFileIntoObject(gpufs_object_writer* w, int fd, uint32_t count, const uint32_t* members,
                           const uint64_t* file_offsets);
+Status SetObjectField(gpufs_object_writer* w, const char* name, const char* value);
 Status CommitObject(gpufs_object_writer* w, uint32_t flags);
 Status AbortObject(gpufs_object_writer* w);
 

@@ -172,6 +172,12 @@ int gpufs_object_copy_file(struct gpufs_object_writer* w, int fd, uint32_t count
                 }));
 }
 
+int gpufs_object_set_field(struct gpufs_object_writer* w, const char* name, const char* value) {
+  return Finish("gpufs_object_set_field", name != nullptr ? name : "", Guarded([&] {
+                  return gpufs::client::SetObjectField(w, name, value);
+                }));
+}
+
 int gpufs_object_commit(struct gpufs_object_writer* w, uint32_t flags) {
   return Finish("gpufs_object_commit", "",
                 Guarded([&] { return gpufs::client::CommitObject(w, flags); }));

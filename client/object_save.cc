@@ -252,6 +252,19 @@ Status CopyFileIntoObject(gpufs_object_writer* w, int fd, uint32_t count, const 
   return ow->arena != nullptr ? CopyFileToBlob(*ow->arena, fd, pieces) : Status::Ok();
 }
 
+Status SetObjectField(gpufs_object_writer* w, const char* name, const char* value) {
+  ObjectWriter* ow = Of(w);
+  if (ow == nullptr) return Error(EINVAL, "not an open object writer");
+  if (name == nullptr || value == nullptr) return Error(EINVAL, "name or value is NULL");
+  // On the object being written, hidden beside its staging member.
+  const std::string object = ow->staging + ".d";
+  const std::string attr = std::string("user.") + name;
+  if (::setxattr(object.c_str(), attr.c_str(), value, std::strlen(value), 0) != 0) {
+    return PosixError("set field " + std::string(name), errno);
+  }
+  return Status::Ok();
+}
+
 Status CommitObject(gpufs_object_writer* w, uint32_t flags) {
   ObjectWriter* ow = Of(w);
   if (ow == nullptr) return Error(EINVAL, "not an open object writer");

@@ -225,7 +225,8 @@ std::string BuildStatsJson(const StatsView& view) {
                        {"capacity", usage.capacity},
                        {"used", usage.used},
                        {"free", usage.capacity > usage.used ? usage.capacity - usage.used : 0},
-                       {"blobs", usage.blobs}});
+                       {"blobs", usage.blobs},
+                       {"holes", usage.holes}});
   }
   j["devices"] = std::move(devices);
   auto or_null = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };

@@ -253,9 +253,9 @@ class Namespace {
   Result<ObjectAllocation> AllocObject(HandleId handle, const Caller& caller = {});
   // GPUFS_IOC_SEAL_OBJECT: seals every member (their checksums taken on
   // the GPU), and in one catalog transaction links the object at `name` in
-  // the staging member's object, in place of an object there when
-  // `replace` (EEXIST otherwise; ENOTDIR for a member there), and removes
-  // the staging member. Readers see the whole new object or the old one.
+  // the staging member's object, in place of what is there (an object and
+  // all under it, or a member) when `replace` (EEXIST otherwise), and
+  // removes the staging member. Readers see the whole new object or the old.
   Status SealObject(HandleId handle, std::string_view name, bool replace);
   // An open object (opendir), for MapObject; released with Release.
   Result<HandleId> OpenObject(const Caller& caller, uint64_t ino);
@@ -402,6 +402,8 @@ class Namespace {
   Status Recover();
   // Takeover start: rebuilds the handles of `adopted` (recovery.cc).
   Status Adopt(const std::vector<AdoptedHandle>& adopted);
+  // An adopted object map's members, held again (mu_ held).
+  void HoldObjectMembersLocked(Handle& handle);
   // A new entry under `parent` owned by the caller; `mode` holds the
   // permission bits. In a setgid object it takes the object's group, and a
   // new object the setgid bit, as on ext4.

@@ -230,12 +230,8 @@ Status Namespace::SealObject(HandleId id, std::string_view name, bool replace) {
   {
     std::lock_guard lock(mu_);
     auto there = catalog_->Lookup(parent, name);
-    if (there.ok() && (there->kind != EntryKind::kObject || !replace)) {
-      return Error(there->kind != EntryKind::kObject ? ENOTDIR : EEXIST,
-                   PathOf(there->id) + " exists" +
-                       (there->kind != EntryKind::kObject
-                            ? " and is a member, not an object"
-                            : " (to replace it, seal with GPUFS_SEAL_REPLACE)"));
+    if (there.ok() && !replace) {
+      return Error(EEXIST, PathOf(there->id) + " exists (to replace it, seal with GPUFS_SEAL_REPLACE)");
     }
   }
   // Seal and checksum in the store (group members move nowhere), then the
@@ -261,9 +257,6 @@ Status Namespace::SealObject(HandleId id, std::string_view name, bool replace) {
   std::lock_guard lock(mu_);
   auto target = catalog_->Lookup(parent, name);
   if (target.ok()) {
-    if (target->kind != EntryKind::kObject) {
-      return Error(ENOTDIR, PathOf(target->id) + " is a member, not an object");
-    }
     if (!replace) return Error(EEXIST, PathOf(target->id) + " exists (replace it: GPUFS_SEAL_REPLACE)");
   } else if (target.status().code() != ENOENT) {
     return target.status();
@@ -284,7 +277,11 @@ Status Namespace::SealObject(HandleId id, std::string_view name, bool replace) {
       GPUFS_RETURN_IF_ERROR(catalog_->UpdateBlob(done));
     }
     GPUFS_RETURN_IF_ERROR(catalog_->RemoveXattr(pending->object, kPendingXattr));
-    if (target.ok()) GPUFS_RETURN_IF_ERROR(RemoveSubtreeLocked(target->id));
+    if (target.ok() && target->kind == EntryKind::kObject) {
+      GPUFS_RETURN_IF_ERROR(RemoveSubtreeLocked(target->id));
+    } else if (target.ok()) {
+      GPUFS_RETURN_IF_ERROR(DetachAndCollect(target->id));  // a member there goes as by unlink
+    }
     GPUFS_RETURN_IF_ERROR(catalog_->Move(pending->object, parent, name, now).status());
     return DetachAndCollect(staging);
   });

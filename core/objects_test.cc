@@ -91,9 +91,11 @@ TEST_F(ObjectTest, AnObjectReplacesAnObjectInOneStepAndOldReadersKeepTheirBytes)
   EXPECT_EQ(got, "old weights");
   ASSERT_TRUE(ns_->Release(reader->handle).ok());
   EXPECT_EQ(dev_->Usage().blobs, 1u);  // the old members went at their last close
-  // A member there is not an object to replace.
+  // A member there is replaced as well.
   Put(kRootEntryId, "plain", "p", alice_);
-  EXPECT_EQ(Save(alice_, kRootEntryId, "plain", {{"w", "x"}}, true).code(), ENOTDIR);
+  EXPECT_EQ(Save(alice_, kRootEntryId, "plain", {{"w", "x"}}).code(), EEXIST);
+  ASSERT_TRUE(Save(alice_, kRootEntryId, "plain", {{"w", "x"}}, true).ok());
+  EXPECT_EQ(Cat(Find(Find(kRootEntryId, "plain"), "w")), "x");
 }
 
 TEST_F(ObjectTest, BadManifestsAreEinvalAndLeaveNothing) {

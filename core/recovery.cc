@@ -138,7 +138,7 @@ Status Namespace::Recover() {
 Status Namespace::Adopt(const std::vector<AdoptedHandle>& adopted) {
   std::string snapshot;  // for adopted handles of the stats file
   for (const AdoptedHandle& a : adopted) {
-    if (a.blob == 0) {
+    if (a.blob == 0 && !a.object) {
       snapshot = StatsJson();
       break;
     }
@@ -150,7 +150,13 @@ Status Namespace::Adopt(const std::vector<AdoptedHandle>& adopted) {
     handle.writable = a.writable;
     handle.append = a.append;
     handle.mapped = a.mapped;
-    if (a.blob == 0) {
+    handle.object = a.object;
+    if (a.object) {
+      // An object map's memory stays held: what it holds now was mapped
+      // then (a member replaced meanwhile is the one exception: its old
+      // bytes are not held across the takeover).
+      if (a.mapped) HoldObjectMembersLocked(handle);
+    } else if (a.blob == 0) {
       handle.snapshot = snapshot;
     } else {
       auto rec = catalog_->GetBlob(a.blob);
@@ -172,6 +178,30 @@ Status Namespace::Adopt(const std::vector<AdoptedHandle>& adopted) {
     GPUFS_LOG(INFO) << "adopted " << adopted.size() << " open handle(s) from the last worker";
   }
   return Status::Ok();
+}
+
+void Namespace::HoldObjectMembersLocked(Handle& handle) {
+  std::vector<EntryId> objects = {handle.entry};
+  for (size_t next = 0; next < objects.size(); ++next) {
+    for (EntryId after = 0;;) {
+      auto children = catalog_->ListChildren(objects[next], after, 1024);
+      if (!children.ok() || children->empty()) break;
+      for (const Entry& child : *children) {
+        after = child.id;
+        if (child.kind == EntryKind::kObject) {
+          objects.push_back(child.id);
+          continue;
+        }
+        auto rec = catalog_->GetBlob(child.blob);
+        if (!rec.ok() || rec->state != BlobState::kSealed) continue;
+        std::shared_ptr<ActiveBlob> blob = Activate(*rec, /*use=*/false);
+        blob->handles++;
+        blob->mapped++;
+        entry_opens_[child.id]++;
+        handle.held.push_back({child.id, std::move(blob), std::nullopt});
+      }
+    }
+  }
 }
 
 }  // namespace gpufs

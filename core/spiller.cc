@@ -20,6 +20,7 @@
 // candidate takes further io_mus only of candidates of the tier below.
 #include <algorithm>
 #include <chrono>
+#include <unordered_set>
 
 #include "core/namespace.h"
 #include "core/tier_copy.h"
@@ -90,8 +91,17 @@ Status Namespace::MakeRoom(const std::string& device, uint64_t need) {
         candidates.push_back({blob.id, blob.size});
         entries[blob.id] = *entry;
       }
+      std::unordered_set<BlobId> chosen;
       for (BlobId id : eviction_->Choose(candidates, need - free)) {
+        if (!chosen.insert(id).second) continue;
         victims.emplace_back(entries[id], id);
+        // An object's members leave together: their allocation goes back
+        // only with the last of them.
+        for (BlobId sibling : store->GroupOf(id)) {
+          if (entries.contains(sibling) && chosen.insert(sibling).second) {
+            victims.emplace_back(entries[sibling], sibling);
+          }
+        }
       }
     }
     if (victims.empty()) {

@@ -12,8 +12,10 @@
 # The build may come from another machine (scripts/build.sh there, then copy
 # the build folder): binaries are found through --build, not through the paths
 # compiled into the tests. Libraries the machine lacks (libfuse3, sqlite,
-# getfattr) are taken from Debian .deb files in .debs/ when present:
-#   (cd .debs && apt-get download libfuse3-3 fuse3 attr libattr1 libsqlite3-0)
+# getfattr) are taken from Debian .deb files in .debs/ or beside the build
+# folder in debs/ when present; scripts/device-bundle.sh gathers both:
+#   scripts/device-bundle.sh build .device-carry   # here
+#   scripts/gpu-check.sh --build .device-carry/build   # there
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=build
@@ -35,8 +37,10 @@ build=$(realpath "$build")
 mkdir -p "$out"
 
 if ! ldconfig -p | grep -q 'libfuse3.so.3 ' || ! command -v getfattr >/dev/null; then
-  if ls .debs/*.deb >/dev/null 2>&1; then
-    for deb in .debs/*.deb; do dpkg -x "$deb" /tmp/gpufs-debs; done
+  debs=.debs
+  [ -d "$build/../debs" ] && debs=$build/../debs
+  if ls "$debs"/*.deb >/dev/null 2>&1; then
+    for deb in "$debs"/*.deb; do dpkg -x "$deb" /tmp/gpufs-debs; done
     export LD_LIBRARY_PATH=/tmp/gpufs-debs/usr/lib/x86_64-linux-gnu:/tmp/gpufs-debs/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
     export PATH=$PATH:/tmp/gpufs-debs/usr/bin:/tmp/gpufs-debs/bin
   fi
@@ -88,15 +92,30 @@ if [ $examples = 1 ]; then
   done
 fi
 
-# Python interop: torch, cupy and jax on one blob (where they are installed).
+# Python interop: torch, cupy and jax on one blob (where they are installed),
+# and objects saved and mapped whole (torch), also across tiers and takeover.
 if python3 -c "import torch, cupy, jax" 2>/dev/null; then
   mnt=/tmp/gpufs-py-mnt
   mkdir -p $mnt
+  rm -rf /tmp/gpufs-py-state
   if "$GPUFS_BIN" mount $mnt --state /tmp/gpufs-py-state --store gpu --capacity 16G; then
     run python_gpu_check python3 python/tests/gpu_check.py $mnt
+    echo "=== python_objects_check"
+    python3 python/tests/gpu_objects_check.py $mnt 2>&1 | tee "$out/objects-check.txt"
+    [ "${PIPESTATUS[0]}" = 0 ] || failed+=(python_objects_check)
     umount $mnt
   else
     failed+=(python_mount)
+  fi
+  rm -rf /tmp/gpufs-py-tiers
+  if "$GPUFS_BIN" mount $mnt --state /tmp/gpufs-py-tiers --store gpu \
+      --capacity cuda:0=1G,host=4G; then
+    echo "=== python_objects_tiers"
+    python3 python/tests/gpu_objects_check.py --tiers $mnt 2>&1 | tee -a "$out/objects-check.txt"
+    [ "${PIPESTATUS[0]}" = 0 ] || failed+=(python_objects_tiers)
+    umount $mnt
+  else
+    failed+=(python_tiers_mount)
   fi
 fi
 
@@ -108,6 +127,16 @@ if [ $bench = 1 ]; then
     "$build/bench/gpufs-bench" $mnt | tee "$out/bench.txt"
     umount $mnt
   }
+  # A real model's tensors: gpufs.load beside torch.multiprocessing and
+  # safetensors, gpufs.save beside a device copy, import beside load_file.
+  if python3 -c "import torch, safetensors" 2>/dev/null; then
+    rm -rf /tmp/gpufs-model-state
+    "$GPUFS_BIN" mount $mnt --state /tmp/gpufs-model-state --store gpu --capacity 40G && {
+      echo "=== model bench"
+      python3 bench/model_bench.py $mnt 2>&1 | tee -a "$out/bench.txt"
+      umount $mnt
+    }
+  fi
   # Tiers: spill to host and disk, fault back from host and disk,
   # beside pinned and pageable cudaMemcpy of the same size.
   rm -rf /tmp/gpufs-bench-tier

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Checks of the VMM store on a GPU machine, as root, against a real
-# mount: the attack as another user (setpriv to nobody), read-only maps, a
-# consumer in its own PID namespace, 32 mappers at once, a version 1 client,
-# and the map timings.
+# mount: the attack as another user (setpriv to nobody) with a raw-driver
+# consumer that maps what it gets read-write (tests/e2e/attack_probe.cc),
+# read-only maps, a consumer in its own PID namespace, 32 mappers at once,
+# a version 1 client, and the map timings.
 #
 #   scripts/vmm-check.sh [BUILD_DIR]      (prints PASS/FAIL lines; exit 1 on a FAIL)
 set -uo pipefail
 build=$(realpath "${1:-build}")
 probe=$build/tests/vmm-probe
+attack=$build/tests/gpufs-attack-probe
 gpufs=$build/bin/gpufs
 mnt=$(mktemp -d /tmp/gpufs-vmm-mnt.XXXXXX)
 state=$(mktemp -d /tmp/gpufs-vmm-state.XXXXXX)
@@ -50,6 +52,36 @@ check  "pub and victim unchanged (cat as root)" bash -c "[ \$(tr -d A < '$mnt/se
 tok=$("$probe" token "$mnt/sec/secret")
 check  "nobody presenting root's token for the 0600 member is refused" nobody "$probe" redeem $tok
 check  "the refused token is spent: its owner cannot use it afterwards either" bash -c "'$probe' redeem $tok 2>&1 | grep -q 'unknown, used'"
+
+# Shared device memory is a write capability: whoever imports an fd may map
+# it read-write, so the shared allocation goes only to callers who may write
+# the member; any other reader gets a private copy.
+fill "$mnt/sec/w" 1048576 W && chmod 644 "$mnt/sec/w"   # 0x57, root's
+check  "nobody (read only) maps what it gets PROT_READWRITE and writes it" nobody "$attack" attack "$mnt/sec/w" 0x11
+check  "... it was nobody's own copy: root's cat shows the original bytes" bash -c "[ \$(tr -d W < '$mnt/sec/w' | wc -c) = 0 ]"
+check  "... and root's map too" "$probe" check "$mnt/sec/w" 0x57
+check  "a third reader sees the original bytes" nobody "$attack" read "$mnt/sec/w" 0x57
+check  "nobody's write over the 0444 victim reaches only its copy" nobody "$attack" attack "$mnt/sec/victim" 0x12
+check  "the victim is intact (cat as root)" bash -c "[ \$(tr -d V < '$mnt/sec/victim' | wc -c) = 0 ]"
+check  "gpufs verify passes on the intact members" "$gpufs" verify "$mnt/sec/w" "$mnt/sec/victim"
+fill "$mnt/sec/gw" 1048576 G && chgrp 4242 "$mnt/sec/gw" && chmod 664 "$mnt/sec/gw"   # 0x47
+check  "a member of the member's group (g+w) gets the shared memory and writes it" \
+  setpriv --reuid=65534 --regid=65534 --groups=4242 "$attack" attack "$mnt/sec/gw" 0x22
+check  "... the owner's map shows that write: it is the same memory" "$probe" check "$mnt/sec/gw" 0x22
+refuse "gpufs verify flags the group member's write" "$gpufs" verify "$mnt/sec/gw"
+check  "stats count the mismatch" bash -c "grep -q '\"checksum_mismatches\": [1-9]' '$mnt/.gpufs/stats'"
+fill "$mnt/sec/copied" 67108864 K && chmod 644 "$mnt/sec/copied"
+gpu_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
+before=$(gpu_mib)
+pids=()
+for i in $(seq 32); do nobody "$attack" attack "$mnt/sec/copied" 0x33 > "/tmp/attack-$i.log" 2>&1 & pids+=($!); done
+errors=0
+for p in "${pids[@]}"; do wait "$p" || errors=$((errors + 1)); done
+check  "32 readers at once each write their own copy: 0 errors" test "$errors" = 0
+check  "the member is intact after them" "$probe" check "$mnt/sec/copied" 0x4b
+copies_gone() { for _ in $(seq 200); do [ $(( $(gpu_mib) - before )) -le 2 ] && return 0; sleep 0.05; done; return 1; }
+check  "their copies' GPU memory is back once they exited (+-2 MiB)" copies_gone
+check  "stats show no copy left" bash -c "grep -A3 '\"copies\"' '$mnt/.gpufs/stats' | grep -q '\"live\": 0'"
 
 # Small blobs (<= 512 KiB) share a VMM allocation ("pack") only with blobs
 # exactly the same callers can open; chmod moves a blob out of its pack.
@@ -155,6 +187,12 @@ done
 if python3 -c "import torch" 2>/dev/null; then
   PYTHONPATH=$(dirname "$0")/../python python3 "$(dirname "$0")/../bench/torch_map_bench.py" "$mnt/b1g"
 fi
+# A reader's cold map of a private copy of 1 GiB, against the same
+# process's raw import + map of 1 GiB and a D2D copy of 1 GiB.
+for i in 1 2 3 4 5; do nobody "$attack" copybench "$mnt/b1g"; done | tee /tmp/vmm-copybench.txt
+awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "ratio") r[++n] = kv[2] } }
+     END { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { t = r[i]; r[i] = r[j]; r[j] = t }
+           printf "copybench median ratio of %d: %.2f (target <= 1.2)\n", n, r[int((n + 1) / 2)] }' /tmp/vmm-copybench.txt
 "$probe" put "$mnt/tmp" 64
 "$probe" put "$mnt/tmp" 1024
 [ -x "$build/bench/gpufs-put-steps" ] && "$build/bench/gpufs-put-steps" "$mnt/tmp" 1024 9

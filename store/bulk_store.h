@@ -33,6 +33,10 @@ struct StoreUsage {
   uint64_t capacity = 0;  // bytes the store may hold
   uint64_t used = 0;      // bytes reserved by live blobs
   uint64_t blobs = 0;     // live blobs
+  // Of `used`: ranges of shared allocations that no live blob uses (a
+  // removed or moved-out member of an object written as a whole), held
+  // until the allocation's last member goes.
+  uint64_t holes = 0;
 };
 
 // A blob as the catalog remembers it, handed to Recover.
@@ -284,6 +288,14 @@ class BulkStore {
     (void)id;
     (void)copy;
     return Error(EOPNOTSUPP, "store " + device() + " has no device memory to copy");
+  }
+
+  // The other blobs of the object allocated as a whole that `id` belongs to
+  // (AllocateGroup): its memory goes back only with all of them, so a tier
+  // that needs room moves them together. Empty for a blob alone.
+  virtual std::vector<BlobId> GroupOf(BlobId id) {
+    (void)id;
+    return {};
   }
 
   // The sum64 checksum (util/sum64.h) of the first sizes[i] bytes of each

@@ -95,7 +95,8 @@ GpuBulkStore::~GpuBulkStore() {
 
 StoreUsage GpuBulkStore::Usage() const {
   std::lock_guard lock(mu_);
-  return StoreUsage{.capacity = capacity_, .used = used_, .blobs = blobs_.size()};
+  return StoreUsage{
+      .capacity = capacity_, .used = used_, .blobs = blobs_.size(), .holes = holes_};
 }
 
 size_t GpuBulkStore::group_count() const {
@@ -131,6 +132,11 @@ uint64_t GpuBulkStore::Units(uint64_t bytes) const {
   if (bytes == 0) return alignment_;
   if (bytes > kMax - (alignment_ - 1)) return kMax;
   return (bytes + alignment_ - 1) & ~(alignment_ - 1);
+}
+
+uint64_t GpuBulkStore::CountedLocked(const Place& place) const {
+  const Allocation* alloc = FindAllocLocked(place.alloc);
+  return alloc != nullptr && alloc->kind == Allocation::Kind::kGroup ? 0 : place.reserved;
 }
 
 uint64_t GpuBulkStore::RoomLocked(uint64_t replaced) const {
@@ -281,7 +287,7 @@ void GpuBulkStore::Free(BlobId id) {
     }
     places = std::move(it->second.retired);
     places.push_back(it->second.place);
-    for (const Place& place : places) used_ -= place.reserved;
+    for (const Place& place : places) used_ -= CountedLocked(place);
     blobs_.erase(it);
   }
   ReleasePlaces(places);
@@ -295,7 +301,7 @@ void GpuBulkStore::ReleaseRetired(BlobId id) {
     BlobRecord* rec = FindLocked(id);
     if (rec == nullptr) return;
     places.swap(rec->retired);
-    for (const Place& place : places) used_ -= place.reserved;
+    for (const Place& place : places) used_ -= CountedLocked(place);
   }
   ReleasePlaces(places);
 }

@@ -28,8 +28,10 @@
 //
 // Accounting: `used` is the sum of the reservations of live blobs (a pack's
 // unused ranges are not counted, so a pack may pass the capacity by a
-// granule), never more than the capacity (default: 90% of the device's free
-// memory at Open). A failed device allocation is ENOSPC and changes nothing.
+// granule), except that a group counts its whole allocation until its last
+// member goes (freeing one member returns no device memory); never more
+// than the capacity (default: 90% of the device's free memory at Open). A
+// failed device allocation is ENOSPC and changes nothing.
 //
 // Device memory does not survive the daemon, unless another process kept it
 // (kVmm with a BlobFdSink, the takeover supervisor: docs/TAKEOVER.md): Recover
@@ -179,6 +181,7 @@ class GpuBulkStore final : public BulkStore {
   // fresh one (pooled by size), not reported to the fd sink (a copy dies
   // with this daemon; its importer keeps its memory).
   Result<IpcExport> ExportCopy(BlobId id, BlobId copy) override;
+  std::vector<BlobId> GroupOf(BlobId id) override;
   // On the device: one kernel for all blobs (store/sum64_kernel.h).
   Result<std::vector<uint64_t>> Checksums(std::span<const BlobId> ids,
                                           std::span<const uint64_t> sizes) override;
@@ -241,9 +244,11 @@ class GpuBulkStore final : public BulkStore {
   Status AdoptInherited(const StoredBlob& blob, InheritedBlobFd inherited,
                         std::map<uint64_t, uint64_t>* imported);
   // Device memory of `bytes` for `alloc` (VMM or cudaMalloc by ipc_),
-  // zeroed. `producer_fills` (pooled only): see VmmPool::Take; EndFillLocked
+  // zeroed unless `zero` is false (a private copy, overwritten whole at
+  // once). `producer_fills` (pooled only): see VmmPool::Take; EndFillLocked
   // ends it.
-  Status MakeMemory(Allocation* alloc, uint64_t bytes, bool pooled, bool producer_fills = false);
+  Status MakeMemory(Allocation* alloc, uint64_t bytes, bool pooled, bool producer_fills = false,
+                    bool zero = true);
   // The producer's fill of `alloc` ended (sealed or dropped): the pool may
   // make the next allocation now. Once per fill; later calls do nothing.
   void EndFillLocked(Allocation* alloc);
@@ -251,6 +256,10 @@ class GpuBulkStore final : public BulkStore {
   // Bytes a request of `bytes` reserves: rounded up to the alignment, at least
   // one unit; UINT64_MAX if that overflows.
   uint64_t Units(uint64_t bytes) const;
+  // What `place` counts in used_ on its own: its reservation, or 0 in a
+  // group, whose allocation counts whole until its last blob goes (its
+  // device memory is held until then).
+  uint64_t CountedLocked(const Place& place) const;
   // Capacity left for a reservation that replaces `replaced` reserved bytes.
   uint64_t RoomLocked(uint64_t replaced) const;
   // ENOSPC for `what`, which needs `need` more bytes than the capacity leaves.
@@ -318,6 +327,7 @@ class GpuBulkStore final : public BulkStore {
   size_t group_count_ = 0;                                  // GUARDED_BY(mu_)
   size_t dedicated_count_ = 0;                              // GUARDED_BY(mu_)
   uint64_t used_ = 0;                                       // GUARDED_BY(mu_)
+  uint64_t holes_ = 0;  // GUARDED_BY(mu_): StoreUsage::holes
   uint64_t next_alloc_id_ = 1;                              // GUARDED_BY(mu_)
 };
 

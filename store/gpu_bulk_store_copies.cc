@@ -33,7 +33,8 @@ Result<IpcExport> GpuBulkStore::ExportCopy(BlobId id, BlobId copy) {
   // The whole allocation, byte for byte: the blob keeps its offset (and a
   // copy of a pack or group holds only blobs of the same callers).
   auto alloc = std::make_unique<Allocation>();
-  Status made = MakeMemory(alloc.get(), bytes, true);
+  Status made = MakeMemory(alloc.get(), bytes, /*pooled=*/true, /*producer_fills=*/false,
+                           /*zero=*/false);  // the copy overwrites every byte
   if (made.ok()) made = DeviceToDevice(alloc->base(), source, bytes);
   {
     std::lock_guard lock(mu_);

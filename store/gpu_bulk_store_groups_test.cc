@@ -116,19 +116,24 @@ TEST_P(GpuGroupTest, ReshareMovesAMemberOutWithItsBytes) {
   EXPECT_EQ(store->Reshare(1, SharingKey(7, 1000, 1000, 0600), false).code(), EBUSY);  // unsealed
   for (const GroupMember& m : members) ASSERT_OK(store->Seal(m.id, m.size));
   const uint64_t group = store->PlaceOfForTesting(1).alloc;
+  const uint64_t first = store->PlaceOfForTesting(1).reserved;
+  const uint64_t last = store->PlaceOfForTesting(3).reserved;
   const auto* base = static_cast<const std::byte*>(store->AllocationBaseForTesting(group));
   ASSERT_OK(store->Reshare(1, SharingKey(7, 1000, 1000, 0600), /*keep_old=*/false));
   EXPECT_NE(store->PlaceOfForTesting(1).alloc, group);
   EXPECT_BYTES_EQ(ReadAll(*store, 1, 3 * MiB), Pattern(3 * MiB, 1));
   EXPECT_TRUE(AllZero(DeviceBytes(base, 3 * MiB)));  // gone from where the others are mapped
+  EXPECT_EQ(store->Usage().holes, first);  // its range, until the last member goes
   // Kept for its mappers: the old range stays until ReleaseRetired.
   ASSERT_OK(store->Reshare(3, SharingKey(7, 1000, 1000, 0600), /*keep_old=*/true));
   EXPECT_BYTES_EQ(DeviceBytes(base + members[2].offset, 2 * MiB), Pattern(2 * MiB, 3));
   store->ReleaseRetired(3);
   EXPECT_TRUE(AllZero(DeviceBytes(base + members[2].offset, 2 * MiB)));
   EXPECT_BYTES_EQ(ReadAll(*store, 2, 4000), Pattern(4000, 2));
+  EXPECT_EQ(store->Usage().holes, first + last);
   for (BlobId id : {1, 2, 3}) store->Free(id);
   EXPECT_EQ(store->Usage().used, 0u);
+  EXPECT_EQ(store->Usage().holes, 0u);
   EXPECT_EQ(store->dedicated_count() + store->pack_count() + store->group_count(), 0u);
 }
 

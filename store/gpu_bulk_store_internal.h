@@ -44,6 +44,7 @@ struct GpuBulkStore::Allocation {
   bool shared() const { return kind != Kind::kOwn; }
   std::optional<RangeAllocator> ranges;  // packs, and re-imported shared allocations
   size_t blobs = 0;                      // live blobs placed here
+  uint64_t holes = 0;                    // kGroup: bytes of members gone before the last
   bool exported = false;                 // kLegacy: `ipc` holds the handle; kVmm: handed out
   cudaIpcMemHandle_t ipc{};
   SharingKey key;

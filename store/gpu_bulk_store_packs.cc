@@ -78,6 +78,19 @@ Status GpuBulkStore::AllocateGroup(std::span<const GroupMember> members, uint64_
   return Status::Ok();
 }
 
+std::vector<BlobId> GpuBulkStore::GroupOf(BlobId id) {
+  std::lock_guard lock(mu_);
+  BlobRecord* rec = FindLocked(id);
+  if (rec == nullptr) return {};
+  const Allocation* alloc = FindAllocLocked(rec->place.alloc);
+  if (alloc == nullptr || alloc->kind != Allocation::Kind::kGroup) return {};
+  std::vector<BlobId> others;
+  for (const auto& [other, r] : blobs_) {
+    if (other != id && r.place.alloc == alloc->id) others.push_back(other);
+  }
+  return others;
+}
+
 // ---- Packs (kVmm)
 
 bool GpuBulkStore::Packable(const SharingKey& key, uint64_t size) const {
@@ -163,15 +176,16 @@ Status GpuBulkStore::Reshare(BlobId id, const SharingKey& key, bool keep_old) {
     ReleasePlaces({*place});
     return missing;
   }
-  if (place->reserved > old.reserved) {
-    used_ += place->reserved - old.reserved;  // may pass the capacity by a granule at most
+  const uint64_t old_counted = CountedLocked(old);
+  if (place->reserved > old_counted) {
+    used_ += place->reserved - old_counted;  // may pass the capacity by a granule at most
   } else {
-    used_ -= old.reserved - place->reserved;
+    used_ -= old_counted - place->reserved;
   }
   rec->place = *place;
   rec->key = key;
   if (keep_old) {
-    used_ += old.reserved;  // still held
+    used_ += old_counted;  // still held
     rec->retired.push_back(old);
     return Status::Ok();
   }

@@ -41,14 +41,14 @@ Result<GpuBulkStore::Place> GpuBulkStore::AcquirePlace(uint32_t owner, uint64_t 
 }
 
 Status GpuBulkStore::MakeMemory(Allocation* alloc, uint64_t bytes, bool pooled,
-                                bool producer_fills) {
+                                bool producer_fills, bool zero) {
   if (ipc_ == GpuIpcMode::kVmm) {
     if (pooled && pool_) {
       alloc->vmm = pool_->Take(bytes, producer_fills);
       alloc->filling = producer_fills;
     }
     if (!alloc->vmm) {
-      Result<std::unique_ptr<VmmMemory>> made = VmmMemory::Create(ordinal_, bytes);
+      Result<std::unique_ptr<VmmMemory>> made = VmmMemory::Create(ordinal_, bytes, zero);
       if (!made.ok()) {
         // Not shared yet: its fill ends here, or the pool's count of fills
         // in progress would stay one too high and defer refills for good.
@@ -65,7 +65,7 @@ Status GpuBulkStore::MakeMemory(Allocation* alloc, uint64_t bytes, bool pooled,
   GPUFS_ASSIGN_OR_RETURN(alloc->memory, DeviceMemory::Allocate(ordinal_, bytes));
   // An allocation is all its mapper sees: zero it whole, so no earlier
   // blob's bytes show in the padding.
-  return Zero(alloc->memory.get(), bytes);
+  return zero ? Zero(alloc->memory.get(), bytes) : Status::Ok();
 }
 
 void GpuBulkStore::EndFillLocked(Allocation* alloc) {
@@ -86,7 +86,13 @@ void GpuBulkStore::ReleasePlaceLocked(const Place& place, Dropped* dropped) {
   Allocation& alloc = *it->second;
   if (alloc.ranges) alloc.ranges->Free(place.offset, place.reserved);
   if (alloc.blobs > 0) --alloc.blobs;
-  if (alloc.blobs > 0) return;
+  if (alloc.blobs > 0) {
+    if (alloc.kind == Allocation::Kind::kGroup) {
+      alloc.holes += place.reserved;
+      holes_ += place.reserved;
+    }
+    return;
+  }
   EndFillLocked(&alloc);
   switch (alloc.kind) {
     case Allocation::Kind::kOwn:
@@ -94,6 +100,8 @@ void GpuBulkStore::ReleasePlaceLocked(const Place& place, Dropped* dropped) {
       break;
     case Allocation::Kind::kGroup:
       --group_count_;
+      used_ -= alloc.bytes();  // counted whole while it lived (CountedLocked)
+      holes_ -= alloc.holes;
       break;
     case Allocation::Kind::kPack: {
       --pack_count_;

@@ -25,7 +25,7 @@ Result<std::vector<BlobId>> GpuBulkStore::Recover(std::span<const StoredBlob> li
     lost_.clear();
     packs_of_key_.clear();
     group_count_ = dedicated_count_ = pack_count_ = 0;
-    used_ = 0;
+    used_ = holes_ = 0;
   }
   old.clear();  // device memory of the previous call's blobs, if any
 
@@ -71,6 +71,13 @@ Result<std::vector<BlobId>> GpuBulkStore::Recover(std::span<const StoredBlob> li
   {
     std::lock_guard lock(mu_);
     lost_.insert(lost.begin(), lost.end());
+    // A re-imported shared allocation holds what its live blobs do not use
+    // (members removed, a pack's free ranges) until its last blob goes.
+    for (auto& [alloc_id, alloc] : allocs_) {
+      if (alloc->kind != Allocation::Kind::kGroup || !alloc->ranges) continue;
+      alloc->holes = alloc->bytes() - alloc->ranges->used();
+      holes_ += alloc->holes;
+    }
   }
   if (adopted > 0) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
@@ -129,7 +136,7 @@ Status GpuBulkStore::AdoptInherited(const StoredBlob& blob, InheritedBlobFd inhe
     if (blobs_.contains(blob.id)) return Error(EEXIST, Describe(blob.id) + " is already live");
     if (shared && !alloc.ranges->Reserve(m.offset, m.range)) return Error(EINVAL, conflict);
     ++alloc.blobs;
-    used_ += m.range;
+    if (!shared) used_ += m.range;  // a shared one counts whole (CountedLocked), once
     Place place{
         .alloc = alloc.id, .offset = m.offset, .reserved = m.range, .data = alloc.base() + m.offset};
     blobs_.emplace(blob.id, BlobRecord{.place = place,
@@ -165,6 +172,7 @@ Status GpuBulkStore::AdoptInherited(const StoredBlob& blob, InheritedBlobFd inhe
   alloc->id = next_alloc_id_++;
   Allocation& entered = *alloc;
   GPUFS_RETURN_IF_ERROR(enter(entered));  // `alloc` (and its import) goes on failure
+  if (shared) used_ += m.bytes;
   allocs_.emplace(entered.id, std::move(alloc));
   ++(shared ? group_count_ : dedicated_count_);
   if (m.id != 0) (*imported)[m.id] = entered.id;

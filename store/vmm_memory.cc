@@ -137,7 +137,7 @@ bool VmmSupported(int ordinal, uint64_t* granularity) {
   return true;
 }
 
-Result<std::unique_ptr<VmmMemory>> VmmMemory::Create(int ordinal, uint64_t bytes) {
+Result<std::unique_ptr<VmmMemory>> VmmMemory::Create(int ordinal, uint64_t bytes, bool zero) {
   const Driver& d = Api();
   if (!d.ok) return Error(ENODEV, "the CUDA driver has no VMM entry points");
   GPUFS_RETURN_IF_ERROR(CudaError("cudaSetDevice", cudaSetDevice(ordinal)));
@@ -164,6 +164,13 @@ Result<std::unique_ptr<VmmMemory>> VmmMemory::Create(int ordinal, uint64_t bytes
   // it, padding included (an importer maps the whole allocation).
   // On a stream of its own: a context-wide sync would wait for every FUSE
   // worker's copies.
+  if (!zero) {
+    int fd = -1;
+    GPUFS_RETURN_IF_ERROR(DriverError(
+        "cuMemExportToShareableHandle", d.Export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)));
+    m->fd_ = std::make_shared<const UniqueFd>(fd);
+    return m;
+  }
   cudaStream_t stream = nullptr;
   GPUFS_RETURN_IF_ERROR(CudaError("cudaStreamCreateWithFlags",
                                   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)));

@@ -26,10 +26,12 @@ bool VmmSupported(int ordinal, uint64_t* granularity);
 
 class VmmMemory {
  public:
-  // A zeroed allocation of `bytes` (a multiple of the granularity) on device
-  // `ordinal`, mapped read-write in this process and exported as an fd.
-  // ENOSPC when the device is out of memory; ENODEV without VMM support.
-  static Result<std::unique_ptr<VmmMemory>> Create(int ordinal, uint64_t bytes);
+  // An allocation of `bytes` (a multiple of the granularity) on device
+  // `ordinal`, mapped read-write in this process and exported as an fd;
+  // zeroed unless `zero` is false (the caller overwrites all of it before
+  // anyone else can see it). ENOSPC when the device is out of memory;
+  // ENODEV without VMM support.
+  static Result<std::unique_ptr<VmmMemory>> Create(int ordinal, uint64_t bytes, bool zero = true);
   // The allocation of `bytes` bytes behind `fd` (exported by Create, in this
   // process or an earlier daemon), imported and mapped read-write in this
   // process; its bytes are left as they are. Takes `fd` (it becomes fd()).

@@ -225,9 +225,10 @@ struct gpufs_alloc_object {
 
 /* GPUFS_IOC_SEAL_OBJECT: on the same descriptor, seals every member (their
  * checksums taken on the GPU) and in one step puts the object at `name` in
- * the staging member's object, in place of an object there when `flags` has
- * GPUFS_SEAL_REPLACE (EEXIST otherwise; ENOTDIR for a member there), and
- * removes the staging member. Readers see the whole new object or the old. */
+ * the staging member's object, in place of what is there (an object and all
+ * under it, or a member) when `flags` has GPUFS_SEAL_REPLACE (EEXIST
+ * otherwise), and removes the staging member. Readers see the whole new
+ * object or the old. */
 #define GPUFS_SEAL_REPLACE 1u
 struct gpufs_seal_object {
   char name[256]; /* in: NUL-terminated */

@@ -26,7 +26,8 @@ import threading
 
 __all__ = [
     "GPUFS_MAGIC", "GPUFS_UAPI_VERSION", "GPUFS_BUFFER_WRITABLE", "IPC_HANDLE_XATTR",
-    "GpufsIpcInfo", "GpufsBuffer", "GpufsDescription", "lib", "has", "call", "reset", "library_path",
+    "GpufsIpcInfo", "GpufsBuffer", "GpufsDescription", "GpufsMemberMap", "GpufsObjectMap",
+    "GpufsObjectSpec", "GpufsObjectWriter", "lib", "has", "call", "reset", "library_path",
 ]
 
 GPUFS_MAGIC = 0x46555047  # "GPUF" in memory order
@@ -83,8 +84,68 @@ class GpufsDescription(ctypes.Structure):
         return one(self.dtype_len, self.dtype), one(self.shape_len, self.shape)
 
 
+class GpufsMemberMap(ctypes.Structure):
+    """struct gpufs_member_map (gpufs.h): one member of a mapped object."""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("ptr", ctypes.c_void_p),
+        ("size", ctypes.c_uint64),
+        ("blob_id", ctypes.c_uint64),
+        ("dtype", ctypes.c_char_p),
+        ("shape", ctypes.POINTER(ctypes.c_uint64)),
+        ("ndim", ctypes.c_int32),
+        ("error", ctypes.c_int32),
+        ("why", ctypes.c_char_p),
+        ("flags", ctypes.c_uint32),
+        ("device", ctypes.c_int),
+    ]
+
+
+class GpufsObjectMap(ctypes.Structure):
+    """struct gpufs_object_map (gpufs.h): a whole object mapped in one request."""
+    _fields_ = [
+        ("count", ctypes.c_uint32),
+        ("mapped", ctypes.c_uint32),
+        ("members", ctypes.POINTER(GpufsMemberMap)),
+        ("fd", ctypes.c_int),
+        ("generation", ctypes.c_uint64),
+        ("internal", ctypes.c_void_p),
+    ]
+
+
+class GpufsObjectSpec(ctypes.Structure):
+    """struct gpufs_object_spec (gpufs.h): a member of an object to write."""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("size", ctypes.c_uint64),
+        ("dtype", ctypes.c_char_p),
+        ("shape", ctypes.POINTER(ctypes.c_uint64)),
+        ("ndim", ctypes.c_int32),
+    ]
+
+
+class GpufsObjectWriter(ctypes.Structure):
+    """struct gpufs_object_writer (gpufs.h): an object being written as a whole."""
+    _fields_ = [
+        ("base", ctypes.c_void_p),
+        ("bytes", ctypes.c_uint64),
+        ("count", ctypes.c_uint32),
+        ("offsets", ctypes.POINTER(ctypes.c_uint64)),
+        ("device", ctypes.c_int),
+        ("fd", ctypes.c_int),
+        ("internal", ctypes.c_void_p),
+    ]
+
+
+GPUFS_INFO_PRIVATE_COPY = 4  # uapi.h: a reader's private copy of the allocation
+GPUFS_SEAL_REPLACE = 1       # uapi.h: the object takes the place of what is at its path
+
 _BUF = ctypes.POINTER(GpufsBuffer)
 _INFO = ctypes.POINTER(GpufsIpcInfo)
+_OBJ = ctypes.POINTER(GpufsObjectMap)
+_WRITER = ctypes.POINTER(GpufsObjectWriter)
+_U32S = ctypes.POINTER(ctypes.c_uint32)
+_U64S = ctypes.POINTER(ctypes.c_uint64)
 
 # name -> (restype, argtypes), exactly as declared in gpufs.h.
 _SIGNATURES = {
@@ -104,6 +165,17 @@ _SIGNATURES = {
     "gpufs_dlpack_export": (ctypes.c_void_p, [_BUF, ctypes.c_uint8, ctypes.c_uint8, ctypes.c_uint16,
                                               ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)]),
     "gpufs_dlpack_capsule_destructor": (None, [ctypes.c_void_p]),
+    "gpufs_map_object": (ctypes.c_int, [ctypes.c_char_p, _OBJ]),
+    "gpufs_unmap_object": (ctypes.c_int, [_OBJ]),
+    "gpufs_object_create": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(GpufsObjectSpec),
+                                            ctypes.c_uint32, ctypes.c_char_p, _WRITER]),
+    "gpufs_object_copy": (ctypes.c_int, [_WRITER, ctypes.c_uint32, _U32S,
+                                          ctypes.POINTER(ctypes.c_void_p), _U64S]),
+    "gpufs_object_copy_file": (ctypes.c_int, [_WRITER, ctypes.c_int, ctypes.c_uint32, _U32S,
+                                               _U64S]),
+    "gpufs_object_set_field": (ctypes.c_int, [_WRITER, ctypes.c_char_p, ctypes.c_char_p]),
+    "gpufs_object_commit": (ctypes.c_int, [_WRITER, ctypes.c_uint32]),
+    "gpufs_object_abort": (ctypes.c_int, [_WRITER]),
 }
 # Without these a candidate library is refused (e.g. built with hidden symbols).
 _REQUIRED = ("gpufs_map", "gpufs_unmap", "gpufs_last_error")

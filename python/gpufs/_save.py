@@ -67,8 +67,12 @@ def save(array: Any, path: "os.PathLike[str] | str", *, type: Optional[str] = No
 
     A mapping (dict) is stored as an object: a directory with one member per
     key, nested mappings as nested objects, and ``type`` as its typename
-    (``user.gpufs.type``).  For a single array, ``type`` names the object that
-    holds it (the parent directory).  Parent directories are created.
+    (``user.gpufs.type``).  A flat mapping is written as a whole: one
+    allocation, published in one step in place of whatever was at `path`
+    (readers see the old object or the new one, never a mix; a save that
+    fails or is killed leaves the old one).  For a single array, ``type``
+    names the object that holds it (the parent directory).  Parent
+    directories are created.
 
     ValueError: non-contiguous device source, or a dtype gpufs does not know.
     OSError: as the filesystem or libgpufs reports it (ENODEV when a device
@@ -79,7 +83,9 @@ def save(array: Any, path: "os.PathLike[str] | str", *, type: Optional[str] = No
     path = os.fspath(path)
     check_on_gpufs(path, force)
     if isinstance(array, collections.abc.Mapping):
-        _save_object(array, path, type if type is not None else getattr(array, "typename", None))
+        typename = type if type is not None else getattr(array, "typename", None)
+        if not _save_whole(array, path, typename):
+            _save_object(array, path, typename)
         return
     parent = os.path.dirname(path)
     if parent:
@@ -108,13 +114,77 @@ def _make_objects(path):
     os.makedirs(path, exist_ok=True)
 
 
+def _check_names(mapping, path):
+    for name in mapping:
+        if not isinstance(name, str) or name in ("", ".", "..") or "/" in name:
+            raise ValueError(f"bad member name {name!r} in object {path}")
+
+
+def _save_whole(mapping, path, typename):
+    """A flat mapping as one object written as a whole (libgpufs's object
+    writer): one allocation, the members copied in together, published in
+    one step in place of what was at `path`. False where that is not to be
+    had (no libgpufs, nested mappings, not a gpufs mount): the caller saves
+    member by member."""
+    if not _lib.has("gpufs_object_create"):
+        return False
+    if any(isinstance(v, collections.abc.Mapping) for v in mapping.values()):
+        return False
+    _check_names(mapping, path)
+    parent = os.path.dirname(path.rstrip("/"))
+    if parent:
+        _make_objects(parent)
+    names = list(mapping)
+    with contextlib.ExitStack() as stack:
+        srcs = [stack.enter_context(_describe(mapping[n])) for n in names]
+        if any(s.on_device for s in srcs) and serves_gpu(path) is False:
+            raise OSError(errno.ENODEV, "the gpufs daemon of this mount serves no GPU (host "
+                          "store): save host copies instead (e.g. tensor.cpu().numpy())", path)
+        synced = set()
+        for n, s in zip(names, srcs):
+            if s.on_device:
+                key = (builtins.type(mapping[n]).__module__.split(".")[0],
+                       str(getattr(mapping[n], "device", "")))
+                if key not in synced:
+                    _sync(mapping[n])
+                    synced.add(key)
+        count = len(names)
+        shapes = [(ctypes.c_uint64 * len(s.shape))(*s.shape) for s in srcs]
+        specs = (_lib.GpufsObjectSpec * count)()
+        encoded = [n.encode() for n in names]
+        dtype_names = [s.dtype.name.encode() for s in srcs]
+        for i, s in enumerate(srcs):
+            specs[i] = _lib.GpufsObjectSpec(encoded[i], s.nbytes, dtype_names[i],
+                                            ctypes.cast(shapes[i], ctypes.POINTER(ctypes.c_uint64)),
+                                            len(s.shape))
+        writer = _lib.GpufsObjectWriter()
+        try:
+            _lib.call("gpufs_object_create", os.fsencode(path), specs, count,
+                      str(typename).encode() if typename is not None else None,
+                      ctypes.byref(writer), path=path)
+        except OSError as e:
+            if e.errno in (errno.ENOTTY, errno.ENOSYS):
+                return False  # not a gpufs mount (force=True), or an older daemon
+            raise
+        try:
+            members = (ctypes.c_uint32 * count)(*range(count))
+            ptrs = (ctypes.c_void_p * count)(*[s.ptr or None for s in srcs])
+            sizes = (ctypes.c_uint64 * count)(*[s.nbytes for s in srcs])
+            _lib.call("gpufs_object_copy", ctypes.byref(writer), count, members, ptrs, sizes,
+                      path=path)
+            _lib.call("gpufs_object_commit", ctypes.byref(writer), _lib.GPUFS_SEAL_REPLACE,
+                      path=path)
+        finally:
+            _lib.lib().gpufs_object_abort(ctypes.byref(writer))  # nothing left after a commit
+    return True
+
+
 def _save_object(mapping, path, typename):
+    _check_names(mapping, path)
     _make_objects(path)
     if typename is not None:
         os.setxattr(path, TYPE_XATTR, str(typename).encode())
     for name, value in mapping.items():
-        if not isinstance(name, str) or name in ("", ".", "..") or "/" in name:
-            raise ValueError(f"bad member name {name!r} in object {path}")
         save(value, os.path.join(path, name), force=True)  # checked by the caller
 
 

@@ -198,6 +198,9 @@ int gpufs_object_copy(struct gpufs_object_writer* w, uint32_t count, const uint3
  * with parallel reads overlapping the copies to the GPU. */
 int gpufs_object_copy_file(struct gpufs_object_writer* w, int fd, uint32_t count,
                            const uint32_t* members, const uint64_t* file_offsets);
+/* Sets the object's field `name` (a user attribute, "user." + name) to
+ * `value`, before it is published. */
+int gpufs_object_set_field(struct gpufs_object_writer* w, const char* name, const char* value);
 /* Waits for the device's work, seals every member and puts the object at
  * its path (flags GPUFS_SEAL_REPLACE: in place of an object there, else
  * -EEXIST). The writer is closed either way. */

@@ -1,0 +1,167 @@
+"""A whole object mapped in one request (libgpufs's ``gpufs_map_object``).
+
+:class:`ObjectMapping` holds the mapping; :class:`MappedMember` is one
+member of it, usable as a CUDA array (``__cuda_array_interface__``, which
+torch and cupy take without a copy) and through :meth:`MappedMember.tensor`.
+Every view keeps the mapping alive: it is released when the last of them
+goes (or at :meth:`ObjectMapping.close`, after which they must not be used).
+
+``to_torch`` builds the dict of torch tensors of ``gpufs.load(obj,
+device=...)`` with no system call per member: a tensor is a view of its
+member's bytes in the object's one mapping.
+"""
+
+import ctypes
+import errno
+import os
+import threading
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+
+from . import _lib, dtypes
+
+__all__ = ["ObjectMapping", "MappedMember", "Skipped", "map_object"]
+
+
+class Skipped(NamedTuple):
+    """A member the map left out: not the caller's to open, not sealed, or
+    not in GPU memory (``errno`` says which)."""
+    name: str
+    errno: int
+    why: str
+
+
+class ObjectMapping:
+    """The memory of an object's sealed GPU members, mapped in this process."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._map = _lib.GpufsObjectMap()
+        self._lock = threading.Lock()
+        _lib.call("gpufs_map_object", os.fsencode(path), ctypes.byref(self._map), path=path)
+        self.generation = self._map.generation
+        self.members: List["MappedMember"] = []
+        self.skipped: List[Skipped] = []
+        for i in range(self._map.count):
+            m = self._map.members[i]
+            name = m.name.decode()
+            if not m.ptr:
+                self.skipped.append(Skipped(name, m.error, m.why.decode()))
+                continue
+            dtype_name = m.dtype.decode()
+            shape = tuple(m.shape[d] for d in range(m.ndim)) if m.ndim >= 0 else None
+            self.members.append(MappedMember(self, name, m.ptr, m.size, dtype_name or None, shape,
+                                             m.device, bool(m.flags & _lib.GPUFS_INFO_PRIVATE_COPY),
+                                             m.blob_id))
+
+    def close(self) -> None:
+        """Unmaps everything now; views of it must not be used after."""
+        with self._lock:
+            if self._map.internal:
+                _lib.lib().gpufs_unmap_object(ctypes.byref(self._map))
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the process is ending anyway
+            pass
+
+
+class MappedMember:
+    """One member of an :class:`ObjectMapping`: its bytes on a GPU, read-only."""
+
+    def __init__(self, owner, name, ptr, size, dtype_name, shape, device, private_copy, blob_id):
+        self._owner = owner  # keeps the mapping while this view lives
+        self.name = name
+        self.ptr = ptr
+        self.size = size
+        self.dtype = dtype_name  # gpufs dtype name, or None
+        self.shape = shape       # tuple, or None
+        self.device = device
+        self.private_copy = private_copy
+        self.blob_id = blob_id
+
+    def _described(self) -> Tuple[dtypes.DType, Tuple[int, ...]]:
+        """(dtype, shape) to view it as: its own, else bytes."""
+        if self.dtype is None:
+            return dtypes.by_name("uint8"), (self.size,)
+        dt = dtypes.by_name(self.dtype)
+        if self.shape is None:
+            return dt, (self.size // dt.itemsize,)
+        return dt, self.shape
+
+    @property
+    def __cuda_array_interface__(self) -> Dict[str, Any]:
+        dt, shape = self._described()
+        if dt.typestr is None:
+            raise AttributeError(f"{dt.name} has no __cuda_array_interface__ typestr: use "
+                                 "MappedMember.tensor() (it views the bytes as the dtype)")
+        return _interface(self.ptr, shape, dt.typestr)
+
+    def bytes_view(self) -> "_Bytes":
+        """The member's bytes as a uint8 CUDA array (for any dtype)."""
+        return _Bytes(self)
+
+    def tensor(self, torch: Any) -> Any:
+        """A torch tensor of the member, on its GPU, without a copy."""
+        dt, shape = self._described()
+        t = torch.as_tensor(_Bytes(self), device=f"cuda:{self.device}")
+        if dt.name != "uint8":
+            t = t.view(getattr(torch, dt.torch))
+        return t.view(shape)
+
+    def __repr__(self):
+        return (f"MappedMember({self.name!r}, {self.dtype or '-'}{list(self.shape or [])}, "
+                f"{self.size} bytes, cuda:{self.device}{', private copy' if self.private_copy else ''})")
+
+
+class _Bytes:
+    """The bytes of a member as a flat uint8 CUDA array interface."""
+
+    def __init__(self, member: MappedMember):
+        self._member = member
+
+    @property
+    def __cuda_array_interface__(self) -> Dict[str, Any]:
+        return _interface(self._member.ptr, (self._member.size,), "|u1")
+
+
+def _interface(ptr: int, shape: Tuple[int, ...], typestr: str) -> Dict[str, Any]:
+    # Read-only: libgpufs maps members PROT_READ (sealed blobs never change).
+    # stream None: the memory is complete, nothing to wait for.
+    return {"shape": tuple(shape), "typestr": typestr, "data": (ptr, True), "version": 3,
+            "strides": None, "stream": None}
+
+
+def map_object(path: str) -> Optional[ObjectMapping]:
+    """The object's mapping, or None where there is nothing to map this way
+    (no libgpufs, a daemon without objects maps, not on a gpufs mount)."""
+    if not _lib.has("gpufs_map_object"):
+        return None
+    try:
+        return ObjectMapping(path)
+    except OSError as e:
+        if e.errno in (errno.ENODEV, errno.ENOTTY, errno.ENOSYS, errno.ENOTCONN):
+            return None
+        raise
+
+
+def to_torch(mapping: ObjectMapping, device: Any) -> Dict[str, Any]:
+    """name -> torch tensor of every mapped member ("sub/w" names nest)."""
+    import torch
+    out: Dict[str, Any] = {}
+    target = torch.device(device) if device is not None else None
+    for m in mapping.members:
+        t = m.tensor(torch)
+        if target is not None and target.type == "cuda" and target.index is None:
+            target = t.device
+        if target is not None and t.device != target:
+            t = t.to(target)
+        _place(out, m.name, t)
+    return out
+
+
+def _place(out: Dict[str, Any], name: str, value: Any) -> None:
+    parts = name.split("/")
+    for part in parts[:-1]:
+        out = out.setdefault(part, {})
+    out[parts[-1]] = value

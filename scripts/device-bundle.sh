@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Gathers what scripts/gpu-check.sh needs from a build folder into a small
+# folder that can travel to a GPU machine (binaries without debug info, the
+# Debian .deb files of the libraries such a machine lacks):
+#
+#   scripts/device-bundle.sh [BUILD] [DEST]     # defaults: build .device-carry
+#   # there: scripts/gpu-check.sh --build DEST/build  (DEST/debs unpacked by it)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=$(realpath "${1:-build}")
+dest=${2:-.device-carry}
+rm -rf "$dest/build"
+mkdir -p "$dest/build" "$dest/debs"
+files=(
+  bin/gpufs bin/gpufsd bin/gpufs-supervisor bin/mount.gpufs
+  client/libgpufs.so client/libgpufs.so.0 client/client_test client/client_gpu_test
+  store/gpu_store_test
+  tests/e2e_test tests/gpu_e2e_test tests/vmm-probe tests/gpufs-attack-probe
+  cli/cli_e2e_test
+  bench/gpufs-bench bench/gpufs-tier-bench bench/gpufs-fs-probe bench/gpufs-put-steps
+  bench/gpufs-minifs
+  examples/cuda/gpufs-producer examples/cuda/gpufs-consumer examples/cuda/gpufs-bfs
+)
+for f in "${files[@]}"; do
+  [ -e "$build/$f" ] || continue
+  mkdir -p "$dest/build/$(dirname "$f")"
+  real=$(realpath "$build/$f")
+  objcopy --strip-debug "$real" "$dest/build/$f"
+done
+if ! ls "$dest"/debs/*.deb >/dev/null 2>&1; then
+  (cd "$dest/debs" && apt-get download libfuse3-3 fuse3 attr libattr1 libsqlite3-0)
+fi
+du -sh "$dest"

@@ -1,0 +1,224 @@
+// gpufs-attack-probe: a consumer of a gpufs mount written from
+// include/gpufs/uapi.h and docs/PROTOCOL.md alone, with no libgpufs: it
+// dlopens the CUDA driver itself and asks it for more than libgpufs would
+// (a read-write mapping of what the daemon hands out). For
+// scripts/vmm-check.sh, run as users with and without write permission.
+//
+//   attack PATH BYTE      maps PATH (open, GPUFS_IOC_MAP, the token on the fd
+//                         socket), imports and maps the fd PROT_READWRITE and
+//                         writes BYTE over the member. Prints whether the map
+//                         was a private copy and whether the write went in;
+//                         exit 0 when it did (the caller checks whose memory
+//                         it reached)
+//   read PATH BYTE        maps PATH the same way, read-only; exit 0 when every
+//                         byte is BYTE
+//   copybench PATH        a cold map as above (the daemon makes a private copy
+//                         when the caller may not write PATH), against the
+//                         same process's import + map of an allocation of that
+//                         size and a D2D copy of the member's bytes: prints
+//                         microseconds and the ratio
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gpufs/uapi.h"
+
+namespace {
+
+// The driver API this probe uses, by its C names (CUDA 12+ ABI).
+using CUresult = int;
+using CUdevice = int;
+using CUcontext = void*;
+using CUdeviceptr = unsigned long long;
+using CUhandle = unsigned long long;
+struct AccessDesc {
+  int location_type;  // CU_MEM_LOCATION_TYPE_DEVICE = 1
+  int location_id;
+  unsigned long long flags;  // PROT_READ 1, PROT_READWRITE 3
+};
+struct Driver {
+  CUresult (*Init)(unsigned);
+  CUresult (*DeviceGet)(CUdevice*, int);
+  CUresult (*PrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*CtxSetCurrent)(CUcontext);
+  CUresult (*Import)(CUhandle*, void*, int);  // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1
+  CUresult (*Reserve)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);
+  CUresult (*Map)(CUdeviceptr, size_t, size_t, CUhandle, unsigned long long);
+  CUresult (*SetAccess)(CUdeviceptr, size_t, const AccessDesc*, size_t);
+  CUresult (*MemsetD8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*MemcpyDtoH)(void*, CUdeviceptr, size_t);
+  CUresult (*MemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
+  CUresult (*MemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*Synchronize)();
+};
+
+int Fail(const std::string& what) {
+  std::fprintf(stderr, "attack-probe: %s\n", what.c_str());
+  return 1;
+}
+
+template <typename F>
+bool Sym(void* lib, const char* name, F* out) {
+  *out = reinterpret_cast<F>(dlsym(lib, name));
+  return *out != nullptr;
+}
+
+bool LoadDriver(Driver* d) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW);
+  return lib != nullptr && Sym(lib, "cuInit", &d->Init) && Sym(lib, "cuDeviceGet", &d->DeviceGet) &&
+         Sym(lib, "cuDevicePrimaryCtxRetain", &d->PrimaryCtxRetain) &&
+         Sym(lib, "cuCtxSetCurrent", &d->CtxSetCurrent) &&
+         Sym(lib, "cuMemImportFromShareableHandle", &d->Import) &&
+         Sym(lib, "cuMemAddressReserve", &d->Reserve) && Sym(lib, "cuMemMap", &d->Map) &&
+         Sym(lib, "cuMemSetAccess", &d->SetAccess) && Sym(lib, "cuMemsetD8_v2", &d->MemsetD8) &&
+         Sym(lib, "cuMemcpyDtoH_v2", &d->MemcpyDtoH) && Sym(lib, "cuMemcpyDtoD_v2", &d->MemcpyDtoD) &&
+         Sym(lib, "cuMemAlloc_v2", &d->MemAlloc) && Sym(lib, "cuCtxSynchronize", &d->Synchronize);
+}
+
+// The member's fd of device memory, as uapi.h says: GPUFS_IOC_MAP, then the
+// token on the fd socket named in info.handle (or the root's xattr).
+int FetchFd(int member, const gpufs_ipc_info& info, const std::string& path) {
+  std::string sock(reinterpret_cast<const char*>(info.handle), strnlen(reinterpret_cast<const char*>(info.handle), sizeof info.handle));
+  if (sock.empty()) {
+    char buf[256] = {};
+    if (::fgetxattr(member, GPUFS_XATTR_SOCKET, buf, sizeof buf - 1) <= 0) return -1;
+    sock = buf;
+  }
+  (void)path;
+  int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, sock.c_str(), sizeof addr.sun_path - 1);
+  if (::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
+  gpufs_fd_request req{};
+  req.magic = GPUFS_FD_MAGIC;
+  req.version = GPUFS_UAPI_VERSION;
+  std::memcpy(req.token, info.token, sizeof req.token);
+  if (::send(s, &req, sizeof req, 0) != sizeof req) return -1;
+  gpufs_fd_reply reply{};
+  iovec iov{&reply, sizeof reply};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  if (::recvmsg(s, &msg, 0) < 0 || reply.error != 0) {
+    std::fprintf(stderr, "attack-probe: fd socket: %s\n", reply.message);
+    ::close(s);
+    return -1;
+  }
+  int fd = -1;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_type == SCM_RIGHTS) std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+  }
+  ::close(s);
+  return fd;
+}
+
+struct Mapped {
+  gpufs_ipc_info info{};
+  CUdeviceptr base = 0;
+  int member = -1;
+  double us = 0;  // open to mapped
+  double import_us = 0;  // fd in hand to mapped
+};
+
+// Opens and maps PATH with `access` (1 read, 3 read-write).
+bool MapRaw(const Driver& d, const char* path, unsigned long long access, Mapped* m) {
+  using Clock = std::chrono::steady_clock;
+  auto t0 = Clock::now();
+  m->member = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (m->member < 0 || ::ioctl(m->member, GPUFS_IOC_MAP, &m->info) != 0) {
+    std::perror("attack-probe: open/GPUFS_IOC_MAP");
+    return false;
+  }
+  if (m->info.handle_type != GPUFS_HANDLE_VMM_FD) return Fail("not a VMM blob") == 0;
+  int fd = FetchFd(m->member, m->info, path);
+  if (fd < 0) return Fail("no fd") == 0;
+  auto t1 = Clock::now();
+  CUhandle h = 0;
+  if (d.Import(&h, reinterpret_cast<void*>(static_cast<intptr_t>(fd)), 1) != 0 ||
+      d.Reserve(&m->base, m->info.alloc_size, 0, 0, 0) != 0 ||
+      d.Map(m->base, m->info.alloc_size, 0, h, 0) != 0) {
+    return Fail("import/map") == 0;
+  }
+  AccessDesc desc{1, 0, access};
+  if (d.SetAccess(m->base, m->info.alloc_size, &desc, 1) != 0) return Fail("set access") == 0;
+  auto t2 = Clock::now();
+  m->us = std::chrono::duration<double, std::micro>(t2 - t0).count();
+  m->import_us = std::chrono::duration<double, std::micro>(t2 - t1).count();
+  ::close(fd);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) return Fail("usage: see the file comment");
+  const std::string cmd = argv[1];
+  const char* path = argv[2];
+  Driver d{};
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  if (!LoadDriver(&d) || d.Init(0) != 0 || d.DeviceGet(&dev, 0) != 0 ||
+      d.PrimaryCtxRetain(&ctx, dev) != 0 || d.CtxSetCurrent(ctx) != 0) {
+    return Fail("no CUDA driver or device");
+  }
+  if (cmd == "attack" || cmd == "read") {
+    if (argc < 4) return Fail("want BYTE");
+    const auto byte = static_cast<unsigned char>(std::strtoul(argv[3], nullptr, 0));
+    Mapped m;
+    if (!MapRaw(d, path, cmd == "attack" ? 3 : 1, &m)) return 1;
+    const bool copy = (m.info.flags & GPUFS_INFO_PRIVATE_COPY) != 0;
+    const CUdeviceptr blob = m.base + m.info.offset;
+    if (cmd == "read") {
+      std::vector<unsigned char> bytes(m.info.size);
+      if (d.MemcpyDtoH(bytes.data(), blob, bytes.size()) != 0) return Fail("read");
+      for (size_t i = 0; i < bytes.size(); ++i) {
+        if (bytes[i] != byte) return Fail("byte " + std::to_string(i) + " differs");
+      }
+      std::printf("read %llu bytes of 0x%02x (%s)\n", static_cast<unsigned long long>(m.info.size),
+                  byte, copy ? "a private copy" : "the shared memory");
+      return 0;
+    }
+    const bool wrote = d.MemsetD8(blob, byte, m.info.size) == 0 && d.Synchronize() == 0;
+    std::printf("mapped PROT_READWRITE (%s); the write %s\n",
+                copy ? "a private copy" : "the shared memory", wrote ? "went in" : "was refused");
+    return wrote ? 0 : 3;
+  }
+  if (cmd == "copybench") {
+    Mapped m;
+    if (!MapRaw(d, path, 1, &m)) return 1;
+    // The same process: a D2D copy of the member's size, its cost alone.
+    CUdeviceptr a = 0, b = 0;
+    if (d.MemAlloc(&a, m.info.size) != 0 || d.MemAlloc(&b, m.info.size) != 0) return Fail("alloc");
+    d.MemcpyDtoD(b, a, m.info.size);  // warm-up
+    d.Synchronize();
+    auto t0 = std::chrono::steady_clock::now();
+    d.MemcpyDtoD(b, a, m.info.size);
+    d.Synchronize();
+    const double d2d_us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    std::printf(
+        "copybench %s bytes=%llu private_copy=%d cold_map_us=%.1f import_map_us=%.1f d2d_us=%.1f "
+        "ratio=%.2f\n",
+        path, static_cast<unsigned long long>(m.info.size),
+        (m.info.flags & GPUFS_INFO_PRIVATE_COPY) ? 1 : 0, m.us, m.import_us, d2d_us,
+        m.us / (m.import_us + d2d_us));
+    return 0;
+  }
+  return Fail("unknown command " + cmd);
+}
