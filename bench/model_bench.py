@@ -159,6 +159,13 @@ def main():
             saves.append((time.perf_counter() - t0) * 1e3)
         d2d, _ = d2d_ms(torch, sd)
         save_ms = statistics.median(saves)
+        # the checksums the seal took, recomputed on the GPU (a CLI process)
+        verifies = []
+        for _ in range(args.runs):
+            t0 = time.perf_counter()
+            subprocess.run([gpufs_bin, "verify", obj], check=True, stdout=subprocess.DEVNULL)
+            verifies.append((time.perf_counter() - t0) * 1e3)
+        verify_ms = statistics.median(verifies)
         # load in fresh workers
         gp = statistics.median(worker(GPUFS_LOAD, obj) for _ in range(args.runs))
         mp = mp_receive_ms(torch, sd, args.runs)
@@ -176,16 +183,16 @@ def main():
         imp = statistics.median(imports)
         os.unlink(st)
         gb = nbytes / 1e9
-        rows.append((label, gp, mp, lf, save_ms, d2d, imp, gb))
+        rows.append((label, gp, mp, lf, save_ms, d2d, imp, gb, verify_ms))
         del sd
         torch.cuda.empty_cache()
     print("\n| state dict | gpufs.load ms | torch.mp ms | load / mp | safetensors load_file ms | "
           "gpufs.save ms (GB/s) | D2D ms | save rate / D2D rate | gpufs import ms (GB/s) | "
-          "import rate / load_file rate |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for label, gp, mp, lf, sv, d2d, imp, gb in rows:
+          "import rate / load_file rate | gpufs verify ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for label, gp, mp, lf, sv, d2d, imp, gb, vf in rows:
         print(f"| {label} | {gp:.1f} | {mp:.1f} | {gp / mp:.2f} | {lf:.1f} | {sv:.1f} ({gb / sv * 1e3:.1f}) | "
-              f"{d2d:.2f} | {d2d / sv:.2f} | {imp:.0f} ({gb / imp * 1e3:.1f}) | {lf / imp:.2f} |")
+              f"{d2d:.2f} | {d2d / sv:.2f} | {imp:.0f} ({gb / imp * 1e3:.1f}) | {lf / imp:.2f} | {vf:.1f} |")
 
 
 if __name__ == "__main__":

@@ -226,7 +226,8 @@ std::string BuildStatsJson(const StatsView& view) {
                        {"used", usage.used},
                        {"free", usage.capacity > usage.used ? usage.capacity - usage.used : 0},
                        {"blobs", usage.blobs},
-                       {"holes", usage.holes}});
+                       {"holes", usage.holes},
+                       {"ready", usage.ready}});
   }
   j["devices"] = std::move(devices);
   auto or_null = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };

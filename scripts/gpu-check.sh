@@ -2,8 +2,11 @@
 # Runs what needs a GPU, on a machine that has one: the GPU unit tests, the
 # end-to-end tests (host and GPU) on real mounts, and optionally the benchmarks.
 #
-#   scripts/gpu-check.sh [--build DIR] [--examples] [--bench] [--fs-bench] [--out DIR]
+#   scripts/gpu-check.sh [--build DIR] [--examples] [--bench] [--fs-bench] [--no-tests] [--out DIR]
 #
+# --no-tests: only what the other flags ask for (a second call for benchmarks).
+# --only A,B: of the tests and examples, only the steps of these names (as
+# the "=== NAME" lines say: vmm_check,gpu_store_test,example_model,...).
 # --bench: bench/gpufs-bench, the tier bench, a host-store dd. --fs-bench:
 # bench/fs_bench.sh on 1 GiB GPU members against tmpfs and minifs
 # (~2 minutes, needs ~3 GiB of /dev/shm), table in OUT/fs_bench.txt, and the
@@ -22,6 +25,8 @@ build=build
 bench=0
 fs_bench=0
 examples=0
+tests=1
+only=
 out=${OUT:-/tmp/gpufs-gpu-check}
 while [ $# -gt 0 ]; do
   case $1 in
@@ -29,6 +34,8 @@ while [ $# -gt 0 ]; do
     --bench) bench=1; shift ;;
     --fs-bench) fs_bench=1; shift ;;
     --examples) examples=1; shift ;;
+    --no-tests) tests=0; shift ;;
+    --only) only=",$2,"; shift 2 ;;
     --out) out=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -56,8 +63,10 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 nvidia-smi -L || { echo "gpu-check: no GPU here"; exit 1; }
 failed=()
 # Every step's output goes to $out/all.log; a summary to stdout.
+want() { [ -z "$only" ] || [[ $only == *",$1,"* ]]; }
 run() {
   local name=$1; shift
+  want "$name" || return 0
   local log="$out/$name.tmp"
   echo "=== $name: $*"
   if "$@" >"$log" 2>&1; then
@@ -70,10 +79,13 @@ run() {
   rm -f "$log"
 }
 
+if [ $tests = 1 ]; then
 # The VMM sharing invariant, as another user and across PID namespaces.
-echo "=== vmm_check"
-scripts/vmm-check.sh "$build" 2>&1 | tee "$out/vmm-check.txt"
-[ "${PIPESTATUS[0]}" = 0 ] || failed+=(vmm_check)
+if want vmm_check; then
+  echo "=== vmm_check"
+  scripts/vmm-check.sh "$build" 2>&1 | tee "$out/vmm-check.txt"
+  [ "${PIPESTATUS[0]}" = 0 ] || failed+=(vmm_check)
+fi
 run gpu_store_test "$build/store/gpu_store_test"
 # GPU blobs across kill -9 of the worker, consumers mapping them.
 run gpu_takeover env GPUFS_PROBE="$build/tests/vmm-probe" \
@@ -83,26 +95,30 @@ run client_test "$build/client/client_test"
 run e2e_test "$build/tests/e2e_test"
 run gpu_e2e_test "$build/tests/gpu_e2e_test"   # includes GpuTierE2E
 [ -x "$build/cli/cli_e2e_test" ] && run cli_e2e_test "$build/cli/cli_e2e_test"
+fi
 
-# The three cross-engine examples (each mounts its own gpufs).
+# The examples (each mounts its own gpufs).
 if [ $examples = 1 ]; then
-  for example in cross_engine graph model; do
+  for example in cross_engine graph model transformers; do
     run "example_$example" examples/$example/run.sh
-    sed -n "/=================== example_$example/,\$p" "$out/all.log" | grep -vE '^\s*$' | tail -25
+    want "example_$example" &&
+      sed -n "/=================== example_$example/,\$p" "$out/all.log" | grep -vE '^\s*$' | tail -25
   done
 fi
 
 # Python interop: torch, cupy and jax on one blob (where they are installed),
 # and objects saved and mapped whole (torch), also across tiers and takeover.
-if python3 -c "import torch, cupy, jax" 2>/dev/null; then
+if [ $tests = 1 ] && python3 -c "import torch, cupy, jax" 2>/dev/null; then
   mnt=/tmp/gpufs-py-mnt
   mkdir -p $mnt
   rm -rf /tmp/gpufs-py-state
   if "$GPUFS_BIN" mount $mnt --state /tmp/gpufs-py-state --store gpu --capacity 16G; then
     run python_gpu_check python3 python/tests/gpu_check.py $mnt
-    echo "=== python_objects_check"
-    python3 python/tests/gpu_objects_check.py $mnt 2>&1 | tee "$out/objects-check.txt"
-    [ "${PIPESTATUS[0]}" = 0 ] || failed+=(python_objects_check)
+    if want python_objects_check; then
+      echo "=== python_objects_check"
+      python3 python/tests/gpu_objects_check.py $mnt 2>&1 | tee "$out/objects-check.txt"
+      [ "${PIPESTATUS[0]}" = 0 ] || failed+=(python_objects_check)
+    fi
     umount $mnt
   else
     failed+=(python_mount)
@@ -110,9 +126,11 @@ if python3 -c "import torch, cupy, jax" 2>/dev/null; then
   rm -rf /tmp/gpufs-py-tiers
   if "$GPUFS_BIN" mount $mnt --state /tmp/gpufs-py-tiers --store gpu \
       --capacity cuda:0=1G,host=4G; then
-    echo "=== python_objects_tiers"
-    python3 python/tests/gpu_objects_check.py --tiers $mnt 2>&1 | tee -a "$out/objects-check.txt"
-    [ "${PIPESTATUS[0]}" = 0 ] || failed+=(python_objects_tiers)
+    if want python_objects_tiers; then
+      echo "=== python_objects_tiers"
+      python3 python/tests/gpu_objects_check.py --tiers $mnt 2>&1 | tee -a "$out/objects-check.txt"
+      [ "${PIPESTATUS[0]}" = 0 ] || failed+=(python_objects_tiers)
+    fi
     umount $mnt
   else
     failed+=(python_tiers_mount)

@@ -72,15 +72,26 @@ refuse "gpufs verify flags the group member's write" "$gpufs" verify "$mnt/sec/g
 check  "stats count the mismatch" bash -c "grep -q '\"checksum_mismatches\": [1-9]' '$mnt/.gpufs/stats'"
 fill "$mnt/sec/copied" 67108864 K && chmod 644 "$mnt/sec/copied"
 gpu_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
-before=$(gpu_mib)
+# MiB the daemon's pool holds ready for the next blob or copy of a size
+# (stats "ready", outside "used"): not a copy left behind.
+ready_mib() { python3 -c "import json,sys; print(sum(d.get('ready', 0) for d in json.load(open(sys.argv[1]))['devices']) >> 20)" "$mnt/.gpufs/stats"; }
+before=$(( $(gpu_mib) - $(ready_mib) ))
 pids=()
 for i in $(seq 32); do nobody "$attack" attack "$mnt/sec/copied" 0x33 > "/tmp/attack-$i.log" 2>&1 & pids+=($!); done
 errors=0
 for p in "${pids[@]}"; do wait "$p" || errors=$((errors + 1)); done
 check  "32 readers at once each write their own copy: 0 errors" test "$errors" = 0
 check  "the member is intact after them" "$probe" check "$mnt/sec/copied" 0x4b
-copies_gone() { for _ in $(seq 200); do [ $(( $(gpu_mib) - before )) -le 2 ] && return 0; sleep 0.05; done; return 1; }
-check  "their copies' GPU memory is back once they exited (+-2 MiB)" copies_gone
+copies_gone() {  # polls: the driver frees an exited process's memory on its own time
+  local now
+  for _ in $(seq 200); do
+    now=$(( $(gpu_mib) - $(ready_mib) ))
+    [ $(( now - before )) -le 16 ] && { echo "GPU memory less the pool's ready: $before MiB before, $now MiB after"; return 0; }
+    sleep 0.05
+  done
+  echo "GPU memory less the pool's ready: $before MiB before, $now MiB after"; return 1
+}
+check  "their copies' GPU memory is back once they exited (+-16 MiB; 32 copies were 2 GiB)" copies_gone
 check  "stats show no copy left" bash -c "grep -A3 '\"copies\"' '$mnt/.gpufs/stats' | grep -q '\"live\": 0'"
 
 # Small blobs (<= 512 KiB) share a VMM allocation ("pack") only with blobs
@@ -193,6 +204,11 @@ for i in 1 2 3 4 5; do nobody "$attack" copybench "$mnt/b1g"; done | tee /tmp/vm
 awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "ratio") r[++n] = kv[2] } }
      END { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { t = r[i]; r[i] = r[j]; r[j] = t }
            printf "copybench median ratio of %d: %.2f (target <= 1.2)\n", n, r[int((n + 1) / 2)] }' /tmp/vmm-copybench.txt
+# The checksum a seal takes, recomputed: gpufs verify of the 1 GiB member
+# (one CLI process, the ioctl, the kernel) beside the put of 1 GiB below.
+for i in 1 2 3; do
+  TIMEFORMAT="verify 1 GiB: %R s"; time "$gpufs" verify "$mnt/b1g" >/dev/null
+done
 "$probe" put "$mnt/tmp" 64
 "$probe" put "$mnt/tmp" 1024
 [ -x "$build/bench/gpufs-put-steps" ] && "$build/bench/gpufs-put-steps" "$mnt/tmp" 1024 9

@@ -37,6 +37,9 @@ struct StoreUsage {
   // removed or moved-out member of an object written as a whole), held
   // until the allocation's last member goes.
   uint64_t holes = 0;
+  // Not in `used`: device memory made ahead of need (the VMM pool), handed
+  // to the next blob or copy of its size.
+  uint64_t ready = 0;
 };
 
 // A blob as the catalog remembers it, handed to Recover.

@@ -94,9 +94,13 @@ GpuBulkStore::~GpuBulkStore() {
 }
 
 StoreUsage GpuBulkStore::Usage() const {
+  const uint64_t ready = pool_ ? pool_->ready_bytes() : 0;  // the pool's own lock
   std::lock_guard lock(mu_);
-  return StoreUsage{
-      .capacity = capacity_, .used = used_, .blobs = blobs_.size(), .holes = holes_};
+  return StoreUsage{.capacity = capacity_,
+                    .used = used_,
+                    .blobs = blobs_.size(),
+                    .holes = holes_,
+                    .ready = ready};
 }
 
 size_t GpuBulkStore::group_count() const {

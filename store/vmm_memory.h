@@ -59,5 +59,8 @@ class VmmMemory {
 
 // Destroys `memory` on a process-wide background thread.
 void ReleaseInBackground(std::unique_ptr<VmmMemory> memory);
+// Returns once everything handed to ReleaseInBackground so far is released
+// (tests that measure the device's free memory).
+void WaitForBackgroundReleases();
 
 }  // namespace gpufs

@@ -31,8 +31,10 @@ std::unique_ptr<VmmMemory> VmmPool::Take(uint64_t bytes, bool producer_fills) {
     it->second.pop_back();
     ready_bytes_ -= bytes;
   }
-  if (ready_bytes_ + bytes <= budget_) {
+  const bool have_one = (it != ready_.end() && !it->second.empty()) || coming_[bytes] > 0;
+  if (!have_one && ready_bytes_ + bytes <= budget_) {
     ready_bytes_ += bytes;  // reserved for the one being made
+    ++coming_[bytes];
     deferred_.push_back(bytes);
   }
   if (producer_fills) ++filling_;
@@ -44,6 +46,11 @@ void VmmPool::Filled() {
   std::lock_guard lock(mu_);
   if (filling_ > 0) --filling_;
   if (filling_ == 0) StartDeferredLocked();
+}
+
+uint64_t VmmPool::ready_bytes() {
+  std::lock_guard lock(mu_);
+  return ready_bytes_;
 }
 
 size_t VmmPool::DeferredForTesting() {
@@ -70,6 +77,7 @@ void VmmPool::Run() {
     }
     Result<std::unique_ptr<VmmMemory>> made = VmmMemory::Create(ordinal_, bytes);
     std::lock_guard lock(mu_);
+    if (--coming_[bytes] == 0) coming_.erase(bytes);
     if (!made.ok()) {
       ready_bytes_ -= bytes;
       GPUFS_LOG(DEBUG) << "vmm pool: " << made.status().ToString();

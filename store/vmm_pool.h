@@ -2,9 +2,11 @@
 //
 // Exporting a POSIX fd costs 0.6-0.9 ms (measured on the H200), more than a
 // D2D copy of 64 MiB, so a new blob should not wait for it. Each Take of a
-// size asks the pool's thread to have one more of that size ready, within
-// `budget` bytes of ready allocations: a workload that makes blobs of a few
-// sizes (empty members, checkpoint shards) finds them ready after the first.
+// size asks the pool's thread to have one of that size ready (at most one
+// per size, ready or being made), within `budget` bytes of ready
+// allocations: a workload that makes blobs of a few sizes (empty members,
+// checkpoint shards, readers' copies) finds them ready after the first, and
+// a burst of takes of one size leaves one behind, not one per take.
 // Ready allocations are never shared or reused once taken: a freed blob's
 // memory is never handed out again by gpufs (mappers may still hold it).
 // Ready memory is device memory outside the store's `used`.
@@ -40,13 +42,18 @@ class VmmPool {
   VmmPool& operator=(const VmmPool&) = delete;
 
   // A ready allocation of exactly `bytes`, or null (make one yourself). Either
-  // way one of that size is made ready again, if the budget allows.
+  // way one of that size is made ready again, unless one is ready or being
+  // made already, if the budget allows.
   // `producer_fills`: a producer will import and write the allocation; the
   // caller reports the end of that fill with one Filled().
   std::unique_ptr<VmmMemory> Take(uint64_t bytes, bool producer_fills);
 
   // A producer's fill of a taken allocation ended (its blob sealed, or dropped).
   void Filled();
+
+  // Bytes of ready allocations (and those being made): device memory the
+  // pool holds outside the store's `used`.
+  uint64_t ready_bytes();
 
   // Sizes whose making waits for a fill to end.
   size_t DeferredForTesting();
@@ -65,6 +72,7 @@ class VmmPool {
   int filling_ = 0;                // GUARDED_BY(mu_): producer fills not yet Filled
   std::map<uint64_t, std::vector<std::unique_ptr<VmmMemory>>> ready_;  // GUARDED_BY(mu_)
   uint64_t ready_bytes_ = 0;  // GUARDED_BY(mu_), incl. in making
+  std::map<uint64_t, int> coming_;  // GUARDED_BY(mu_): of each size, asked for and not yet made
   std::thread thread_;
 };
 

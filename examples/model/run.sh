@@ -11,7 +11,7 @@ python3 "$dir/make_model.py" "$work/model.safetensors" "$@"
 used_before=$(gpu_used)
 "$GPUFS_BIN" import "$work/model.safetensors" "$mnt/model"
 used_loaded=$(gpu_used)
-"$GPUFS_BIN" ls -l "$mnt/model" | head -4
+"$GPUFS_BIN" ls -l "$mnt/model" > "$work/ls" && head -4 "$work/ls"
 # Two FIFOs instead of polling: each worker writes a line to `ready` once it
 # has mapped the model, and holds it until its stdin (`stop`) ends. Opened
 # read-write here, neither open blocks; the workers do not inherit them.

@@ -18,6 +18,7 @@ import threading
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from . import _lib, dtypes
+from .blob import cuda_array_interface
 
 __all__ = ["ObjectMapping", "MappedMember", "Skipped", "map_object"]
 
@@ -95,7 +96,7 @@ class MappedMember:
         if dt.typestr is None:
             raise AttributeError(f"{dt.name} has no __cuda_array_interface__ typestr: use "
                                  "MappedMember.tensor() (it views the bytes as the dtype)")
-        return _interface(self.ptr, shape, dt.typestr)
+        return cuda_array_interface(self.ptr, shape, dt)
 
     def bytes_view(self) -> "_Bytes":
         """The member's bytes as a uint8 CUDA array (for any dtype)."""
@@ -122,14 +123,7 @@ class _Bytes:
 
     @property
     def __cuda_array_interface__(self) -> Dict[str, Any]:
-        return _interface(self._member.ptr, (self._member.size,), "|u1")
-
-
-def _interface(ptr: int, shape: Tuple[int, ...], typestr: str) -> Dict[str, Any]:
-    # Read-only: libgpufs maps members PROT_READ (sealed blobs never change).
-    # stream None: the memory is complete, nothing to wait for.
-    return {"shape": tuple(shape), "typestr": typestr, "data": (ptr, True), "version": 3,
-            "strides": None, "stream": None}
+        return cuda_array_interface(self._member.ptr, (self._member.size,), dtypes.by_name("uint8"))
 
 
 def map_object(path: str) -> Optional[ObjectMapping]:

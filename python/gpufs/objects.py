@@ -183,8 +183,11 @@ def _load_whole(path, framework, device):
         for m in mapping.members:
             _objmap._place(out, m.name, cupy.asarray(m))
     for skipped in mapping.skipped:
-        if skipped.errno != errno.ENODEV or skipped.name.endswith("/"):
+        if skipped.errno in (errno.EACCES, errno.EBUSY) or skipped.name.endswith("/"):
             continue  # not the caller's to open, or not sealed: left out, as the map says
+        if skipped.errno != errno.ENODEV:  # lost, no room to come back, ...: no partial dict
+            raise OSError(skipped.errno, f"{skipped.name}: {skipped.why}",
+                          os.path.join(path, skipped.name))
         with _open_member(os.path.join(path, skipped.name)) as member:
             _objmap._place(out, skipped.name, tensors.to_tensor(member, framework, device))
     return out
