@@ -76,9 +76,10 @@
 #include <vector>
 
 #include "core/control_files.h"
+#include "core/namespace_options.h"
+#include "core/namespace_state.h"
 #include "core/eviction_policy.h"
 #include "core/invalidator.h"
-#include "fs/ipc_tokens.h"
 #include "core/types.h"
 #include "meta/catalog.h"
 #include "meta/usage_catalog.h"
@@ -92,42 +93,6 @@ namespace proto {
 struct ObjectManifest;  // proto/object_manifest.h
 }
 
-struct NamespaceOptions {
-  std::unique_ptr<Catalog> catalog;
-  // One store per device; a "host" store must be among them.
-  std::vector<std::unique_ptr<BulkStore>> stores;
-  // Device new blobs go to unless an enclosing object says otherwise.
-  std::string default_device = "host";
-  // Shown in /.gpufs/stats ("state_dir", "log"; null when empty): the
-  // daemon's state directory and where its log goes (a path or "stderr").
-  std::string state_dir;
-  std::string log_path;
-  // A reader who may not write a GPU member gets a private copy of its
-  // allocation when it maps it (the shared one is a write capability: an
-  // importer can always map it writable). Off: such maps are refused (EACCES).
-  bool reader_copies = true;
-
-  // --- worker takeover (docs/TAKEOVER.md) -----------------------------------
-  // A takeover start: an earlier worker served this mount and the kernel
-  // still holds `adopted` handles. Open() adopts them and sweeps only what
-  // nobody holds; unsealed blobs are kept (their writer's open may be re-sent).
-  bool takeover = false;
-  std::vector<AdoptedHandle> adopted;
-  // The live size of unsealed blobs that adopted handles hold.
-  std::map<uint64_t, uint64_t> unsealed_sizes;
-  // Handles issued by this namespace start here (never reused across workers).
-  HandleId first_handle = 1;
-  // Called when a write or truncate changed an unsealed blob's size, before
-  // the request returns (under the blob's io lock: must not call back).
-  std::function<void(uint64_t blob, uint64_t size)> on_unsealed_size;
-  WorkerInfo worker;
-
-  // Tiers: which blobs leave a full tier first; null: LRU.
-  std::unique_ptr<EvictionPolicy> eviction;
-  // Every object persists (--persist), as if user.gpufs.persist=1 were set
-  // on the root. Needs a "disk" store; without one nothing persists.
-  bool persist_all = false;
-};
 
 class Namespace {
  public:
@@ -287,86 +252,19 @@ class Namespace {
   // diagnosis; it must agree with StatsJson().
   std::string StatsJsonRecounted();
 
-  // Tiers (core/spiller.cc): GPUs ("cuda:N") above "host" above "disk".
-  // Moves between tiers so far; /.gpufs/stats shows them as "tiers".
-  struct TierCounters {
-    uint64_t spills = 0, spilled_bytes = 0;          // blobs moved down
-    uint64_t fault_backs = 0, fault_back_bytes = 0;  // blobs brought back up to map them
-    uint64_t persisted = 0, persisted_bytes = 0;     // disk copies written behind
-    uint64_t checksum_failures = 0;                  // disk copies that did not match
-    // Per route ("cuda:0->host", "host->disk", "disk->cuda:0", ... and
-    // "cuda:0->disk (persist)" for write-behind copies): what moved and how
-    // long the copies took, for throughput figures.
-    struct Route {
-      uint64_t moves = 0, bytes = 0;
-      double seconds = 0;
-    };
-    std::map<std::string, Route> routes;
-  };
   // Waits until every sealed blob queued for persistence so far has its
   // disk copy written (or given up on); for tests and an orderly stop.
   void WaitPersisted();
+  using TierCounters = gpufs::TierCounters;  // core/namespace_state.h
   TierCounters Counters();
 
  private:
-  // A blob that at least one handle holds. Lives in active_ while held.
-  struct ActiveBlob {
-    // Shared for reads; exclusive for writes, resizes, seal and free.
-    std::shared_mutex io_mu;
-    // Guarded by io_mu (readable under mu_ for sealed blobs, which never change):
-    Blob rec;
-    std::atomic<uint64_t> size{0};  // the live size, for GetAttr under mu_
-    // 0, or the errno of the write that failed (ENOSPC, EIO): the blob is
-    // broken, and every later write, flush and seal of it says that errno,
-    // as a local file system would (the kernel splits sendfile, splice and
-    // copy_file_range into several writes; the caller must see why).
-    std::atomic<int> broken{0};
-    // Set by AllocDevice and DeclareExplicitSeal: released unsealed, the
-    // blob is discarded.
-    std::atomic<bool> needs_explicit_seal{false};
-    // The manifest of an object written as a whole (AllocObject): discarded
-    // at release without a word, as it was never to be a member.
-    std::atomic<bool> staging{false};
-    // Guarded by io_mu: the catalog's row is marked closed (a Flush did it,
-    // maybe in the worker before a takeover). rec.closed is always false.
-    bool closed_in_catalog = false;
-    // Guarded by mu_:
-    int handles = 0;
-    int writers = 0;
-    int mapped = 0;  // handles that took an IPC handle (GPUFS_IOC_MAP/ALLOC)
-    // Places the blob left by migration while mapped: freed at the last close.
-    std::vector<std::string> retired;
-    // Its store kept an old place for mappers at a Reshare (sharing.cc):
-    // released at the last close.
-    bool reshared_while_mapped = false;
-  };
-  // A reader's private copy of a blob's allocation (MapHandle): live in
-  // `device`'s store as `id` while its handle lives.
-  struct PrivateCopy {
-    BlobId id = 0;
-    std::string device;
-    IpcExport exported;
-  };
-  // A member an object map holds (MapObject).
-  struct Held {
-    EntryId entry = 0;
-    std::shared_ptr<ActiveBlob> blob;
-    std::optional<PrivateCopy> copy;
-  };
-  struct PendingObject;  // core/objects.cc
-  struct Handle {
-    EntryId entry = 0;
-    std::shared_ptr<ActiveBlob> blob;  // null for the stats file and objects
-    bool writable = false;
-    bool append = false;
-    bool mapped = false;
-    bool object = false;   // an open object (OpenObject)
-    uint32_t pid = 0;      // of the process that opened it (/.gpufs/stats "open_members")
-    std::string snapshot;  // the stats file's content at open
-    std::optional<PrivateCopy> copy;            // MapHandle's, for a reader
-    std::vector<Held> held;                     // MapObject's
-    std::shared_ptr<PendingObject> pending;     // AllocObject's, until SealObject
-  };
+  // What the namespace keeps per held blob and per handle (core/namespace_state.h).
+  using ActiveBlob = ns::ActiveBlob;
+  using PrivateCopy = ns::PrivateCopy;
+  using Held = ns::Held;
+  using PendingObject = ns::PendingObject;
+  using Handle = ns::Handle;
   // Frees the bytes FreeBlob queued, after the caller dropped mu_: store work
   // (unlinking files, cudaFree) never runs under the namespace-wide lock.
   // Declare before the lock_guard, so it runs after the unlock.
@@ -600,11 +498,7 @@ class Namespace {
   std::string state_dir_, log_path_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   bool reader_copies_ = true;  // fixed after Open
-  // Reader copies live now, their bytes and those made so far (stats).
-  struct CopyCounters {
-    uint64_t live = 0, bytes = 0, made = 0;
-  };
-  CopyCounters copies_;                 // GUARDED_BY(mu_)
+  ns::CopyCounters copies_;             // GUARDED_BY(mu_)
   uint64_t next_copy_ = 0;              // GUARDED_BY(mu_): store ids of copies, see NewCopyId
   uint64_t checksum_mismatches_ = 0;    // GUARDED_BY(mu_)
   uint64_t generation_ = 0;

@@ -15,7 +15,7 @@ namespace gpufs {
 // user.* name): never listed, never settable through FUSE.
 inline constexpr std::string_view kPendingXattr = "trusted.gpufs.pending_object";
 
-struct Namespace::PendingObject {
+struct ns::PendingObject {
   EntryId object = 0;  // the hidden object
   std::string device;  // where every member lives
   SharingKey key;      // of every member (same object, owner, group and mode)
