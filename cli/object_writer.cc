@@ -82,6 +82,11 @@ class MountWriter final : public ObjectWriter {
     if (writer->staging_.size() - dir.size() > 254) writer->staging_.resize(dir.size() + 254);
     writer->fd_.reset(::open(writer->staging_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
     if (!writer->fd_.valid()) return PosixError("create " + writer->staging_, errno);
+    // Released unsealed (this process killed before the object's seal), the
+    // staging member is discarded rather than left behind sealed.
+    if (::ioctl(writer->fd_.get(), GPUFS_IOC_EXPLICIT_SEAL) != 0) {
+      return PosixError("ioctl GPUFS_IOC_EXPLICIT_SEAL", errno);
+    }
     const std::string json = proto::EncodeManifest(manifest);
     if (::pwrite(writer->fd_.get(), json.data(), json.size(), 0) != static_cast<ssize_t>(json.size())) {
       return PosixError("write the manifest", errno);

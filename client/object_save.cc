@@ -149,7 +149,12 @@ Status CreateObject(const char* path, const gpufs_object_spec* specs, uint32_t c
   GPUFS_ASSIGN_OR_RETURN(ow->fd, OpenMember(ow->staging.c_str(),
                                             O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   trace::Mark("open-create");
-  Status made = WriteAllTo(ow->fd.get(), proto::EncodeManifest(ow->manifest));
+  // Released unsealed (the producer killed before the object's seal), the
+  // staging member is discarded rather than left behind sealed.
+  Status made = ::ioctl(ow->fd.get(), GPUFS_IOC_EXPLICIT_SEAL) == 0
+                    ? Status::Ok()
+                    : PosixError("ioctl GPUFS_IOC_EXPLICIT_SEAL " + ow->staging, errno);
+  if (made.ok()) made = WriteAllTo(ow->fd.get(), proto::EncodeManifest(ow->manifest));
   trace::Mark("manifest");
   UniqueFd pushed;
   Result<gpufs_alloc_object> alloc = made.ok() ? Allocate(ow->fd.get(), &pushed) : made;

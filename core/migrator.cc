@@ -114,6 +114,7 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device, MoveK
     }
     const bool to_copy = device == "disk" && disk_copy.has_value();
     const bool verify = rec.device == "disk" && disk_copy.has_value();
+    std::optional<uint64_t> new_checksum;
     if (!to_copy) {
       GPUFS_RETURN_IF_ERROR(WithRoom(
           device, rec.size, [&] { return target->Allocate(rec.id, rec.owner_uid, rec.size); }));
@@ -140,6 +141,16 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device, MoveK
         return Error(EIO, "the disk copy of " + path + " is damaged (checksum mismatch)");
       }
       GPUFS_RETURN_IF_ERROR(target->Seal(rec.id, rec.size));
+      if (IsGpuTier(device) && rec.state == BlobState::kSealed) {
+        if (rec.checksum) {  // back onto a GPU: are these the bytes sealed?
+          GPUFS_RETURN_IF_ERROR(
+              CheckChecksum(target, rec, entry_id, "brought onto " + device + " from " + rec.device));
+        } else {  // onto a GPU for the first time since its seal: take one
+          const BlobId ids[] = {rec.id};
+          const uint64_t sizes[] = {rec.size};
+          if (auto sums = target->Checksums(ids, sizes); sums.ok()) new_checksum = (*sums)[0];
+        }
+      }
       return Status::Ok();
     }();
     if (!copied.ok()) {
@@ -154,6 +165,7 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device, MoveK
     }
     Blob next = rec;
     next.device = device;
+    if (new_checksum) next.checksum = new_checksum;
     Status recorded = catalog_->UpdateBlob(next);
     if (!recorded.ok()) {
       if (!to_copy) doomed_.emplace_back(device, rec.id);  // freed once mu_ is dropped

@@ -321,6 +321,10 @@ class Namespace {
   // io_mu held exclusively, mu_ NOT held); a failure is logged and leaves
   // it without one (core/checksums.cc).
   void TakeChecksum(ActiveBlob& blob);
+  // Ok if sealed blob `rec` (of member `entry`) in `store` matches the
+  // checksum taken at its seal, or has none; EIO on a mismatch, logged and
+  // counted; `where` says where the bytes were looked at (mu_ NOT held).
+  Status CheckChecksum(BulkStore* store, const Blob& rec, EntryId entry, std::string_view where);
   BulkStore* StoreFor(const std::string& device);
   Result<Blob> NewBlob(const std::string& device, uint32_t owner, const SharingKey& key);
   Status ReplaceBlob(const Entry& entry, const std::string& device, uint32_t owner,

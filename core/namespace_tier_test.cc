@@ -335,6 +335,48 @@ TEST_P(TierTest, ADamagedDiskCopyIsEioOnMapAndCounted) {
   EXPECT_EQ(nlohmann::json::parse(ns_->StatsJson())["tiers"]["checksum_failures"], 1);
 }
 
+TEST_P(TierTest, BytesChangedWhileSpilledAreEioWhenTheyComeBackAndCounted) {
+  if (GetParam()) GTEST_SKIP() << "only the files host tier lets a test change bytes behind it";
+  Start();
+  std::vector<uint64_t> inos;
+  for (int i = 0; i < 6; ++i)
+    inos.push_back(Put(kRootEntryId, "m" + std::to_string(i), Pattern(i, kMember)));
+  ASSERT_EQ(Tier(inos[0]), "host");
+  auto h = ns_->Open(caller_, inos[0], O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(static_cast<HostBulkStore*>(host_)->ScribbleForTesting(h->blob, "!!").ok());
+  auto mapped = ns_->MapHandle(h->handle);
+  EXPECT_EQ(mapped.status().code(), EIO) << mapped.status().ToString();
+  ASSERT_TRUE(ns_->Release(h->handle).ok());
+  EXPECT_EQ(Tier(inos[0]), "host");  // it stays where it was
+  EXPECT_EQ(nlohmann::json::parse(ns_->StatsJson())["checksum_mismatches"], 1);
+  // An intact one comes back as before.
+  auto other = ns_->Open(caller_, inos[1], O_RDONLY);
+  ASSERT_TRUE(other.ok());
+  EXPECT_TRUE(ns_->MapHandle(other->handle).ok());
+  ASSERT_TRUE(ns_->Release(other->handle).ok());
+}
+
+TEST_P(TierTest, BytesChangedOnTheGpuAfterTheSealGetNoDiskCopy) {
+  Start();
+  auto o = ns_->Mkdir(caller_, kRootEntryId, "keep", 0755);
+  ASSERT_TRUE(o.ok());
+  uint64_t a = Put(o->ino, "a", Pattern(1, kMember));
+  uint64_t b = Put(o->ino, "b", Pattern(2, kMember));
+  ASSERT_NE(a, 0u);
+  ASSERT_NE(b, 0u);
+  auto h = ns_->Open(caller_, a, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  // A process that may write `a` changed its shared memory after the seal.
+  ASSERT_TRUE(gpu_->ScribbleForTesting(h->blob, "??").ok());
+  ASSERT_TRUE(ns_->Release(h->handle).ok());
+  ASSERT_TRUE(ns_->SetXattr(o->ino, "user.gpufs.persist", "1", 0).ok());
+  ns_->WaitPersisted();
+  EXPECT_EQ(ns_->Counters().persisted, 1u);  // b only
+  EXPECT_EQ(nlohmann::json::parse(ns_->StatsJson())["checksum_mismatches"], 1);
+  EXPECT_EQ(disk_->Usage().blobs, 1u);
+}
+
 INSTANTIATE_TEST_SUITE_P(HostTier, TierTest, ::testing::Values(false, true),
                          [](const auto& param) { return param.param ? "memory" : "files"; });
 

@@ -63,7 +63,10 @@ Result<ObjectAllocation> Namespace::AllocObject(HandleId id, const Caller& calle
     }
     if (handle->pending) return Error(EEXIST, "this descriptor stages an object already");
     staging = handle->blob;
-    if (staging->rec.state != BlobState::kUnsealed || staging->needs_explicit_seal) {
+    // (An explicit seal declared by the producer is fine: the member is to
+    // be discarded if it is released unsealed either way. Memory ALLOC gave
+    // it is not: that member holds device bytes, not a manifest.)
+    if (staging->rec.state != BlobState::kUnsealed || staging->mapped > 0) {
       return Error(EINVAL, PathOf(handle->entry) + " is not a new member holding a manifest");
     }
     GPUFS_ASSIGN_OR_RETURN(staging_entry, catalog_->GetEntry(handle->entry));

@@ -116,6 +116,11 @@ Status Namespace::PersistOne(EntryId entry_id, BlobId blob_id) {
     const Blob rec = blob->rec;
     bytes = rec.size;
     BulkStore* source = StoreFor(rec.device);
+    // Bytes a writer changed after the seal are not what to keep.
+    if (IsGpuTier(rec.device)) {
+      GPUFS_RETURN_IF_ERROR(
+          CheckChecksum(source, rec, entry_id, "on " + rec.device + " (before its disk copy)"));
+    }
     const bool in_place = rec.device == "disk";  // spilled there already: the bytes are the copy
     if (!in_place) GPUFS_RETURN_IF_ERROR(disk->Allocate(rec.id, rec.owner_uid, rec.size));
     Result<uint32_t> crc = CopyBetweenTiers(
