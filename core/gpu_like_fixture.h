@@ -51,6 +51,11 @@ class GpuLikeTest : public ::testing::Test {
     auto ns = Namespace::Open(std::move(options));
     ASSERT_TRUE(ns.ok()) << ns.status().ToString();
     ns_ = std::move(*ns);
+    // Everyone may make entries at the root (the kernel checks creates; the
+    // core checks what replacing an object removes).
+    SetAttrRequest open_root;
+    open_root.mode = 0777;
+    ASSERT_TRUE(ns_->SetAttr(kRootEntryId, open_root, 0).ok());
   }
 
   // A sealed member written by `who`, `mode` after the umask.
@@ -103,7 +108,7 @@ class GpuLikeTest : public ::testing::Test {
       at = proto::NextMemberOffset(at, bytes.size());
     }
     (void)alloc;
-    Status sealed = ns_->SealObject(h, name, replace);
+    Status sealed = ns_->SealObject(h, name, replace, who);
     Status released = ns_->Release(h);
     GPUFS_RETURN_IF_ERROR(sealed);
     return released;

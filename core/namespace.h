@@ -221,7 +221,12 @@ class Namespace {
   // the staging member's object, in place of what is there (an object and
   // all under it, or a member) when `replace` (EEXIST otherwise), and
   // removes the staging member. Readers see the whole new object or the old.
-  Status SealObject(HandleId handle, std::string_view name, bool replace);
+  // Replacing what is at `name` needs what removing it would (rename(2)
+  // over a member, `rm -r` of an object): write and search permission on
+  // the parent and, for an object, on it and every object under it; in a
+  // sticky parent the caller must own the parent or what it replaces
+  // (EACCES / EPERM otherwise, nothing changed).
+  Status SealObject(HandleId handle, std::string_view name, bool replace, const Caller& caller);
   // An open object (opendir), for MapObject; released with Release.
   Result<HandleId> OpenObject(const Caller& caller, uint64_t ino);
   // GPUFS_IOC_MAP_OBJECT: the memory of every sealed GPU member under the
@@ -370,6 +375,8 @@ class Namespace {
   // The staging handle of an object never sealed is released: the object
   // and its members go (no lock held).
   void DiscardPendingObject(Handle& handle);
+  // Whether `caller` may remove `target` from `parent` (see SealObject).
+  Status MayReplaceLocked(const Caller& caller, const Entry& parent, const Entry& target);
   // The manifest a staging member holds (no lock held).
   Result<proto::ObjectManifest> ReadManifest(ActiveBlob& staging);
   // The members of `pending` are held as by an open file, or let go (mu_ held).

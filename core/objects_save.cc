@@ -14,6 +14,9 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include <sys/stat.h>
+
+#include "core/access.h"
 #include "core/namespace.h"
 #include "core/objects_internal.h"
 #include "core/sharing.h"
@@ -212,7 +215,39 @@ Status Namespace::WritePending(const std::shared_ptr<PendingObject>& pending, ui
   return Status::Ok();
 }
 
-Status Namespace::SealObject(HandleId id, std::string_view name, bool replace) {
+Status Namespace::MayReplaceLocked(const Caller& caller, const Entry& parent, const Entry& target) {
+  if (!MayAccess(caller, parent.mode, parent.uid, parent.gid, kMayWrite | kMayExec)) {
+    return Error(EACCES, "uid " + std::to_string(caller.uid) + " may not remove entries of " +
+                             PathOf(parent.id));
+  }
+  if ((parent.mode & S_ISVTX) != 0 && caller.uid != 0 && caller.uid != parent.uid &&
+      caller.uid != target.uid) {
+    return Error(EPERM, PathOf(target.id) + " is another user's in a sticky object");
+  }
+  if (target.kind != EntryKind::kObject) return Status::Ok();
+  // As rm -r: every object whose entries go must be the caller's to change.
+  std::vector<Entry> objects{target};
+  while (!objects.empty()) {
+    const Entry object = std::move(objects.back());
+    objects.pop_back();
+    if (!MayAccess(caller, object.mode, object.uid, object.gid, kMayWrite | kMayExec)) {
+      return Error(EACCES, "uid " + std::to_string(caller.uid) + " may not remove the entries of " +
+                               PathOf(object.id) + ", so it may not replace " + PathOf(target.id));
+    }
+    for (EntryId after = 0;;) {
+      GPUFS_ASSIGN_OR_RETURN(auto children, catalog_->ListChildren(object.id, after, 512));
+      if (children.empty()) break;
+      for (const Entry& child : children) {
+        if (child.kind == EntryKind::kObject) objects.push_back(child);
+        after = child.id;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status Namespace::SealObject(HandleId id, std::string_view name, bool replace,
+                             const Caller& caller) {
   FreeQueuedOnExit free_queued(this);
   std::shared_ptr<PendingObject> pending;
   EntryId staging = 0, parent = 0;
@@ -235,6 +270,10 @@ Status Namespace::SealObject(HandleId id, std::string_view name, bool replace) {
     auto there = catalog_->Lookup(parent, name);
     if (there.ok() && !replace) {
       return Error(EEXIST, PathOf(there->id) + " exists (to replace it, seal with GPUFS_SEAL_REPLACE)");
+    }
+    if (there.ok()) {  // refused before any store work (and checked again at the publish)
+      GPUFS_ASSIGN_OR_RETURN(Entry parent_entry, catalog_->GetEntry(parent));
+      GPUFS_RETURN_IF_ERROR(MayReplaceLocked(caller, parent_entry, *there));
     }
   }
   // Seal and checksum in the store (group members move nowhere), then the
@@ -261,6 +300,8 @@ Status Namespace::SealObject(HandleId id, std::string_view name, bool replace) {
   auto target = catalog_->Lookup(parent, name);
   if (target.ok()) {
     if (!replace) return Error(EEXIST, PathOf(target->id) + " exists (replace it: GPUFS_SEAL_REPLACE)");
+    GPUFS_ASSIGN_OR_RETURN(Entry parent_entry, catalog_->GetEntry(parent));
+    GPUFS_RETURN_IF_ERROR(MayReplaceLocked(caller, parent_entry, *target));
   } else if (target.status().code() != ENOENT) {
     return target.status();
   }

@@ -98,6 +98,45 @@ TEST_F(ObjectTest, AnObjectReplacesAnObjectInOneStepAndOldReadersKeepTheirBytes)
   EXPECT_EQ(Cat(Find(Find(kRootEntryId, "plain"), "w")), "x");
 }
 
+TEST_F(ObjectTest, AProducerThatDiesBeforeItsAllocLeavesNothingOnceItDeclaredTheSeal) {
+  // As libgpufs and the CLI do: the explicit seal first, then the manifest.
+  auto h = Stage(alice_, kRootEntryId, ".m.saving-3", Manifest({{"a", "aaaa"}}));
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(ns_->DeclareExplicitSeal(*h).ok());
+  // Killed before GPUFS_IOC_ALLOC_OBJECT: its release discards the member.
+  EXPECT_EQ(ns_->Release(*h).code(), EIO);
+  EXPECT_TRUE(Names(kRootEntryId).empty());
+  // And a declared seal does not stand in the way of the allocation.
+  auto again = Stage(alice_, kRootEntryId, ".m.saving-4", Manifest({{"a", "aaaa"}}));
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE(ns_->DeclareExplicitSeal(*again).ok());
+  EXPECT_TRUE(ns_->AllocObject(*again, alice_).ok());
+  EXPECT_TRUE(ns_->Release(*again).ok());
+  EXPECT_TRUE(Names(kRootEntryId).empty());
+}
+
+TEST_F(ObjectTest, ReplacingNeedsWhatRemovingWould) {
+  auto open = ns_->Mkdir(root_, kRootEntryId, "open", 0777);
+  ASSERT_TRUE(open.ok());
+  ASSERT_TRUE(Save(alice_, open->ino, "model", {{"w", "alice"}}).ok());
+  const uint64_t model = Find(open->ino, "model");
+  ASSERT_NE(model, 0u);
+  // bob may write `open` but not alice's object (0755): he may not empty it.
+  EXPECT_EQ(Save(bob_, open->ino, "model", {{"w", "bob!!"}}, /*replace=*/true).code(), EACCES);
+  EXPECT_EQ(Cat(Find(model, "w")), "alice");
+  EXPECT_EQ(Names(open->ino), std::vector<std::string>{"model"});  // nothing of bob's left
+  // In a sticky object only the owner (of it or of the target) replaces.
+  auto tmp = ns_->Mkdir(root_, kRootEntryId, "tmp", 01777);
+  ASSERT_TRUE(tmp.ok());
+  ASSERT_NE(Put(tmp->ino, "f", "alice's", alice_, 0666), 0u);
+  EXPECT_EQ(Save(bob_, tmp->ino, "f", {{"w", "bob!!"}}, /*replace=*/true).code(), EPERM);
+  EXPECT_EQ(Cat(Find(tmp->ino, "f")), "alice's");
+  EXPECT_TRUE(Save(alice_, tmp->ino, "f", {{"w", "hers"}}, /*replace=*/true).ok());
+  EXPECT_EQ(Cat(Find(Find(tmp->ino, "f"), "w")), "hers");
+  EXPECT_TRUE(Save(root_, open->ino, "model", {{"w", "root"}}, /*replace=*/true).ok());
+  EXPECT_EQ(Cat(Find(Find(open->ino, "model"), "w")), "root");
+}
+
 TEST_F(ObjectTest, BadManifestsAreEinvalAndLeaveNothing) {
   for (const std::string& bad : {std::string("not json"), std::string(R"({"version": 1})"),
                                  std::string(R"({"version": 1, "members": [{"name": "../x", "size": 1}]})")}) {

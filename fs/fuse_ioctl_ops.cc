@@ -124,7 +124,7 @@ void SealObject(fuse_req_t req, HandleId handle, const void* in_buf, size_t in_b
     return ReplyError(req, "ioctl SEAL_OBJECT", Error(ENAMETOOLONG, "name not NUL-terminated"));
   }
   Status sealed = Ns(req).SealObject(handle, std::string_view(seal.name, len),
-                                     (seal.flags & GPUFS_SEAL_REPLACE) != 0);
+                                     (seal.flags & GPUFS_SEAL_REPLACE) != 0, CallerOf(req));
   if (!sealed.ok()) return ReplyError(req, "ioctl SEAL_OBJECT", sealed);
   fuse_reply_ioctl(req, 0, nullptr, 0);
 }

@@ -197,7 +197,7 @@ struct gpufs_map_push {
 
 /* ---- Objects written and mapped as a whole ---------------------------------
  * An object written as a whole (Python gpufs.save of a dict, `gpufs import`,
- * gpufs_save_object) is one allocation per object, its members at the places
+ * gpufs_object_create ... gpufs_object_commit) is one allocation per object, its members at the places
  * of the layout rule: in manifest order, the first at offset 0, each next one
  * at the first multiple of GPUFS_OBJECT_ALIGN at or after the end of the one
  * before (a member of 0 bytes takes one unit). docs/PROTOCOL.md walks both
@@ -228,7 +228,9 @@ struct gpufs_alloc_object {
  * the staging member's object, in place of what is there (an object and all
  * under it, or a member) when `flags` has GPUFS_SEAL_REPLACE (EEXIST
  * otherwise), and removes the staging member. Readers see the whole new
- * object or the old. */
+ * object or the old. Replacing needs what removing would: write and search
+ * permission on the parent and every object that goes (EACCES), the sticky
+ * rule (EPERM). */
 #define GPUFS_SEAL_REPLACE 1u
 struct gpufs_seal_object {
   char name[256]; /* in: NUL-terminated */

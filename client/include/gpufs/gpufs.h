@@ -202,8 +202,9 @@ int gpufs_object_copy_file(struct gpufs_object_writer* w, int fd, uint32_t count
  * `value`, before it is published. */
 int gpufs_object_set_field(struct gpufs_object_writer* w, const char* name, const char* value);
 /* Waits for the device's work, seals every member and puts the object at
- * its path (flags GPUFS_SEAL_REPLACE: in place of an object there, else
- * -EEXIST). The writer is closed either way. */
+ * its path (flags GPUFS_SEAL_REPLACE: in place of the object or member
+ * there, if the caller may remove it, else -EACCES / -EPERM; without the
+ * flag -EEXIST). The writer is closed either way. */
 int gpufs_object_commit(struct gpufs_object_writer* w, uint32_t flags);
 /* Gives up: nothing of the object stays. Safe on a zeroed writer. */
 int gpufs_object_abort(struct gpufs_object_writer* w);
