@@ -183,12 +183,17 @@ def _load_whole(path, framework, device):
         for m in mapping.members:
             _objmap._place(out, m.name, cupy.asarray(m))
     for skipped in mapping.skipped:
+        where = os.path.join(path, skipped.name)
+        if skipped.errno == errno.EACCES and not skipped.name.endswith("/") and \
+                os.access(where, os.R_OK):
+            # Readable but not to be mapped (a mount with --reader-copies off):
+            # a dict without it would lose it silently.
+            raise OSError(errno.EACCES, f"{skipped.name}: {skipped.why}", where)
         if skipped.errno in (errno.EACCES, errno.EBUSY) or skipped.name.endswith("/"):
             continue  # not the caller's to open, or not sealed: left out, as the map says
         if skipped.errno != errno.ENODEV:  # lost, no room to come back, ...: no partial dict
-            raise OSError(skipped.errno, f"{skipped.name}: {skipped.why}",
-                          os.path.join(path, skipped.name))
-        with _open_member(os.path.join(path, skipped.name)) as member:
+            raise OSError(skipped.errno, f"{skipped.name}: {skipped.why}", where)
+        with _open_member(where) as member:
             _objmap._place(out, skipped.name, tensors.to_tensor(member, framework, device))
     return out
 
