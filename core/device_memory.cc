@@ -3,6 +3,7 @@
 // GPUFS_IOC_SEAL. The wire form of what leaves the daemon is fs/'s
 // (fs/exporter.h).
 #include "core/namespace.h"
+#include "core/with_room.h"
 
 #include "core/access.h"
 #include "core/sharing.h"

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "core/namespace.h"
+#include "core/with_room.h"
 #include "core/tier_copy.h"
 #include "proto/names.h"
 #include "proto/xattr_names.h"

@@ -32,7 +32,7 @@
 //
 // The class is a facade; its parts live in files named after them:
 // namespace.cc (tree operations), blobs.cc (create/open/read/write/release,
-// sealing), handle_table.cc, control_files.cc (/.gpufs), placement.cc (which
+// sealing), blob_lifecycle.cc (new, replaced and freed blobs), handle_table.cc, control_files.cc (/.gpufs), placement.cc (which
 // store a blob goes to), migrator.cc, recovery.cc (start-up sweep), xattrs.cc,
 // device_memory.cc (GPUFS_IOC_MAP/ALLOC/SEAL), meta_json.cc and ipc_info.cc;
 // tiers: eviction_policy.cc (which blobs leave a full tier),
@@ -448,28 +448,16 @@ class Namespace {
   static constexpr size_t kCopyBuffer = 64ull << 20;
   HostBuffer TakeCopyBuffer(size_t bytes);
   void KeepCopyBuffer(HostBuffer buffer);
-  // Under mu_: one move of `bytes` from `from` to `to` took `seconds`.
-  void CountRoute(const std::string& route, uint64_t bytes, double seconds) {
-    auto& r = counters_.routes[route];
-    r.moves++;
-    r.bytes += bytes;
-    r.seconds += seconds;
-  }
+  // Under mu_: one move of `bytes` on `route` ("cuda:0->host") took `seconds`.
+  void CountRoute(const std::string& route, uint64_t bytes, double seconds);
   // A store may reserve more than the bytes asked for (the VMM store rounds
   // to 2 MiB granules, refuses even an empty blob when full, and grows a
   // blob by moving it to a reservation up to twice its size), so a second
   // round asks for `worst` bytes (at least `need`) plus a granule.
   static constexpr uint64_t kGranule = 2ull << 20;
+  // Defined in core/with_room.h (included by the files that call it).
   template <typename F>
-  Status WithRoom(const std::string& device, uint64_t need, F attempt, uint64_t worst = 0) {
-    Status tried = attempt();
-    for (uint64_t ask : {need, std::max(need, worst) + kGranule}) {
-      if (tried.code() != ENOSPC || TiersBelow(device).empty()) return tried;
-      if (!MakeRoom(device, ask).ok()) return tried;
-      tried = attempt();
-    }
-    return tried;
-  }
+  Status WithRoom(const std::string& device, uint64_t need, F attempt, uint64_t worst = 0);
   // Under mu_: the member's explicit placement (user.gpufs.device on it or an
   // enclosing object), or "" when the user never placed it.
   std::string PinnedDevice(EntryId entry);

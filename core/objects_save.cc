@@ -18,6 +18,7 @@
 
 #include "core/access.h"
 #include "core/namespace.h"
+#include "core/with_room.h"
 #include "core/objects_internal.h"
 #include "core/sharing.h"
 #include "proto/object_manifest.h"

@@ -23,12 +23,20 @@
 #include <unordered_set>
 
 #include "core/namespace.h"
+#include "core/with_room.h"
 #include "core/tier_copy.h"
 #include "proto/xattr_names.h"
 #include "util/log.h"
 #include "util/size.h"
 
 namespace gpufs {
+void Namespace::CountRoute(const std::string& route, uint64_t bytes, double seconds) {
+  auto& r = counters_.routes[route];
+  r.moves++;
+  r.bytes += bytes;
+  r.seconds += seconds;
+}
+
 std::vector<std::string> Namespace::TiersBelow(const std::string& device) const {
   std::vector<std::string> below;
   if (IsGpuTier(device) && stores_.contains("host")) below.push_back("host");
