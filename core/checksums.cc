@@ -13,40 +13,47 @@
 
 namespace gpufs {
 
+Result<uint64_t> Namespace::Sum64Of(BulkStore* store, BlobId id, uint64_t size) {
+  const BlobId ids[] = {id};
+  const uint64_t sizes[] = {size};
+  GPUFS_ASSIGN_OR_RETURN(auto sums, store->Checksums(ids, sizes));
+  return sums[0];
+}
+
+void Namespace::CountMismatchLocked(EntryId entry, std::string_view where, uint64_t computed,
+                                    uint64_t recorded) {
+  checksum_mismatches_++;
+  GPUFS_LOG(ERROR) << PathOf(entry) << ": its bytes " << where
+                   << " do not match the checksum taken at seal (sum64 " << Sum64Text(computed)
+                   << ", recorded " << Sum64Text(recorded)
+                   << "): a process that may write it changed them, or they were damaged";
+}
+
 void Namespace::TakeChecksum(ActiveBlob& blob) {
   Blob& rec = blob.rec;
   rec.checksum.reset();
   if (!IsGpuTier(rec.device)) return;
-  BulkStore* store = StoreFor(rec.device);
-  const BlobId ids[] = {rec.id};
-  const uint64_t sizes[] = {blob.size.load()};
-  auto sums = store->Checksums(ids, sizes);
-  if (!sums.ok()) {
-    GPUFS_LOG(WARN) << "blob " << rec.id << ": no checksum taken: " << sums.status().ToString();
+  auto sum = Sum64Of(StoreFor(rec.device), rec.id, blob.size.load());
+  if (!sum.ok()) {
+    GPUFS_LOG(WARN) << "blob " << rec.id << ": no checksum taken: " << sum.status().ToString();
     return;
   }
-  rec.checksum = (*sums)[0];
+  rec.checksum = *sum;
 }
 
 Status Namespace::CheckChecksum(BulkStore* store, const Blob& rec, EntryId entry,
                                 std::string_view where) {
   if (!rec.checksum) return Status::Ok();
-  const BlobId ids[] = {rec.id};
-  const uint64_t sizes[] = {rec.size};
-  auto sums = store->Checksums(ids, sizes);
-  if (!sums.ok()) {  // no figure is no evidence of damage
+  auto sum = Sum64Of(store, rec.id, rec.size);
+  if (!sum.ok()) {  // no figure is no evidence of damage
     GPUFS_LOG(WARN) << "blob " << rec.id << ": checksum not checked " << where << ": "
-                    << sums.status().ToString();
+                    << sum.status().ToString();
     return Status::Ok();
   }
-  if ((*sums)[0] == *rec.checksum) return Status::Ok();
+  if (*sum == *rec.checksum) return Status::Ok();
   std::lock_guard lock(mu_);
-  checksum_mismatches_++;
-  const std::string path = PathOf(entry);
-  GPUFS_LOG(ERROR) << path << ": its bytes " << where
-                   << " do not match the checksum taken at seal (sum64 "
-                   << Sum64Text((*sums)[0]) << ", recorded " << Sum64Text(*rec.checksum) << ")";
-  return Error(EIO, path + ": its bytes " + std::string(where) +
+  CountMismatchLocked(entry, where, *sum, *rec.checksum);
+  return Error(EIO, PathOf(entry) + ": its bytes " + std::string(where) +
                         " do not match the checksum taken at its seal");
 }
 
@@ -64,20 +71,12 @@ Result<VerifyResult> Namespace::Verify(HandleId id) {
   const Blob rec = blob->rec;
   VerifyResult result;
   if (rec.state != BlobState::kSealed || !rec.checksum) return result;
-  BulkStore* store = StoreFor(rec.device);
-  const BlobId ids[] = {rec.id};
-  const uint64_t sizes[] = {rec.size};
-  GPUFS_ASSIGN_OR_RETURN(auto sums, store->Checksums(ids, sizes));
+  GPUFS_ASSIGN_OR_RETURN(result.computed, Sum64Of(StoreFor(rec.device), rec.id, rec.size));
   result.checked = true;
   result.recorded = *rec.checksum;
-  result.computed = sums[0];
   if (!result.ok()) {
     std::lock_guard lock(mu_);
-    checksum_mismatches_++;
-    GPUFS_LOG(ERROR) << PathOf(entry) << ": its bytes on " << rec.device
-                     << " do not match the checksum taken at seal (sum64 "
-                     << Sum64Text(result.computed) << ", recorded " << Sum64Text(result.recorded)
-                     << "): a process that may write it changed them";
+    CountMismatchLocked(entry, "on " + rec.device, result.computed, result.recorded);
   }
   return result;
 }

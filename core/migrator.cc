@@ -146,10 +146,8 @@ Status Namespace::MigrateBlob(EntryId entry_id, const std::string& device, MoveK
         if (rec.checksum) {  // back onto a GPU: are these the bytes sealed?
           GPUFS_RETURN_IF_ERROR(
               CheckChecksum(target, rec, entry_id, "brought onto " + device + " from " + rec.device));
-        } else {  // onto a GPU for the first time since its seal: take one
-          const BlobId ids[] = {rec.id};
-          const uint64_t sizes[] = {rec.size};
-          if (auto sums = target->Checksums(ids, sizes); sums.ok()) new_checksum = (*sums)[0];
+        } else if (auto sum = Sum64Of(target, rec.id, rec.size); sum.ok()) {
+          new_checksum = *sum;  // onto a GPU for the first time since its seal
         }
       }
       return Status::Ok();

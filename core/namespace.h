@@ -330,6 +330,11 @@ class Namespace {
   // checksum taken at its seal, or has none; EIO on a mismatch, logged and
   // counted; `where` says where the bytes were looked at (mu_ NOT held).
   Status CheckChecksum(BulkStore* store, const Blob& rec, EntryId entry, std::string_view where);
+  // The sum64 of the first `size` bytes of blob `id` in `store` (mu_ NOT held).
+  static Result<uint64_t> Sum64Of(BulkStore* store, BlobId id, uint64_t size);
+  // A mismatch found `where` is logged and counted (mu_ held).
+  void CountMismatchLocked(EntryId entry, std::string_view where, uint64_t computed,
+                           uint64_t recorded);
   BulkStore* StoreFor(const std::string& device);
   Result<Blob> NewBlob(const std::string& device, uint32_t owner, const SharingKey& key);
   Status ReplaceBlob(const Entry& entry, const std::string& device, uint32_t owner,

@@ -61,6 +61,7 @@ check  "nobody (read only) maps what it gets PROT_READWRITE and writes it" nobod
 check  "... it was nobody's own copy: root's cat shows the original bytes" bash -c "[ \$(tr -d W < '$mnt/sec/w' | wc -c) = 0 ]"
 check  "... and root's map too" "$probe" check "$mnt/sec/w" 0x57
 check  "a third reader sees the original bytes" nobody "$attack" read "$mnt/sec/w" 0x57
+check  "nobody cannot map past the allocation it was handed (raw driver, +2 MiB)" nobody "$attack" oversize "$mnt/sec/w"
 check  "nobody's write over the 0444 victim reaches only its copy" nobody "$attack" attack "$mnt/sec/victim" 0x12
 check  "the victim is intact (cat as root)" bash -c "[ \$(tr -d V < '$mnt/sec/victim' | wc -c) = 0 ]"
 check  "gpufs verify passes on the intact members" "$gpufs" verify "$mnt/sec/w" "$mnt/sec/victim"

@@ -12,6 +12,10 @@
 //                         it reached)
 //   read PATH BYTE        maps PATH the same way, read-only; exit 0 when every
 //                         byte is BYTE
+//   oversize PATH         gets PATH's fd as above and asks the driver to map
+//                         2 MiB more than the allocation it was given; exit 0
+//                         when the driver refuses (nothing past the
+//                         allocation is reachable)
 //   copybench PATH        a cold map as above (the daemon makes a private copy
 //                         when the caller may not write PATH), against the
 //                         same process's import + map of an allocation of that
@@ -198,6 +202,26 @@ int main(int argc, char** argv) {
     std::printf("mapped PROT_READWRITE (%s); the write %s\n",
                 copy ? "a private copy" : "the shared memory", wrote ? "went in" : "was refused");
     return wrote ? 0 : 3;
+  }
+  if (cmd == "oversize") {
+    gpufs_ipc_info info{};
+    const int member = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (member < 0 || ::ioctl(member, GPUFS_IOC_MAP, &info) != 0) return Fail("open/GPUFS_IOC_MAP");
+    if (info.handle_type != GPUFS_HANDLE_VMM_FD) return Fail("not a VMM blob");
+    const int fd = FetchFd(member, info, path);
+    if (fd < 0) return Fail("no fd");
+    CUhandle h = 0;
+    CUdeviceptr base = 0;
+    const size_t asked = info.alloc_size + (2u << 20);
+    if (d.Import(&h, reinterpret_cast<void*>(static_cast<intptr_t>(fd)), 1) != 0 ||
+        d.Reserve(&base, asked, 0, 0, 0) != 0) {
+      return Fail("import/reserve");
+    }
+    const bool mapped = d.Map(base, asked, 0, h, 0) == 0;
+    std::printf("a map of %zu bytes of an allocation of %llu: %s\n", asked,
+                static_cast<unsigned long long>(info.alloc_size),
+                mapped ? "granted" : "refused by the driver");
+    return mapped ? 3 : 0;
   }
   if (cmd == "copybench") {
     Mapped m;
