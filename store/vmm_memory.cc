@@ -184,17 +184,14 @@ Result<std::unique_ptr<VmmMemory>> VmmMemory::Create(int ordinal, uint64_t bytes
   GPUFS_RETURN_IF_ERROR(CudaError("cudaStreamCreateWithFlags",
                                   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)));
   Status zeroed = CudaError("cudaMemsetAsync", cudaMemsetAsync(m->ptr_, 0, bytes, stream));
-  // The export (most of a fresh allocation's cost, on the CPU) while the GPU
-  // zeroes; the fd leaves this function only once the zeroing is done.
-  int fd = -1;
-  Status exported = DriverError("cuMemExportToShareableHandle",
-                                d.Export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
-  if (exported.ok()) m->fd_ = std::make_shared<const UniqueFd>(fd);
   Status synced = CudaError("cudaStreamSynchronize", cudaStreamSynchronize(stream));
   cudaStreamDestroy(stream);
   GPUFS_RETURN_IF_ERROR(zeroed);
   GPUFS_RETURN_IF_ERROR(synced);
-  GPUFS_RETURN_IF_ERROR(exported);
+  int fd = -1;
+  GPUFS_RETURN_IF_ERROR(DriverError("cuMemExportToShareableHandle",
+                                    d.Export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)));
+  m->fd_ = std::make_shared<const UniqueFd>(fd);
   return m;
 }
 
