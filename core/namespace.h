@@ -234,6 +234,12 @@ class Namespace {
   // detached, reachable only by those who hold them; a start-up purges any
   // left.
   void ReapReplaced();
+  // Takes the checksums of the GPU blobs sealed since the last call, in one
+  // GPU pass per store, and records them. GPUFS_IOC_SEAL and SEAL_OBJECT
+  // queue them so that the producer's answer does not wait for the sum (fs
+  // calls this right after replying); persistence and Verify call it before
+  // they look at a checksum. Until then a blob has none.
+  void SumSealed();
   // An open object (opendir), for MapObject; released with Release.
   Result<HandleId> OpenObject(const Caller& caller, uint64_t ino);
   // GPUFS_IOC_MAP_OBJECT: the memory of every sealed GPU member under the
@@ -508,6 +514,7 @@ class Namespace {
   // GUARDED_BY(mu_): FreeQueued releases their places kept by Reshare.
   std::vector<std::pair<std::string, BlobId>> unretire_;
   std::vector<EntryId> replaced_;  // GUARDED_BY(mu_): detached objects ReapReplaced removes
+  std::vector<std::pair<EntryId, BlobId>> unsummed_;  // GUARDED_BY(mu_): SumSealed's
   std::unique_ptr<Catalog> catalog_;                          // GUARDED_BY(mu_)
   UsageCatalog* usage_ = nullptr;  // GUARDED_BY(mu_): catalog_ itself, for its usage figures
   std::map<std::string, std::unique_ptr<BulkStore>> stores_;  // fixed after Open

@@ -128,7 +128,9 @@ void SealObject(fuse_req_t req, HandleId handle, const void* in_buf, size_t in_b
   if (!sealed.ok()) return ReplyError(req, "ioctl SEAL_OBJECT", sealed);
   Namespace& ns = Ns(req);
   fuse_reply_ioctl(req, 0, nullptr, 0);
-  ns.ReapReplaced();  // what the seal replaced goes after the producer has its answer
+  // After the producer has its answer: the checksums, and what it replaced.
+  ns.SumSealed();
+  ns.ReapReplaced();
 }
 
 }  // namespace
@@ -190,9 +192,11 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
       return;
     }
     case GPUFS_IOC_SEAL: {
-      Status sealed = Ns(req).SealHandle(handle);
+      Namespace& ns = Ns(req);
+      Status sealed = ns.SealHandle(handle);
       if (!sealed.ok()) return ReplyError(req, "ioctl SEAL", sealed);
       fuse_reply_ioctl(req, 0, nullptr, 0);
+      ns.SumSealed();  // the checksum, after the producer has its answer
       return;
     }
     case GPUFS_IOC_EXPLICIT_SEAL: {
