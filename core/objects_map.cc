@@ -8,6 +8,7 @@
 #include "core/namespace.h"
 #include "proto/xattr_names.h"
 #include "util/log.h"
+#include "util/step_trace.h"
 
 namespace gpufs {
 
@@ -25,6 +26,7 @@ Result<HandleId> Namespace::OpenObject(const Caller& caller, uint64_t ino) {
 }
 
 Result<ObjectMap> Namespace::MapObject(HandleId id, const Caller& caller) {
+  StepTrace trace("MAP_OBJECT");
   ObjectMap out;
   struct Candidate {
     std::string name;
@@ -89,6 +91,7 @@ Result<ObjectMap> Namespace::MapObject(HandleId id, const Caller& caller) {
       }
     }
   }
+  trace.Step("members");
   // Spilled members come back onto their GPU; then each is exported, one
   // private copy per allocation for a reader.
   std::map<uint64_t, IpcExport> copies;  // by the shared allocation's memory
@@ -132,6 +135,7 @@ Result<ObjectMap> Namespace::MapObject(HandleId id, const Caller& caller) {
     keep[i] = true;
     out.members.push_back(std::move(member));
   }
+  trace.Step("export");
   std::lock_guard lock(mu_);
   for (MappedMember& member : out.members) {
     if (auto dtype = catalog_->GetXattr(member.entry, xattr::kDtype); dtype.ok()) {
@@ -151,6 +155,7 @@ Result<ObjectMap> Namespace::MapObject(HandleId id, const Caller& caller) {
     }
   }
   if (!handle.ok()) return handle.status();  // released meanwhile: nothing stays held
+  trace.Step("describe");
   return out;
 }
 
