@@ -94,7 +94,7 @@ Replay::Step Replay::BeforeProcessing(const fuse_in_header& ih, int slot) {
   uint64_t unique = ih.unique & ~kResendBit;
   Step step = Step::kProcess;
   if (ih.unique & kResendBit) {
-    if (auto rec = link_.journal().Inherited(unique)) {
+    if (auto rec = link_.journal().Find(unique)) {
       if (rec->answered && rec->reply.size() >= sizeof(fuse_out_header)) {
         std::string reply = std::move(rec->reply);
         fuse_out_header header;

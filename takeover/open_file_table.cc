@@ -63,15 +63,15 @@ Result<OpenFileTable> OpenFileTable::Create(uint32_t slots) {
   static_assert(sizeof(Header) == 64 && sizeof(Slot) == 64, "the layout is part of version 1");
   static_assert(std::atomic<uint64_t>::is_always_lock_free &&
                 std::atomic<uint32_t>::is_always_lock_free);
-  if (slots == 0) return Error(EINVAL, "a handle table of no slots");
+  if (slots == 0) return Error(EINVAL, "an open file table of no slots");
   UniqueFd fd(::memfd_create("gpufs-handles", MFD_CLOEXEC));
   if (!fd.valid()) return PosixError("memfd_create gpufs-handles", errno);
   size_t bytes = sizeof(Header) + size_t{slots} * sizeof(Slot);
   if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
-    return PosixError("ftruncate the handle table", errno);
+    return PosixError("ftruncate the open file table", errno);
   }
   void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (map == MAP_FAILED) return PosixError("mmap the handle table", errno);
+  if (map == MAP_FAILED) return PosixError("mmap the open file table", errno);
   OpenFileTable table(std::move(fd), map, bytes);
   Header* h = table.header();
   h->magic = kMagic;
@@ -83,17 +83,17 @@ Result<OpenFileTable> OpenFileTable::Create(uint32_t slots) {
 
 Result<OpenFileTable> OpenFileTable::Attach(UniqueFd fd) {
   struct stat st{};
-  if (::fstat(fd.get(), &st) != 0) return PosixError("fstat the handle table", errno);
+  if (::fstat(fd.get(), &st) != 0) return PosixError("fstat the open file table", errno);
   auto bytes = static_cast<size_t>(st.st_size);
-  if (bytes < sizeof(Header)) return Error(EPROTO, "the handle table is too small");
+  if (bytes < sizeof(Header)) return Error(EPROTO, "the open file table is too small");
   void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (map == MAP_FAILED) return PosixError("mmap the handle table", errno);
+  if (map == MAP_FAILED) return PosixError("mmap the open file table", errno);
   OpenFileTable table(std::move(fd), map, bytes);
   const Header* h = table.header();
   if (h->magic != kMagic || h->version != kVersion || h->slot_bytes != sizeof(Slot) ||
       sizeof(Header) + size_t{h->slots} * sizeof(Slot) > bytes ||
       h->high_water.load(std::memory_order_acquire) > h->slots) {
-    return Error(EPROTO, "not a gpufs handle table of version 1");
+    return Error(EPROTO, "not a gpufs open file table of version 1");
   }
   table.AdoptRecords();
   return table;

@@ -153,7 +153,7 @@ bool ReplyJournal::Answer(int i, std::span<const iovec> reply) {
   return true;
 }
 
-std::optional<ReplyJournal::Record> ReplyJournal::Inherited(uint64_t unique) const {
+std::optional<ReplyJournal::Record> ReplyJournal::Find(uint64_t unique) const {
   std::lock_guard lock(mu_);
   auto it = inherited_.find(unique);
   if (it == inherited_.end()) return std::nullopt;

@@ -82,7 +82,7 @@ class ReplyJournal {
 
   // What earlier workers recorded for `unique` (an answer wins over a
   // begin); nullopt when nothing. Thread-safe.
-  std::optional<Record> Inherited(uint64_t unique) const;
+  std::optional<Record> Find(uint64_t unique) const;
   // The re-sent request `unique` was answered: its inherited records go.
   void Settle(uint64_t unique);
   size_t inherited() const;

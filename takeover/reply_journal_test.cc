@@ -56,18 +56,18 @@ TEST(ReplyJournalTest, TheNextWorkerFindsWhatWasBegunAndAnsweredById) {
   auto next = ReplyJournal::Attach(Dup(sup->fd()));
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(next->inherited(), 3u);
-  EXPECT_FALSE(next->Inherited(100).has_value());  // answered and written: never re-sent
-  auto answered = next->Inherited(102);
+  EXPECT_FALSE(next->Find(100).has_value());  // answered and written: never re-sent
+  auto answered = next->Find(102);
   ASSERT_TRUE(answered.has_value());
   EXPECT_TRUE(answered->answered);
   EXPECT_EQ(answered->opcode, 9u);
   EXPECT_EQ(answered->reply, ReplyFor(102));
-  auto begun = next->Inherited(101);
+  auto begun = next->Find(101);
   ASSERT_TRUE(begun.has_value());
   EXPECT_FALSE(begun->answered);
   EXPECT_EQ(begun->opcode, 35u);
-  EXPECT_FALSE(next->Inherited(103)->answered);
-  EXPECT_FALSE(next->Inherited(999).has_value());
+  EXPECT_FALSE(next->Find(103)->answered);
+  EXPECT_FALSE(next->Find(999).has_value());
 }
 
 TEST(ReplyJournalTest, RecordsStayUntilSettledAndTheirSlotsAreNotReused) {
@@ -91,12 +91,12 @@ TEST(ReplyJournalTest, RecordsStayUntilSettledAndTheirSlotsAreNotReused) {
     EXPECT_EQ(second->Claim(), -1);
     second->Begin(own, 8, 10);  // it carries 8 out once more, and is killed
     second->Settle(7);
-    EXPECT_FALSE(second->Inherited(7).has_value());
+    EXPECT_FALSE(second->Find(7).has_value());
   }
   auto third = ReplyJournal::Attach(Dup(sup->fd()));
   ASSERT_TRUE(third.ok());
-  EXPECT_FALSE(third->Inherited(7).has_value());
-  auto eight = third->Inherited(8);  // begun twice: once per slot, one record
+  EXPECT_FALSE(third->Find(7).has_value());
+  auto eight = third->Find(8);  // begun twice: once per slot, one record
   ASSERT_TRUE(eight.has_value());
   EXPECT_FALSE(eight->answered);
   EXPECT_EQ(third->inherited(), 1u);
@@ -160,7 +160,7 @@ TEST(ReplyJournalTest, SigkillLeavesEveryRecordEmptyBegunOrWhole) {
     ASSERT_TRUE(next.ok());
     uint64_t seen = 0;
     for (uint64_t unique = first + done->load() - 8; unique <= first + done->load() + 4; ++unique) {
-      auto rec = next->Inherited(unique);
+      auto rec = next->Find(unique);
       if (!rec) continue;
       ++seen;
       next->Settle(unique);  // the next round's child starts from an empty journal
