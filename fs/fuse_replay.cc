@@ -123,17 +123,20 @@ void Replay::AfterProcessing() {
   if (request.resent) link_.journal().Settle(request.unique);
 }
 
-void Replay::BeforeReply(const iovec* iov, int count) {
+bool Replay::BeforeReply(const iovec* iov, int count) {
   const RequestInfo& request = ThisRequest();  // the reply goes out on the request's thread
-  if (request.journal_slot < 0 || count < 1 || iov[0].iov_len != sizeof(fuse_out_header)) return;
+  if (request.journal_slot < 0 || count < 1 || iov[0].iov_len != sizeof(fuse_out_header)) {
+    return false;
+  }
   const auto* header = static_cast<const fuse_out_header*>(iov[0].iov_base);
-  if ((header->unique & ~kResendBit) != request.unique) return;  // a notification
+  if ((header->unique & ~kResendBit) != request.unique) return false;  // a notification
   bool kill = kill_opcode_ == request.opcode && request.opcode != 0;
   if (kill && kill_before_journal_) {
     GPUFS_LOG(WARN) << "test hook: killing the worker before the reply to " << request.unique
                     << " is journaled";
     ::kill(::getpid(), SIGKILL);
   }
+  // Too large (never, for the journaled opcodes' replies): the record stays begun.
   link_.journal().Answer(request.journal_slot,
                          std::span<const iovec>(iov, static_cast<size_t>(count)));
   if (kill) {
@@ -141,7 +144,10 @@ void Replay::BeforeReply(const iovec* iov, int count) {
                     << request.unique;
     ::kill(::getpid(), SIGKILL);
   }
+  return true;
 }
+
+void Replay::AfterReply() { link_.journal().End(ThisRequest().journal_slot); }
 
 // --- reconciling half-done requests -------------------------------------------
 

@@ -67,8 +67,10 @@ class Replay {
   // records go.
   void AfterProcessing();
   // On the request's thread, just before `iov` goes to the kernel: records
-  // the reply of a journaled request (and runs the test hook).
-  void BeforeReply(const iovec* iov, int count);
+  // the reply of a journaled request (and runs the test hook). True when it
+  // did: AfterReply then follows the write.
+  bool BeforeReply(const iovec* iov, int count);
+  void AfterReply();
 
  private:
   takeover::WorkerLink& link_;

@@ -42,8 +42,10 @@ Replay* device_replay = nullptr;
 
 ssize_t WriteReply(int fd, struct iovec* iov, int count, void*) {
   PatchInitReply(iov, count, this_request.opcode, this_request.unique);
-  if (device_replay != nullptr) device_replay->BeforeReply(iov, count);
-  return ::writev(fd, iov, count);
+  bool journaled = device_replay != nullptr && device_replay->BeforeReply(iov, count);
+  ssize_t n = ::writev(fd, iov, count);
+  if (journaled) device_replay->AfterReply();  // written, or refused: never re-sent
+  return n;
 }
 
 ssize_t ReadRequest(int fd, void* buf, size_t len, void*) { return ::read(fd, buf, len); }

@@ -119,6 +119,15 @@ void ReplyJournal::TakeIn() {
 
 int ReplyJournal::Claim() {
   std::lock_guard lock(mu_);
+  if (free_.empty() && !inherited_.empty()) {
+    // Ids grow: the smallest is the request waited for longest.
+    auto oldest = inherited_.begin();
+    for (uint32_t i : oldest->second.slots) {
+      slot(i)->word.fetch_add(1, std::memory_order_release);  // odd -> even: empty
+      free_.push_back(i);
+    }
+    inherited_.erase(oldest);
+  }
   if (free_.empty()) return -1;
   uint32_t i = free_.back();
   free_.pop_back();
@@ -151,6 +160,12 @@ bool ReplyJournal::Answer(int i, std::span<const iovec> reply) {
   s->length.store(static_cast<uint32_t>(total), std::memory_order_relaxed);
   s->state.store(kAnswered, std::memory_order_release);  // after the bytes and the length
   return true;
+}
+
+void ReplyJournal::End(int i) {
+  Slot* s = slot(static_cast<uint32_t>(i));
+  uint64_t word = s->word.load(std::memory_order_relaxed);
+  if (word & 1) s->word.store(word + 1, std::memory_order_release);  // odd -> even: empty
 }
 
 std::optional<ReplyJournal::Record> ReplyJournal::Find(uint64_t unique) const {

@@ -10,9 +10,9 @@
 //
 // Slots: each loop thread owns one slot (Claim) and records in it the
 // request it processes: Begin before carrying it out, Answer after, before
-// the reply goes to the kernel. A thread reads its next request only after
-// its reply was written, when the kernel will not re-send the last one, so
-// one slot per thread holds all that a takeover needs.
+// the reply goes to the kernel, and End once the reply was written (the
+// kernel will not re-send it). A thread reads its next request only after
+// that, so one slot per thread holds all that a takeover needs.
 //
 // Crash contract: a worker may be SIGKILLed at any instruction. A slot's
 // commit word is even while Begin rewrites it and odd once it names a
@@ -23,7 +23,9 @@
 //
 // Attach (a new worker) reads the earlier workers' records and keeps their
 // slots out of use until Settle says the re-sent request was answered: a
-// worker that dies while it replays leaves the record to the next.
+// worker that dies while it replays leaves the record to the next. A record
+// whose request is never re-sent (a worker killed between a reply's write
+// and its End) is dropped, oldest first, when Claim finds no free slot.
 #pragma once
 
 #include <sys/uio.h>
@@ -71,7 +73,8 @@ class ReplyJournal {
   uint32_t capacity() const;
 
   // A slot for the calling loop thread, for its life; -1 when none is free
-  // (its requests are then not journaled). Thread-safe.
+  // and no earlier worker's record is left to drop (its requests are then
+  // not journaled). Thread-safe.
   int Claim();
   // The calling thread (owner of `slot`) is about to carry out request
   // `unique` (without the resend bit) of FUSE opcode `opcode`.
@@ -79,6 +82,8 @@ class ReplyJournal {
   // It is about to write `reply` (header first) for the request it began.
   // False when the reply is larger than kMaxReply: the record stays begun.
   bool Answer(int slot, std::span<const iovec> reply);
+  // The reply was written (or the kernel refused it): the record goes.
+  void End(int slot);
 
   // What earlier workers recorded for `unique` (an answer wins over a
   // begin); nullopt when nothing. Thread-safe.

@@ -41,7 +41,7 @@ TEST(ReplyJournalTest, TheNextWorkerFindsWhatWasBegunAndAnsweredById) {
     auto worker = ReplyJournal::Attach(Dup(sup->fd()));
     ASSERT_TRUE(worker.ok()) << worker.status().ToString();
     EXPECT_EQ(worker->inherited(), 0u);
-    int a = worker->Claim(), b = worker->Claim(), c = worker->Claim();
+    int a = worker->Claim(), b = worker->Claim(), c = worker->Claim(), d = worker->Claim();
     ASSERT_GE(a, 0);
     ASSERT_NE(a, b);
     worker->Begin(a, 100, 9);
@@ -52,6 +52,9 @@ TEST(ReplyJournalTest, TheNextWorkerFindsWhatWasBegunAndAnsweredById) {
     worker->Begin(c, 103, 16);
     std::string huge(ReplyJournal::kMaxReply + 1, 'x');
     EXPECT_FALSE(Answer(*worker, c, huge));  // too large: stays begun
+    worker->Begin(d, 104, 9);
+    ASSERT_TRUE(Answer(*worker, d, ReplyFor(104)));
+    worker->End(d);  // written: the kernel will not re-send it
   }  // killed
   auto next = ReplyJournal::Attach(Dup(sup->fd()));
   ASSERT_TRUE(next.ok());
@@ -67,10 +70,11 @@ TEST(ReplyJournalTest, TheNextWorkerFindsWhatWasBegunAndAnsweredById) {
   EXPECT_FALSE(begun->answered);
   EXPECT_EQ(begun->opcode, 35u);
   EXPECT_FALSE(next->Find(103)->answered);
+  EXPECT_FALSE(next->Find(104).has_value());
   EXPECT_FALSE(next->Find(999).has_value());
 }
 
-TEST(ReplyJournalTest, RecordsStayUntilSettledAndTheirSlotsAreNotReused) {
+TEST(ReplyJournalTest, RecordsStayUntilSettledOrDroppedOldestFirstWhenFull) {
   auto sup = ReplyJournal::Create(3);
   ASSERT_TRUE(sup.ok());
   {
@@ -82,29 +86,38 @@ TEST(ReplyJournalTest, RecordsStayUntilSettledAndTheirSlotsAreNotReused) {
     first->Begin(b, 8, 10);
   }
   {
-    // The second worker replays 7, and dies before it settles 8 (the one
-    // free slot is all it can claim: the inherited ones are kept).
+    // The second worker has one free slot; the records of 7 and 8 keep
+    // theirs until settled, or until a claim finds no free slot: then the
+    // oldest (7, never re-sent: killed after its write) goes.
     auto second = ReplyJournal::Attach(Dup(sup->fd()));
     ASSERT_TRUE(second.ok());
     int own = second->Claim();
     ASSERT_GE(own, 0);
-    EXPECT_EQ(second->Claim(), -1);
-    second->Begin(own, 8, 10);  // it carries 8 out once more, and is killed
-    second->Settle(7);
+    EXPECT_TRUE(second->Find(7).has_value());
+    EXPECT_GE(second->Claim(), 0);
     EXPECT_FALSE(second->Find(7).has_value());
+    EXPECT_TRUE(second->Find(8).has_value());
+    second->Begin(own, 8, 10);  // it carries 8 out once more, and is killed
   }
   auto third = ReplyJournal::Attach(Dup(sup->fd()));
   ASSERT_TRUE(third.ok());
-  EXPECT_FALSE(third->Find(7).has_value());
   auto eight = third->Find(8);  // begun twice: once per slot, one record
   ASSERT_TRUE(eight.has_value());
   EXPECT_FALSE(eight->answered);
   EXPECT_EQ(third->inherited(), 1u);
-  EXPECT_GE(third->Claim(), 0);  // 7's slot
+  int mine = third->Claim();  // the slot 7 had, claimed and left empty
+  ASSERT_GE(mine, 0);
+  third->Begin(mine, 9, 9);
+  ASSERT_TRUE(Answer(*third, mine, ReplyFor(9)));
+  third->End(mine);  // written: nothing to replay
+  third->Settle(8);  // answered now: its two slots are free
+  EXPECT_EQ(third->inherited(), 0u);
+  EXPECT_GE(third->Claim(), 0);
+  EXPECT_GE(third->Claim(), 0);
   EXPECT_EQ(third->Claim(), -1);
-  third->Settle(8);
-  EXPECT_GE(third->Claim(), 0);
-  EXPECT_GE(third->Claim(), 0);
+  auto fourth = ReplyJournal::Attach(Dup(sup->fd()));
+  ASSERT_TRUE(fourth.ok());
+  EXPECT_EQ(fourth->inherited(), 0u);
 }
 
 TEST(ReplyJournalTest, NotAJournal) {
@@ -143,6 +156,7 @@ TEST(ReplyJournalTest, SigkillLeavesEveryRecordEmptyBegunOrWhole) {
         int s = slots[i % 4];
         journal->Begin(s, unique, static_cast<uint32_t>(unique % 50));
         if (unique % 3 != 0) Answer(*journal, s, ReplyFor(unique));
+        if (unique % 7 == 0) journal->End(s);
         done->store(i + 1, std::memory_order_relaxed);
       }
     }
@@ -171,8 +185,12 @@ TEST(ReplyJournalTest, SigkillLeavesEveryRecordEmptyBegunOrWhole) {
       if (unique % 3 == 0) {
         EXPECT_FALSE(rec->answered) << unique;
       }
+      if (unique < first + done->load()) {
+        EXPECT_NE(unique % 7, 0u) << unique;  // completed and ended: gone
+      }
     }
-    EXPECT_GE(seen, 3u);  // at least the three slots not being rewritten
+    // The four slots but the one being rewritten and at most one ended.
+    EXPECT_GE(seen, 2u);
     EXPECT_EQ(next->inherited(), 0u);
   }
   ::munmap(done, sizeof(std::atomic<uint64_t>));
