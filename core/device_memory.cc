@@ -8,6 +8,7 @@
 #include "core/access.h"
 #include "core/sharing.h"
 #include "util/log.h"
+#include "util/step_trace.h"
 
 namespace gpufs {
 namespace {
@@ -62,6 +63,7 @@ Result<MappedBlob> Namespace::ExportFor(const Blob& rec, const Entry& entry, con
                              "group)");
   }
   mapped.private_copy = true;
+  StepTrace trace("private copy for a map");
   if (*copy && (*copy)->device == rec.device) {  // mapped before through this file
     mapped.exported = (*copy)->exported;
     return mapped;
@@ -89,6 +91,7 @@ Result<MappedBlob> Namespace::ExportFor(const Blob& rec, const Entry& entry, con
     }
     return room;
   }
+  trace.Step("made");
   {
     std::lock_guard lock(mu_);
     if (*copy) DropCopy(**copy);  // of a place the blob left (a migration)
@@ -308,10 +311,15 @@ Status Namespace::SealHandle(HandleId id) {
       return Error(failed, PathOf(entry) + " had a failed write and will be discarded");
     }
   }
+  StepTrace trace("SEAL");
   GPUFS_RETURN_IF_ERROR(StoreFor(blob->rec.device)->Seal(blob->rec.id, blob->size.load()));
+  trace.Step("seal");
   TakeChecksum(*blob);
+  trace.Step("checksum");
   std::lock_guard lock(mu_);
-  return RecordSealLocked(*blob, entry);
+  Status recorded = RecordSealLocked(*blob, entry);
+  trace.Step("catalog");
+  return recorded;
 }
 
 Status Namespace::DeclareExplicitSeal(HandleId id) {

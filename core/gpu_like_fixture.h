@@ -94,21 +94,22 @@ class GpuLikeTest : public ::testing::Test {
     GPUFS_RETURN_IF_ERROR(ns_->Write(h.handle, 0, AsBytes(manifest)).status());
     return h.handle;
   }
-  // A whole object saved by `who` at parent/name with these members.
+  // A whole object saved by `who` at parent/name with these members; what
+  // it replaces is removed after (ReapReplaced), as fs does once it answered,
+  // unless `reap` is false.
   Status Save(const Caller& who, uint64_t parent, const std::string& name,
               const std::vector<std::pair<std::string, std::string>>& members,
-              bool replace = false, uint32_t mode = 0644) {
+              bool replace = false, uint32_t mode = 0644, bool reap = true) {
     GPUFS_ASSIGN_OR_RETURN(HandleId h,
                            Stage(who, parent, "." + name + ".saving-1", Manifest(members), mode));
-    GPUFS_ASSIGN_OR_RETURN(ObjectAllocation alloc, ns_->AllocObject(h, who));
-    proto::ObjectManifest laid;
+    GPUFS_RETURN_IF_ERROR(ns_->AllocObject(h, who).status());
     uint64_t at = 0;
     for (const auto& [member, bytes] : members) {
       GPUFS_RETURN_IF_ERROR(ns_->Write(h, at, AsBytes(bytes)).status());
       at = proto::NextMemberOffset(at, bytes.size());
     }
-    (void)alloc;
     Status sealed = ns_->SealObject(h, name, replace, who);
+    if (reap) ns_->ReapReplaced();
     Status released = ns_->Release(h);
     GPUFS_RETURN_IF_ERROR(sealed);
     return released;

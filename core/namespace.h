@@ -67,6 +67,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <shared_mutex>
 #include <span>
 #include <string>
@@ -225,8 +226,14 @@ class Namespace {
   // over a member, `rm -r` of an object): write and search permission on
   // the parent and, for an object, on it and every object under it; in a
   // sticky parent the caller must own the parent or what it replaces
-  // (EACCES / EPERM otherwise, nothing changed).
+  // (EACCES / EPERM otherwise, nothing changed). A replaced object is
+  // detached in that transaction; its subtree goes at ReapReplaced.
   Status SealObject(HandleId handle, std::string_view name, bool replace, const Caller& caller);
+  // Removes the objects seals replaced and frees what nobody holds of them,
+  // off the seal's answer (fs calls it after replying). Until then they are
+  // detached, reachable only by those who hold them; a start-up purges any
+  // left.
+  void ReapReplaced();
   // An open object (opendir), for MapObject; released with Release.
   Result<HandleId> OpenObject(const Caller& caller, uint64_t ino);
   // GPUFS_IOC_MAP_OBJECT: the memory of every sealed GPU member under the
@@ -392,8 +399,13 @@ class Namespace {
   Status WritePending(const std::shared_ptr<PendingObject>& pending, uint64_t offset,
                       std::span<const std::byte> src);
   // Detaches (and frees what nobody holds of) object `object` and everything
-  // under it (mu_ held; run it in a catalog Batch).
-  Status RemoveSubtreeLocked(EntryId object);
+  // under it; a detached `object` is purged unless held (mu_ held; run it in
+  // a catalog Batch). `keep`: entries to detach rather than purge (held by a
+  // takeover's adopted handles at start-up).
+  Status RemoveSubtreeLocked(EntryId object, const std::set<EntryId>* keep = nullptr);
+  // Start-up: the rows of detached object `id` and all under it go, but for
+  // entries in `held` (adopted handles'), which stay detached (recovery.cc).
+  Status PurgeDetachedLocked(EntryId id, const std::set<EntryId>& held);
   // Start-up: pending objects go, unless an adopted staging handle of a
   // takeover holds them, which then gets them back (recovery.cc).
   Status RestorePendingObjects();
@@ -495,6 +507,7 @@ class Namespace {
   std::vector<std::pair<std::string, BlobId>> doomed_;  // GUARDED_BY(mu_): FreeQueued frees them
   // GUARDED_BY(mu_): FreeQueued releases their places kept by Reshare.
   std::vector<std::pair<std::string, BlobId>> unretire_;
+  std::vector<EntryId> replaced_;  // GUARDED_BY(mu_): detached objects ReapReplaced removes
   std::unique_ptr<Catalog> catalog_;                          // GUARDED_BY(mu_)
   UsageCatalog* usage_ = nullptr;  // GUARDED_BY(mu_): catalog_ itself, for its usage figures
   std::map<std::string, std::unique_ptr<BulkStore>> stores_;  // fixed after Open

@@ -8,6 +8,7 @@
 #include "core/namespace.h"
 #include "proto/xattr_names.h"
 #include "util/log.h"
+#include "util/step_trace.h"
 
 namespace gpufs {
 
@@ -24,6 +25,7 @@ Result<HandleId> Namespace::OpenObject(const Caller& caller, uint64_t ino) {
 }
 
 Result<ObjectMap> Namespace::MapObject(HandleId id, const Caller& caller) {
+  StepTrace trace("MAP_OBJECT");
   ObjectMap out;
   struct Candidate {
     std::string name;
@@ -88,6 +90,7 @@ Result<ObjectMap> Namespace::MapObject(HandleId id, const Caller& caller) {
       }
     }
   }
+  trace.Step("members");
   // Spilled members come back onto their GPU; then each is exported, one
   // private copy per allocation for a reader.
   std::map<uint64_t, IpcExport> copies;  // by the shared allocation's memory
@@ -131,6 +134,7 @@ Result<ObjectMap> Namespace::MapObject(HandleId id, const Caller& caller) {
     keep[i] = true;
     out.members.push_back(std::move(member));
   }
+  trace.Step("export");
   std::lock_guard lock(mu_);
   for (MappedMember& member : out.members) {
     if (auto dtype = catalog_->GetXattr(member.entry, xattr::kDtype); dtype.ok()) {
@@ -150,6 +154,7 @@ Result<ObjectMap> Namespace::MapObject(HandleId id, const Caller& caller) {
     }
   }
   if (!handle.ok()) return handle.status();  // released meanwhile: nothing stays held
+  trace.Step("describe");
   return out;
 }
 

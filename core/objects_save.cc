@@ -25,6 +25,7 @@
 #include "proto/shape.h"
 #include "proto/xattr_names.h"
 #include "util/log.h"
+#include "util/step_trace.h"
 
 namespace gpufs {
 
@@ -56,6 +57,7 @@ Result<proto::ObjectManifest> Namespace::ReadManifest(ActiveBlob& staging) {
 }
 
 Result<ObjectAllocation> Namespace::AllocObject(HandleId id, const Caller& caller) {
+  StepTrace trace("ALLOC_OBJECT");
   FreeQueuedOnExit free_queued(this);
   std::shared_ptr<ActiveBlob> staging;
   Entry staging_entry, parent;
@@ -81,7 +83,9 @@ Result<ObjectAllocation> Namespace::AllocObject(HandleId id, const Caller& calle
     staging->needs_explicit_seal = true;
     staging->staging = true;
   }
+  trace.Step("checks");
   GPUFS_ASSIGN_OR_RETURN(proto::ObjectManifest manifest, ReadManifest(*staging));
+  trace.Step("manifest");
   const std::string hidden = staging_entry.name + ".d";
   GPUFS_RETURN_IF_ERROR(CheckNewName(parent.id, hidden));
 
@@ -133,12 +137,14 @@ Result<ObjectAllocation> Namespace::AllocObject(HandleId id, const Caller& calle
     });
     if (!made.ok()) return made.Prepend("object " + PathOf(parent.id) + "/" + hidden);
   }
+  trace.Step("catalog");
   // The allocation, outside the lock (spilling colder members if need be).
   BulkStore* store = StoreFor(pending->device);
   Status allocated = WithRoom(
       pending->device, manifest.bytes,
       [&] { return store->AllocateGroup(layout, manifest.bytes, pending->key); },
       manifest.bytes + kGranule);
+  trace.Step("allocate");
   std::lock_guard lock(mu_);
   if (!allocated.ok()) {
     Status dropped = catalog_->Batch([&] { return RemoveSubtreeLocked(pending->object); });
@@ -162,6 +168,7 @@ Result<ObjectAllocation> Namespace::AllocObject(HandleId id, const Caller& calle
                          .writable = true, .private_copy = false};
   }
   NotifyEntry(parent.id, hidden);
+  trace.Step("hold+export");
   return out;
 }
 
@@ -249,6 +256,7 @@ Status Namespace::MayReplaceLocked(const Caller& caller, const Entry& parent, co
 
 Status Namespace::SealObject(HandleId id, std::string_view name, bool replace,
                              const Caller& caller) {
+  StepTrace trace("SEAL_OBJECT");
   FreeQueuedOnExit free_queued(this);
   std::shared_ptr<PendingObject> pending;
   EntryId staging = 0, parent = 0;
@@ -277,6 +285,7 @@ Status Namespace::SealObject(HandleId id, std::string_view name, bool replace,
       GPUFS_RETURN_IF_ERROR(MayReplaceLocked(caller, parent_entry, *there));
     }
   }
+  trace.Step("checks");
   // Seal and checksum in the store (group members move nowhere), then the
   // catalog in one transaction.
   BulkStore* store = StoreFor(pending->device);
@@ -287,6 +296,7 @@ Status Namespace::SealObject(HandleId id, std::string_view name, bool replace,
     ids.push_back(m.blob);
     sizes.push_back(m.size);
   }
+  trace.Step("seal");
   std::vector<std::optional<uint64_t>> sums(ids.size());
   if (IsGpuTier(pending->device) && !ids.empty()) {
     auto taken = store->Checksums(ids, sizes);
@@ -297,6 +307,7 @@ Status Namespace::SealObject(HandleId id, std::string_view name, bool replace,
                       << taken.status().ToString();
     }
   }
+  trace.Step("checksums");
   std::lock_guard lock(mu_);
   auto target = catalog_->Lookup(parent, name);
   if (target.ok()) {
@@ -323,17 +334,20 @@ Status Namespace::SealObject(HandleId id, std::string_view name, bool replace,
     }
     GPUFS_RETURN_IF_ERROR(catalog_->RemoveXattr(pending->object, kPendingXattr));
     if (target.ok() && target->kind == EntryKind::kObject) {
-      GPUFS_RETURN_IF_ERROR(RemoveSubtreeLocked(target->id));
+      // Gone from the tree now; its hundreds of rows go after the answer.
+      GPUFS_RETURN_IF_ERROR(catalog_->Detach(target->id, now));
     } else if (target.ok()) {
       GPUFS_RETURN_IF_ERROR(DetachAndCollect(target->id));  // a member there goes as by unlink
     }
     GPUFS_RETURN_IF_ERROR(catalog_->Move(pending->object, parent, name, now).status());
     return DetachAndCollect(staging);
   });
+  trace.Step("catalog");
   if (!published.ok()) {
     doomed_.resize(doomed_before);  // the batch was rolled back: nothing it freed is gone
     return published.Prepend("publish object " + std::string(name));
   }
+  if (target.ok() && target->kind == EntryKind::kObject) replaced_.push_back(target->id);
   for (size_t i = 0; i < pending->members.size(); ++i) {
     PendingObject::Member& m = pending->members[i];
     if (!m.active) continue;
@@ -362,23 +376,45 @@ void Namespace::DiscardPendingObject(Handle& handle) {
   ReleasePendingLocked(*pending);
 }
 
-Status Namespace::RemoveSubtreeLocked(EntryId object) {
+Status Namespace::RemoveSubtreeLocked(EntryId object, const std::set<EntryId>* keep) {
+  auto kept = [&](EntryId id) { return keep != nullptr && keep->contains(id); };
   for (EntryId after = 0;;) {
     GPUFS_ASSIGN_OR_RETURN(auto children, catalog_->ListChildren(object, after, 512));
     if (children.empty()) break;
     for (const Entry& child : children) {
       if (child.kind == EntryKind::kObject) {
-        GPUFS_RETURN_IF_ERROR(RemoveSubtreeLocked(child.id));
+        GPUFS_RETURN_IF_ERROR(RemoveSubtreeLocked(child.id, keep));
       } else {
         NotifyEntry(object, child.name);
-        GPUFS_RETURN_IF_ERROR(DetachAndCollect(child.id));
+        GPUFS_RETURN_IF_ERROR(kept(child.id) ? catalog_->Detach(child.id, Now())
+                                             : DetachAndCollect(child.id));
       }
       after = child.id;
     }
   }
   GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(object));
-  if (entry.parent != 0) NotifyEntry(entry.parent, entry.name);
-  return entry.parent != 0 ? DetachAndCollect(object) : Status::Ok();
+  if (entry.parent != 0) {
+    NotifyEntry(entry.parent, entry.name);
+    return kept(object) ? catalog_->Detach(object, Now()) : DetachAndCollect(object);
+  }
+  // Detached already (a replaced object): purged once nobody holds it.
+  if (kept(object) || entry_opens_.contains(object)) return Status::Ok();
+  return catalog_->Purge(object).status();
+}
+
+void Namespace::ReapReplaced() {
+  FreeQueuedOnExit free_queued(this);
+  std::lock_guard lock(mu_);
+  std::vector<EntryId> replaced;
+  replaced.swap(replaced_);
+  for (EntryId object : replaced) {
+    StepTrace trace("reap a replaced object");
+    Status removed = catalog_->Batch([&] { return RemoveSubtreeLocked(object); });
+    if (!removed.ok()) {
+      GPUFS_LOG(ERROR) << "remove the replaced object " << object << ": " << removed.ToString()
+                       << " (its rows go at the next start)";
+    }
+  }
 }
 
 Status Namespace::RestorePendingObjects() {

@@ -74,6 +74,30 @@ TEST_F(ObjectTest, NothingIsVisibleAtTheNameUntilTheSealAndAProducerThatGoesLeav
   EXPECT_EQ(dev_->Usage().blobs, 0u);
 }
 
+TEST_F(ObjectTest, AReplacedObjectIsDetachedAtTheSealAndGoesAfterOrAtTheNextStart) {
+  ASSERT_TRUE(Save(alice_, kRootEntryId, "model", {{"w", "old"}, {"x", "gone"}}).ok());
+  const uint64_t old_model = Find(kRootEntryId, "model");
+  ASSERT_TRUE(
+      Save(alice_, kRootEntryId, "model", {{"w", "new"}}, true, 0644, /*reap=*/false).ok());
+  // The seal's transaction took the old object out of the tree at once...
+  EXPECT_EQ(Names(kRootEntryId), std::vector<std::string>{"model"});
+  EXPECT_NE(Find(kRootEntryId, "model"), old_model);
+  EXPECT_EQ(Cat(Find(Find(kRootEntryId, "model"), "w")), "new");
+  EXPECT_EQ(dev_->Usage().blobs, 3u);  // ...and its members go after the answer
+  ns_->ReapReplaced();
+  EXPECT_EQ(dev_->Usage().blobs, 1u);
+  EXPECT_EQ(ns_->GetAttr(old_model).status().code(), ENOENT);
+
+  // Left behind by a daemon that stopped before removing it: the next start
+  // purges the detached object with its members, and keeps the new one.
+  ASSERT_TRUE(
+      Save(alice_, kRootEntryId, "model", {{"w", "newer"}}, true, 0644, /*reap=*/false).ok());
+  Start();
+  EXPECT_EQ(Names(kRootEntryId), std::vector<std::string>{"model"});
+  EXPECT_EQ(Cat(Find(Find(kRootEntryId, "model"), "w")), "newer");
+  EXPECT_EQ(dev_->Usage().blobs, 1u);
+}
+
 TEST_F(ObjectTest, AnObjectReplacesAnObjectInOneStepAndOldReadersKeepTheirBytes) {
   ASSERT_TRUE(Save(alice_, kRootEntryId, "model", {{"w", "old weights"}, {"x", "gone"}}).ok());
   const uint64_t old_w = Find(Find(kRootEntryId, "model"), "w");

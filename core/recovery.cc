@@ -27,7 +27,7 @@ Status Namespace::Recover() {
 
   GPUFS_ASSIGN_OR_RETURN(auto detached, catalog_->ListDetached());
   for (EntryId id : detached) {
-    if (!held_entries.contains(id)) GPUFS_RETURN_IF_ERROR(catalog_->Purge(id).status());
+    GPUFS_RETURN_IF_ERROR(PurgeDetachedLocked(id, held_entries));
   }
 
   GPUFS_ASSIGN_OR_RETURN(auto blobs, catalog_->ListBlobs());
@@ -202,6 +202,26 @@ void Namespace::HoldObjectMembersLocked(Handle& handle) {
       }
     }
   }
+}
+
+// A detached object may still have its members (one a seal replaced, whose
+// removal after the answer had not run): they go with it. The stores free
+// the memory of whatever is no longer live.
+Status Namespace::PurgeDetachedLocked(EntryId id, const std::set<EntryId>& held) {
+  GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(id));
+  if (entry.kind == EntryKind::kObject) {
+    for (EntryId after = 0;;) {
+      GPUFS_ASSIGN_OR_RETURN(auto children, catalog_->ListChildren(id, after, 512));
+      if (children.empty()) break;
+      for (const Entry& child : children) {
+        after = child.id;
+        GPUFS_RETURN_IF_ERROR(catalog_->Detach(child.id, Now()));
+        GPUFS_RETURN_IF_ERROR(PurgeDetachedLocked(child.id, held));
+      }
+    }
+  }
+  if (held.contains(id)) return Status::Ok();
+  return catalog_->Purge(id).status();
 }
 
 }  // namespace gpufs

@@ -126,7 +126,9 @@ void SealObject(fuse_req_t req, HandleId handle, const void* in_buf, size_t in_b
   Status sealed = Ns(req).SealObject(handle, std::string_view(seal.name, len),
                                      (seal.flags & GPUFS_SEAL_REPLACE) != 0, CallerOf(req));
   if (!sealed.ok()) return ReplyError(req, "ioctl SEAL_OBJECT", sealed);
+  Namespace& ns = Ns(req);
   fuse_reply_ioctl(req, 0, nullptr, 0);
+  ns.ReapReplaced();  // what the seal replaced goes after the producer has its answer
 }
 
 }  // namespace

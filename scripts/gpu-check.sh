@@ -154,6 +154,16 @@ if [ $bench = 1 ]; then
       python3 bench/model_bench.py $mnt 2>&1 | tee -a "$out/bench.txt"
       umount $mnt
     }
+    # Where a save and a load of the model spend their time: libgpufs's
+    # steps and the daemon's (GPUFS_TRACE=1 for both).
+    rm -rf /tmp/gpufs-trace-state
+    GPUFS_TRACE=1 "$GPUFS_BIN" mount $mnt --state /tmp/gpufs-trace-state --store gpu --capacity 40G && {
+      echo "=== save and load traces"
+      GPUFS_TRACE=1 python3 bench/save_trace.py $mnt 2>&1 | tee -a "$out/trace.txt"
+      GPUFS_TRACE=1 python3 bench/load_trace.py $mnt 2>&1 | tee -a "$out/trace.txt"
+      grep -h "trace:" /tmp/gpufs-trace-state/gpufs.log | tail -30 | tee -a "$out/trace.txt"
+      umount $mnt
+    }
   fi
   # Tiers: spill to host and disk, fault back from host and disk,
   # beside pinned and pageable cudaMemcpy of the same size.

@@ -205,6 +205,8 @@ for i in 1 2 3 4 5; do nobody "$attack" copybench "$mnt/b1g"; done | tee /tmp/vm
 awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "ratio") r[++n] = kv[2] } }
      END { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { t = r[i]; r[i] = r[j]; r[j] = t }
            printf "copybench median ratio of %d: %.2f (target <= 1.2)\n", n, r[int((n + 1) / 2)] }' /tmp/vmm-copybench.txt
+# With GPUFS_TRACE=1 the daemon logged the steps of each private copy.
+[ -n "${GPUFS_TRACE:-}" ] && grep -h "trace: private copy\|trace: VMM pool" "$state/gpufs.log" | tail -12
 # The checksum a seal takes, recomputed: gpufs verify of the 1 GiB member
 # (one CLI process, the ioctl, the kernel) beside the put of 1 GiB below.
 for i in 1 2 3; do

@@ -7,10 +7,12 @@
 #include "store/gpu_bulk_store_internal.h"
 #include "store/sum64_kernel.h"
 #include "util/log.h"
+#include "util/step_trace.h"
 
 namespace gpufs {
 
 Result<IpcExport> GpuBulkStore::ExportCopy(BlobId id, BlobId copy) {
+  StepTrace trace("private copy");
   GPUFS_RETURN_IF_ERROR(PlaceEmpty(id));
   const std::string what = "gpu store " + device_ + ": a private copy of " + Describe(id);
   std::byte* source = nullptr;
@@ -35,7 +37,9 @@ Result<IpcExport> GpuBulkStore::ExportCopy(BlobId id, BlobId copy) {
   auto alloc = std::make_unique<Allocation>();
   Status made = MakeMemory(alloc.get(), bytes, /*pooled=*/true, /*producer_fills=*/false,
                            /*zero=*/false);  // the copy overwrites every byte
+  trace.Step("memory");
   if (made.ok()) made = DeviceToDevice(alloc->base(), source, bytes);
+  trace.Step("d2d");
   {
     std::lock_guard lock(mu_);
     if (!made.ok()) {
@@ -55,6 +59,7 @@ Result<IpcExport> GpuBulkStore::ExportCopy(BlobId id, BlobId copy) {
     ++dedicated_count_;
   }
   auto out = Export(copy);  // kLegacy: its cudaIpc handle
+  trace.Step("export");
   if (!out.ok()) {
     Free(copy);
     return out.status().Prepend(what);

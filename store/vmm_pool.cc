@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include "util/log.h"
+#include "util/step_trace.h"
 
 namespace gpufs {
 
@@ -39,6 +40,11 @@ std::unique_ptr<VmmMemory> VmmPool::Take(uint64_t bytes, bool producer_fills) {
   }
   if (producer_fills) ++filling_;
   if (!producer_fills || filling_ != 1) StartDeferredLocked();  // a second Take, or none filling
+  if (!got && StepTrace::Enabled()) {
+    GPUFS_LOG(INFO) << "trace: VMM pool: none of " << bytes << " bytes ready ("
+                    << (coming_[bytes] > 0 ? "one is being made" : "over the pool's budget")
+                    << ", " << ready_bytes_ << " of " << budget_ << " bytes ready or coming)";
+  }
   return got;
 }
 

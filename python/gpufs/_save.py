@@ -136,7 +136,10 @@ def _save_whole(mapping, path, typename):
         _make_objects(parent)
     names = list(mapping)
     with contextlib.ExitStack() as stack:
-        srcs = [stack.enter_context(_describe(mapping[n])) for n in names]
+        srcs = []
+        for n in names:  # torch CUDA tensors without a context manager each
+            fast = _torch_cuda_source(mapping[n])
+            srcs.append(fast if fast is not None else stack.enter_context(_describe(mapping[n])))
         if any(s.on_device for s in srcs) and serves_gpu(path) is False:
             raise OSError(errno.ENODEV, "the gpufs daemon of this mount serves no GPU (host "
                           "store): save host copies instead (e.g. tensor.cpu().numpy())", path)
@@ -149,14 +152,23 @@ def _save_whole(mapping, path, typename):
                     _sync(mapping[n])
                     synced.add(key)
         count = len(names)
-        shapes = [(ctypes.c_uint64 * len(s.shape))(*s.shape) for s in srcs]
-        specs = (_lib.GpufsObjectSpec * count)()
-        encoded = [n.encode() for n in names]
+        # Every shape in one array; each spec points into it.
+        flat = [d for s in srcs for d in s.shape]
+        dims = (ctypes.c_uint64 * max(1, len(flat)))(*flat)
+        dims_at = ctypes.addressof(dims)
+        dims_type = ctypes.POINTER(ctypes.c_uint64)
+        encoded = [n.encode() for n in names]  # kept alive while the specs point at them
         dtype_names = [s.dtype.name.encode() for s in srcs]
+        specs = (_lib.GpufsObjectSpec * count)()
+        at = 0
         for i, s in enumerate(srcs):
-            specs[i] = _lib.GpufsObjectSpec(encoded[i], s.nbytes, dtype_names[i],
-                                            ctypes.cast(shapes[i], ctypes.POINTER(ctypes.c_uint64)),
-                                            len(s.shape))
+            spec = specs[i]
+            spec.name = encoded[i]
+            spec.size = s.nbytes
+            spec.dtype = dtype_names[i]
+            spec.shape = ctypes.cast(dims_at + 8 * at, dims_type)
+            spec.ndim = len(s.shape)
+            at += len(s.shape)
         writer = _lib.GpufsObjectWriter()
         try:
             _lib.call("gpufs_object_create", os.fsencode(path), specs, count,
@@ -194,9 +206,39 @@ def _is_numpy(array):
     return builtins.type(array).__module__ == "numpy" and hasattr(array, "__array_interface__")
 
 
+_TORCH_DTYPES = None  # torch dtype -> gpufs DType, made at the first torch tensor
+
+
+def _torch_cuda_source(t):
+    """The _Source of a torch CUDA tensor read from its attributes (a few
+    microseconds; the array interfaces cost tens, and bfloat16 has no CAI
+    typestr), or None to take the general path (CPU, sparse, conjugated or
+    negated views, a dtype gpufs does not know)."""
+    global _TORCH_DTYPES
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(t, torch.Tensor) or not t.is_cuda:
+        return None
+    if t.layout != torch.strided or t.is_conj() or t.is_neg():
+        return None
+    if _TORCH_DTYPES is None:
+        _TORCH_DTYPES = {getattr(torch, d.torch): d for d in dtypes.DTYPES
+                         if isinstance(getattr(torch, d.torch, None), torch.dtype)}
+    dt = _TORCH_DTYPES.get(t.dtype)
+    if dt is None:
+        return None
+    if not t.is_contiguous():
+        raise ValueError(f"tensor is not C-contiguous (shape {tuple(t.shape)}, strides "
+                         f"{t.stride()} elements): make it contiguous first (tensor.contiguous())")
+    return _Source(t.data_ptr(), t.numel() * dt.itemsize, dt, tuple(t.shape), True)
+
+
 @contextlib.contextmanager
 def _describe(array):
     """Yield the _Source of `array`; its memory is valid inside the block."""
+    fast = _torch_cuda_source(array)
+    if fast is not None:
+        yield fast
+        return
     if _is_numpy(array):
         import numpy as np
         yield _numpy_source(np.asarray(array))  # numpy scalars (np.float32(3)) as 0-d arrays
