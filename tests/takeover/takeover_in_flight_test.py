@@ -4,21 +4,15 @@ carried out and not answered is answered from the reply journal by its id,
 not carried out again; one it had begun may be half done and is carried out
 once more, checked (fs/fuse_replay.h, docs/TAKEOVER.md)."""
 
-import errno
-import hashlib
 import json
 import os
-import random
-import re
 import signal
-import subprocess
 import sys
 import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from takeover_util import (GPUFS_BIN, TIMEOUT_S, Mount, TakeoverCase,  # noqa: E402
-                           kill_at_random_moments, sha, wait_pid_exit)
+from takeover_util import TIMEOUT_S, TakeoverCase, sha  # noqa: E402
 
 
 class InFlightTest(TakeoverCase):

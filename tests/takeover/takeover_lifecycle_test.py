@@ -3,20 +3,17 @@ the memory host tier's slabs, `gpufs restart`, and the supervisor's death
 (docs/TAKEOVER.md)."""
 
 import errno
-import hashlib
 import json
 import os
 import random
-import re
 import signal
 import subprocess
 import sys
-import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from takeover_util import (GPUFS_BIN, TIMEOUT_S, Mount, TakeoverCase,  # noqa: E402
-                           kill_at_random_moments, sha, wait_pid_exit)
+from takeover_util import (GPUFS_BIN, TIMEOUT_S, Mount, TakeoverCase, sha,  # noqa: E402
+                           wait_pid_exit)
 
 
 class LifecycleTest(TakeoverCase):

@@ -2,21 +2,18 @@
 SIGKILLed at random moments while readers and writers work, and callers
 never see an error (docs/TAKEOVER.md)."""
 
-import errno
 import hashlib
 import json
 import os
 import random
 import re
-import signal
 import subprocess
 import sys
 import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from takeover_util import (GPUFS_BIN, TIMEOUT_S, Mount, TakeoverCase,  # noqa: E402
-                           kill_at_random_moments, sha, wait_pid_exit)
+from takeover_util import GPUFS_BIN, TakeoverCase, kill_at_random_moments, sha  # noqa: E402
 
 
 class LoadTest(TakeoverCase):
