@@ -94,7 +94,13 @@ Replay::Step Replay::BeforeProcessing(const fuse_in_header& ih, int slot) {
   uint64_t unique = ih.unique & ~kResendBit;
   Step step = Step::kProcess;
   if (ih.unique & kResendBit) {
-    if (auto rec = link_.journal().Find(unique)) {
+    auto rec = link_.journal().Find(unique);
+    if (rec && rec->opcode != ih.opcode) {  // ids never repeat on a connection
+      GPUFS_LOG(ERROR) << "re-sent request " << unique << " is opcode " << ih.opcode
+                       << ", journaled as opcode " << rec->opcode << ": record ignored";
+      rec.reset();
+    }
+    if (rec) {
       if (rec->answered && rec->reply.size() >= sizeof(fuse_out_header)) {
         std::string reply = std::move(rec->reply);
         fuse_out_header header;
@@ -103,7 +109,9 @@ Replay::Step Replay::BeforeProcessing(const fuse_in_header& ih, int slot) {
         std::memcpy(reply.data(), &header, sizeof header);
         ssize_t n = ::write(link_.fuse_fd(), reply.data(), reply.size());
         // ENOENT: the kernel dropped the request meanwhile (interrupted).
-        if (n < 0) GPUFS_LOG(INFO) << "journaled reply to " << unique << ": " << std::strerror(errno);
+        if (n < 0) {
+          GPUFS_LOG(INFO) << "journaled reply to " << unique << ": " << std::strerror(errno);
+        }
         GPUFS_LOG(INFO) << "re-sent request " << unique << " (opcode " << ih.opcode
                         << ") was carried out by the last worker: answered from the journal";
         link_.journal().Settle(unique);
