@@ -35,8 +35,8 @@
 // sealing), blob_lifecycle.cc (new, replaced and freed blobs),
 // namespace_handles.cc (open handles), control_files.cc (/.gpufs),
 // placement.cc (which store a blob goes to), migrator.cc, recovery.cc
-// (start-up sweep), xattrs.cc, device_memory.cc (GPUFS_IOC_MAP/ALLOC/SEAL), meta_json.cc and ipc_info.cc;
-// tiers: eviction_policy.cc (which blobs leave a full tier),
+// (start-up sweep), xattrs.cc, device_memory.cc (GPUFS_IOC_MAP/ALLOC/SEAL),
+// meta_json.cc and ipc_info.cc; tiers: eviction_policy.cc (which blobs leave a full tier),
 // spiller.cc (spill on demand, fault back before a map), persister.cc
 // (write-behind to the disk tier, CRC-32C) and tier_copy.cc (the copies).
 //
