@@ -1,3 +1,4 @@
+#include "cli/cluster_cmds.h"
 #include "cli/file_cmds.h"
 
 #include <dirent.h>
@@ -425,6 +426,7 @@ Status Stat(const std::string& path, bool as_json) {
     auto members = j.find("members");
     std::printf("members:  %zu\n",
                 members != j.end() && members->is_object() ? members->size() : size_t{0});
+    PrintReplicas(path);
     std::string line;
     const json where = WhereItIs(path, j);
     for (const auto& [tier, bytes] : where["tiers"].items()) {

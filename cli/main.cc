@@ -7,9 +7,11 @@
 // command or option, missing argument), 130 interrupted (put, import).
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "cli/cluster_cmds.h"
 #include "cli/command_names.h"
 #include "cli/file_cmds.h"
 #include "cli/import_cmd.h"
@@ -91,6 +93,26 @@ int main(int argc, char** argv) {
   import_cmd->add_option("file", src, "A .safetensors file")->required();
   import_cmd->add_option("path", dst, "The new object's path on a gpufs mount")->required();
   import_cmd->add_flag("--replace", import_options.replace, "Replace PATH if it exists");
+  bool publish_after = false;
+  put->add_flag("--publish", publish_after,
+                "Then publish the member's object to the mount's cluster (gpufs publish)");
+  import_cmd->add_flag("--publish", publish_after,
+                       "Then publish the object to the mount's cluster (gpufs publish)");
+
+  bool unpublish = false;
+  auto* publish = app.add_subcommand(
+      "publish", "Publish an object's current version to every node of the mount's cluster");
+  publish->add_option("path", src, "An object on a gpufs mount in cluster mode")->required();
+  publish->add_flag("--remove", unpublish, "Publish that the object is gone instead");
+
+  auto* cluster_cmd = app.add_subcommand("cluster", "Cluster mode");
+  cluster_cmd->require_subcommand(1);
+  std::string cluster_path = ".";
+  bool cluster_json = false;
+  auto* cluster_status = cluster_cmd->add_subcommand(
+      "status", "Nodes, leases, replicas per object and fetches in flight of the mount's cluster");
+  cluster_status->add_option("path", cluster_path, "A path on the mount (default: .)");
+  cluster_status->add_flag("--json", cluster_json, "Print the status as JSON");
 
   bool long_format = false, json = false, recursive = false;
   auto* ls = app.add_subcommand("ls", "List an object's members");
@@ -160,11 +182,19 @@ int main(int argc, char** argv) {
       return kUsageError;
     }
     if (auto s = on_gpufs(dst); !s.ok()) return Report(s);
-    return Report(gpufs::Put(src, dst, put_options));
+    gpufs::Status put_done = gpufs::Put(src, dst, put_options);
+    if (!put_done.ok() || !publish_after) return Report(put_done);
+    // The object the member landed in (dst, or dst's parent when dst names the member).
+    std::error_code ec;
+    std::string object = std::filesystem::is_directory(dst, ec) ? dst
+                         : std::filesystem::path(dst).parent_path().string();
+    return Report(gpufs::Publish(object.empty() ? "." : object, false));
   }
   if (import_cmd->parsed()) {
     if (auto s = on_gpufs(dst); !s.ok()) return Report(s);
-    return Report(gpufs::Import(src, dst, import_options));
+    gpufs::Status imported = gpufs::Import(src, dst, import_options);
+    if (!imported.ok() || !publish_after) return Report(imported);
+    return Report(gpufs::Publish(dst, false));
   }
   if (verify->parsed()) {
     for (const std::string& p : verify_paths) {
@@ -180,6 +210,10 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (cluster_status->parsed()) {
+    if (auto s = on_gpufs(cluster_path); !s.ok()) return Report(s);
+    return Report(gpufs::ClusterStatus(cluster_path, cluster_json));
+  }
   if (restart->parsed()) {
     if (auto s = on_gpufs(restart_mount); !s.ok()) return Report(s);
     return Report(gpufs::Restart(restart_mount));
@@ -190,5 +224,6 @@ int main(int argc, char** argv) {
   if (stat->parsed()) return Report(gpufs::Stat(src, json));
   if (rm->parsed()) return Report(gpufs::Rm(src, recursive));
   if (migrate->parsed()) return Report(gpufs::Migrate(src, to));
+  if (publish->parsed()) return Report(gpufs::Publish(src, unpublish));
   return 1;
 }

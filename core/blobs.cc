@@ -61,6 +61,7 @@ Result<OpenResult> Namespace::Open(const Caller& caller, uint64_t ino, int flags
 Result<OpenResult> Namespace::CreateOnce(const Caller& caller, uint64_t parent,
                                          std::string_view name, uint32_t mode, int flags) {
   GPUFS_RETURN_IF_ERROR(CheckNewName(parent, name));
+  GPUFS_ASSIGN_OR_RETURN(parent, Resolve(parent));
   FreeQueuedOnExit free_queued(this);
   std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry parent_entry, ObjectEntry(parent));
@@ -92,13 +93,13 @@ Result<OpenResult> Namespace::CreateOnce(const Caller& caller, uint64_t parent,
 Result<OpenResult> Namespace::OpenOnce(const Caller& caller, uint64_t ino, int flags) {
   bool write = (flags & O_ACCMODE) != O_RDONLY;
   if (ino == kControlDirIno) return Error(EISDIR, "/.gpufs is a directory");
-  if (ino == kStatsIno) {
-    if (write || (flags & O_TRUNC)) return Error(EPERM, "/.gpufs/stats is read-only");
+  if (ino == kStatsIno || ino == kClusterIno) {
+    if (write || (flags & O_TRUNC)) return Error(EPERM, "/.gpufs is read-only");
     Handle handle;
-    handle.snapshot = StatsJson();
+    handle.snapshot = ino == kStatsIno ? StatsJson() : ClusterStatusJson();
     std::lock_guard lock(mu_);
     OpenResult result;
-    result.attr = ControlAttr(kStatsIno, 0, handle.snapshot.size());
+    result.attr = ControlAttr(ino, 0, handle.snapshot.size());
     result.handle = AddHandle(std::move(handle));
     return result;
   }

@@ -1,5 +1,6 @@
-// Checksums of sealed GPU blobs (sum64, util/sum64.h): taken on the GPU at
-// seal and when a blob comes onto a GPU without one (core/migrator.cc), kept
+// Checksums of sealed GPU blobs (sum64, util/sum64.h): taken on the GPU right
+// after a seal is answered (SumSealed) and when a blob comes onto a GPU
+// without one (core/migrator.cc), kept
 // in the blob's catalog row, and checked by `gpufs verify` (Verify), when a
 // blob comes back onto a GPU (core/migrator.cc: a mismatch leaves it where
 // it was, EIO) and before its disk copy is written (core/persister.cc: a
@@ -8,7 +9,11 @@
 // copy has its own CRC-32C besides, checked when it is read back.)
 #include "core/namespace.h"
 
+#include <map>
+#include <shared_mutex>
+
 #include "util/log.h"
+#include "util/step_trace.h"
 #include "util/sum64.h"
 
 namespace gpufs {
@@ -57,7 +62,83 @@ Status Namespace::CheckChecksum(BulkStore* store, const Blob& rec, EntryId entry
                         " do not match the checksum taken at its seal");
 }
 
+void Namespace::SumSealed() {
+  std::vector<std::pair<EntryId, BlobId>> todo;
+  {
+    std::lock_guard lock(mu_);
+    todo.swap(unsummed_);
+  }
+  if (todo.empty()) return;
+  StepTrace trace([&] { return "checksums of " + std::to_string(todo.size()) + " sealed blobs"; });
+  FreeQueuedOnExit free_queued(this);
+  struct Pinned {
+    HandleId pin;
+    std::shared_ptr<ActiveBlob> blob;
+  };
+  std::vector<Pinned> pinned;
+  {
+    // Each held with a handle of our own: it cannot go while it is summed.
+    std::lock_guard lock(mu_);
+    for (const auto& [entry, id] : todo) {
+      auto e = catalog_->GetEntry(entry);
+      if (!e.ok() || e->blob != id || e->parent == 0) continue;  // gone or replaced already
+      auto it = active_.find(id);
+      auto rec = it != active_.end() ? Result<Blob>(it->second->rec) : catalog_->GetBlob(id);
+      if (!rec.ok() || rec->state != BlobState::kSealed || rec->checksum) continue;
+      Handle pin;
+      pin.entry = entry;
+      pin.blob = Activate(*rec, /*use=*/false);
+      std::shared_ptr<ActiveBlob> blob = pin.blob;
+      pinned.push_back({AddHandle(std::move(pin)), std::move(blob)});
+    }
+  }
+  {
+    // Shared: the bytes neither change nor move meanwhile. Blobs held by a
+    // handle are never a spill's victims, so holding several cannot cycle.
+    std::vector<std::shared_lock<std::shared_mutex>> io;
+    std::map<std::string, std::vector<size_t>> by_device;
+    for (size_t i = 0; i < pinned.size(); ++i) {
+      io.emplace_back(pinned[i].blob->io_mu);
+      const Blob& rec = pinned[i].blob->rec;
+      if (IsGpuTier(rec.device) && rec.state == BlobState::kSealed && !rec.checksum) {
+        by_device[rec.device].push_back(i);
+      }
+    }
+    for (const auto& [device, members] : by_device) {
+      std::vector<BlobId> ids;
+      std::vector<uint64_t> sizes;
+      for (size_t i : members) {
+        ids.push_back(pinned[i].blob->rec.id);
+        sizes.push_back(pinned[i].blob->size.load());
+      }
+      auto sums = StoreFor(device)->Checksums(ids, sizes);
+      if (!sums.ok()) {
+        GPUFS_LOG(WARN) << ids.size() << " blob(s) on " << device
+                        << ": no checksums taken: " << sums.status().ToString();
+        continue;
+      }
+      std::lock_guard lock(mu_);
+      Status recorded = catalog_->Batch([&]() -> Status {
+        for (size_t k = 0; k < members.size(); ++k) {
+          Blob& rec = pinned[members[k]].blob->rec;
+          rec.checksum = (*sums)[k];
+          GPUFS_RETURN_IF_ERROR(catalog_->UpdateBlob(rec));
+        }
+        return Status::Ok();
+      });
+      if (!recorded.ok()) {
+        GPUFS_LOG(WARN) << "record " << ids.size() << " checksum(s): " << recorded.ToString();
+      }
+    }
+  }
+  for (const Pinned& p : pinned) {
+    Status released = Release(p.pin);
+    if (!released.ok()) GPUFS_LOG(WARN) << "checksums: " << released.ToString();
+  }
+}
+
 Result<VerifyResult> Namespace::Verify(HandleId id) {
+  SumSealed();  // a checksum queued by a seal just answered
   std::shared_ptr<ActiveBlob> blob;
   EntryId entry = 0;
   {

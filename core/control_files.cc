@@ -35,6 +35,7 @@ std::string Namespace::StatsJsonOf(bool recount) {
   std::vector<std::pair<std::string, StoreUsage>> usage;
   for (const auto& [device, store] : stores_) usage.emplace_back(device, store->Usage());
   StatsView view;
+  if (RemoteObjects* remote = remote_objects_.load()) view.cluster = remote->CountersJson();
   {
     std::lock_guard lock(mu_);
     view.generation = generation_;

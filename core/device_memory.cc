@@ -314,10 +314,10 @@ Status Namespace::SealHandle(HandleId id) {
   StepTrace trace("SEAL");
   GPUFS_RETURN_IF_ERROR(StoreFor(blob->rec.device)->Seal(blob->rec.id, blob->size.load()));
   trace.Step("seal");
-  TakeChecksum(*blob);
-  trace.Step("checksum");
+  blob->rec.checksum.reset();  // taken after the answer (SumSealed)
   std::lock_guard lock(mu_);
   Status recorded = RecordSealLocked(*blob, entry);
+  if (recorded.ok() && IsGpuTier(blob->rec.device)) unsummed_.emplace_back(entry, blob->rec.id);
   trace.Step("catalog");
   return recorded;
 }

@@ -94,12 +94,12 @@ class GpuLikeTest : public ::testing::Test {
     GPUFS_RETURN_IF_ERROR(ns_->Write(h.handle, 0, AsBytes(manifest)).status());
     return h.handle;
   }
-  // A whole object saved by `who` at parent/name with these members; what
-  // it replaces is removed after (ReapReplaced), as fs does once it answered,
-  // unless `reap` is false.
+  // A whole object saved by `who` at parent/name with these members; then,
+  // unless `after_answer` is false, what fs does once it answered the seal:
+  // the checksums (SumSealed) and the removal of what it replaced.
   Status Save(const Caller& who, uint64_t parent, const std::string& name,
               const std::vector<std::pair<std::string, std::string>>& members,
-              bool replace = false, uint32_t mode = 0644, bool reap = true) {
+              bool replace = false, uint32_t mode = 0644, bool after_answer = true) {
     GPUFS_ASSIGN_OR_RETURN(HandleId h,
                            Stage(who, parent, "." + name + ".saving-1", Manifest(members), mode));
     GPUFS_RETURN_IF_ERROR(ns_->AllocObject(h, who).status());
@@ -109,7 +109,10 @@ class GpuLikeTest : public ::testing::Test {
       at = proto::NextMemberOffset(at, bytes.size());
     }
     Status sealed = ns_->SealObject(h, name, replace, who);
-    if (reap) ns_->ReapReplaced();
+    if (after_answer) {
+      ns_->SumSealed();
+      ns_->ReapReplaced();
+    }
     Status released = ns_->Release(h);
     GPUFS_RETURN_IF_ERROR(sealed);
     return released;

@@ -274,6 +274,7 @@ std::string BuildStatsJson(const StatsView& view) {
   j["copies"] = {
       {"live", view.copies_live}, {"bytes", view.copy_bytes}, {"made", view.copies_made}};
   j["checksum_mismatches"] = view.checksum_mismatches;
+  if (!view.cluster.empty()) j["cluster"] = json::parse(view.cluster, nullptr, false);
   return Dump(j, 2) + "\n";
 }
 

@@ -83,6 +83,8 @@ struct StatsView {
   // sealed GPU blobs whose bytes no longer match their checksum.
   uint64_t copies_live = 0, copy_bytes = 0, copies_made = 0;
   uint64_t checksum_mismatches = 0;
+  // Cluster mode: RemoteObjects::CountersJson() (a JSON object); "": no key.
+  std::string cluster;
 };
 
 std::string BuildStatsJson(const StatsView& view);

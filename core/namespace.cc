@@ -172,17 +172,28 @@ Result<Attr> Namespace::Lookup(uint64_t parent, std::string_view name) {
   GPUFS_RETURN_IF_ERROR(proto::CheckName(name));
   if (parent == kControlDirIno) {
     if (name == "stats") return ControlAttr(kStatsIno, 0, StatsJson().size());
+    if (name == "cluster" && remote_objects_.load() != nullptr) return ControlAttr(kClusterIno, 0, 0);
     return Error(ENOENT, "/.gpufs/" + std::string(name) + ": no such file");
   }
   if (parent == kRootEntryId && name == kControlDirName) return ControlAttr(kControlDirIno, 0, 0);
-  std::lock_guard lock(mu_);
-  GPUFS_ASSIGN_OR_RETURN(Entry entry, ChildEntry(parent, name));
-  return AttrOf(entry);
+  GPUFS_ASSIGN_OR_RETURN(parent, Resolve(parent));
+  Status missing;
+  {
+    std::lock_guard lock(mu_);
+    auto entry = ChildEntry(parent, name);
+    if (entry.ok()) return AttrOf(*entry);
+    missing = entry.status();
+  }
+  return LookupRemote(parent, name, std::move(missing));
 }
 
 Result<Attr> Namespace::GetAttr(uint64_t ino) {
   if (ino == kStatsIno) return ControlAttr(kStatsIno, 0, StatsJson().size());
   if (ino == kControlDirIno) return ControlAttr(kControlDirIno, 0, 0);
+  if (ino == kClusterIno) return ControlAttr(kClusterIno, 0, 0);
+  if (IsRemoteIno(ino)) {
+    if (std::optional<Attr> remote = RemoteGetAttr(ino)) return *remote;
+  }
   std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
   return AttrOf(entry);
@@ -191,6 +202,7 @@ Result<Attr> Namespace::GetAttr(uint64_t ino) {
 Result<Attr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& request, HandleId handle) {
   FreeQueuedOnExit free_queued(this);
   if (IsControl(ino)) return Error(EPERM, "/.gpufs is read-only");
+  GPUFS_ASSIGN_OR_RETURN(ino, Resolve(ino));
   (void)handle;  // ftruncate and truncate behave alike: both act on the member's blob.
   if (request.size) {
     std::shared_ptr<ActiveBlob> active;
@@ -278,6 +290,7 @@ Status Namespace::DropSetIdsAfterWrite(uint64_t ino, const Caller& caller) {
 Result<Attr> Namespace::Mkdir(const Caller& caller, uint64_t parent, std::string_view name,
                               uint32_t mode) {
   GPUFS_RETURN_IF_ERROR(CheckNewName(parent, name));
+  GPUFS_ASSIGN_OR_RETURN(parent, Resolve(parent));
   std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry parent_entry, ObjectEntry(parent));
   Entry entry = NewEntry(caller, parent_entry, name, EntryKind::kObject, mode, Now());
@@ -291,6 +304,7 @@ Status Namespace::Rmdir(uint64_t parent, std::string_view name) {
   if (IsControl(parent) || (parent == kRootEntryId && name == kControlDirName)) {
     return Error(EPERM, "/.gpufs is reserved for gpufs");
   }
+  GPUFS_ASSIGN_OR_RETURN(parent, Resolve(parent));
   std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry entry, ChildEntry(parent, name));
   if (entry.kind != EntryKind::kObject) return Error(ENOTDIR, PathOf(entry.id) + " is a blob");
@@ -306,6 +320,7 @@ Status Namespace::Unlink(uint64_t parent, std::string_view name) {
   if (IsControl(parent) || (parent == kRootEntryId && name == kControlDirName)) {
     return Error(EPERM, "/.gpufs is reserved for gpufs");
   }
+  GPUFS_ASSIGN_OR_RETURN(parent, Resolve(parent));
   std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry entry, ChildEntry(parent, name));
   if (entry.kind != EntryKind::kBlob) {
@@ -326,6 +341,8 @@ Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
     return Error(EPERM, "/.gpufs is reserved for gpufs");
   }
   if (flags & RENAME_EXCHANGE) return Error(EINVAL, "rename: RENAME_EXCHANGE is not supported");
+  GPUFS_ASSIGN_OR_RETURN(parent, Resolve(parent));
+  GPUFS_ASSIGN_OR_RETURN(new_parent, Resolve(new_parent));
   if (flags & ~static_cast<unsigned>(RENAME_NOREPLACE)) {
     return Error(EINVAL, "rename: unsupported flags " + std::to_string(flags));
   }
@@ -390,6 +407,17 @@ Status Namespace::RenameInCatalog(uint64_t parent, std::string_view name, uint64
 }
 
 Result<std::vector<DirEntry>> Namespace::ReadDir(uint64_t dir, uint64_t cookie, size_t max) {
+  GPUFS_ASSIGN_OR_RETURN(dir, Resolve(dir));
+  std::vector<DirEntry> out;
+  if (cookie < kRemoteCookie) {
+    GPUFS_ASSIGN_OR_RETURN(out, ReadLocalDir(dir, cookie, max));
+    if (out.size() >= max) return out;  // the next call lists the rest
+  }
+  AppendRemoteEntries(dir, cookie, max, &out);
+  return out;
+}
+
+Result<std::vector<DirEntry>> Namespace::ReadLocalDir(uint64_t dir, uint64_t cookie, size_t max) {
   std::vector<DirEntry> out;
   if (max == 0) return out;
   if (dir == kControlDirIno) {
@@ -398,6 +426,9 @@ Result<std::vector<DirEntry>> Namespace::ReadDir(uint64_t dir, uint64_t cookie, 
     if (cookie < 2 && out.size() < max) out.push_back({"..", self, 2});
     if (cookie < 3 && out.size() < max) {
       out.push_back({"stats", ControlAttr(kStatsIno, 0, StatsJson().size()), 3});
+    }
+    if (cookie < 4 && out.size() < max && remote_objects_.load() != nullptr) {
+      out.push_back({"cluster", ControlAttr(kClusterIno, 0, 0), 4});
     }
     return out;
   }

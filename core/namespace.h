@@ -74,6 +74,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -82,6 +83,7 @@
 #include "core/namespace_state.h"
 #include "core/eviction_policy.h"
 #include "core/invalidator.h"
+#include "core/remote_objects.h"
 #include "core/types.h"
 #include "meta/catalog.h"
 #include "meta/usage_catalog.h"
@@ -111,6 +113,24 @@ class Namespace {
   // core/invalidator.h); null (the default) tells nobody. The invalidator
   // must outlive its use: set null before destroying it.
   void SetInvalidator(Invalidator* invalidator) { invalidator_.store(invalidator); }
+
+  // --- cluster mode (core/remote.cc, core/remote_objects.h) -----------------
+  // Objects other nodes published; null (the default): none. Must outlive
+  // its use: set null before destroying it.
+  void SetRemoteObjects(RemoteObjects* remote) { remote_objects_.store(remote); }
+  // The published version at `path` ("" : at any path) changed: the
+  // kernel's cached entries for it are dropped.
+  void RemoteChanged(const std::string& path);
+  // GPUFS_IOC_PUBLISH on an open object: publishes its current sealed
+  // version (or, with `remove`, a "removed" version) for every node; the
+  // version. The caller must own the object or may write it (EACCES);
+  // EOPNOTSUPP outside cluster mode.
+  Result<uint64_t> PublishObject(HandleId handle, const Caller& caller, bool remove);
+  // /.gpufs/cluster's content ("" outside cluster mode).
+  std::string ClusterStatusJson();
+  // Inodes of published objects not fetched (yet): kRemoteInoBase and up.
+  static constexpr uint64_t kRemoteInoBase = 1ull << 61;  // below kControlDirIno
+  static bool IsRemoteIno(uint64_t ino) { return ino >= kRemoteInoBase && ino < kControlDirIno; }
 
   // --- entries ---------------------------------------------------------------
   Result<Attr> Lookup(uint64_t parent, std::string_view name);
@@ -235,6 +255,12 @@ class Namespace {
   // detached, reachable only by those who hold them; a start-up purges any
   // left.
   void ReapReplaced();
+  // Takes the checksums of the GPU blobs sealed since the last call, in one
+  // GPU pass per store, and records them. GPUFS_IOC_SEAL and SEAL_OBJECT
+  // queue them so that the producer's answer does not wait for the sum (fs
+  // calls this right after replying); persistence and Verify call it before
+  // they look at a checksum. Until then a blob has none.
+  void SumSealed();
   // An open object (opendir), for MapObject; released with Release.
   Result<HandleId> OpenObject(const Caller& caller, uint64_t ino);
   // GPUFS_IOC_MAP_OBJECT: the memory of every sealed GPU member under the
@@ -311,6 +337,22 @@ class Namespace {
 
   explicit Namespace(NamespaceOptions options);
   Status Recover();
+  // --- cluster mode (core/remote.cc); no lock held unless said ---------------
+  static constexpr uint64_t kRemoteCookie = 1ull << 62;   // readdir: remote entries
+  // The local entry `ino` stands for: itself, or for a remote inode the
+  // object fetched (Fetch runs here the first time).
+  Result<uint64_t> Resolve(uint64_t ino);
+  // A remote inode's attributes; nullopt if it is not one this namespace issued.
+  std::optional<Attr> RemoteGetAttr(uint64_t ino);
+  // After `missing` (a catalog miss of `name` under `parent`): the object
+  // published there, or `missing`.
+  Result<Attr> LookupRemote(uint64_t parent, std::string_view name, Status missing);
+  // Readdir's remote part: published objects under `dir` that the catalog
+  // lacks, from `cookie` on.
+  void AppendRemoteEntries(uint64_t dir, uint64_t cookie, size_t max, std::vector<DirEntry>* out);
+  // remote_mu_ held.
+  Attr RemoteAttrLocked(uint64_t parent, std::string_view name, const RemoteObject& object);
+  Result<std::vector<DirEntry>> ReadLocalDir(uint64_t dir, uint64_t cookie, size_t max);
   // Takeover start: rebuilds the handles of `adopted` (recovery.cc).
   Status Adopt(const std::vector<AdoptedHandle>& adopted);
   // An adopted object map's members, held again (mu_ held).
@@ -509,6 +551,7 @@ class Namespace {
   // GUARDED_BY(mu_): FreeQueued releases their places kept by Reshare.
   std::vector<std::pair<std::string, BlobId>> unretire_;
   std::vector<EntryId> replaced_;  // GUARDED_BY(mu_): detached objects ReapReplaced removes
+  std::vector<std::pair<EntryId, BlobId>> unsummed_;  // GUARDED_BY(mu_): SumSealed's
   std::unique_ptr<Catalog> catalog_;                          // GUARDED_BY(mu_)
   UsageCatalog* usage_ = nullptr;  // GUARDED_BY(mu_): catalog_ itself, for its usage figures
   std::map<std::string, std::unique_ptr<BulkStore>> stores_;  // fixed after Open
@@ -530,6 +573,18 @@ class Namespace {
   std::unordered_map<BlobId, std::shared_ptr<ActiveBlob>> active_;  // GUARDED_BY(mu_)
   std::unordered_map<EntryId, int> entry_opens_;                    // GUARDED_BY(mu_)
   std::atomic<Invalidator*> invalidator_{nullptr};
+  // Cluster mode (core/remote.cc): remote inodes of published objects.
+  struct RemoteNode {
+    uint64_t parent = 0;  // the local object it is shown in
+    std::string name;
+    RemoteObject object;
+    EntryId local = 0;  // the local object it was fetched into
+  };
+  std::atomic<RemoteObjects*> remote_objects_{nullptr};
+  std::mutex remote_mu_;  // a leaf lock
+  std::map<uint64_t, RemoteNode> remote_nodes_;                                // GUARDED_BY(remote_mu_)
+  std::map<std::tuple<uint64_t, std::string, uint64_t>, uint64_t> remote_index_;  // GUARDED_BY(remote_mu_)
+  uint64_t next_remote_ino_ = kRemoteInoBase;                                  // GUARDED_BY(remote_mu_)
   std::unique_ptr<EvictionPolicy> eviction_;        // GUARDED_BY(mu_)
   TierCounters counters_;                           // GUARDED_BY(mu_)
   bool persist_all_ = false;

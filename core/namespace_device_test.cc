@@ -202,5 +202,37 @@ TEST_F(DeviceTest, MapOfABlobStillBeingWrittenIsEbusy) {
   ASSERT_TRUE(ns_->Release(writer->handle).ok());
 }
 
+// A mount without a GPU but with a disk tier below its host memory: a
+// producer asking for device memory gets ENODEV at once, and its new member
+// stays where it was created (it was once moved to the disk tier first).
+TEST(DeviceMemoryWithoutAGpu, AllocIsENODEVAndTheMemberStaysInHostMemory) {
+  test_support::TempDir dir("gpufs-nogpu");
+  auto catalog = SqliteCatalog::Open(dir.path() + "/catalog.db", 0, 0, 0755);
+  auto host = HostBulkStore::Open(dir.path() + "/host", 1 << 20);
+  auto disk = HostBulkStore::Open(dir.path() + "/disk", 1 << 24);
+  ASSERT_TRUE(catalog.ok() && host.ok() && disk.ok());
+  (*disk)->ServeAsDiskTier();
+  NamespaceOptions options;
+  options.catalog = std::move(*catalog);
+  options.stores.push_back(std::move(*host));
+  options.stores.push_back(std::move(*disk));
+  options.default_device = "host";
+  auto ns = Namespace::Open(std::move(options));
+  ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+  const Caller caller{1000, 1000, 1, {}};
+  auto made = (*ns)->Create(caller, kRootEntryId, "w", 0644, O_RDWR);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  auto alloc = (*ns)->AllocDevice(made->handle, 4096, caller);
+  EXPECT_EQ(alloc.status().code(), ENODEV) << alloc.status().ToString();
+  EXPECT_NE(alloc.status().message().find("serves no GPU"), std::string::npos);
+  EXPECT_EQ(*(*ns)->GetXattr(made->attr.ino, "user.gpufs.tier"), "host");
+  // The member is still an ordinary new file: written and sealed by its close.
+  ASSERT_TRUE((*ns)->Write(made->handle, 0, Bytes("bytes")).ok());
+  ASSERT_TRUE((*ns)->Release(made->handle).ok());
+  auto kept = (*ns)->Lookup(kRootEntryId, "w");
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->size, 5u);
+}
+
 }  // namespace
 }  // namespace gpufs

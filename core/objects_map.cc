@@ -13,6 +13,7 @@
 namespace gpufs {
 
 Result<HandleId> Namespace::OpenObject(const Caller& caller, uint64_t ino) {
+  GPUFS_ASSIGN_OR_RETURN(ino, Resolve(ino));
   std::lock_guard lock(mu_);
   if (IsControl(ino)) return Error(ENOTSUP, "/.gpufs holds no members to map");
   GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));

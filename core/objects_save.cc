@@ -286,28 +286,13 @@ Status Namespace::SealObject(HandleId id, std::string_view name, bool replace,
     }
   }
   trace.Step("checks");
-  // Seal and checksum in the store (group members move nowhere), then the
-  // catalog in one transaction.
+  // Seal in the store (group members move nowhere), then the catalog in one
+  // transaction; the checksums after the answer (SumSealed).
   BulkStore* store = StoreFor(pending->device);
-  std::vector<BlobId> ids;
-  std::vector<uint64_t> sizes;
   for (const PendingObject::Member& m : pending->members) {
     GPUFS_RETURN_IF_ERROR(store->Seal(m.blob, m.size));
-    ids.push_back(m.blob);
-    sizes.push_back(m.size);
   }
   trace.Step("seal");
-  std::vector<std::optional<uint64_t>> sums(ids.size());
-  if (IsGpuTier(pending->device) && !ids.empty()) {
-    auto taken = store->Checksums(ids, sizes);
-    if (taken.ok()) {
-      for (size_t i = 0; i < ids.size(); ++i) sums[i] = (*taken)[i];
-    } else {
-      GPUFS_LOG(WARN) << "object " << hidden << ": no checksums taken: "
-                      << taken.status().ToString();
-    }
-  }
-  trace.Step("checksums");
   std::lock_guard lock(mu_);
   auto target = catalog_->Lookup(parent, name);
   if (target.ok()) {
@@ -329,7 +314,7 @@ Status Namespace::SealObject(HandleId id, std::string_view name, bool replace,
       done.state = BlobState::kSealed;
       done.owner_uid = m.active ? m.active->rec.owner_uid : 0;
       done.closed = false;
-      done.checksum = sums[i];
+      done.checksum.reset();  // taken after the answer (SumSealed)
       GPUFS_RETURN_IF_ERROR(catalog_->UpdateBlob(done));
     }
     GPUFS_RETURN_IF_ERROR(catalog_->RemoveXattr(pending->object, kPendingXattr));
@@ -353,7 +338,8 @@ Status Namespace::SealObject(HandleId id, std::string_view name, bool replace,
     if (!m.active) continue;
     m.active->rec.state = BlobState::kSealed;
     m.active->rec.size = m.size;
-    m.active->rec.checksum = sums[i];
+    m.active->rec.checksum.reset();
+    if (IsGpuTier(pending->device)) unsummed_.emplace_back(m.entry, m.blob);
     QueuePersist(m.entry, m.blob);
   }
   pending->sealed = true;

@@ -78,7 +78,7 @@ TEST_F(ObjectTest, AReplacedObjectIsDetachedAtTheSealAndGoesAfterOrAtTheNextStar
   ASSERT_TRUE(Save(alice_, kRootEntryId, "model", {{"w", "old"}, {"x", "gone"}}).ok());
   const uint64_t old_model = Find(kRootEntryId, "model");
   ASSERT_TRUE(
-      Save(alice_, kRootEntryId, "model", {{"w", "new"}}, true, 0644, /*reap=*/false).ok());
+      Save(alice_, kRootEntryId, "model", {{"w", "new"}}, true, 0644, /*after_answer=*/false).ok());
   // The seal's transaction took the old object out of the tree at once...
   EXPECT_EQ(Names(kRootEntryId), std::vector<std::string>{"model"});
   EXPECT_NE(Find(kRootEntryId, "model"), old_model);
@@ -91,7 +91,7 @@ TEST_F(ObjectTest, AReplacedObjectIsDetachedAtTheSealAndGoesAfterOrAtTheNextStar
   // Left behind by a daemon that stopped before removing it: the next start
   // purges the detached object with its members, and keeps the new one.
   ASSERT_TRUE(
-      Save(alice_, kRootEntryId, "model", {{"w", "newer"}}, true, 0644, /*reap=*/false).ok());
+      Save(alice_, kRootEntryId, "model", {{"w", "newer"}}, true, 0644, /*after_answer=*/false).ok());
   Start();
   EXPECT_EQ(Names(kRootEntryId), std::vector<std::string>{"model"});
   EXPECT_EQ(Cat(Find(Find(kRootEntryId, "model"), "w")), "newer");
@@ -243,6 +243,40 @@ TEST_F(ObjectTest, NestedObjectsAreMappedByPathAndUnsearchableOnesAreSkipped) {
   ASSERT_EQ(map->skipped.size(), 1u);
   EXPECT_EQ(map->skipped[0].name, "private/");
   ASSERT_TRUE(ns_->Release(*h).ok());
+}
+
+TEST_F(ObjectTest, ChecksumsAreTakenAfterTheSealIsAnswered) {
+  ASSERT_TRUE(Save(alice_, kRootEntryId, "model", {{"w", "weights!"}, {"b", "bias"}}, false, 0644,
+                   /*after_answer=*/false)
+                  .ok());
+  const uint64_t model = Find(kRootEntryId, "model");
+  const uint64_t w = Find(model, "w");
+  EXPECT_EQ(ns_->GetXattr(w, "user.gpufs.checksum").status().code(), ENODATA);
+  ns_->SumSealed();  // one pass for the object's members
+  auto sum = ns_->GetXattr(w, "user.gpufs.checksum");
+  ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+  EXPECT_TRUE(ns_->GetXattr(Find(model, "b"), "user.gpufs.checksum").ok());
+  // Kept across a restart (recorded in the catalog).
+  Start();
+  auto kept = ns_->GetXattr(Find(Find(kRootEntryId, "model"), "w"), "user.gpufs.checksum");
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(*kept, *sum);
+
+  // A verify right after a seal finds the checksum the seal queued.
+  ASSERT_TRUE(Save(alice_, kRootEntryId, "next", {{"w", "new!"}}, false, 0644, false).ok());
+  auto h = ns_->Open(alice_, Find(Find(kRootEntryId, "next"), "w"), O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  auto verified = ns_->Verify(h->handle);
+  ASSERT_TRUE(verified.ok());
+  EXPECT_TRUE(verified->checked);
+  EXPECT_TRUE(verified->ok());
+  ASSERT_TRUE(ns_->Release(h->handle).ok());
+
+  // One replaced before its checksum was taken is passed over, and goes.
+  ASSERT_TRUE(Save(alice_, kRootEntryId, "next", {{"w", "v3"}}, true, 0644, false).ok());
+  ASSERT_TRUE(Save(alice_, kRootEntryId, "next", {{"w", "v4"}}, true).ok());
+  EXPECT_EQ(Cat(Find(Find(kRootEntryId, "next"), "w")), "v4");
+  EXPECT_EQ(dev_->Usage().blobs, 3u);  // model's two, next's one
 }
 
 TEST_F(ObjectTest, VerifyFindsBytesChangedBehindTheChecksum) {

@@ -88,6 +88,7 @@ void Namespace::PersistLoop() {
 }
 
 Status Namespace::PersistOne(EntryId entry_id, BlobId blob_id) {
+  SumSealed();  // the disk copy is checked against the blob's checksum
   FreeQueuedOnExit free_queued(this);
   std::shared_ptr<ActiveBlob> blob;
   HandleId pin = 0;

@@ -62,6 +62,7 @@ Status Namespace::CheckTensorAtSeal(EntryId entry_id, uint64_t size) {
 Result<std::string> Namespace::GetXattr(uint64_t ino, std::string_view name, const Caller& caller) {
   if (!xattr::IsUserName(name)) return Error(EOPNOTSUPP, "not a user.* attribute");
   if (IsControl(ino)) return Error(ENODATA, "/.gpufs has no attribute " + std::string(name));
+  GPUFS_ASSIGN_OR_RETURN(ino, Resolve(ino));
   std::unique_lock lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
   if (name == xattr::kMeta) return MetaJson(entry, caller);
@@ -95,6 +96,7 @@ Status Namespace::SetXattr(uint64_t ino, std::string_view name, std::string_view
     return Error(EOPNOTSUPP, "gpufs keeps only user.* attributes, not " + std::string(name));
   }
   if (IsControl(ino)) return Error(EPERM, "/.gpufs is read-only");
+  GPUFS_ASSIGN_OR_RETURN(ino, Resolve(ino));
   if (name == xattr::kDevice) {
     if (flags & XATTR_CREATE) return Error(EEXIST, std::string(name) + " always exists");
     return Migrate(ino, std::string(value));
@@ -161,6 +163,7 @@ Status Namespace::SetXattr(uint64_t ino, std::string_view name, std::string_view
 
 Result<std::vector<std::string>> Namespace::ListXattr(uint64_t ino) {
   if (IsControl(ino)) return std::vector<std::string>{};
+  GPUFS_ASSIGN_OR_RETURN(ino, Resolve(ino));
   std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
   std::vector<std::string> names = {std::string(xattr::kDevice), std::string(xattr::kMeta)};
@@ -184,6 +187,7 @@ Result<std::vector<std::string>> Namespace::ListXattr(uint64_t ino) {
 Status Namespace::RemoveXattr(uint64_t ino, std::string_view name) {
   if (!xattr::IsUserName(name)) return Error(EOPNOTSUPP, "not a user.* attribute");
   if (IsControl(ino)) return Error(EPERM, "/.gpufs is read-only");
+  GPUFS_ASSIGN_OR_RETURN(ino, Resolve(ino));
   std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
   if (name == xattr::kMeta || name == xattr::kIpcHandle || name == xattr::kTier ||

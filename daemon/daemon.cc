@@ -22,6 +22,9 @@
 #include <filesystem>
 
 #include "core/namespace.h"
+#ifdef GPUFS_HAVE_CLUSTER
+#include "daemon/cluster_mode.h"
+#endif
 #include "fs/exporter.h"
 #include "fs/fd_server.h"
 #include "fs/socket_registry.h"
@@ -80,6 +83,12 @@ std::vector<std::string> WorkerArgv(const MountConfig& config) {
   if (!config.reader_copies) argv.insert(argv.end(), {"--reader-copies", "off"});
   if (config.foreground) argv.push_back("--foreground");
   if (config.debug) argv.push_back("--debug");
+  if (!config.cluster.empty()) {
+    argv.insert(argv.end(), {"--cluster", config.cluster, "--node", config.node, "--listen",
+                             config.listen, "--cluster-timeout",
+                             std::to_string(config.cluster_timeout_ms / 1000.0),
+                             "--cluster-lease", std::to_string(config.cluster_lease_s)});
+  }
   return argv;
 }
 
@@ -192,6 +201,24 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   auto ns = Namespace::Open(std::move(options));
   if (!ns.ok()) return fail(ns.status());
   Exporter exporter(&tokens, (*fd_server)->path(), (*ns)->generation());
+  // Cluster mode: published objects of other nodes show here (core/remote_objects.h).
+  std::unique_ptr<RemoteObjects> cluster;
+  if (!config.cluster.empty()) {
+#ifdef GPUFS_HAVE_CLUSTER
+    auto joined = StartClusterMode(**ns, config);
+    if (!joined.ok()) return fail(joined.status());
+    cluster = std::move(*joined);
+    (*ns)->SetRemoteObjects(cluster.get());
+#else
+    return fail(Error(EOPNOTSUPP, "--cluster: this gpufs was built without cluster mode "
+                                  "(libcurl and UCX: scripts/setup-deps.sh)"));
+#endif
+  }
+  // Leaves the cluster (its lease revoked: this node's replicas go at once).
+  auto leave_cluster = [&] {
+    (*ns)->SetRemoteObjects(nullptr);
+    cluster.reset();
+  };
   // Memory of blobs that no store took (deleted by the start-up sweep, or no
   // longer served here): the supervisor lets it go.
   if (!adopted_memory.blob_fds.empty()) {
@@ -230,6 +257,7 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
     if (null > 2) ::close(null);
   };
   int rc = ServeFuse(**ns, link, fuse, on_ready);
+  leave_cluster();  // the next worker joins under the same name
   if (rc == kExitReplaceMe) ::_exit(rc);  // loop threads are still blocked in read(2)
   return rc;
 }

@@ -60,7 +60,62 @@ Status ParseIpc(const std::string& value, MountConfig* config) {
   return Status::Ok();
 }
 
+// --cluster-timeout: seconds, decimals allowed (0.5), at least 10 ms.
+Status ParseClusterTimeout(const std::string& value, MountConfig* config) {
+  char* end = nullptr;
+  double s = std::strtod(value.c_str(), &end);
+  if (value.empty() || *end != '\0' || !(s >= 0.01 && s <= 3600)) {
+    return Error(EINVAL, "cluster timeout '" + value + "': want seconds, 0.01 to 3600");
+  }
+  config->cluster_timeout_ms = static_cast<uint32_t>(s * 1000);
+  return Status::Ok();
+}
+
+Status ParseClusterLease(const std::string& value, MountConfig* config) {
+  char* end = nullptr;
+  long s = std::strtol(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || s < 2 || s > 3600) {
+    return Error(EINVAL, "cluster lease '" + value + "': want whole seconds, 2 to 3600");
+  }
+  config->cluster_lease_s = static_cast<uint32_t>(s);
+  return Status::Ok();
+}
+
+Status ParseCluster(const std::string& value, MountConfig* config) {
+  if (!value.starts_with("etcd://") || value.size() == 7) {
+    return Error(EINVAL, "cluster '" + value + "': want etcd://HOST:PORT[,HOST:PORT...][/CLUSTER]");
+  }
+  config->cluster = value;
+  return Status::Ok();
+}
+
+// "HOST:PORT" with no '=': another etcd endpoint of a cluster= option.
+bool IsEndpointWord(const std::string& word) {
+  size_t colon = word.rfind(':');
+  if (word.find('=') != std::string::npos || colon == std::string::npos || colon == 0 ||
+      colon + 1 == word.size()) {
+    return false;
+  }
+  for (size_t i = colon + 1; i < word.size(); ++i) {
+    if (word[i] == '/') break;  // the last one may name the cluster
+    if (word[i] < '0' || word[i] > '9') return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+Status CheckClusterConfig(const MountConfig& config) {
+  if (config.cluster.empty()) {
+    if (!config.node.empty() || !config.listen.empty()) {
+      return Error(EINVAL, "--node and --listen are for cluster mode: add --cluster etcd://...");
+    }
+    return Status::Ok();
+  }
+  if (config.node.empty()) return Error(EINVAL, "cluster mode needs --node NAME");
+  if (config.listen.empty()) return Error(EINVAL, "cluster mode needs --listen ADDR:PORT");
+  return Status::Ok();
+}
 
 Status ParseCapacity(const std::string& value, MountConfig* config) {
   if (value.find('=') == std::string::npos) {
@@ -96,8 +151,10 @@ std::string DefaultStateDir() {
 Status ApplyMountOptions(const std::string& options, MountConfig* config) {
   std::stringstream in(options);
   std::string opt;
+  bool in_cluster = false;  // the words after cluster= that are HOST:PORT are its endpoints
   while (std::getline(in, opt, ',')) {
     if (opt.empty()) continue;
+    if (!in_cluster || !IsEndpointWord(opt)) in_cluster = false;
     auto eq = opt.find('=');
     std::string key = opt.substr(0, eq);
     std::string value = eq == std::string::npos ? "" : opt.substr(eq + 1);
@@ -124,6 +181,23 @@ Status ApplyMountOptions(const std::string& options, MountConfig* config) {
       GPUFS_RETURN_IF_ERROR(ParseCapacity(key.substr(9) + "=" + value, config));
     } else if (key == "persist") {
       config->persist = true;
+    } else if (key == "cluster") {
+      GPUFS_RETURN_IF_ERROR(ParseCluster(value, config));
+      in_cluster = true;
+      continue;
+    } else if (in_cluster && IsEndpointWord(opt)) {
+      config->cluster += "," + opt;
+      continue;
+    } else if (key == "node") {
+      if (value.empty()) return Error(EINVAL, "node= needs a name");
+      config->node = value;
+    } else if (key == "listen") {
+      if (value.empty()) return Error(EINVAL, "listen= needs ADDR:PORT");
+      config->listen = value;
+    } else if (key == "cluster_timeout") {
+      GPUFS_RETURN_IF_ERROR(ParseClusterTimeout(value, config));
+    } else if (key == "cluster_lease") {
+      GPUFS_RETURN_IF_ERROR(ParseClusterLease(value, config));
     } else if (key == "devices") {
       GPUFS_RETURN_IF_ERROR(ParseDevices(value, ':', config));
     } else if (key == "foreground") {
@@ -149,7 +223,9 @@ std::string Usage(ArgStyle style) {
     return "usage: mount.gpufs SOURCE DIR [-sfnv] [-o state=DIR,store=auto|gpu|host,"
            "ipc=auto|vmm|legacy,reader_copies=on|off,host_tier=auto|memory|files,socket=PATH,"
            "devices=0:1,"
-           "capacity=SIZE,capacity.TIER=SIZE,persist,debug,noallow_other,...]\n";
+           "capacity=SIZE,capacity.TIER=SIZE,persist,debug,noallow_other,"
+           "cluster=etcd://H:P[,H:P],node=NAME,listen=ADDR:PORT,cluster_timeout=S,"
+           "cluster_lease=S,...]\n";
   }
   return "usage: gpufs mount MOUNTPOINT [options]\n"
          "  --state DIR        catalog, host store and log (default $XDG_STATE_HOME/gpufs,\n"
@@ -179,7 +255,17 @@ std::string Usage(ArgStyle style) {
          "  -d, --debug        trace every FUSE request (implies --foreground)\n"
          "  -o OPTIONS         mount options, comma-separated, as for mount -o\n"
          "                     (allow_other is on for root; -o noallow_other turns it off)\n"
-         "  --ready-fd FD      write \"ready\" to FD and close it once mounted\n";
+         "  --ready-fd FD      write \"ready\" to FD and close it once mounted\n"
+         "  --cluster etcd://HOST:PORT[,HOST:PORT...][/CLUSTER]\n"
+         "                     cluster mode: objects published on any node show on\n"
+         "                     every node and are fetched peer to peer at first use\n"
+         "  --node NAME        this node's name in the cluster ([A-Za-z0-9._-]{1,64})\n"
+         "  --listen ADDR:PORT where peers fetch from this node (UCX)\n"
+         "  --cluster-timeout SECONDS\n"
+         "                     bound on etcd requests and on a fetch source that stalls\n"
+         "                     (default 2)\n"
+         "  --cluster-lease SECONDS\n"
+         "                     how long a node that died stays listed (default 10)\n";
 }
 
 Result<ParsedArgs> ParseMountArgs(int argc, const char* const* argv, ArgStyle style) {
@@ -243,6 +329,23 @@ Result<ParsedArgs> ParseMountArgs(int argc, const char* const* argv, ArgStyle st
       GPUFS_RETURN_IF_ERROR(ParseCapacity(**capacity, &config).Prepend("--capacity"));
     } else if (!helper && arg == "--persist") {
       config.persist = true;
+    } else if (auto cluster = helper ? std::nullopt : value_of("--cluster")) {
+      GPUFS_RETURN_IF_ERROR(cluster->status());
+      GPUFS_RETURN_IF_ERROR(ParseCluster(**cluster, &config).Prepend("--cluster"));
+    } else if (auto node = helper ? std::nullopt : value_of("--node")) {
+      GPUFS_RETURN_IF_ERROR(node->status());
+      if ((*node)->empty()) return Error(EINVAL, "--node needs a name");
+      config.node = **node;
+    } else if (auto listen = helper ? std::nullopt : value_of("--listen")) {
+      GPUFS_RETURN_IF_ERROR(listen->status());
+      if ((*listen)->empty()) return Error(EINVAL, "--listen needs ADDR:PORT");
+      config.listen = **listen;
+    } else if (auto timeout = helper ? std::nullopt : value_of("--cluster-timeout")) {
+      GPUFS_RETURN_IF_ERROR(timeout->status());
+      GPUFS_RETURN_IF_ERROR(ParseClusterTimeout(**timeout, &config).Prepend("--cluster-timeout"));
+    } else if (auto lease = helper ? std::nullopt : value_of("--cluster-lease")) {
+      GPUFS_RETURN_IF_ERROR(lease->status());
+      GPUFS_RETURN_IF_ERROR(ParseClusterLease(**lease, &config).Prepend("--cluster-lease"));
     } else if (auto ready = helper ? std::nullopt : value_of("--ready-fd")) {
       GPUFS_RETURN_IF_ERROR(ready->status());
       char* end = nullptr;
@@ -264,6 +367,7 @@ Result<ParsedArgs> ParseMountArgs(int argc, const char* const* argv, ArgStyle st
                                                   : "unexpected argument " + positional[want]);
   }
   config.mountpoint = positional.back();  // the helper's SOURCE is informational
+  GPUFS_RETURN_IF_ERROR(CheckClusterConfig(config));
   return out;
 }
 

@@ -8,10 +8,14 @@
 //          [--capacity SIZE|TIER=SIZE,...] [--persist]
 //          [-f|--foreground] [-d|--debug] [-o OPTIONS]
 //          [--ready-fd FD]
+//          [--cluster etcd://H:P[,H:P...][/CLUSTER] --node NAME --listen ADDR:PORT
+//           [--cluster-timeout SECONDS] [--cluster-lease SECONDS]]
 //
 // -o takes comma-separated options: gpufs's own (state=, store=, ipc=, reader_copies=,
 // host_tier=, socket=,
-// devices= with ':' between ordinals, capacity=, capacity.TIER=, persist, foreground, debug),
+// devices= with ':' between ordinals, capacity=, capacity.TIER=, persist, foreground, debug,
+// cluster=, node=, listen=, cluster_timeout=, cluster_lease=; in cluster=etcd://H:P,H:P the
+// words after the first that are HOST:PORT belong to it),
 // fstab-only words (defaults, noauto, ...: dropped), allow_other / noallow_other, and the rest
 // for FUSE. -d/--debug (or -o debug) traces every FUSE request and implies the foreground, as
 // in sshfs.
@@ -51,6 +55,11 @@ struct MountConfig {
   bool debug = false;                // implies foreground
   std::optional<bool> allow_other;   // unset: on for root, off otherwise
   int ready_fd = -1;                 // written "ready\n" and closed once mounted
+  // Cluster mode (all empty: off): etcd://HOST:PORT[,HOST:PORT...][/CLUSTER],
+  // this node's name, and the ADDR:PORT its transport listens on.
+  std::string cluster, node, listen;
+  uint32_t cluster_timeout_ms = 2000;  // etcd requests, and a fetch source that stalls
+  uint32_t cluster_lease_s = 10;       // a dead node's keys last this long
   std::vector<std::string> fuse_options;
 };
 
@@ -61,6 +70,10 @@ std::string DefaultStateDir();
 // "TIER=SIZE[,TIER=SIZE...]" with TIER one of cuda:N, host, disk. In -o
 // form: capacity=SIZE and capacity.TIER=SIZE. EINVAL for anything else.
 Status ParseCapacity(const std::string& value, MountConfig* config);
+
+// EINVAL when cluster mode's options come without each other (--cluster
+// needs --node and --listen; those need --cluster).
+Status CheckClusterConfig(const MountConfig& config);
 
 // Parses "-o" style options into `config` (see the file comment). EINVAL
 // for a malformed value.

@@ -1,6 +1,6 @@
 // The ioctl adapter (include/gpufs/uapi.h): on an open member GPUFS_IOC_MAP,
 // MAP_PUSH, ALLOC, SEAL, EXPLICIT_SEAL, ALLOC_OBJECT, SEAL_OBJECT and
-// VERIFY; on an open object GPUFS_IOC_MAP_OBJECT. Anything else is ENOTTY.
+// VERIFY; on an open object GPUFS_IOC_MAP_OBJECT and PUBLISH. Anything else is ENOTTY.
 // What leaves the daemon is made by the Exporter (fs/exporter.h).
 #include <cstdio>
 #include <cstring>
@@ -128,7 +128,9 @@ void SealObject(fuse_req_t req, HandleId handle, const void* in_buf, size_t in_b
   if (!sealed.ok()) return ReplyError(req, "ioctl SEAL_OBJECT", sealed);
   Namespace& ns = Ns(req);
   fuse_reply_ioctl(req, 0, nullptr, 0);
-  ns.ReapReplaced();  // what the seal replaced goes after the producer has its answer
+  // After the producer has its answer: the checksums, and what it replaced.
+  ns.SumSealed();
+  ns.ReapReplaced();
 }
 
 }  // namespace
@@ -149,7 +151,7 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
                             "a gpufs_ipc_info version 1 ioctl: this daemon speaks version 2 "
                             "(VMM fds); rebuild the client against the current uapi.h/libgpufs"));
   }
-  if (handle == 0 && cmd != GPUFS_IOC_MAP_OBJECT) {
+  if (handle == 0 && cmd != GPUFS_IOC_MAP_OBJECT && cmd != GPUFS_IOC_PUBLISH) {
     return ReplyError(req, "ioctl", Error(ENOTTY, "not a gpufs member"), true);
   }
   const Caller caller = CallerOf(req);
@@ -190,9 +192,11 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
       return;
     }
     case GPUFS_IOC_SEAL: {
-      Status sealed = Ns(req).SealHandle(handle);
+      Namespace& ns = Ns(req);
+      Status sealed = ns.SealHandle(handle);
       if (!sealed.ok()) return ReplyError(req, "ioctl SEAL", sealed);
       fuse_reply_ioctl(req, 0, nullptr, 0);
+      ns.SumSealed();  // the checksum, after the producer has its answer
       return;
     }
     case GPUFS_IOC_EXPLICIT_SEAL: {
@@ -219,6 +223,20 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
                        .checked = checked->checked ? 1u : 0u,
                        .ok = checked->ok() ? 1u : 0u};
       fuse_reply_ioctl(req, 0, &out, sizeof out);
+      return;
+    }
+    case GPUFS_IOC_PUBLISH: {
+      if (in_bufsz < sizeof(gpufs_publish) || out_bufsz < sizeof(gpufs_publish)) {
+        return ReplyError(req, "ioctl PUBLISH", Error(EINVAL, "short buffer"));
+      }
+      if (handle == 0) return ReplyError(req, "ioctl PUBLISH", Error(ENOTDIR, "not an object"));
+      gpufs_publish publish{};
+      std::memcpy(&publish, in_buf, sizeof publish);
+      auto version = Ns(req).PublishObject(handle, CallerWithGroups(req),
+                                           (publish.flags & GPUFS_PUBLISH_REMOVE) != 0);
+      if (!version.ok()) return ReplyError(req, "ioctl PUBLISH", version.status());
+      publish.version = *version;
+      fuse_reply_ioctl(req, 0, &publish, sizeof publish);
       return;
     }
     default: {

@@ -53,7 +53,7 @@ grep -q '^ExecStart=/usr/local/bin/gpufs mount %f --foreground' "$unit" || fail 
 completion=$prefix/share/bash-completion/completions/gpufs
 [ -f "$completion" ] || fail "no bash completion"
 got=$(bash -c "source '$completion'; COMP_WORDS=(gpufs pu); COMP_CWORD=1; _gpufs; echo \${COMPREPLY[*]}")
-[ "$got" = put ] || fail "completion of 'pu' gave '$got'"
+[ "$got" = "put publish" ] || fail "completion of 'pu' gave '$got'"
 got=$(bash -c "source '$completion'; COMP_WORDS=(gpufs mount /g --st); COMP_CWORD=3; _gpufs; echo \${COMPREPLY[*]}")
 [ "$got" = "--state --store" ] || fail "completion of 'mount --st' gave '$got'"
 got=$(bash -c "source '$completion'; COMP_WORDS=(gpufs put --pa); COMP_CWORD=2; _gpufs; echo \${COMPREPLY[*]}")

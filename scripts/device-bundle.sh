@@ -28,6 +28,7 @@ for f in "${files[@]}"; do
   objcopy --strip-debug "$real" "$dest/build/$f"
 done
 if ! ls "$dest"/debs/*.deb >/dev/null 2>&1; then
-  (cd "$dest/debs" && apt-get download libfuse3-3 fuse3 attr libattr1 libsqlite3-0)
+  (cd "$dest/debs" && apt-get download libfuse3-3 fuse3 attr libattr1 libsqlite3-0 \
+    etcd-server libucx0 libnuma1 libcurl4 libnghttp2-14 librtmp1 libssh2-1 libpsl5 libbrotli1)
 fi
 du -sh "$dest"

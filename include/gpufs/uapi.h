@@ -313,4 +313,19 @@ struct gpufs_verify {
 #define GPUFS_IOC_MAP_OBJECT _IOWR('G', 8, struct gpufs_map_object_req)
 #define GPUFS_IOC_VERIFY _IOR('G', 9, struct gpufs_verify)
 
+/* GPUFS_IOC_PUBLISH, on an open object (opendir) of a mount in cluster
+ * mode: publishes the object's current sealed version to every node of the
+ * cluster (its manifest in etcd, its bytes served from this node), or with
+ * GPUFS_PUBLISH_REMOVE a "removed" version. The caller must own the object
+ * or may write it (EACCES); EBUSY for a member still being written,
+ * EOPNOTSUPP outside cluster mode, ETIMEDOUT/ECONNREFUSED... when etcd
+ * cannot be reached within the mount's --cluster-timeout. */
+#define GPUFS_PUBLISH_REMOVE 1u
+struct gpufs_publish {
+  uint32_t flags;   /* in: GPUFS_PUBLISH_* */
+  uint32_t reserved;
+  uint64_t version; /* out: the version published */
+};
+#define GPUFS_IOC_PUBLISH _IOWR('G', 10, struct gpufs_publish)
+
 #endif /* GPUFS_UAPI_H_ */

@@ -33,6 +33,7 @@ from . import dlpack, dtypes, tensors
 from .blob import Blob, HostBlob, read_numpy
 from .blob import open_blob as open  # noqa: A001  (gpufs.open mirrors io.open)
 from .objects import Object, info, load, meta
+from ._save import publish_object as publish
 from ._save import save
 from . import _lib
 
@@ -40,5 +41,5 @@ _lib.preload()
 
 __version__ = "0.1.0"
 
-__all__ = ["open", "save", "load", "meta", "info", "read_numpy", "Blob", "HostBlob", "Object",
+__all__ = ["open", "save", "publish", "load", "meta", "info", "read_numpy", "Blob", "HostBlob", "Object",
            "dtypes", "dlpack", "tensors", "__version__"]

@@ -40,6 +40,7 @@ import fcntl
 import json
 import math
 import os
+import struct
 import sys
 from typing import Any, NamedTuple, Optional, Tuple
 
@@ -62,7 +63,7 @@ class _Source(NamedTuple):
 
 
 def save(array: Any, path: "os.PathLike[str] | str", *, type: Optional[str] = None,
-         force: bool = False) -> None:
+         force: bool = False, publish: bool = False) -> int:
     """Store `array` as the blob at `path`, replacing any blob there.
 
     A mapping (dict) is stored as an object: a directory with one member per
@@ -79,6 +80,10 @@ def save(array: Any, path: "os.PathLike[str] | str", *, type: Optional[str] = No
     source meets a daemon that serves no GPU; EXDEV when `path` is not on a
     gpufs mount, unless ``force=True``, which makes plain files with the same
     attributes).  NotADirectoryError: a parent of `path` is a member (blob).
+
+    ``publish=True`` (a mapping, on a mount in cluster mode) then publishes
+    the object to every node of the cluster, as ``gpufs publish`` does, and
+    returns the version published (0 otherwise).
     """
     path = os.fspath(path)
     check_on_gpufs(path, force)
@@ -86,7 +91,9 @@ def save(array: Any, path: "os.PathLike[str] | str", *, type: Optional[str] = No
         typename = type if type is not None else getattr(array, "typename", None)
         if not _save_whole(array, path, typename):
             _save_object(array, path, typename)
-        return
+        return publish_object(path) if publish else 0
+    if publish:
+        raise ValueError("publish=True publishes an object: save a mapping")
     parent = os.path.dirname(path)
     if parent:
         _make_objects(parent)
@@ -98,6 +105,7 @@ def save(array: Any, path: "os.PathLike[str] | str", *, type: Optional[str] = No
             _write_lib(path, src)
         else:
             _write_host(path, src)
+    return 0
 
 
 def _make_objects(path):
@@ -419,3 +427,17 @@ def _write_file(path, src):
         while done < src.nbytes:
             done += f.write(src.host[done:])
         _gpufs_ioctl(f.fileno(), _uapi.GPUFS_IOC_SEAL)
+
+
+def publish_object(path: "os.PathLike[str] | str", remove: bool = False) -> int:
+    """Publishes the object at `path` to the mount's cluster (GPUFS_IOC_PUBLISH):
+    its current sealed version, or with ``remove`` that it is gone; the version.
+    OSError EOPNOTSUPP outside cluster mode, EACCES unless the caller owns the
+    object or may write it."""
+    fd = os.open(os.fspath(path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        request = bytearray(struct.pack("=IIQ", _uapi.GPUFS_PUBLISH_REMOVE if remove else 0, 0, 0))
+        fcntl.ioctl(fd, _uapi.GPUFS_IOC_PUBLISH, request, True)
+        return struct.unpack("=IIQ", bytes(request))[2]
+    finally:
+        os.close(fd)

@@ -1,0 +1,278 @@
+#include "cluster/cluster_objects.h"
+
+#include <sys/stat.h>
+
+#include "cluster/object_bytes.h"
+#include "util/log.h"
+
+namespace gpufs::cluster {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kPublishTries = 5;  // a publish that loses a race (EBUSY) tries again
+
+std::string_view BaseName(std::string_view path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ClusterObjects>> ClusterObjects::Start(Namespace& ns,
+                                                              ClusterNodeOptions options) {
+  std::unique_ptr<ClusterObjects> c(new ClusterObjects(ns));
+  ClusterObjects* raw = c.get();
+  options.on_change = [raw](const std::string& path) { raw->Changed(path); };
+  c->options_ = options;
+  c->worker_ = std::thread([raw] { raw->Work(); });
+  auto node = ClusterNode::Start(std::move(options));
+  if (!node.ok()) return node.status();  // the destructor stops the worker
+  {
+    std::lock_guard lock(c->mu_);
+    c->node_ = std::move(*node);
+    c->started_ = true;
+  }
+  c->cv_.notify_all();
+  GPUFS_LOG(INFO) << "cluster node " << c->node_->name() << " joined "
+                  << c->options_.etcd.cluster << ", serving on " << c->node_->address();
+  return c;
+}
+
+ClusterObjects::~ClusterObjects() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  node_.reset();  // leaves: this node's replicas go from etcd; then nothing is served
+}
+
+Result<std::optional<CurrentVersion>> ClusterObjects::Current(const std::string& path) {
+  // With the watch away the cache may be stale and etcd slow to answer:
+  // only what is known.
+  if (!node_->registry().watching()) return node_->registry().CachedCurrent(path);
+  return node_->Lookup(path);
+}
+
+RemoteObject ClusterObjects::ToRemote(const ObjectManifest& m) const {
+  RemoteObject r;
+  r.path = m.path;
+  r.version = m.version;
+  r.mode = m.mode;
+  r.uid = m.uid;
+  r.gid = m.gid;
+  r.mtime_ns = m.published_ms * 1000000;
+  r.bytes = m.size;
+  return r;
+}
+
+std::optional<RemoteObject> ClusterObjects::Find(const std::string& path) {
+  if (CheckObjectPath(path).ok() == false) return std::nullopt;
+  auto current = Current(path);
+  if (!current.ok()) {
+    GPUFS_LOG(WARN) << "cluster lookup " << path << ": " << current.status().ToString();
+    return std::nullopt;
+  }
+  if (!*current || (*current)->removed) return std::nullopt;
+  auto manifest = node_->Manifest(path, (*current)->version);
+  if (!manifest.ok()) {
+    GPUFS_LOG(WARN) << "cluster lookup " << path << ": " << manifest.status().ToString();
+    return std::nullopt;
+  }
+  return ToRemote(*manifest);
+}
+
+std::vector<RemoteObject> ClusterObjects::List(const std::string& dir) {
+  std::vector<RemoteObject> out;
+  if (!node_->registry().watching()) return out;
+  auto listed = node_->List(dir);
+  if (!listed.ok()) {
+    GPUFS_LOG(WARN) << "cluster list /" << dir << ": " << listed.status().ToString();
+    return out;
+  }
+  const std::string prefix = dir.empty() ? dir : dir + "/";
+  for (const auto& [path, current] : *listed) {
+    if (current.removed || !path.starts_with(prefix)) continue;
+    if (path.find('/', prefix.size()) != std::string::npos) continue;  // deeper
+    auto manifest = node_->Manifest(path, current.version);
+    if (!manifest.ok()) {
+      GPUFS_LOG(WARN) << "cluster list " << path << ": " << manifest.status().ToString();
+      continue;
+    }
+    out.push_back(ToRemote(*manifest));
+  }
+  return out;
+}
+
+Result<bool> ClusterObjects::FetchOnce(const ObjectManifest& manifest) {
+  const uint64_t chunk = options_.fetch.chunk_bytes;
+  const StagingAllocator staging = options_.staging;
+  Namespace& ns = ns_;
+  uint64_t object = 0;
+  auto fetched = node_->FetchOnce(
+      manifest, [&](const ObjectManifest& m) -> Result<std::shared_ptr<LocalReplica>> {
+        GPUFS_ASSIGN_OR_RETURN(auto replica, NamespaceReplica::Create(ns, m, chunk, staging));
+        return std::shared_ptr<LocalReplica>(replica);
+      });
+  if (!fetched.ok()) return fetched.status();
+  if (auto* replica = dynamic_cast<const NamespaceReplica*>(fetched->get())) object = replica->object();
+  if (object == 0) return false;
+  std::lock_guard lock(mu_);
+  fetched_[manifest.path] = {manifest.version, object};
+  return true;
+}
+
+Status ClusterObjects::Fetch(const RemoteObject& object) {
+  ++fetch_requests_;
+  Status st = [&]() -> Status {
+    GPUFS_ASSIGN_OR_RETURN(ObjectManifest manifest, node_->Manifest(object.path, object.version));
+    for (int attempt = 0;; ++attempt) {
+      GPUFS_ASSIGN_OR_RETURN(bool ours, FetchOnce(manifest));
+      auto local = LookupPath(ns_, object.path);
+      if (local.ok() && !Namespace::IsRemoteIno(local->ino)) return Status::Ok();
+      // A replica served still, whose local copy was removed here: fetched again.
+      if (!ours || attempt > 0) {
+        return Error(ENOENT, "/" + object.path + ": the local copy of the replica was removed");
+      }
+      {
+        std::lock_guard lock(mu_);
+        fetched_.erase(object.path);
+      }
+      (void)node_->DropReplica(object.path, object.version);
+    }
+  }();
+  if (st.ok()) {
+    ++fetches_done_;
+    fetched_bytes_ += object.bytes;
+  } else {
+    ++fetches_failed_;
+    GPUFS_LOG(WARN) << "cluster fetch " << object.path << "@" << object.version << ": "
+                    << st.ToString();
+  }
+  return st;
+}
+
+Result<uint64_t> ClusterObjects::Publish(uint64_t ino, const std::string& path) {
+  GPUFS_ASSIGN_OR_RETURN(Publication pub, PreparePublication(ns_, ino, path));
+  Result<uint64_t> version = Error(EBUSY, "publish " + path);
+  for (int i = 0; i < kPublishTries; ++i) {
+    version = node_->Publish(pub.manifest, pub.bytes);
+    if (version.ok() || version.status().code() != EBUSY) break;
+  }
+  if (!version.ok()) return version;
+  ++publishes_;
+  uint64_t before = 0;
+  {
+    std::lock_guard lock(mu_);
+    before = published_[path];
+    published_[path] = *version;
+  }
+  // The version before is served no more: its fetchers move to this one.
+  if (before != 0) (void)node_->DropReplica(path, before);
+  return version;
+}
+
+Result<uint64_t> ClusterObjects::Unpublish(const std::string& path) {
+  GPUFS_ASSIGN_OR_RETURN(uint64_t version, node_->Unpublish(path));
+  uint64_t before = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = published_.find(path); it != published_.end()) {
+      before = it->second;
+      published_.erase(it);
+    }
+  }
+  if (before != 0) (void)node_->DropReplica(path, before);
+  return version;
+}
+
+void ClusterObjects::Changed(const std::string& path) {
+  {
+    std::lock_guard lock(mu_);
+    changes_.push_back(path);
+  }
+  cv_.notify_all();
+}
+
+void ClusterObjects::Work() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || (started_ && !changes_.empty()); });
+    if (stop_) return;
+    const std::string path = std::move(changes_.front());
+    changes_.pop_front();
+    std::vector<std::pair<std::string, Fetched>> check;
+    for (const auto& [p, f] : fetched_) {
+      if (path.empty() || p == path) check.emplace_back(p, f);
+    }
+    lock.unlock();
+    ns_.RemoteChanged(path);
+    for (const auto& [p, f] : check) {
+      auto current = node_->Lookup(p);
+      if (!current.ok()) continue;  // etcd away: kept until it answers
+      if (*current && !(*current)->removed && (*current)->version == f.version) continue;
+      Retire(p, f.version, f.object);
+    }
+    lock.lock();
+  }
+}
+
+void ClusterObjects::Retire(const std::string& path, uint64_t version, uint64_t object) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = fetched_.find(path);
+    if (it == fetched_.end() || it->second.version != version) return;
+    fetched_.erase(it);
+  }
+  (void)node_->DropReplica(path, version);
+  // The local copy, if it is still the one fetched: members, then the object.
+  const std::string name(BaseName(path));
+  const std::string dir = path.substr(0, path.size() - name.size());
+  auto parent = LookupPath(ns_, dir.empty() ? dir : dir.substr(0, dir.size() - 1));
+  auto local = parent.ok() ? ns_.Lookup(parent->ino, name) : Result<Attr>(parent.status());
+  if (!local.ok() || local->ino != object) return;
+  for (uint64_t cookie = 0;;) {
+    auto page = ns_.ReadDir(object, cookie, 256);
+    if (!page.ok() || page->empty()) break;
+    for (const DirEntry& d : *page) {
+      cookie = d.next_cookie;
+      if (d.name != "." && d.name != ".." && !S_ISDIR(d.attr.mode)) (void)ns_.Unlink(object, d.name);
+    }
+  }
+  Status removed = ns_.Rmdir(parent->ino, name);
+  GPUFS_LOG(INFO) << "cluster: " << path << "@" << version
+                  << " is no longer the published version; local copy "
+                  << (removed.ok() ? "removed" : "kept: " + removed.ToString());
+  ns_.RemoteChanged(path);
+}
+
+std::string ClusterObjects::StatusJson() {
+  json s = node_->StatusJson();
+  json fetched = json::object(), published = json::object();
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [p, f] : fetched_) fetched[p] = f.version;
+    for (const auto& [p, v] : published_) published[p] = v;
+  }
+  s["fetched"] = fetched;
+  s["published"] = published;
+  s["counters"] = json::parse(CountersJson());
+  return s.dump(2) + "\n";
+}
+
+std::string ClusterObjects::CountersJson() {
+  json c = {{"node", node_ ? node_->name() : options_.node},
+            {"watching", node_ && node_->registry().watching()},
+            {"lease_alive", node_ && node_->registry().alive()},
+            {"fetch_requests", fetch_requests_.load()},
+            {"fetches_started", node_ ? node_->fetches_started() : 0},
+            {"fetches_done", fetches_done_.load()},
+            {"fetches_failed", fetches_failed_.load()},
+            {"fetched_bytes", fetched_bytes_.load()},
+            {"publishes", publishes_.load()}};
+  return c.dump();
+}
+
+}  // namespace gpufs::cluster

@@ -1,0 +1,24 @@
+#include "daemon/cluster_mode.h"
+
+#include "cluster/cluster_objects.h"
+
+namespace gpufs {
+
+Result<std::unique_ptr<RemoteObjects>> StartClusterMode(Namespace& ns, const MountConfig& config) {
+  cluster::ClusterNodeOptions options;
+  GPUFS_ASSIGN_OR_RETURN(options.etcd, cluster::ParseClusterUrl(config.cluster));
+  options.node = config.node;
+  options.listen = config.listen;
+  options.etcd_timeout = std::chrono::milliseconds(config.cluster_timeout_ms);
+  options.lease_ttl = std::chrono::seconds(config.cluster_lease_s);
+  // A source that stops sending for this long is dropped (its ranges go to
+  // the others); the fetch fails when none is left.
+  options.fetch.stall_timeout = std::chrono::milliseconds(config.cluster_timeout_ms);
+  auto started = cluster::ClusterObjects::Start(ns, std::move(options));
+  if (!started.ok()) {
+    return started.status().Prepend("cluster " + config.cluster + " as node " + config.node);
+  }
+  return std::unique_ptr<RemoteObjects>(std::move(*started));
+}
+
+}  // namespace gpufs

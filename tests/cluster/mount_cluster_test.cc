@@ -1,0 +1,317 @@
+// Cluster mode end to end: a real etcd and three gpufs mounts (real FUSE,
+// host store), each daemon in its own network namespace of the lab
+// (nsenter --net only, so its FUSE mount stays visible here). Waits are
+// polls of a condition with a deadline, never sleeps.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "cluster/keys.h"
+#include "tests/cluster/lab_fixture.h"
+
+namespace gpufs::cluster::testing {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+struct Shell {
+  int rc = -1;
+  std::string out;
+};
+
+Shell Sh(const std::string& command) {
+  Shell r;
+  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int status = ::pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+std::string RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+// Polls `ok` until it holds or `limit` passes.
+bool Eventually(const std::function<bool()>& ok, milliseconds limit = milliseconds(10000)) {
+  const auto end = Clock::now() + limit;
+  while (Clock::now() < end) {
+    if (ok()) return true;
+    std::this_thread::yield();
+    ::usleep(20000);  // a poll interval, not a synchronisation
+  }
+  return ok();
+}
+
+class ClusterMountTest : public LabTest {
+ protected:
+  struct Node {
+    std::string name, mnt, state;
+    bool mounted = false;
+  };
+
+  void SetUp() override {
+    LabTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    bin_ = GPUFS_BIN;
+    for (const char* n : {"a", "b", "c"}) {
+      Node node{n, lab_->dir() + "/mnt-" + n, lab_->dir() + "/state-" + n};
+      ::mkdir(node.mnt.c_str(), 0755);
+      nodes_[n] = node;
+      ASSERT_EQ(Mount(n).rc, 0) << Mount(n).out;
+    }
+  }
+
+  void TearDown() override {
+    for (auto& [name, node] : nodes_) {
+      if (node.mounted) Sh("umount -l " + node.mnt);
+    }
+  }
+
+  std::string Url() const { return "etcd://" + etcd_->endpoint() + "/" + lab_->tag(); }
+
+  Shell Mount(const std::string& n, const std::string& as = "") {
+    Node& node = nodes_[n];
+    Shell r = Sh("nsenter --net=" + lab_->netns_path(n) + " " + bin_ + " mount " + node.mnt +
+                 " --state " + node.state + " --store host --cluster " + Url() + " --node " +
+                 (as.empty() ? n : as) + " --listen " + Lab::Address(n) +
+                 ":0 --cluster-timeout 1 --cluster-lease 2");
+    if (r.rc == 0) node.mounted = true;
+    return r;
+  }
+
+  const std::string& M(const std::string& n) { return nodes_[n].mnt; }
+
+  json Stats(const std::string& n) {
+    return json::parse(ReadFile(M(n) + "/.gpufs/stats"), nullptr, false);
+  }
+  json ClusterStatus(const std::string& n) {
+    return json::parse(ReadFile(M(n) + "/.gpufs/cluster"), nullptr, false);
+  }
+  std::string Log(const std::string& n) { return ReadFile(nodes_[n].state + "/gpufs.log"); }
+
+  // kill -9 of the node's whole mount: supervisor and worker.
+  void KillMount(const std::string& n) {
+    json s = Stats(n);
+    ASSERT_TRUE(s.is_object());
+    ::kill(s["worker"]["supervisor_pid"].get<int>(), SIGKILL);
+    ::kill(s["worker"]["pid"].get<int>(), SIGKILL);
+    Sh("umount -l " + M(n));
+    nodes_[n].mounted = false;
+  }
+
+  // An object of two members on `n`: w (random bytes, float32) and b.
+  void MakeModel(const std::string& n, const std::string& name, size_t bytes, uint32_t seed) {
+    const std::string src = lab_->dir() + "/" + name + ".bin";
+    WriteFile(src, RandomBytes(bytes, seed));
+    ASSERT_EQ(::mkdir((M(n) + "/" + name).c_str(), 0755), 0);
+    Shell put = Sh(bin_ + " put " + src + " " + M(n) + "/" + name + "/w --dtype float32 --shape " +
+                   std::to_string(bytes / 4));
+    ASSERT_EQ(put.rc, 0) << put.out;
+    WriteFile(M(n) + "/" + name + "/b", "bias-" + std::to_string(seed));
+  }
+
+  std::string bin_;
+  std::map<std::string, Node> nodes_;
+};
+
+TEST_F(ClusterMountTest, PublishFetchKillRefetchSixteenOpenersPermissions) {
+  MakeModel("a", "model", 3 << 20, 7);
+  const std::string want = ReadFile(M("a") + "/model/w");
+  // Publishing needs ownership or write permission: nobody has neither.
+  Shell denied = Sh("setpriv --reuid 65534 --regid 65534 --clear-groups " + bin_ + " publish " +
+                    M("a") + "/model");
+  EXPECT_NE(denied.rc, 0);
+  EXPECT_NE(denied.out.find("Permission denied"), std::string::npos) << denied.out;
+  Shell pub = Sh(bin_ + " publish " + M("a") + "/model");
+  ASSERT_EQ(pub.rc, 0) << pub.out;
+  EXPECT_NE(pub.out.find("version 1"), std::string::npos) << pub.out;
+
+  // B: shown (without fetching), then read byte for byte and mapped.
+  ASSERT_TRUE(Eventually([&] { return ::access((M("b") + "/model").c_str(), F_OK) == 0; }));
+  EXPECT_EQ(Stats("b")["cluster"]["fetches_started"], 0);
+  EXPECT_EQ(ReadFile(M("b") + "/model/w"), want);
+  EXPECT_EQ(ReadFile(M("b") + "/model/b"), "bias-7");
+  char dtype[32] = {};
+  ASSERT_GT(::getxattr((M("b") + "/model/w").c_str(), "user.gpufs.dtype", dtype, sizeof dtype), 0);
+  EXPECT_STREQ(dtype, "float32");
+  {
+    int fd = ::open((M("b") + "/model/w").c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    void* p = ::mmap(nullptr, want.size(), PROT_READ, MAP_SHARED, fd, 0);
+    ASSERT_NE(p, MAP_FAILED) << std::strerror(errno);
+    EXPECT_EQ(std::memcmp(p, want.data(), want.size()), 0);
+    ::munmap(p, want.size());
+    ::close(fd);
+  }
+  EXPECT_EQ(Stats("b")["cluster"]["fetches_started"], 1);
+  Shell st = Sh(bin_ + " stat " + M("b") + "/model");
+  EXPECT_NE(st.out.find("replicas: version 1 on a, b"), std::string::npos) << st.out;
+
+  // A dies: its lease goes, and C fetches from B, 16 openers, one fetch.
+  KillMount("a");
+  ASSERT_TRUE(Eventually([&] {
+    json s = ClusterStatus("c");
+    if (!s.is_object() || !s.contains("nodes")) return false;
+    for (const json& n : s["nodes"]) {
+      if (n["name"] == "a") return false;
+    }
+    return true;
+  })) << ClusterStatus("c").dump();
+  std::vector<std::thread> openers;
+  std::atomic<int> same{0};
+  for (int i = 0; i < 16; ++i) {
+    openers.emplace_back([&] {
+      if (ReadFile(M("c") + "/model/w") == want) ++same;
+    });
+  }
+  for (auto& t : openers) t.join();
+  EXPECT_EQ(same.load(), 16);
+  json c = Stats("c")["cluster"];
+  EXPECT_EQ(c["fetches_started"], 1) << c.dump();
+  EXPECT_EQ(c["fetches_done"].get<int>() + c["fetches_failed"].get<int>(),
+            c["fetch_requests"].get<int>());
+  json holders = ClusterStatus("c")["replicas"]["model@1"];
+  ASSERT_EQ(holders.size(), 2u) << holders.dump();
+
+  // A name that is live elsewhere is refused, clearly.
+  Shell twin = Mount("a", "b");
+  EXPECT_NE(twin.rc, 0);
+  EXPECT_NE(twin.out.find("EEXIST"), std::string::npos) << twin.out;
+  EXPECT_NE(twin.out.find("is live"), std::string::npos) << twin.out;
+}
+
+TEST_F(ClusterMountTest, SourceLostFetchCompletesElsewhereOrFailsCleanly) {
+  MakeModel("a", "m", 8 << 20, 11);
+  const std::string want = ReadFile(M("a") + "/m/w");
+  ASSERT_EQ(Sh(bin_ + " publish " + M("a") + "/m").rc, 0);
+  ASSERT_EQ(ReadFile(M("b") + "/m/w"), want);  // B holds a replica too
+  // B's link is cut: C gets it from A all the same.
+  ASSERT_OK(lab_->SetLink("b", false));
+  EXPECT_EQ(ReadFile(M("c") + "/m/w"), want);
+
+  // Now with A gone and B cut, a new object that only they held.
+  ASSERT_OK(lab_->SetLink("b", true));
+  MakeModel("a", "n", 4 << 20, 12);
+  const std::string want_n = ReadFile(M("a") + "/n/w");
+  ASSERT_EQ(Sh(bin_ + " publish " + M("a") + "/n").rc, 0);
+  ASSERT_TRUE(Eventually([&] { return ReadFile(M("b") + "/n/w") == want_n; }));
+  ASSERT_TRUE(Eventually([&] { return ::access((M("c") + "/n").c_str(), F_OK) == 0; }));
+  KillMount("a");
+  ASSERT_OK(lab_->SetLink("b", false));
+  const auto start = Clock::now();
+  int fd = ::open((M("c") + "/n/w").c_str(), O_RDONLY);
+  const int err = errno;
+  const double took = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_LT(fd, 0);
+  if (fd >= 0) ::close(fd);
+  EXPECT_TRUE(err == EIO || err == ETIMEDOUT || err == ENOENT || err == ECONNREFUSED ||
+              err == EHOSTUNREACH || err == ECONNRESET)
+      << std::strerror(err);
+  EXPECT_LT(took, 15.0);
+  EXPECT_NE(Log("c").find("cluster fetch n@1"), std::string::npos) << Log("c");
+  // Nothing half-fetched shows: no staging, no object of that name.
+  Shell ls = Sh("ls -a " + M("c"));
+  EXPECT_EQ(ls.out.find("fetching"), std::string::npos) << ls.out;
+  // B back: C completes.
+  ASSERT_OK(lab_->SetLink("b", true));
+  ASSERT_TRUE(Eventually([&] { return ReadFile(M("c") + "/n/w") == want_n; },
+                         milliseconds(20000)));
+}
+
+TEST_F(ClusterMountTest, EtcdAwayLocalWorkGoesOnAndClusterRecovers) {
+  etcd_->Kill();
+  // Local work never waits on etcd.
+  const auto start = Clock::now();
+  ASSERT_EQ(::mkdir((M("a") + "/local").c_str(), 0755), 0);
+  WriteFile(M("a") + "/local/x", "local bytes");
+  EXPECT_EQ(ReadFile(M("a") + "/local/x"), "local bytes");
+  EXPECT_NE(::access((M("b") + "/nothing").c_str(), F_OK), 0);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 3.0);
+  // Publishing fails within the timeout, saying why.
+  const auto pub_start = Clock::now();
+  Shell pub = Sh(bin_ + " publish " + M("a") + "/local");
+  EXPECT_NE(pub.rc, 0);
+  EXPECT_NE(pub.out.find("publish"), std::string::npos) << pub.out;
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - pub_start).count(), 8.0);
+  // etcd back: the nodes rejoin, a publish goes through and shows elsewhere.
+  ASSERT_OK(etcd_->Restart());
+  ASSERT_TRUE(Eventually([&] { return Sh(bin_ + " publish " + M("a") + "/local").rc == 0; },
+                         milliseconds(20000)));
+  ASSERT_TRUE(Eventually([&] { return ReadFile(M("c") + "/local/x") == "local bytes"; },
+                         milliseconds(20000)));
+}
+
+TEST_F(ClusterMountTest, BadInput) {
+  // A malformed value where a current/ key should be: a clear log line, no object.
+  auto client = NewClient();
+  ASSERT_NE(client, nullptr);
+  ClusterKeys keys(lab_->tag());
+  ASSERT_TRUE(client->Put(keys.Current("broken"), "{not json").ok());
+  EXPECT_NE(::access((M("b") + "/broken").c_str(), F_OK), 0);
+  EXPECT_NE(Log("b").find("broken"), std::string::npos) << Log("b");
+  // A manifest far over etcd's request limit (12000 members): split, and
+  // fetched whole.
+  const int members = 12000;
+  std::string header = "{";
+  std::string data;
+  for (int i = 0; i < members; ++i) {
+    char name[16];
+    std::snprintf(name, sizeof name, "t%05d", i);
+    header += std::string(i ? "," : "") + "\"" + name + "\":{\"dtype\":\"F32\",\"shape\":[1]," +
+              "\"data_offsets\":[" + std::to_string(i * 4) + "," + std::to_string(i * 4 + 4) + "]}";
+    uint32_t v = static_cast<uint32_t>(i);
+    data.append(reinterpret_cast<const char*>(&v), 4);
+  }
+  header += "}";
+  uint64_t len = header.size();
+  WriteFile(lab_->dir() + "/many.safetensors",
+            std::string(reinterpret_cast<const char*>(&len), 8) + header + data);
+  Shell imp = Sh(bin_ + " import " + lab_->dir() + "/many.safetensors " + M("a") +
+                 "/many --publish");
+  ASSERT_EQ(imp.rc, 0) << imp.out;
+  ASSERT_TRUE(Eventually([&] { return ::access((M("c") + "/many").c_str(), F_OK) == 0; }));
+  std::string last = ReadFile(M("c") + "/many/t11999");
+  ASSERT_EQ(last.size(), 4u);
+  uint32_t v;
+  std::memcpy(&v, last.data(), 4);
+  EXPECT_EQ(v, 11999u);
+  // A publish outside cluster mode, or of the root, is refused clearly.
+  Shell root = Sh(bin_ + " publish " + M("a"));
+  EXPECT_NE(root.rc, 0);
+  EXPECT_NE(root.out.find("Invalid argument"), std::string::npos) << root.out;
+}
+
+}  // namespace
+}  // namespace gpufs::cluster::testing
