@@ -28,9 +28,8 @@ Namespace::Namespace(NamespaceOptions options)
       state_dir_(std::move(options.state_dir)),
       log_path_(std::move(options.log_path)),
       reader_copies_(options.reader_copies),
-      takeover_(options.takeover),
-      adopted_(std::move(options.adopted)),
-      unsealed_sizes_(std::move(options.unsealed_sizes)),
+      takeover_(options.adopted.has_value()),
+      adopted_(options.adopted ? std::move(*options.adopted) : AdoptedState{}),
       on_unsealed_size_(std::move(options.on_unsealed_size)),
       worker_(options.worker),
       next_handle_(options.first_handle),
@@ -88,9 +87,8 @@ Result<std::unique_ptr<Namespace>> Namespace::Open(NamespaceOptions options) {
     GPUFS_RETURN_IF_ERROR(ns->usage_->Rebuild());
   }
   if (ns->takeover_) {
-    GPUFS_RETURN_IF_ERROR(ns->Adopt(ns->adopted_));
-    ns->adopted_.clear();
-    ns->unsealed_sizes_.clear();
+    GPUFS_RETURN_IF_ERROR(ns->Adopt(ns->adopted_.handles));
+    ns->adopted_ = {};
   }
   GPUFS_RETURN_IF_ERROR(ns->RestorePendingObjects());
   if (ns->stores_.contains("disk"))

@@ -28,14 +28,15 @@
 // - After a cold start nobody holds anything: detached members, unsealed
 //   blobs and unlinked blobs are swept by Open(). After a takeover (a new
 //   worker of the same mount) the handles the kernel holds are adopted and
-//   what they hold is kept (NamespaceOptions::takeover).
+//   what they hold is kept (NamespaceOptions::adopted).
 //
 // The class is a facade; its parts live in files named after them:
 // namespace.cc (tree operations), blobs.cc (create/open/read/write/release,
-// sealing), blob_lifecycle.cc (new, replaced and freed blobs), handle_table.cc, control_files.cc (/.gpufs), placement.cc (which
-// store a blob goes to), migrator.cc, recovery.cc (start-up sweep), xattrs.cc,
-// device_memory.cc (GPUFS_IOC_MAP/ALLOC/SEAL), meta_json.cc and ipc_info.cc;
-// tiers: eviction_policy.cc (which blobs leave a full tier),
+// sealing), blob_lifecycle.cc (new, replaced and freed blobs),
+// namespace_handles.cc (open handles), control_files.cc (/.gpufs),
+// placement.cc (which store a blob goes to), migrator.cc, recovery.cc
+// (start-up sweep), xattrs.cc, device_memory.cc (GPUFS_IOC_MAP/ALLOC/SEAL),
+// meta_json.cc and ipc_info.cc; tiers: eviction_policy.cc (which blobs leave a full tier),
 // spiller.cc (spill on demand, fault back before a map), persister.cc
 // (write-behind to the disk tier, CRC-32C) and tier_copy.cc (the copies).
 //
@@ -563,8 +564,7 @@ class Namespace {
   uint64_t generation_ = 0;
   // Takeover (see NamespaceOptions), fixed after Open:
   bool takeover_ = false;
-  std::vector<AdoptedHandle> adopted_;
-  std::map<uint64_t, uint64_t> unsealed_sizes_;
+  AdoptedState adopted_;  // emptied once adopted
   std::function<void(uint64_t, uint64_t)> on_unsealed_size_;
   WorkerInfo worker_;
   HandleId next_handle_ = 1;                                        // GUARDED_BY(mu_)

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,13 +32,10 @@ struct NamespaceOptions {
   bool reader_copies = true;
 
   // --- worker takeover (docs/TAKEOVER.md) -----------------------------------
-  // A takeover start: an earlier worker served this mount and the kernel
-  // still holds `adopted` handles. Open() adopts them and sweeps only what
-  // nobody holds; unsealed blobs are kept (their writer's open may be re-sent).
-  bool takeover = false;
-  std::vector<AdoptedHandle> adopted;
-  // The live size of unsealed blobs that adopted handles hold.
-  std::map<uint64_t, uint64_t> unsealed_sizes;
+  // Set on a takeover start (an earlier worker served this mount): Open()
+  // adopts its handles and sweeps only what nobody holds; unsealed blobs are
+  // kept (their writer's open may be re-sent). Unset: a cold start.
+  std::optional<AdoptedState> adopted;
   // Handles issued by this namespace start here (never reused across workers).
   HandleId first_handle = 1;
   // Called when a write or truncate changed an unsealed blob's size, before

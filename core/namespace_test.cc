@@ -38,9 +38,7 @@ class NamespaceTest : public ::testing::Test {
   // kernel's open files) from the one that died, as the supervisor starts it.
   void TakeOver(std::vector<AdoptedHandle> adopted, std::map<uint64_t, uint64_t> unsealed_sizes) {
     NamespaceOptions options;
-    options.takeover = true;
-    options.adopted = std::move(adopted);
-    options.unsealed_sizes = std::move(unsealed_sizes);
+    options.adopted = AdoptedState{std::move(adopted), std::move(unsealed_sizes)};
     options.first_handle = 1000;
     Start(1 << 20, std::move(options));
   }

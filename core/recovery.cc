@@ -20,7 +20,7 @@ Status Namespace::Recover() {
   GPUFS_ASSIGN_OR_RETURN(generation_, catalog_->NextGeneration());
   std::set<EntryId> held_entries;
   std::set<BlobId> held_blobs;
-  for (const AdoptedHandle& h : adopted_) {
+  for (const AdoptedHandle& h : adopted_.handles) {
     held_entries.insert(h.entry);
     if (h.blob != 0) held_blobs.insert(h.blob);
   }
@@ -62,8 +62,8 @@ Status Namespace::Recover() {
       continue;
     }
     uint64_t size = blob.size;
-    if (auto it = unsealed_sizes_.find(blob.id);
-        it != unsealed_sizes_.end() && blob.state == BlobState::kUnsealed) {
+    if (auto it = adopted_.unsealed_sizes.find(blob.id);
+        it != adopted_.unsealed_sizes.end() && blob.state == BlobState::kUnsealed) {
       size = it->second;  // its writer wrote on; the catalog learns the size at seal
     }
     live[blob.device].push_back(
@@ -166,8 +166,8 @@ Status Namespace::Adopt(const std::vector<AdoptedHandle>& adopted) {
         continue;
       }
       handle.blob = Activate(*rec);
-      if (auto it = unsealed_sizes_.find(a.blob);
-          it != unsealed_sizes_.end() && rec->state == BlobState::kUnsealed) {
+      if (auto it = adopted_.unsealed_sizes.find(a.blob);
+          it != adopted_.unsealed_sizes.end() && rec->state == BlobState::kUnsealed) {
         handle.blob->size = std::max(it->second, rec->size);
       }
       if (a.mapped) handle.blob->mapped++;

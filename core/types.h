@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -133,6 +134,14 @@ struct AdoptedHandle {
   bool append = false;
   bool mapped = false;
   bool object = false;  // an open object (opendir): blob is 0
+};
+
+// What a Namespace of a takeover start is built with
+// (NamespaceOptions::adopted): the handles the kernel still holds and the
+// live size of the unsealed blobs they hold.
+struct AdoptedState {
+  std::vector<AdoptedHandle> handles;
+  std::map<uint64_t, uint64_t> unsealed_sizes;  // by blob
 };
 
 // Which worker of the mount this is, for /.gpufs/stats.

@@ -164,22 +164,13 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   store_config.tier_capacity = config.tier_capacity;
   store_config.ipc = config.ipc;
   store_config.host_tier = config.host_tier;
-  // Blob memory the last worker made and the supervisor kept: the GPU stores
-  // re-import what the catalog still holds (Namespace::Open -> Recover).
+  // Blob memory and host slabs the last worker made and the supervisor kept:
+  // the stores take in what the catalog still holds (Namespace::Open ->
+  // Recover).
   takeover::SupervisorBlobSink blob_sink(link);
-  InheritedBlobFds inherited;
-  for (auto& [blob, fd] : link.inherited_blob_fds()) {
-    const takeover::BlobFd rec = link.inherited_blob(blob);
-    inherited[blob] =
-        InheritedBlobFd{std::move(fd), BlobMemory{rec.bytes, rec.offset, rec.range, rec.memory}};
-  }
-  link.inherited_blob_fds().clear();
-  // The host tier's slabs (a memory host tier adopts them all in Recover).
-  InheritedMemoryFds inherited_memory = std::move(link.inherited_memory_fds());
-  link.inherited_memory_fds().clear();
+  AdoptedMemory adopted_memory = link.TakeAdoptedMemory();
   store_config.fd_sink = &blob_sink;
-  store_config.inherited = &inherited;
-  store_config.inherited_memory = &inherited_memory;
+  store_config.adopted = &adopted_memory;
   auto stores = OpenStores(store_config);
   if (!stores.ok()) return fail(stores.status());
   auto catalog = SqliteCatalog::Open(config.state_dir + "/catalog.db", geteuid(), getegid(), 0755);
@@ -194,15 +185,7 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   options.persist_all = config.persist;
   options.state_dir = config.state_dir;
   options.log_path = config.foreground ? "stderr" : config.state_dir + "/gpufs.log";
-  options.takeover = link.taking_over();
-  for (const takeover::HandleRecord& rec : link.handover().handles) {
-    options.adopted.push_back({rec.fh, rec.entry, rec.blob,
-                               (rec.flags & takeover::kHandleWritable) != 0,
-                               (rec.flags & takeover::kHandleAppend) != 0,
-                               (rec.flags & takeover::kHandleMapped) != 0,
-                               (rec.flags & takeover::kHandleObject) != 0});
-  }
-  options.unsealed_sizes = link.handover().sizes;
+  options.adopted = link.TakeAdoptedState();
   options.first_handle = static_cast<HandleId>(link.generation()) << 40;
   options.on_unsealed_size = [&link](uint64_t blob, uint64_t size) {
     link.BlobSizeChanged(blob, size);
@@ -238,16 +221,15 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   };
   // Memory of blobs that no store took (deleted by the start-up sweep, or no
   // longer served here): the supervisor lets it go.
-  if (!inherited.empty()) {
-    GPUFS_LOG(INFO) << "releasing " << inherited.size()
+  if (!adopted_memory.blob_fds.empty()) {
+    GPUFS_LOG(INFO) << "releasing " << adopted_memory.blob_fds.size()
                     << " blob allocation(s) of the last worker that no store took";
   }
-  for (const auto& [blob, fd] : inherited) link.BlobFreed(blob);
-  inherited.clear();
+  for (const auto& [blob, fd] : adopted_memory.blob_fds) link.BlobFreed(blob);
   // Slabs of a memory host tier that this worker does not serve (its
   // --host-tier changed with `gpufs restart`): let them go.
-  for (const auto& [memory, fd] : inherited_memory) link.MemoryFreed(memory);
-  inherited_memory.clear();
+  for (const auto& [memory, fd] : adopted_memory.memory_fds) link.MemoryFreed(memory);
+  adopted_memory = {};
 
   // Clients that have not mapped yet find the socket there (uapi.h).
   SocketRegistration registered;

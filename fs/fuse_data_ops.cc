@@ -1,5 +1,6 @@
 // Request adapters for file data: create, open, read, write, flush, fsync and
-// release, with the takeover records of open handles (fs/fuse_takeover.h).
+// release. Each new handle is recorded for the next worker (RecordNewHandle)
+// before the reply that names it.
 #include <fcntl.h>
 
 #include <algorithm>
@@ -8,43 +9,21 @@
 #include "fs/exporter.h"
 #include "fs/fd_server.h"
 #include "fs/fuse_ops.h"
-#include "fs/fuse_takeover.h"
 #include "fs/read_ahead.h"
 #include "util/log.h"
 
 namespace gpufs::fuse_ops {
 
-namespace {
-
-// Releases a handle the kernel never got (the opener was interrupted).
-void Unopen(fuse_req_t req, HandleId handle) {
-  Status ignored = Ns(req).Release(handle);
-  (void)ignored;
-  Link(req).HandleClosed(handle);
-}
-
-}  // namespace
-
 void OnCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
               fuse_file_info* fi) {
   fi->direct_io = 1;
-  if (const takeover::HandleRecord* rec = RecordedOpen(Link(req))) {
-    auto attr = Ns(req).GetAttr(rec->entry);
-    if (!attr.ok()) return ReplyError(req, "create", attr.status());
-    fi->fh = rec->fh;
-    fuse_entry_param e = ToEntry(*attr);
-    fuse_reply_create(req, &e, fi);
-    return;
-  }
   auto opened = Ns(req).Create(CallerOf(req), parent, name, mode, fi->flags);
-  if (!opened.ok() && DoneBefore(opened.status(), EEXIST)) {
-    // Created by the dead worker before it recorded a handle: open it.
-    auto attr = Ns(req).Lookup(parent, name);
-    if (attr.ok()) opened = Ns(req).Open(CallerOf(req), attr->ino, fi->flags & ~O_EXCL);
-  }
   if (!opened.ok()) return ReplyError(req, "create", opened.status());
+  if (Status recorded = RecordNewHandle(req, *opened, fi->flags); !recorded.ok()) {
+    Unopen(req, opened->handle);
+    return ReplyError(req, "create", recorded);
+  }
   fi->fh = opened->handle;
-  RecordOpen(req, *opened, fi->flags);
   fuse_entry_param e = ToEntry(opened->attr);
   if (fuse_reply_create(req, &e, fi) != 0) Unopen(req, opened->handle);
 }
@@ -70,21 +49,18 @@ void PushMapAtOpen(fuse_req_t req, fuse_ino_t ino, HandleId handle) {
 }  // namespace
 
 void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  fi->direct_io = 1;
-  fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY;  // FLUSH does nothing for readers
-  if (const takeover::HandleRecord* rec = RecordedOpen(Link(req))) {
-    fi->fh = rec->fh;
-    fuse_reply_open(req, fi);
-    return;
-  }
+  SetOpenReplyFlags(fi);
   auto opened = Ns(req).Open(CallerOf(req), ino, fi->flags);
   if (!opened.ok()) return ReplyError(req, "open", opened.status());
   if ((fi->flags & O_TRUNC) && (fi->flags & O_ACCMODE) != O_RDONLY) {
     Status dropped = Ns(req).DropSetIdsAfterWrite(ino, CallerOf(req));
     if (!dropped.ok()) LogFailure("open O_TRUNC: dropping setuid/setgid", dropped, false);
   }
+  if (Status recorded = RecordNewHandle(req, *opened, fi->flags); !recorded.ok()) {
+    Unopen(req, opened->handle);
+    return ReplyError(req, "open", recorded);
+  }
   fi->fh = opened->handle;
-  RecordOpen(req, *opened, fi->flags);
   if ((fi->flags & O_ACCMODE) == O_RDONLY && opened->blob != 0) {
     PushMapAtOpen(req, ino, opened->handle);
   }
@@ -145,11 +121,6 @@ void OnRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 }
 
 void OnOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  if (const takeover::HandleRecord* rec = RecordedOpen(Link(req))) {
-    fi->fh = rec->fh;
-    fuse_reply_open(req, fi);
-    return;
-  }
   auto opened = Ns(req).OpenObject(CallerOf(req), ino);
   if (!opened.ok()) {
     // The control directory and the like: an ordinary directory to read.
@@ -158,13 +129,15 @@ void OnOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fuse_reply_open(req, fi);
     return;
   }
-  fi->fh = *opened;
   takeover::HandleRecord rec;
   rec.fh = *opened;
   rec.entry = ino;
   rec.flags = takeover::kHandleObject;
-  rec.pid = static_cast<uint32_t>(fuse_req_ctx(req)->pid);
-  RecordHandle(Link(req), rec);
+  if (Status recorded = RecordNewHandle(req, rec); !recorded.ok()) {
+    Unopen(req, *opened);
+    return ReplyError(req, "opendir", recorded);
+  }
+  fi->fh = *opened;
   if (fuse_reply_open(req, fi) != 0) Unopen(req, *opened);
 }
 

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "fs/fuse_ops.h"
-#include "fs/fuse_takeover.h"
 #include "fs/kernel_invalidator.h"
 #include "gpufs/uapi.h"
 
@@ -55,9 +54,7 @@ void OnSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* st, int to_set, fuse
 }
 
 void OnMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
-  auto made = Ns(req).Mkdir(CallerOf(req), parent, name, mode);
-  if (!made.ok() && DoneBefore(made.status(), EEXIST)) made = Ns(req).Lookup(parent, name);
-  ReplyEntry(req, "mkdir", made);
+  ReplyEntry(req, "mkdir", Ns(req).Mkdir(CallerOf(req), parent, name, mode));
 }
 
 void OnMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t) {
@@ -71,9 +68,6 @@ void OnMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, d
   // a writer's release seals): a member left unsealed with nobody holding it
   // could not be truncated, and a restart would discard it.
   auto created = Ns(req).Create(CallerOf(req), parent, name, mode, O_WRONLY);
-  if (!created.ok() && DoneBefore(created.status(), EEXIST)) {
-    return ReplyEntry(req, "mknod", Ns(req).Lookup(parent, name));
-  }
   if (!created.ok()) return ReplyError(req, "mknod", created.status());
   Status released = Ns(req).Release(created->handle);  // seals the empty blob
   if (!released.ok()) return ReplyError(req, "mknod", released);
@@ -97,14 +91,14 @@ void OnLink(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { OnUnsupported
 void OnRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   KernelChange change(parent, name);
   Status status = Ns(req).Rmdir(parent, name);
-  if (!status.ok() && !DoneBefore(status, ENOENT)) return ReplyError(req, "rmdir", status);
+  if (!status.ok()) return ReplyError(req, "rmdir", status);
   fuse_reply_err(req, 0);
 }
 
 void OnUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   KernelChange change(parent, name);
   Status status = Ns(req).Unlink(parent, name);
-  if (!status.ok() && !DoneBefore(status, ENOENT)) return ReplyError(req, "unlink", status);
+  if (!status.ok()) return ReplyError(req, "unlink", status);
   fuse_reply_err(req, 0);
 }
 
@@ -112,8 +106,7 @@ void OnRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
               const char* new_name, unsigned flags) {
   KernelChange change(parent, name, new_parent, new_name);
   Status status = Ns(req).Rename(parent, name, new_parent, new_name, flags);
-  bool done = DoneBefore(status, ENOENT) && Ns(req).Lookup(new_parent, new_name).ok();
-  if (!status.ok() && !done) return ReplyError(req, "rename", status);
+  if (!status.ok()) return ReplyError(req, "rename", status);
   fuse_reply_err(req, 0);
 }
 

@@ -45,8 +45,17 @@ FdServer* Fds(fuse_req_t req);
 ReadAhead& Ahead(fuse_req_t req);
 Exporter& Exp(fuse_req_t req);
 
-// Takeover bookkeeping of requests: fs/fuse_takeover.h.
-void RecordOpen(fuse_req_t req, const OpenResult& opened, int flags);
+// Records a new handle for the next worker (takeover/open_file_table.h),
+// tagged with this request's id and the caller's pid, before the reply that
+// names it. ENFILE when the table is full: the caller Unopens and refuses.
+Status RecordNewHandle(fuse_req_t req, takeover::HandleRecord rec);
+Status RecordNewHandle(fuse_req_t req, const OpenResult& opened, int flags);
+// Releases a handle the kernel never got (the opener was interrupted, or the
+// record was refused).
+void Unopen(fuse_req_t req, HandleId handle);
+// What the reply to an OPEN says about the file: direct_io, and no FLUSH for
+// a reader (a CREATE's says direct_io only).
+void SetOpenReplyFlags(fuse_file_info* fi);
 
 // The caller; its supplementary groups are read (from /proc) only if the
 // core needs them (Caller::load_groups), while the request is served.

@@ -1,6 +1,7 @@
 // What every request adapter shares (see fs/fuse_ops.h): the server and the
-// caller behind a request, the takeover record of an open, failure replies
+// caller behind a request, the record of a new handle, failure replies
 // with their log line, and the conversions of attributes into replies.
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -24,14 +25,32 @@ ReadAhead& Ahead(fuse_req_t req) {
 }
 Exporter& Exp(fuse_req_t req) { return *static_cast<Server*>(fuse_req_userdata(req))->exporter; }
 
-void RecordOpen(fuse_req_t req, const OpenResult& opened, int flags) {
+Status RecordNewHandle(fuse_req_t req, takeover::HandleRecord rec) {
+  rec.unique = ThisRequest().unique;
+  rec.pid = static_cast<uint32_t>(fuse_req_ctx(req)->pid);
+  return Link(req).HandleOpened(rec);
+}
+
+Status RecordNewHandle(fuse_req_t req, const OpenResult& opened, int flags) {
   takeover::HandleRecord rec;
   rec.fh = opened.handle;
   rec.entry = opened.attr.ino;
   rec.blob = opened.blob;
-  rec.flags = HandleFlags(opened.blob == 0, flags);
-  rec.pid = static_cast<uint32_t>(fuse_req_ctx(req)->pid);
-  RecordHandle(Link(req), rec);
+  rec.flags = (opened.blob == 0 ? takeover::kHandleStats : 0) |
+              ((flags & O_ACCMODE) != O_RDONLY ? takeover::kHandleWritable : 0) |
+              ((flags & O_APPEND) ? takeover::kHandleAppend : 0);
+  return RecordNewHandle(req, rec);
+}
+
+void Unopen(fuse_req_t req, HandleId handle) {
+  Status ignored = Ns(req).Release(handle);
+  (void)ignored;
+  Link(req).HandleClosed(handle);
+}
+
+void SetOpenReplyFlags(fuse_file_info* fi) {
+  fi->direct_io = 1;
+  fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY;  // FLUSH does nothing for readers
 }
 
 Caller CallerOf(fuse_req_t req) {

@@ -32,9 +32,9 @@
 #include <vector>
 
 #include "fs/fuse_ops.h"
+#include "fs/fuse_replay.h"
 #include "fs/fuse_takeover.h"
 #include "fs/kernel_invalidator.h"
-#include "fs/mmap_init_hook.h"
 #include "fs/read_ahead.h"
 #include "util/log.h"
 
@@ -87,6 +87,7 @@ fuse_lowlevel_ops MakeOps() {
   ops.listxattr = OnListxattr;
   ops.removexattr = OnRemovexattr;
   ops.ioctl = OnIoctl;
+  WrapForReplay(&ops);  // re-sent requests the last worker may have half done
   return ops;
 }
 
@@ -116,7 +117,6 @@ int ServeFuse(Namespace& ns, takeover::WorkerLink& link, const FuseOptions& opti
     GPUFS_LOG(ERROR) << "cannot use the FUSE connection " << dev;
     return 1;
   }
-  AllowSharedMmapOfDirectIo(se);
   // Lives until _exit when the worker is replaced: loop threads may use it.
   auto* invalidator = new KernelInvalidator(se);
   ns.SetInvalidator(invalidator);

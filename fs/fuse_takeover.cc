@@ -6,6 +6,7 @@
 #include <linux/fuse.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -19,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "fs/fuse_replay.h"
+#include "fs/mmap_init_hook.h"
 #include "takeover/supervisor.h"
 #include "util/log.h"
 
@@ -34,6 +37,19 @@ constexpr uint64_t kReplayUnique = 1ull << 62;  // even, never a live request's 
 
 thread_local RequestInfo this_request;
 
+// The device io of the session (one per worker): every reply passes here.
+Replay* device_replay = nullptr;
+
+ssize_t WriteReply(int fd, struct iovec* iov, int count, void*) {
+  PatchInitReply(iov, count, this_request.opcode, this_request.unique);
+  bool journaled = device_replay != nullptr && device_replay->BeforeReply(iov, count);
+  ssize_t n = ::writev(fd, iov, count);
+  if (journaled) device_replay->AfterReply();  // written, or refused: never re-sent
+  return n;
+}
+
+ssize_t ReadRequest(int fd, void* buf, size_t len, void*) { return ::read(fd, buf, len); }
+
 // Test hook (see the header): which opcode to park, once.
 struct ParkHook {
   uint32_t opcode = 0;
@@ -44,14 +60,7 @@ struct ParkHook {
     const char* op = std::getenv("GPUFS_TEST_PARK_OP");
     const char* d = std::getenv("GPUFS_TEST_PARK_DIR");
     if (op == nullptr || d == nullptr || generation != 1) return;
-    static const std::pair<const char*, uint32_t> kNames[] = {
-        {"lookup", FUSE_LOOKUP}, {"getattr", FUSE_GETATTR}, {"open", FUSE_OPEN},
-        {"read", FUSE_READ},     {"write", FUSE_WRITE},     {"release", FUSE_RELEASE},
-        {"create", FUSE_CREATE}, {"rename", FUSE_RENAME2},  {"unlink", FUSE_UNLINK},
-        {"mkdir", FUSE_MKDIR},   {"ioctl", FUSE_IOCTL},     {"setattr", FUSE_SETATTR}};
-    for (const auto& [name, code] : kNames) {
-      if (std::strcmp(name, op) == 0) opcode = code;
-    }
+    opcode = FuseOpcodeByName(op);
     dir = d;
     if (opcode == 0) GPUFS_LOG(ERROR) << "GPUFS_TEST_PARK_OP=" << op << ": unknown opcode";
   }
@@ -82,9 +91,17 @@ struct ParkHook {
 class Loop {
  public:
   Loop(fuse_session* se, takeover::WorkerLink& link)
-      : se_(se), link_(link), park_(link.generation()) {}
+      : se_(se), link_(link), park_(link.generation()), replay_(link) {}
 
   int Run(int threads, const std::function<void()>& on_ready) {
+    device_replay = &replay_;
+    fuse_custom_io io{};
+    io.writev = WriteReply;
+    io.read = ReadRequest;
+    if (fuse_session_custom_io(se_, &io, fuse_session_fd(se_)) != 0) {
+      GPUFS_LOG(ERROR) << "cannot hook the FUSE device: replies are not journaled and shared "
+                          "mmap of members fails (ENODEV)";
+    }
     // Stop signals go to one waiting thread; loop threads never see them.
     sigset_t stop;
     sigemptyset(&stop);
@@ -188,6 +205,7 @@ class Loop {
 
   void Work() {
     pthread_setname_np(pthread_self(), "gpufs-fuse");
+    const int slot = replay_.ClaimSlot();
     fuse_buf buf{};
     void* mapping = PrefaultedBuffer();
     if (mapping != nullptr) buf.mem = static_cast<char*>(mapping) + 4096 - kWriteHeader;
@@ -252,7 +270,14 @@ class Loop {
         GPUFS_LOG(INFO) << "re-sent request: opcode " << ih->opcode << ", unique "
                         << this_request.unique;
       }
-      if (!EnsureInit(buf, static_cast<size_t>(res))) fuse_session_process_buf(se_, &buf);
+      Replay::Step step = ih->opcode == FUSE_INIT ? Replay::Step::kProcess
+                                                  : replay_.BeforeProcessing(*ih, slot);
+      if (step != Replay::Step::kAnswered) {
+        this_request.half_done = step == Replay::Step::kHalfDone;
+        if (ReplayJournaled(ih->opcode)) this_request.journal_slot = slot;
+        if (!EnsureInit(buf, static_cast<size_t>(res))) fuse_session_process_buf(se_, &buf);
+        replay_.AfterProcessing();
+      }
       this_request = {};
       std::lock_guard<std::mutex> lock(mu_);
       if (--busy_ == 0 && stopping_) cv_.notify_all();
@@ -270,6 +295,7 @@ class Loop {
   fuse_session* se_;
   takeover::WorkerLink& link_;
   ParkHook park_;
+  Replay replay_;
   std::vector<std::thread> workers_;
   std::mutex init_mu_;
   std::atomic<bool> initialized_{false};
@@ -293,25 +319,6 @@ class Loop {
 }  // namespace
 
 const RequestInfo& ThisRequest() { return this_request; }
-
-uint32_t HandleFlags(bool stats_file, int open_flags) {
-  return (stats_file ? takeover::kHandleStats : 0) |
-         ((open_flags & O_ACCMODE) != O_RDONLY ? takeover::kHandleWritable : 0) |
-         ((open_flags & O_APPEND) ? takeover::kHandleAppend : 0);
-}
-
-void RecordHandle(takeover::WorkerLink& link, takeover::HandleRecord rec) {
-  rec.unique = this_request.unique;
-  link.HandleOpened(rec);
-}
-
-const takeover::HandleRecord* RecordedOpen(const takeover::WorkerLink& link) {
-  return this_request.resent ? link.HandleOpenedBy(this_request.unique) : nullptr;
-}
-
-bool DoneBefore(const Status& status, int code) {
-  return this_request.resent && status.code() == code;
-}
 
 int ServeTakeover(fuse_session* se, takeover::WorkerLink& link, int threads,
                   const std::function<void()>& on_ready) {

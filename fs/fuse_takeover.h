@@ -14,9 +14,12 @@
 // - NOTIFY_RESEND. A later worker writes fuse_out_header{16,
 //   FUSE_NOTIFY_RESEND, 0} first: the kernel re-queues every request the dead
 //   worker had read and not answered, with bit 63 set in its unique.
-//   Callbacks see that through ThisRequest() and must be idempotent: such a
-//   request may already have been carried out.
+//   Such a request may already have been carried out: what the new worker
+//   does with it is decided in one place, by its id (fs/fuse_replay.h).
 // - One fd, no clone_fd: a clone's in-flight requests die with the clone.
+// - Device io: every reply goes through one writev hook, which records it in
+//   the reply journal (fs/fuse_replay.h) and patches the INIT reply
+//   (fs/mmap_init_hook.h).
 //
 // Test hook (never set in production): GPUFS_TEST_PARK_OP=<opcode name, e.g.
 // "read"> and GPUFS_TEST_PARK_DIR=<dir with fifos "parked" and "release">.
@@ -40,22 +43,11 @@ namespace gpufs {
 struct RequestInfo {
   uint64_t unique = 0;  // without the resend bit
   uint32_t opcode = 0;
-  bool resent = false;  // re-sent by the kernel after a takeover
+  bool resent = false;     // re-sent by the kernel after a takeover
+  bool half_done = false;  // the dead worker began it (fs/fuse_replay.h)
+  int journal_slot = -1;   // its reply is journaled there (-1: not journaled)
 };
 const RequestInfo& ThisRequest();
-
-// --- what callbacks do for takeovers ----------------------------------------
-// A new open handle goes to the supervisor before the reply that names it,
-// tagged with this request's unique (RecordHandle fills it in), so the next
-// worker adopts exactly the handles the kernel holds.
-uint32_t HandleFlags(bool stats_file, int open_flags);
-void RecordHandle(takeover::WorkerLink& link, takeover::HandleRecord rec);
-// A re-sent OPEN/CREATE that the dead worker had carried out: the handle it
-// recorded for that very request, so the kernel gets one handle, not two.
-const takeover::HandleRecord* RecordedOpen(const takeover::WorkerLink& link);
-// A re-sent request that fails with `code` may fail only because the dead
-// worker had already carried it out (mkdir: EEXIST, unlink: ENOENT...).
-bool DoneBefore(const Status& status, int code);
 
 // Runs `threads` request loops on `se` (whose fd is the link's FUSE fd)
 // until the connection ends or SIGTERM/SIGINT/SIGHUP asks to stop.

@@ -4,16 +4,18 @@
 // direct_io for read(2) (fs/fuse_server.cc says why) and asks for this.
 #pragma once
 
-struct fuse_session;
+#include <sys/uio.h>
+
+#include <cstdint>
 
 namespace gpufs {
 
-// Hooks `se`'s device writes (call after fuse_session_mount) so that the
-// reply to FUSE_INIT carries the flag. libfuse 3.14 cannot ask for it: its
-// capability words are 32 bits and the flag is bit 36 (flags2). The reply
-// is told from others by the request its thread answers (ThisRequest() of
-// fs/fuse_takeover.h); a later worker's replayed INIT is patched too, and
-// the kernel drops that reply. Kernels that do not know the bit ignore it.
-void AllowSharedMmapOfDirectIo(fuse_session* se);
+// Called by the session's device io (fs/fuse_takeover.cc) on every reply
+// before it is written, with the request the writing thread answers: makes
+// the reply to FUSE_INIT carry the flag. libfuse 3.14 cannot ask for it: its
+// capability words are 32 bits and the flag is bit 36 (flags2). A later
+// worker's replayed INIT is patched too, and the kernel drops that reply.
+// Kernels that do not know the bit ignore it.
+void PatchInitReply(struct iovec* iov, int count, uint32_t opcode, uint64_t unique);
 
 }  // namespace gpufs

@@ -85,18 +85,25 @@ class BlobFdSink {
   virtual void MemoryFreed(const std::string& device, uint64_t memory) = 0;
 };
 
-// Memory of a blob that an earlier daemon made and another process kept
+// Memory of a blob that an earlier worker made and another process kept
 // alive (the takeover supervisor): the fd and where the blob is behind it.
-struct InheritedBlobFd {
+struct AdoptedBlobFd {
   UniqueFd fd;
   BlobMemory memory;  // bytes 0: unknown (the blob cannot be re-imported)
 };
 // By blob. A store's Recover takes out those of its live blobs.
-using InheritedBlobFds = std::map<BlobId, InheritedBlobFd>;
-// Memories an earlier daemon made and another process kept alive (the
+using AdoptedBlobFds = std::map<BlobId, AdoptedBlobFd>;
+// Memories an earlier worker made and another process kept alive (the
 // BlobFdSink's MemoryAdded), by memory id: the host tier's slabs. Its
 // Recover takes them all.
-using InheritedMemoryFds = std::map<uint64_t, UniqueFd>;
+using AdoptedMemoryFds = std::map<uint64_t, UniqueFd>;
+// What the stores of a takeover start are built with (StoreConfig::adopted):
+// the memory the last worker left, which its stores' Recover take in. What
+// no store took is the caller's to release.
+struct AdoptedMemory {
+  AdoptedBlobFds blob_fds;
+  AdoptedMemoryFds memory_fds;
+};
 
 // Who can open a blob: the blobs of one key are opened by exactly the same
 // callers (same parent object, owner, group and permission bits), so a store

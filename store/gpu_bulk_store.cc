@@ -68,7 +68,7 @@ GpuBulkStore::GpuBulkStore(const GpuStoreOptions& options, uint64_t alignment, u
       capacity_(capacity),
       default_capacity_(!options.capacity.has_value()),
       fd_sink_(options.ipc == GpuIpcMode::kVmm ? options.fd_sink : nullptr),
-      inherited_(options.ipc == GpuIpcMode::kVmm ? options.inherited : nullptr),
+      adopted_(options.ipc == GpuIpcMode::kVmm ? options.adopted : nullptr),
       memory_ids_((static_cast<uint64_t>(std::random_device{}()) << 32 |
                    std::random_device{}()) << 16),
       alignment_(alignment),

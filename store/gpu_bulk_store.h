@@ -77,9 +77,10 @@ struct GpuStoreOptions {
   // kVmm: told of each blob's allocation fd as blobs get, change and free
   // their allocation (bulk_store.h). Null: nobody is told. Outlives the store.
   BlobFdSink* fd_sink = nullptr;
-  // kVmm: allocations of an earlier daemon, by blob; Recover re-imports those
-  // of its live blobs and takes them out. Null: none. Used only by Recover.
-  InheritedBlobFds* inherited = nullptr;
+  // kVmm, a takeover start: the allocations an earlier worker made, by blob
+  // (AdoptedMemory::blob_fds, shared by the GPU stores); Recover re-imports
+  // those of its live blobs and takes them out. Null: a cold start.
+  AdoptedBlobFds* adopted = nullptr;
 };
 
 // Threads: every method may be called from any thread, as bulk_store.h says.
@@ -107,7 +108,7 @@ class GpuBulkStore final : public BulkStore {
   StoreUsage Usage() const override;
 
   // Releases all device memory the store holds. A live blob with an allocation
-  // in GpuStoreOptions::inherited (kVmm) is re-imported and mapped as it is:
+  // in GpuStoreOptions::adopted (kVmm) is re-imported and mapped as it is:
   // intact, sealed or not as `live` says, never moved by Seal (mappers may
   // hold it); its reservation is the range its record names (BlobMemory). The
   // blobs of one pack or group share one import; such an allocation takes no
@@ -238,10 +239,10 @@ class GpuBulkStore final : public BulkStore {
   // Tells the sink that `id` now lives at `place` (kVmm only). Must not hold mu_.
   void ReportAdded(BlobId id, const Place& place);
   void ReportFreed(BlobId id);
-  // Re-imports `blob` from `inherited` and enters it live (Recover): a
+  // Re-imports `blob` from `kept` and enters it live (Recover): a
   // shared allocation (several blobs, BlobMemory::id alike) is imported
   // once; `imported` maps BlobMemory::id to the allocation made for it.
-  Status AdoptInherited(const StoredBlob& blob, InheritedBlobFd inherited,
+  Status AdoptBlobFd(const StoredBlob& blob, AdoptedBlobFd kept,
                         std::map<uint64_t, uint64_t>* imported);
   // Device memory of `bytes` for `alloc` (VMM or cudaMalloc by ipc_),
   // zeroed unless `zero` is false (a private copy, overwritten whole at
@@ -311,7 +312,7 @@ class GpuBulkStore final : public BulkStore {
   uint64_t capacity_;  // GUARDED_BY(mu_) (grows once, in Recover, by re-imported bytes)
   const bool default_capacity_;
   BlobFdSink* const fd_sink_;
-  InheritedBlobFds* const inherited_;
+  AdoptedBlobFds* const adopted_;
   const uint64_t memory_ids_;  // random: BlobMemory::id is this + the allocation id
   const uint64_t alignment_;   // of every reservation: the VMM granularity, or 512
   const GpuIpcMode ipc_;

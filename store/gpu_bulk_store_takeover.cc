@@ -41,11 +41,11 @@ Result<std::vector<BlobId>> GpuBulkStore::Recover(std::span<const StoredBlob> li
                       << " listed twice for recovery";
       continue;
     }
-    if (inherited_ != nullptr) {  // a takeover: the blob's memory may have been kept
-      if (auto it = inherited_->find(blob.id); it != inherited_->end()) {
-        InheritedBlobFd fd = std::move(it->second);
-        inherited_->erase(it);
-        Status kept = AdoptInherited(blob, std::move(fd), &imported);
+    if (adopted_ != nullptr) {  // a takeover: the blob's memory may have been kept
+      if (auto it = adopted_->find(blob.id); it != adopted_->end()) {
+        AdoptedBlobFd fd = std::move(it->second);
+        adopted_->erase(it);
+        Status kept = AdoptBlobFd(blob, std::move(fd), &imported);
         if (kept.ok()) {
           ++adopted;
           continue;
@@ -120,9 +120,9 @@ void GpuBulkStore::ReportFreed(BlobId id) {
   if (fd_sink_ != nullptr) fd_sink_->BlobFreed(device_, id);
 }
 
-Status GpuBulkStore::AdoptInherited(const StoredBlob& blob, InheritedBlobFd inherited,
+Status GpuBulkStore::AdoptBlobFd(const StoredBlob& blob, AdoptedBlobFd kept,
                                     std::map<uint64_t, uint64_t>* imported) {
-  const BlobMemory m = inherited.memory;
+  const BlobMemory m = kept.memory;
   if (m.bytes == 0 || m.bytes % alignment_ != 0 || m.range == 0 || m.offset > m.bytes ||
       m.range > m.bytes - m.offset || blob.size > m.range) {
     return Error(EINVAL, "its memory (" + std::to_string(m.range) + " bytes at " +
@@ -158,7 +158,7 @@ Status GpuBulkStore::AdoptInherited(const StoredBlob& blob, InheritedBlobFd inhe
     }
   }
   auto alloc = std::make_unique<Allocation>();
-  GPUFS_ASSIGN_OR_RETURN(alloc->vmm, VmmMemory::Import(ordinal_, std::move(inherited.fd), m.bytes));
+  GPUFS_ASSIGN_OR_RETURN(alloc->vmm, VmmMemory::Import(ordinal_, std::move(kept.fd), m.bytes));
   alloc->owner = blob.owner_uid;
   alloc->memory_id = m.id;
   alloc->exported = true;  // mappers of the last daemon may hold it: Seal never moves it

@@ -71,9 +71,10 @@ struct PinnedHostOptions {
   // Told of each slab's memfd (MemoryAdded, MemoryFreed). Null: nobody.
   // Outlives the store.
   BlobFdSink* fd_sink = nullptr;
-  // Slabs of an earlier worker; Recover adopts or releases every one and
-  // empties the map. Null: none.
-  InheritedMemoryFds* inherited = nullptr;
+  // A takeover start: the slabs of an earlier worker (AdoptedMemory::
+  // memory_fds); Recover adopts or releases every one and empties the map.
+  // Null: a cold start.
+  AdoptedMemoryFds* adopted = nullptr;
   // Where a `files` host tier (HostBulkStore) kept its blobs, a file each:
   // Recover takes in the bytes of live blobs that no slab holds from there
   // (a mount that served host blobs from files before: an older gpufs, or
@@ -98,7 +99,7 @@ class PinnedHostStore final : public BulkStore {
   const std::string& device() const override { return device_; }
   StoreUsage Usage() const override;
 
-  // Adopts the slabs in PinnedHostOptions::inherited: each blob of `live`
+  // Adopts the slabs in PinnedHostOptions::adopted: each blob of `live`
   // that a slab's table names with a reservation that holds its size keeps
   // its bytes and place; everything else in those slabs is cleared (slots)
   // and zeroed, and a slab left without blobs is released. Returns the

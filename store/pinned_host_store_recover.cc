@@ -46,8 +46,8 @@ Result<std::unique_ptr<PinnedHostStore::Slab>> PinnedHostStore::AdoptSlab(uint64
 
 Result<std::vector<BlobId>> PinnedHostStore::Recover(std::span<const StoredBlob> live) {
   std::vector<std::unique_ptr<Slab>> adopted;
-  if (options_.inherited != nullptr) {
-    for (auto& [id, fd] : *options_.inherited) {
+  if (options_.adopted != nullptr) {
+    for (auto& [id, fd] : *options_.adopted) {
       auto slab = AdoptSlab(id, std::move(fd));
       if (slab.ok()) {
         adopted.push_back(std::move(*slab));
@@ -56,7 +56,7 @@ Result<std::vector<BlobId>> PinnedHostStore::Recover(std::span<const StoredBlob>
       GPUFS_LOG(ERROR) << "host tier: " << slab.status().ToString() << "; releasing it";
       if (options_.fd_sink != nullptr) options_.fd_sink->MemoryFreed(device_, id);
     }
-    options_.inherited->clear();
+    options_.adopted->clear();
   }
   // What the slabs' tables name: blob -> reservations (two only if a move
   // was cut short; both then hold its bytes).

@@ -48,9 +48,9 @@ class KeepingSink final : public BlobFdSink {
     kept_.erase(memory);
     ++freed_;
   }
-  InheritedMemoryFds Handover() {
+  AdoptedMemoryFds Handover() {
     std::lock_guard lock(mu_);
-    InheritedMemoryFds out;
+    AdoptedMemoryFds out;
     for (const auto& [id, fd] : kept_) out[id] = UniqueFd(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0));
     return out;
   }
@@ -288,11 +288,11 @@ TEST(PinnedHostStore, RecoverAdoptsSlabsFromTheirFds) {
     // Like a SIGKILL: the store goes without freeing anything.
   }
   ASSERT_GE(sink.kept(), 2u);
-  InheritedMemoryFds inherited = sink.Handover();
+  AdoptedMemoryFds inherited = sink.Handover();
   inherited[999] = UniqueFd(::memfd_create("not-a-slab", MFD_CLOEXEC));  // rejected
   ASSERT_EQ(::ftruncate(inherited[999].get(), 1 << 20), 0);
   auto second_options = options;
-  second_options.inherited = &inherited;
+  second_options.adopted = &inherited;
   auto second = PinnedHostStore::Open(second_options);
   ASSERT_TRUE(second.ok());
   std::vector<StoredBlob> live = {{1, 0, 3 * kMiB, true},
@@ -323,9 +323,9 @@ TEST(PinnedHostStore, RecoverAdoptsSlabsFromTheirFds) {
   }
   // A second takeover finds the same, and the new blobs too.
   second->reset();
-  InheritedMemoryFds again = sink.Handover();
+  AdoptedMemoryFds again = sink.Handover();
   auto third_options = options;
-  third_options.inherited = &again;
+  third_options.adopted = &again;
   auto third = PinnedHostStore::Open(third_options);
   ASSERT_TRUE(third.ok());
   std::vector<StoredBlob> live2 = {{1, 0, 3 * kMiB, true}, {10, 0, 100000, true}};
@@ -357,8 +357,8 @@ TEST(PinnedHostStore, RecoverZeroesWhatNoBlobHolds) {
   auto junk = Pattern(12288, 7);
   ASSERT_EQ(::pwrite(fd, junk.data(), junk.size(), data + 8192), 12288);
   ASSERT_EQ(::pwrite(fd, junk.data(), 4096, data + (2 << 20) - 4096), 4096);
-  InheritedMemoryFds inherited = sink.Handover();
-  options.inherited = &inherited;
+  AdoptedMemoryFds inherited = sink.Handover();
+  options.adopted = &inherited;
   auto second = PinnedHostStore::Open(options);
   ASSERT_TRUE(second.ok());
   std::vector<StoredBlob> live = {{1, 0, 8192, true}};

@@ -82,7 +82,7 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
     PinnedHostOptions options;
     options.capacity = host_capacity.value_or(PhysicalRam() / 4);
     options.fd_sink = config.fd_sink;
-    options.inherited = config.inherited_memory;
+    options.adopted = config.adopted != nullptr ? &config.adopted->memory_fds : nullptr;
     options.files_dir = config.host_dir;  // host blobs a files host tier left
 #ifdef GPUFS_HAVE_CUDA
     if (use_gpu) {
@@ -127,7 +127,7 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
       options.capacity = tier_capacity("cuda:" + std::to_string(ordinal));
       if (!options.capacity) options.capacity = config.capacity;
       options.fd_sink = config.fd_sink;
-      options.inherited = config.inherited;
+      options.adopted = config.adopted != nullptr ? &config.adopted->blob_fds : nullptr;
       // auto: VMM where the device and driver can export POSIX fds.
       options.ipc = config.ipc == "legacy" ? GpuIpcMode::kLegacy : GpuIpcMode::kVmm;
       auto opened = GpuBulkStore::Open(options);

@@ -27,13 +27,12 @@ struct StoreConfig {
   // What the "host" tier is: "memory" (PinnedHostStore), "files"
   // (HostBulkStore under host_dir) or "auto" (memory when a GPU is served).
   std::string host_tier = "auto";
-  // GPU stores (kVmm): GpuStoreOptions::fd_sink and ::inherited, for a
-  // daemon run by the takeover supervisor. Null: none.
+  // For a daemon run by the takeover supervisor: the sink of the GPU stores
+  // (kVmm) and of a memory host tier (GpuStoreOptions::fd_sink,
+  // PinnedHostOptions::fd_sink), and on a takeover start the memory the last
+  // worker left (their ::adopted). Null: none, a cold start.
   BlobFdSink* fd_sink = nullptr;
-  InheritedBlobFds* inherited = nullptr;
-  // A memory host tier: PinnedHostOptions::fd_sink (fd_sink above) and
-  // ::inherited. Null: none.
-  InheritedMemoryFds* inherited_memory = nullptr;
+  AdoptedMemory* adopted = nullptr;
 };
 
 struct OpenedStores {

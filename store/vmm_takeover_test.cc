@@ -30,7 +30,7 @@ class KeepingSink final : public BlobFdSink {
  public:
   void BlobAdded(const std::string&, BlobId blob, int fd, const BlobMemory& memory) override {
     std::lock_guard lock(mu_);
-    kept_[blob] = InheritedBlobFd{UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)), memory};
+    kept_[blob] = AdoptedBlobFd{UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)), memory};
     ++added_;
   }
   void BlobFreed(const std::string&, BlobId blob) override {
@@ -41,12 +41,12 @@ class KeepingSink final : public BlobFdSink {
   void MemoryAdded(const std::string&, uint64_t, int) override {}  // GPU stores add none
   void MemoryFreed(const std::string&, uint64_t) override {}
   // What a new worker receives; the sink keeps its own duplicates.
-  InheritedBlobFds Handover() {
+  AdoptedBlobFds Handover() {
     std::lock_guard lock(mu_);
-    InheritedBlobFds out;
+    AdoptedBlobFds out;
     for (const auto& [blob, kept] : kept_) {
       out[blob] =
-          InheritedBlobFd{UniqueFd(::fcntl(kept.fd.get(), F_DUPFD_CLOEXEC, 0)), kept.memory};
+          AdoptedBlobFd{UniqueFd(::fcntl(kept.fd.get(), F_DUPFD_CLOEXEC, 0)), kept.memory};
     }
     return out;
   }
@@ -76,7 +76,7 @@ class KeepingSink final : public BlobFdSink {
 
  private:
   std::mutex mu_;
-  InheritedBlobFds kept_;
+  AdoptedBlobFds kept_;
   int added_ = 0;
   int freed_ = 0;
 };
@@ -106,14 +106,14 @@ class VmmTakeoverTest : public ::testing::Test {
   }
   // A kVmm store without a pool (ready allocations would blur the device
   // memory figures) reporting to `sink`, re-importing `inherited`.
-  std::unique_ptr<GpuBulkStore> Open(BlobFdSink* sink, InheritedBlobFds* inherited,
+  std::unique_ptr<GpuBulkStore> Open(BlobFdSink* sink, AdoptedBlobFds* inherited,
                                      uint64_t capacity = 4ull << 30) {
     GpuStoreOptions options;
     options.ipc = GpuIpcMode::kVmm;
     options.capacity = capacity;
     options.pool_budget = 0;
     options.fd_sink = sink;
-    options.inherited = inherited;
+    options.adopted = inherited;
     auto store = GpuBulkStore::Open(options);
     EXPECT_TRUE(store.ok()) << store.status().ToString();
     return store.ok() ? std::move(*store) : nullptr;
@@ -157,7 +157,7 @@ TEST_F(VmmTakeoverTest, BlobsSurviveTheirStoreThroughKeptFds) {
     free_before = FreeDeviceBytes();
   }  // store a and every mapping of its own are gone: only kept fds hold memory
 
-  InheritedBlobFds inherited = sink.Handover();
+  AdoptedBlobFds inherited = sink.Handover();
   KeepingSink sink_b;
   auto b = Open(&sink_b, &inherited);
   ASSERT_TRUE(b);
@@ -233,8 +233,8 @@ TEST_F(VmmTakeoverTest, AnFdThatCannotHoldTheBlobIsLostAndReleased) {
     ASSERT_TRUE(a->Allocate(1, 0, kMiB).ok());
     ASSERT_TRUE(a->Allocate(2, 0, kMiB).ok());
   }
-  InheritedBlobFds inherited = sink.Handover();
-  inherited[2].memory.bytes = 0;  // an older supervisor: size unknown
+  AdoptedBlobFds inherited = sink.Handover();
+  inherited[2].memory.bytes = 0;  // the size unknown: it cannot be imported
   KeepingSink sink_b;
   auto b = Open(&sink_b, &inherited);
   ASSERT_TRUE(b);
@@ -273,7 +273,7 @@ TEST_F(VmmTakeoverTest, PackedBlobsComeBackInOneImportedPack) {
   EXPECT_EQ(m1.id, m2.id);  // one pack
   EXPECT_NE(m1.offset, m2.offset);
   EXPECT_LT(m1.range, m1.bytes);
-  InheritedBlobFds inherited = sink.Handover();
+  AdoptedBlobFds inherited = sink.Handover();
   KeepingSink sink_b;
   auto b = Open(&sink_b, &inherited);
   ASSERT_TRUE(b);
@@ -322,7 +322,7 @@ TEST_F(VmmTakeoverTest, ReimportTimeOfManyBlobs) {
       live.push_back({.id = static_cast<BlobId>(i), .size = tag.size(), .sealed = true});
     }
   }
-  InheritedBlobFds inherited = sink.Handover();
+  AdoptedBlobFds inherited = sink.Handover();
   auto b = Open(nullptr, &inherited);
   ASSERT_TRUE(b);
   auto start = std::chrono::steady_clock::now();

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <memory>
 #include <string>
@@ -22,7 +23,11 @@ class BlobSinkTest : public ::testing::Test {
     auto pair = MakeChannelPair();
     ASSERT_TRUE(pair.ok());
     supervisor_ = std::move(pair->first);
-    link_ = std::make_unique<WorkerLink>(std::move(pair->second), -1, Handover{});
+    auto table = OpenFileTable::Attach(UniqueFd(::dup(table_.fd())));
+    auto journal = ReplyJournal::Create(4);
+    ASSERT_TRUE(table.ok() && journal.ok());
+    link_ = std::make_unique<WorkerLink>(std::move(pair->second), -1, Handover{},
+                                         std::move(*table), std::move(*journal));
     sink_ = std::make_unique<SupervisorBlobSink>(*link_);
   }
   // Applies every message the worker sent so far (it sends synchronously).
@@ -39,7 +44,13 @@ class BlobSinkTest : public ::testing::Test {
   UniqueFd supervisor_;
   std::unique_ptr<WorkerLink> link_;
   std::unique_ptr<SupervisorBlobSink> sink_;
-  Registry registry_;
+  static OpenFileTable MakeTable() {
+    auto made = OpenFileTable::Create(16);
+    EXPECT_TRUE(made.ok());
+    return std::move(*made);
+  }
+  OpenFileTable table_ = MakeTable();
+  Registry registry_{table_};
 };
 
 TEST_F(BlobSinkTest, TheSupervisorKeepsEachBlobsCurrentMemoryWithItsSize) {

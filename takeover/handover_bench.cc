@@ -1,7 +1,9 @@
 // gpufs-handover-bench [N]: the cost of handing N blob fds (memfds standing in
-// for GPU VMM exports) and N open-handle records to a new worker: a forked
-// "worker" receives the handover (takeover/registry.h) and reports when it
-// holds every fd. Figures in docs/BENCHMARKS.md.
+// for GPU VMM exports) and N open-handle records to a new worker: a "worker"
+// registers each blob fd with the supervisor (a message) and records a handle
+// in the open file table; then a forked new worker receives the handover
+// (takeover/registry.h) and reports when it holds every fd. Figures in
+// docs/BENCHMARKS.md.
 #include <linux/close_range.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -12,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "takeover/open_file_table.h"
 #include "takeover/registry.h"
 
 using namespace gpufs::takeover;
@@ -23,7 +26,11 @@ int main(int argc, char** argv) {
   ::getrlimit(RLIMIT_NOFILE, &lim);
   lim.rlim_cur = lim.rlim_max;
   ::setrlimit(RLIMIT_NOFILE, &lim);
-  Registry reg;
+  auto table = OpenFileTable::Create();
+  if (!table.ok()) return 1;
+  auto worker_table = OpenFileTable::Attach(gpufs::UniqueFd(::dup(table->fd())));
+  if (!worker_table.ok()) return 1;
+  Registry reg(*table);
   auto w1 = MakeChannelPair();
   if (!w1.ok()) return 1;
   auto t0 = Clock::now();
@@ -34,16 +41,15 @@ int main(int argc, char** argv) {
       return 1;
     }
     uint64_t id = static_cast<uint64_t>(i) + 1;
+    BlobFd add{.blob = id, .bytes = 4096, .offset = 0, .range = 4096, .memory = id};
     HandleRecord rec{.fh = id, .entry = id, .blob = id};
-    if (!Send(w1->second.get(), MsgType::kBlobAdd, AsBytes(id), std::span(&fd, 1)).ok() ||
-        !Send(w1->second.get(), MsgType::kHandleOpen, AsBytes(rec)).ok()) {
+    if (!Send(w1->second.get(), MsgType::kBlobAdd, AsBytes(add), std::span(&fd, 1)).ok() ||
+        !worker_table->Put(rec)) {
       return 1;
     }
     ::close(fd);
-    for (int k = 0; k < 2; ++k) {
-      auto m = Receive(w1->first.get());
-      if (!m.ok() || !reg.Apply(std::move(*m)).ok()) return 1;
-    }
+    auto m = Receive(w1->first.get());
+    if (!m.ok() || !reg.Apply(std::move(*m)).ok()) return 1;
   }
   double register_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   auto w2 = MakeChannelPair();
@@ -55,7 +61,10 @@ int main(int argc, char** argv) {
     ::dup2(w2->second.get(), 3);
     ::close_range(4, ~0U, 0);
     auto h = ReceiveHandover(3);
-    ::_exit(h.ok() && h->blob_fds.size() == static_cast<size_t>(n) ? 0 : 1);
+    ::_exit(h.ok() && h->blob_fds.size() == static_cast<size_t>(n) &&
+                    h->handles.size() == static_cast<size_t>(n)
+                ? 0
+                : 1);
   }
   w2->second.reset();
   bool sent = reg.SendHandover(w2->first.get(), 2, ::getpid()).ok();

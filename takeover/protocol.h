@@ -8,14 +8,10 @@
 //     kHello, [kInit], kHandles*, kSizes*, kBlobs*, kMemories*, kHelloDone
 //   worker -> supervisor, for as long as it lives:
 //     kInit / kInitAnswered  the kernel's raw FUSE_INIT, before and after it is answered
-//     kHandleOpen/Close  every open file handle, sent before the kernel gets
-//                        the reply that names it; kHandleUpdate adds flags (mapped).
-//                        Only without a shared handle table (handle_table.h: an
-//                        older supervisor, or a full table); else the worker
-//                        writes the table instead
-//     kBlobSize  the live size of an unsealed blob (before the write's reply);
-//                only while no handle in the shared handle table holds the
-//                blob (else the worker writes the size into the table)
+//     (open file handles and the live sizes of unsealed blobs do not travel
+//     here: the worker writes them into the shared open file table,
+//     takeover/open_file_table.h, and the replies it is about to send into
+//     the reply journal, takeover/reply_journal.h)
 //     kBlobAdd (BlobFd + 1 fd) / kBlobFree  blobs whose memory lives in an fd
 //                (GPU VMM); the bytes of the allocation come with the fd (the
 //                driver cannot tell an importer how large an allocation is)
@@ -48,13 +44,9 @@ enum class MsgType : uint32_t {
   kBlobs = 5,
   kHelloDone = 6,
   kReady = 7,
-  kHandleOpen = 8,
-  kHandleUpdate = 9,
-  kHandleClose = 10,
   kBlobAdd = 11,
   kBlobFree = 12,
   kFailed = 13,
-  kBlobSize = 14,
   kSizes = 15,
   kMemoryAdd = 16,
   kMemoryFree = 17,
@@ -70,7 +62,7 @@ inline constexpr uint32_t kHandleObject = 16;  // an open object (opendir; no bl
 
 // One open file handle as the kernel knows it (the fh of a FUSE open/create).
 // `unique` is the FUSE request that opened it: a re-sent OPEN/CREATE with the
-// same unique gets this handle back instead of a second one.
+// same unique gets this handle back instead of a second one (fs/fuse_replay.h).
 struct HandleRecord {
   uint64_t fh = 0;
   uint64_t entry = 0;
@@ -90,8 +82,8 @@ struct Hello {
   uint64_t sizes = 0;          // BlobSize records in the kSizes messages that follow
 };
 
-// The size an unsealed blob has reached (its writer may still be writing).
-// Kept while a handle holds the blob.
+// The size an unsealed blob has reached (its writer may still be writing),
+// as the open file table holds it while a handle holds the blob (kSizes).
 struct BlobSize {
   uint64_t blob = 0;
   uint64_t size = 0;
@@ -99,8 +91,7 @@ struct BlobSize {
 
 // A blob whose memory lives in an fd: the blob, the size of the memory
 // behind the fd, the blob's range in it and an id that is the same for blobs
-// sharing one allocation (kBlobAdd, and the records of a kBlobs batch). A
-// kBlobAdd of only the blob id (an older worker) means bytes 0: unknown.
+// sharing one allocation (kBlobAdd, and the records of a kBlobs batch).
 struct BlobFd {
   uint64_t blob = 0;
   uint64_t bytes = 0;
@@ -128,8 +119,8 @@ Result<std::pair<UniqueFd, UniqueFd>> MakeChannelPair();
 Status Send(int fd, MsgType type, std::span<const std::byte> payload,
             std::span<const int> fds = {});
 // Receives one packet; kEof when the peer closed. Received fds are close-on-exec.
-// A type this build does not know comes back as it is (callers refuse it),
-// so a newer worker's new messages do not break an older supervisor's channel.
+// A type this build does not know comes back as it is: the registry refuses
+// it alone (EPROTO) and the channel carries on.
 Result<Message> Receive(int fd);
 
 template <class T>

@@ -1,7 +1,6 @@
 #include "takeover/registry.h"
 
 #include <algorithm>
-#include <set>
 #include <vector>
 
 namespace gpufs::takeover {
@@ -42,52 +41,8 @@ Status Registry::Apply(Message m) {
       if (!init_) return Error(EPROTO, "INIT answered before it was recorded");
       init_answered_ = true;
       return Status::Ok();
-    case MsgType::kHandleUpdate: {  // flags to add to a recorded handle
-      GPUFS_ASSIGN_OR_RETURN(HandleRecord rec, As<HandleRecord>(m));
-      if (auto it = handles_.find(rec.fh); it != handles_.end()) {
-        it->second.flags |= rec.flags;
-      } else if (LegacyWorker()) {
-        table_->AddFlagsFound(rec.fh, rec.flags);
-      }
-      return Status::Ok();
-    }
-    case MsgType::kHandleOpen: {
-      GPUFS_ASSIGN_OR_RETURN(HandleRecord rec, As<HandleRecord>(m));
-      if (rec.fh == 0) return Error(EPROTO, "handle 0");
-      auto [it, added] = handles_.try_emplace(rec.fh, rec);
-      if (!added) {
-        Release(it->second.blob);
-        it->second = rec;
-      }
-      if (rec.blob != 0) holders_[rec.blob]++;
-      return Status::Ok();
-    }
-    case MsgType::kHandleClose: {
-      GPUFS_ASSIGN_OR_RETURN(uint64_t fh, As<uint64_t>(m));
-      if (auto it = handles_.find(fh); it != handles_.end()) {
-        Release(it->second.blob);
-        handles_.erase(it);
-      } else if (LegacyWorker()) {
-        table_->RemoveFound(fh);
-      }
-      return Status::Ok();
-    }
-    case MsgType::kBlobSize: {
-      GPUFS_ASSIGN_OR_RETURN(BlobSize bs, As<BlobSize>(m));
-      // A table handle's open is not a message: keep the size, and let
-      // PruneSizes drop it once no handle holds the blob.
-      if (holders_.contains(bs.blob) || table_ != nullptr) sizes_[bs.blob] = bs.size;
-      if (LegacyWorker()) table_->SetSizeFound(bs.blob, bs.size);  // else the table's is newer
-      if (sizes_.size() >= prune_at_) PruneSizes();
-      return Status::Ok();
-    }
     case MsgType::kBlobAdd: {
-      BlobFd add;
-      if (m.payload.size() == sizeof(uint64_t)) {  // an older worker: bytes unknown
-        GPUFS_ASSIGN_OR_RETURN(add.blob, As<uint64_t>(m));
-      } else {
-        GPUFS_ASSIGN_OR_RETURN(add, As<BlobFd>(m));
-      }
+      GPUFS_ASSIGN_OR_RETURN(BlobFd add, As<BlobFd>(m));
       if (m.fds.size() != 1) return Error(EPROTO, "blob add without exactly one fd");
       blobs_[add.blob] = std::move(m.fds[0]);  // replaces (and closes) an older fd of that id
       records_[add.blob] = add;
@@ -119,57 +74,23 @@ Status Registry::Apply(Message m) {
   }
 }
 
-void Registry::Release(uint64_t blob) {
-  auto it = holders_.find(blob);
-  if (it == holders_.end() || --it->second > 0) return;
-  holders_.erase(it);
-  if (table_ == nullptr) sizes_.erase(blob);  // else a table handle may hold it: PruneSizes
-}
-
-Status Registry::ReadAll(std::map<uint64_t, HandleRecord>* handles,
-                        std::map<uint64_t, uint64_t>* sizes) const {
-  *handles = handles_;
-  if (table_ == nullptr) return Status::Ok();
+Status Registry::ReadTable(std::vector<HandleRecord>* handles,
+                           std::map<uint64_t, uint64_t>* sizes) const {
   // Unstable only while a worker writes; a few tries ride out a close.
   for (int attempt = 0; attempt < 100; ++attempt) {
     bool stable = false;
-    std::map<uint64_t, uint64_t> table_sizes;
-    std::vector<HandleRecord> records = table_->Snapshot(&stable, &table_sizes);
-    if (!stable) continue;
-    for (const HandleRecord& rec : records) (*handles)[rec.fh] = rec;
-    if (sizes != nullptr) *sizes = std::move(table_sizes);
-    return Status::Ok();
+    sizes->clear();
+    *handles = table_.Snapshot(&stable, sizes);
+    if (stable) return Status::Ok();
   }
-  return Error(EAGAIN, "the handle table kept changing while it was read");
-}
-
-Result<std::map<uint64_t, HandleRecord>> Registry::handle_records() const {
-  std::map<uint64_t, HandleRecord> all;
-  GPUFS_RETURN_IF_ERROR(ReadAll(&all, nullptr));
-  return all;
+  return Error(EAGAIN, "the open file table kept changing while it was read");
 }
 
 size_t Registry::handles() const {
-  auto all = handle_records();
-  return all.ok() ? all->size() : handles_.size();
+  std::vector<HandleRecord> handles;
+  std::map<uint64_t, uint64_t> sizes;
+  return ReadTable(&handles, &sizes).ok() ? handles.size() : 0;
 }
-
-void Registry::PruneSizes() {
-  auto all = handle_records();
-  if (all.ok()) {
-    std::set<uint64_t> held;
-    for (const auto& [fh, rec] : *all) held.insert(rec.blob);
-    std::erase_if(sizes_, [&](const auto& kv) { return !held.contains(kv.first); });
-  }
-  prune_at_ = std::max(kMinPruneAt, 2 * sizes_.size());
-}
-
-uint64_t Registry::blob_size(uint64_t blob) const {
-  auto it = sizes_.find(blob);
-  return it == sizes_.end() ? 0 : it->second;
-}
-
-uint64_t Registry::blob_bytes(uint64_t blob) const { return blob_record(blob).bytes; }
 
 BlobFd Registry::blob_record(uint64_t blob) const {
   auto it = records_.find(blob);
@@ -190,24 +111,15 @@ int Registry::blob_fd(uint64_t blob) const {
 }
 
 Status Registry::SendHandover(int fd, uint32_t generation, int32_t supervisor_pid) {
-  worker_generation_ = generation;
   Hello hello;
   hello.generation = generation;
   hello.restarts = generation - 1;
   hello.supervisor_pid = supervisor_pid;
   hello.init_answered = init_answered_ ? 1 : 0;
   // The worker is dead (or not started): the table holds still.
-  std::map<uint64_t, HandleRecord> handles;
-  std::map<uint64_t, uint64_t> table_sizes;
-  GPUFS_RETURN_IF_ERROR(ReadAll(&handles, &table_sizes));
-  std::map<uint64_t, uint64_t> sizes;  // of the blobs a handle holds; the table's first
-  for (const auto& [fh, rec] : handles) {
-    if (auto it = table_sizes.find(rec.blob); it != table_sizes.end()) {
-      sizes.insert(*it);
-    } else if (auto it2 = sizes_.find(rec.blob); it2 != sizes_.end()) {
-      sizes.insert(*it2);
-    }
-  }
+  std::vector<HandleRecord> handles;
+  std::map<uint64_t, uint64_t> sizes;
+  GPUFS_RETURN_IF_ERROR(ReadTable(&handles, &sizes));
   hello.handles = handles.size();
   hello.blobs = blobs_.size();
   hello.sizes = sizes.size();
@@ -221,7 +133,7 @@ Status Registry::SendHandover(int fd, uint32_t generation, int32_t supervisor_pi
     batch.clear();
     return s;
   };
-  for (const auto& [fh, rec] : handles) {
+  for (const HandleRecord& rec : handles) {
     batch.push_back(rec);
     if (batch.size() == kHandlesPerMessage) GPUFS_RETURN_IF_ERROR(flush_handles());
   }

@@ -1,11 +1,13 @@
 // The supervisor's registry with real fds (memfds standing in for GPU VMM
-// exports) over a real socketpair: what a worker reports is what the next
-// worker receives, and received fds share the memory of the originals.
+// exports) over a real socketpair and a real open file table: what a worker
+// reports and records is what the next worker receives, and received fds
+// share the memory of the originals.
 #include "takeover/registry.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -27,6 +29,20 @@ Pair Channel() {
   return {std::move(p->first), std::move(p->second)};
 }
 
+// The supervisor's table and a worker's attachment of it.
+struct Tables {
+  OpenFileTable supervisor;
+  OpenFileTable worker;
+};
+
+Tables MakeTables(uint32_t slots = 1 << 16) {
+  auto made = OpenFileTable::Create(slots);
+  EXPECT_TRUE(made.ok()) << made.status().ToString();
+  auto attached = OpenFileTable::Attach(UniqueFd(::dup(made->fd())));
+  EXPECT_TRUE(attached.ok()) << attached.status().ToString();
+  return {std::move(*made), std::move(*attached)};
+}
+
 // Sends from the "worker" end and applies on the "supervisor" end.
 void SendApply(Pair& ch, Registry& reg, MsgType type, std::span<const std::byte> payload,
                std::span<const int> fds = {}) {
@@ -39,7 +55,8 @@ void SendApply(Pair& ch, Registry& reg, MsgType type, std::span<const std::byte>
 }
 
 TEST(RegistryTest, HandoverCarriesInitHandlesAndBlobFds) {
-  Registry reg;
+  Tables t = MakeTables();
+  Registry reg(t.supervisor);
   Pair w1 = Channel();
   std::string init(104, 'i');
   SendApply(w1, reg, MsgType::kInit, std::as_bytes(std::span(init)));
@@ -48,11 +65,10 @@ TEST(RegistryTest, HandoverCarriesInitHandlesAndBlobFds) {
   HandleRecord h1{
       .fh = 11, .entry = 5, .blob = 7, .unique = 99, .flags = kHandleWritable, .pid = 42};
   HandleRecord h2{.fh = 12, .entry = 6, .blob = 8, .unique = 100, .flags = 0, .pid = 43};
-  SendApply(w1, reg, MsgType::kHandleOpen, AsBytes(h1));
-  SendApply(w1, reg, MsgType::kHandleOpen, AsBytes(h2));
-  h2.flags |= kHandleMapped;
-  SendApply(w1, reg, MsgType::kHandleUpdate, AsBytes(h2));
-  SendApply(w1, reg, MsgType::kHandleClose, AsBytes(h1.fh));
+  ASSERT_TRUE(t.worker.Put(h1));
+  ASSERT_TRUE(t.worker.Put(h2));
+  ASSERT_TRUE(t.worker.AddFlags(h2.fh, kHandleMapped));
+  ASSERT_TRUE(t.worker.Remove(h1.fh));
   UniqueFd blob7 = MemfdWith("seven"), blob8 = MemfdWith("eight");
   uint64_t id7 = 7;
   BlobFd add7{7, 2 << 20, 0, 2 << 20, 70}, add8{8, 4 << 20, 1024, 512, 80};
@@ -98,40 +114,39 @@ TEST(RegistryTest, HandoverCarriesInitHandlesAndBlobFds) {
   EXPECT_EQ(ReadAll(reg.blob_fd(8)), "Eight");
 }
 
-TEST(RegistryTest, UnsealedSizesAreKeptWhileAHandleHoldsTheBlob) {
-  Registry reg;
-  Pair w1 = Channel();
+TEST(RegistryTest, UnsealedSizesAreHandedOverWhileAHandleHoldsTheBlob) {
+  Tables t = MakeTables();
+  Registry reg(t.supervisor);
   HandleRecord a{.fh = 1, .entry = 2, .blob = 9, .flags = kHandleWritable};
   HandleRecord b{.fh = 2, .entry = 2, .blob = 9};
-  SendApply(w1, reg, MsgType::kHandleOpen, AsBytes(a));
-  SendApply(w1, reg, MsgType::kHandleOpen, AsBytes(b));
-  BlobSize size{9, 4096};
-  SendApply(w1, reg, MsgType::kBlobSize, AsBytes(size));
-  BlobSize unheld{10, 1};  // no handle holds blob 10: nothing to keep
-  SendApply(w1, reg, MsgType::kBlobSize, AsBytes(unheld));
-  EXPECT_EQ(reg.blob_size(9), 4096u);
-  EXPECT_EQ(reg.blob_size(10), 0u);
-  Pair w2 = Channel();
-  ASSERT_TRUE(reg.SendHandover(w2.a.get(), 2, 1).ok());
-  auto h = ReceiveHandover(w2.b.get());
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
-  ASSERT_EQ(h->sizes.size(), 1u);
-  EXPECT_EQ(h->sizes[9], 4096u);
-  SendApply(w1, reg, MsgType::kHandleClose, AsBytes(a.fh));
-  EXPECT_EQ(reg.blob_size(9), 4096u);  // b still holds it
-  SendApply(w1, reg, MsgType::kHandleClose, AsBytes(b.fh));
-  EXPECT_EQ(reg.blob_size(9), 0u);
+  ASSERT_TRUE(t.worker.Put(a));
+  ASSERT_TRUE(t.worker.Put(b));
+  ASSERT_TRUE(t.worker.SetSize(9, 4096));
+  EXPECT_FALSE(t.worker.SetSize(10, 1));  // no handle holds blob 10: nothing to keep
+  auto handover = [&] {
+    Pair w2 = Channel();
+    EXPECT_TRUE(reg.SendHandover(w2.a.get(), 2, 1).ok());
+    auto h = ReceiveHandover(w2.b.get());
+    EXPECT_TRUE(h.ok()) << h.status().ToString();
+    return h.ok() ? h->sizes : std::map<uint64_t, uint64_t>{};
+  };
+  EXPECT_EQ(handover(), (std::map<uint64_t, uint64_t>{{9, 4096}}));
+  ASSERT_TRUE(t.worker.Remove(a.fh));
+  EXPECT_EQ(handover(), (std::map<uint64_t, uint64_t>{{9, 4096}}));  // b still holds it
+  ASSERT_TRUE(t.worker.Remove(b.fh));
+  EXPECT_TRUE(handover().empty());
 }
 
 TEST(RegistryTest, MessagesQueuedBeforeTheWorkerDiedAreStillRead) {
-  Registry reg;
+  Tables t = MakeTables();
+  Registry reg(t.supervisor);
   Pair w = Channel();
   UniqueFd blob = MemfdWith("late");
-  uint64_t id = 3;
+  BlobFd add{3, 4096, 0, 4096, 3};
   int fd = blob.get();
-  HandleRecord rec{.fh = 1, .entry = 2, .blob = 3};
-  ASSERT_TRUE(Send(w.b.get(), MsgType::kHandleOpen, AsBytes(rec)).ok());
-  ASSERT_TRUE(Send(w.b.get(), MsgType::kBlobAdd, AsBytes(id), std::span(&fd, 1)).ok());
+  std::string init(64, 'i');
+  ASSERT_TRUE(Send(w.b.get(), MsgType::kInit, std::as_bytes(std::span(init))).ok());
+  ASSERT_TRUE(Send(w.b.get(), MsgType::kBlobAdd, AsBytes(add), std::span(&fd, 1)).ok());
   w.b.reset();  // the worker is gone
   blob.reset();
   int applied = 0;
@@ -143,16 +158,21 @@ TEST(RegistryTest, MessagesQueuedBeforeTheWorkerDiedAreStillRead) {
     ++applied;
   }
   EXPECT_EQ(applied, 2);
-  EXPECT_EQ(reg.handles(), 1u);
+  EXPECT_TRUE(reg.has_init());
   EXPECT_EQ(ReadAll(reg.blob_fd(3)), "late");
 }
 
 TEST(RegistryTest, MalformedMessagesAreRefusedAndChangeNothing) {
-  Registry reg;
-  Message short_handle{MsgType::kHandleOpen, "xx", {}};
-  EXPECT_EQ(reg.Apply(std::move(short_handle)).code(), EPROTO);
+  Tables t = MakeTables();
+  Registry reg(t.supervisor);
+  // A blob add of only its id (no sizes) and one without its fd.
   uint64_t id = 4;
-  Message no_fd{MsgType::kBlobAdd, std::string(reinterpret_cast<char*>(&id), sizeof id), {}};
+  UniqueFd blob = MemfdWith("x");
+  Message short_add{MsgType::kBlobAdd, std::string(reinterpret_cast<char*>(&id), sizeof id), {}};
+  short_add.fds.push_back(std::move(blob));
+  EXPECT_EQ(reg.Apply(std::move(short_add)).code(), EPROTO);
+  BlobFd add{4, 4096, 0, 4096, 4};
+  Message no_fd{MsgType::kBlobAdd, std::string(reinterpret_cast<char*>(&add), sizeof add), {}};
   EXPECT_EQ(reg.Apply(std::move(no_fd)).code(), EPROTO);
   Message answered{MsgType::kInitAnswered, "", {}};
   EXPECT_EQ(reg.Apply(std::move(answered)).code(), EPROTO);
@@ -166,15 +186,18 @@ TEST(RegistryTest, MalformedMessagesAreRefusedAndChangeNothing) {
 // A message of a newer worker's type is refused by Apply, and the channel
 // carries on: the next message is applied.
 TEST(RegistryTest, AnUnknownMessageTypeIsRefusedAndTheChannelCarriesOn) {
-  Registry reg;
+  Tables t = MakeTables();
+  Registry reg(t.supervisor);
   Pair w1 = Channel();
   ASSERT_TRUE(Send(w1.b.get(), static_cast<MsgType>(99), AsBytes(uint64_t{7})).ok());
   auto unknown = Receive(w1.a.get());
   ASSERT_TRUE(unknown.ok()) << unknown.status().ToString();
   EXPECT_EQ(reg.Apply(std::move(*unknown)).code(), EPROTO);
-  HandleRecord h{.fh = 3, .entry = 4, .blob = 5};
-  SendApply(w1, reg, MsgType::kHandleOpen, AsBytes(h));
-  EXPECT_EQ(reg.handles(), 1u);
+  UniqueFd blob = MemfdWith("after");
+  BlobFd add{5, 4096, 0, 4096, 5};
+  int fd = blob.get();
+  SendApply(w1, reg, MsgType::kBlobAdd, AsBytes(add), std::span(&fd, 1));
+  EXPECT_EQ(reg.blobs(), 1u);
 }
 
 // Many handles and fds cross in several packets each (batches of
@@ -182,7 +205,8 @@ TEST(RegistryTest, AnUnknownMessageTypeIsRefusedAndTheChannelCarriesOn) {
 // fds stays fast (docs/BENCHMARKS.md has the 10k figure from the benchmark).
 TEST(RegistryTest, ThousandsOfHandlesAndBlobFdsCrossInBatches) {
   constexpr int kBlobs = 3000, kHandles = 5000;
-  Registry reg;
+  Tables t = MakeTables();
+  Registry reg(t.supervisor);
   Pair w1 = Channel();
   for (int i = 1; i <= kBlobs; ++i) {
     UniqueFd blob = MemfdWith("blob" + std::to_string(i));
@@ -194,7 +218,7 @@ TEST(RegistryTest, ThousandsOfHandlesAndBlobFdsCrossInBatches) {
   for (int i = 1; i <= kHandles; ++i) {
     HandleRecord rec{
         .fh = static_cast<uint64_t>(i), .entry = 1, .blob = static_cast<uint64_t>(i % kBlobs + 1)};
-    SendApply(w1, reg, MsgType::kHandleOpen, AsBytes(rec));
+    ASSERT_TRUE(t.worker.Put(rec));
   }
   Pair w2 = Channel();
   auto start = std::chrono::steady_clock::now();
@@ -217,7 +241,8 @@ TEST(RegistryTest, ThousandsOfHandlesAndBlobFdsCrossInBatches) {
 // blob fds (a blob id and a slab id may be equal), handed over in batches.
 TEST(RegistryTest, HostSlabFdsAreKeptByMemoryIdAndHandedOver) {
   constexpr int kSlabs = 300;  // more than one packet's fds
-  Registry reg;
+  Tables t = MakeTables();
+  Registry reg(t.supervisor);
   Pair w1 = Channel();
   std::vector<UniqueFd> slabs;
   for (int i = 1; i <= kSlabs; ++i) {

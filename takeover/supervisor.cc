@@ -18,9 +18,10 @@
 #include <optional>
 
 #include "fs/fuse_mount.h"
-#include "takeover/handle_table.h"
+#include "takeover/open_file_table.h"
 #include "takeover/mount_guard.h"
 #include "takeover/registry.h"
+#include "takeover/reply_journal.h"
 #include "util/log.h"
 #include "util/mountinfo.h"
 
@@ -99,16 +100,13 @@ class Supervisor {
     // knows this supervisor is exiting and waits for it.
     if (Result<dev_t> dev = MountDevice(config_.mountpoint); dev.ok()) mount_dev_ = *dev;
     OpenControl();
-    // Workers record their open handles here (takeover/handle_table.h);
-    // without it they send a message for each.
-    auto table = takeover::HandleTable::Create();
-    if (table.ok()) {
-      table_ = std::make_unique<takeover::HandleTable>(std::move(*table));
-      registry_.set_table(table_.get());
-    } else {
-      GPUFS_LOG(WARN) << "no shared handle table (" << table.status().ToString()
-                      << "): workers report handles by message";
-    }
+    // Workers record their open handles in the table and the replies they
+    // are about to send in the journal; both outlive each worker.
+    GPUFS_ASSIGN_OR_RETURN(auto table, takeover::OpenFileTable::Create());
+    table_ = std::make_unique<takeover::OpenFileTable>(std::move(table));
+    registry_ = std::make_unique<takeover::Registry>(*table_);
+    GPUFS_ASSIGN_OR_RETURN(auto journal, takeover::ReplyJournal::Create());
+    journal_ = std::make_unique<takeover::ReplyJournal>(std::move(journal));
     return Status::Ok();
   }
 
@@ -160,10 +158,9 @@ class Supervisor {
       int fuse = ::dup(mount_->fd());  // not close-on-exec
       ::setenv(kEnvChannelFd, std::to_string(pair->second.get()).c_str(), 1);
       ::setenv(kEnvFuseFd, std::to_string(fuse).c_str(), 1);
-      if (table_ != nullptr) {
-        int table = ::dup(table_->fd());  // not close-on-exec
-        ::setenv(takeover::kEnvHandleTableFd, std::to_string(table).c_str(), 1);
-      }
+      int table = ::dup(table_->fd()), journal = ::dup(journal_->fd());  // not close-on-exec
+      ::setenv(takeover::kEnvOpenFileTableFd, std::to_string(table).c_str(), 1);
+      ::setenv(takeover::kEnvReplyJournalFd, std::to_string(journal).c_str(), 1);
       sigset_t none;
       sigemptyset(&none);
       ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -178,7 +175,7 @@ class Supervisor {
     channel_ = std::move(pair->first);
     RecordWorker(lock_.get(), pid, mount_dev_, config_.mountpoint);
     // A worker that dies during the handover shows up as SIGCHLD.
-    Status sent = registry_.SendHandover(channel_.get(), generation_, me);
+    Status sent = registry_->SendHandover(channel_.get(), generation_, me);
     if (!sent.ok())
       GPUFS_LOG(WARN) << "handover to worker " << generation_ << ": " << sent.ToString();
   }
@@ -204,7 +201,7 @@ class Supervisor {
         last_failure_ = m.payload;
         return;
       default:
-        if (Status s = registry_.Apply(std::move(m)); !s.ok()) {
+        if (Status s = registry_->Apply(std::move(m)); !s.ok()) {
           GPUFS_LOG(ERROR) << "worker " << generation_ << ": " << s.ToString();
         }
     }
@@ -225,9 +222,9 @@ class Supervisor {
       if (level >= log::GetLevel()) {
         log::Line(level) << "takeover: worker " << generation_ << " (pid " << worker_
                          << ") serving " << config_.mountpoint << " " << ms << " ms after worker "
-                         << generation_ - 1 << " stopped; open handles " << registry_.handles()
-                         << ", blob fds " << registry_.blobs() << ", host slabs "
-                         << registry_.memories() << ", restarts " << generation_ - 1;
+                         << generation_ - 1 << " stopped; open handles " << registry_->handles()
+                         << ", blob fds " << registry_->blobs() << ", host slabs "
+                         << registry_->memories() << ", restarts " << generation_ - 1;
       }
     }
     for (UniqueFd& client : waiting_) {
@@ -335,8 +332,9 @@ class Supervisor {
   UniqueFd lock_, log_, sigfd_, control_, channel_;
   std::optional<dev_t> mount_dev_;
   std::unique_ptr<FuseMount> mount_;
-  std::unique_ptr<takeover::HandleTable> table_;  // null: handles come by message
-  takeover::Registry registry_;
+  std::unique_ptr<takeover::OpenFileTable> table_;
+  std::unique_ptr<takeover::ReplyJournal> journal_;  // read by the workers alone
+  std::unique_ptr<takeover::Registry> registry_;  // reads table_
   std::vector<UniqueFd> waiting_;  // `gpufs restart` clients waiting for the new worker
   pid_t worker_ = -1;
   uint32_t generation_ = 0;

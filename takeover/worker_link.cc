@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 
-#include <atomic>
 #include <cstdlib>
 
 #include "takeover/supervisor.h"
@@ -29,50 +28,67 @@ Result<std::unique_ptr<WorkerLink>> WorkerLink::FromEnvironment() {
   if (channel < 0 || fuse < 0) {
     return Error(EBADF, std::string(kEnvChannelFd) + "/" + kEnvFuseFd + " name no open fds");
   }
-  int table_fd = EnvFd(kEnvHandleTableFd);  // -1: an older supervisor
+  int table_fd = EnvFd(kEnvOpenFileTableFd), journal_fd = EnvFd(kEnvReplyJournalFd);
   // None may leak into processes the worker starts.
-  ::fcntl(channel, F_SETFD, FD_CLOEXEC);
-  ::fcntl(fuse, F_SETFD, FD_CLOEXEC);
-  if (table_fd >= 0) ::fcntl(table_fd, F_SETFD, FD_CLOEXEC);
-  ::unsetenv(kEnvChannelFd);
-  ::unsetenv(kEnvFuseFd);
-  ::unsetenv(kEnvHandleTableFd);
+  for (int fd : {channel, fuse, table_fd, journal_fd}) {
+    if (fd >= 0) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
+  for (const char* name : {kEnvChannelFd, kEnvFuseFd, kEnvOpenFileTableFd, kEnvReplyJournalFd}) {
+    ::unsetenv(name);
+  }
   UniqueFd ch(channel);
-  UniqueFd table_owner(table_fd >= 0 ? table_fd : -1);
+  if (table_fd < 0 || journal_fd < 0) {
+    return Error(EBADF, std::string(kEnvOpenFileTableFd) + "/" + kEnvReplyJournalFd +
+                            " name no open fds: not started by this version's supervisor");
+  }
+  UniqueFd table_owner(table_fd), journal_owner(journal_fd);
   GPUFS_ASSIGN_OR_RETURN(Handover handover, ReceiveHandover(ch.get()));
   // After the handover: the supervisor read the table for it.
-  std::unique_ptr<HandleTable> table;
-  if (table_owner.valid()) {
-    auto attached = HandleTable::Attach(std::move(table_owner), handover.hello.generation);
-    if (attached.ok()) {
-      table = std::make_unique<HandleTable>(std::move(*attached));
-    } else {
-      GPUFS_LOG(WARN) << "the supervisor's handle table: " << attached.status().ToString()
-                      << "; reporting handles by message";
-    }
-  } else if (table_fd == -2) {
-    GPUFS_LOG(WARN) << kEnvHandleTableFd << " names no open fd; reporting handles by message";
-  }
-  return std::make_unique<WorkerLink>(std::move(ch), fuse, std::move(handover), std::move(table));
+  GPUFS_ASSIGN_OR_RETURN(OpenFileTable table, OpenFileTable::Attach(std::move(table_owner)));
+  GPUFS_ASSIGN_OR_RETURN(ReplyJournal journal, ReplyJournal::Attach(std::move(journal_owner)));
+  return std::make_unique<WorkerLink>(std::move(ch), fuse, std::move(handover), std::move(table),
+                                      std::move(journal));
 }
 
-WorkerLink::WorkerLink(UniqueFd channel, int fuse_fd, Handover handover,
-                       std::unique_ptr<HandleTable> table)
+WorkerLink::WorkerLink(UniqueFd channel, int fuse_fd, Handover handover, OpenFileTable table,
+                       ReplyJournal journal)
     : channel_(std::move(channel)),
       fuse_fd_(fuse_fd),
       handover_(std::move(handover)),
-      table_(std::move(table)) {
+      table_(std::move(table)),
+      journal_(std::move(journal)) {
   for (const HandleRecord& rec : handover_.handles) {
     if (rec.unique != 0) by_unique_[rec.unique] = &rec;
   }
 }
 
-BlobFd WorkerLink::inherited_blob(uint64_t blob) const {
-  auto it = handover_.blob_records.find(blob);
-  if (it != handover_.blob_records.end()) return it->second;
-  BlobFd none;
-  none.blob = blob;
-  return none;
+AdoptedMemory WorkerLink::TakeAdoptedMemory() {
+  AdoptedMemory adopted;
+  for (auto& [blob, fd] : handover_.blob_fds) {
+    BlobMemory memory;  // bytes 0 (unknown) without a record: not importable
+    if (auto it = handover_.blob_records.find(blob); it != handover_.blob_records.end()) {
+      memory = {it->second.bytes, it->second.offset, it->second.range, it->second.memory};
+    }
+    adopted.blob_fds[blob] = AdoptedBlobFd{std::move(fd), memory};
+  }
+  handover_.blob_fds.clear();
+  handover_.blob_records.clear();
+  adopted.memory_fds = std::move(handover_.memory_fds);
+  handover_.memory_fds.clear();
+  return adopted;
+}
+
+std::optional<AdoptedState> WorkerLink::TakeAdoptedState() {
+  if (!taking_over()) return std::nullopt;
+  AdoptedState adopted;
+  for (const HandleRecord& rec : handover_.handles) {
+    adopted.handles.push_back({rec.fh, rec.entry, rec.blob, (rec.flags & kHandleWritable) != 0,
+                               (rec.flags & kHandleAppend) != 0, (rec.flags & kHandleMapped) != 0,
+                               (rec.flags & kHandleObject) != 0});
+  }
+  adopted.unsealed_sizes = std::move(handover_.sizes);
+  handover_.sizes.clear();
+  return adopted;
 }
 
 const HandleRecord* WorkerLink::HandleOpenedBy(uint64_t unique) const {
@@ -87,32 +103,24 @@ void WorkerLink::Post(MsgType type, std::span<const std::byte> payload, std::spa
 
 void WorkerLink::RecordInit(std::span<const std::byte> raw) { Post(MsgType::kInit, raw); }
 void WorkerLink::InitAnswered() { Post(MsgType::kInitAnswered, {}); }
-void WorkerLink::HandleOpened(const HandleRecord& rec) {
-  if (table_ != nullptr && table_->Put(rec)) return;
-  if (table_ != nullptr) {
-    static std::atomic<bool> warned{false};
-    if (!warned.exchange(true)) {
-      GPUFS_LOG(WARN) << "the handle table is full (" << table_->capacity()
-                      << " handles): reporting further handles by message";
-    }
-  }
-  Post(MsgType::kHandleOpen, AsBytes(rec));
+Status WorkerLink::HandleOpened(const HandleRecord& rec) {
+  if (table_.Put(rec)) return Status::Ok();
+  return Error(ENFILE, "the open file table is full (" + std::to_string(table_.capacity()) +
+                           " slots): no more open files on this mount");
 }
 void WorkerLink::HandleMapped(uint64_t fh) {
-  if (table_ != nullptr && table_->AddFlags(fh, kHandleMapped)) return;
-  HandleRecord rec;
-  rec.fh = fh;
-  rec.flags = kHandleMapped;
-  Post(MsgType::kHandleUpdate, AsBytes(rec));
+  if (!table_.AddFlags(fh, kHandleMapped)) {
+    GPUFS_LOG(ERROR) << "handle " << fh << " mapped but not in the open file table";
+  }
 }
 void WorkerLink::HandleClosed(uint64_t fh) {
-  if (table_ != nullptr && table_->Remove(fh)) return;
-  Post(MsgType::kHandleClose, AsBytes(fh));
+  // A handle whose open was refused, or released twice (a re-sent RELEASE).
+  if (!table_.Remove(fh)) GPUFS_LOG(DEBUG) << "closed handle " << fh << " was not recorded";
 }
 void WorkerLink::BlobSizeChanged(uint64_t blob, uint64_t size) {
-  if (table_ != nullptr && table_->SetSize(blob, size)) return;
-  BlobSize bs{blob, size};
-  Post(MsgType::kBlobSize, AsBytes(bs));
+  // No recorded handle holds it (written through a handle whose open was
+  // refused): nobody writes it on after a takeover.
+  if (!table_.SetSize(blob, size)) GPUFS_LOG(DEBUG) << "size of unheld blob " << blob;
 }
 void WorkerLink::BlobAdded(const BlobFd& rec, int fd) {
   Post(MsgType::kBlobAdd, AsBytes(rec), std::span(&fd, 1));

@@ -2,33 +2,40 @@
 // handover at start and reports, as it happens, everything the next worker
 // will need. Every report is made before the kernel can see the effect (an
 // open's reply, a blob's first use), so a worker killed at any instant has
-// left the supervisor an exact picture: open handles go into the shared
-// handle table (takeover/handle_table.h) when the supervisor gave one (a few
-// stores), everything else is one sendmsg.
+// left the supervisor an exact picture: open handles and the sizes of the
+// unsealed blobs they hold go into the shared open file table
+// (takeover/open_file_table.h; a few stores), blob and slab fds are one
+// sendmsg each. The reply journal (takeover/reply_journal.h), the other
+// shared memory, is used by the FUSE loop (fs/fuse_replay.h).
 //
 // Thread-safe. A failed send means the supervisor is gone; the worker is
 // about to be killed (PR_SET_PDEATHSIG), so failures are only logged.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
-#include "takeover/handle_table.h"
+#include "core/types.h"
+#include "store/bulk_store.h"
+#include "takeover/open_file_table.h"
 #include "takeover/registry.h"
+#include "takeover/reply_journal.h"
 #include "util/status.h"
 
 namespace gpufs::takeover {
 
 class WorkerLink {
  public:
-  // The link of a worker the supervisor started (GPUFS_TAKEOVER_FD and
-  // GPUFS_FUSE_FD set): reads the handover. nullptr when not supervised.
+  // The link of a worker the supervisor started (GPUFS_TAKEOVER_FD,
+  // GPUFS_FUSE_FD, GPUFS_OPEN_FILE_TABLE_FD and GPUFS_REPLY_JOURNAL_FD set):
+  // reads the handover, attaches the shared memories. nullptr when not
+  // supervised.
   static Result<std::unique_ptr<WorkerLink>> FromEnvironment();
-  // For tests: a link over `channel` after the handover was read from it;
-  // handles go to `table` when there is one, else by message.
-  WorkerLink(UniqueFd channel, int fuse_fd, Handover handover,
-             std::unique_ptr<HandleTable> table = nullptr);
+  // A link over `channel` after the handover was read from it.
+  WorkerLink(UniqueFd channel, int fuse_fd, Handover handover, OpenFileTable table,
+             ReplyJournal journal);
 
   int fuse_fd() const { return fuse_fd_; }
   uint32_t generation() const { return handover_.hello.generation; }
@@ -37,25 +44,27 @@ class WorkerLink {
   // A takeover start: an earlier worker served this mount.
   bool taking_over() const { return generation() > 1; }
   const Handover& handover() const { return handover_; }
-  // Blob fds handed over; the store that re-imports a blob takes its fd.
-  std::map<uint64_t, UniqueFd>& inherited_blob_fds() { return handover_.blob_fds; }
-  // Memories handed over (the host tier's slabs); its store takes them.
-  std::map<uint64_t, UniqueFd>& inherited_memory_fds() { return handover_.memory_fds; }
-  // Where each inherited blob is behind its fd (bytes 0: unknown).
-  BlobFd inherited_blob(uint64_t blob) const;
+  // The handover as the construction inputs of this worker's parts, taken
+  // out of it: the memory its stores adopt (StoreConfig::adopted; empty for
+  // the first worker) and what its namespace adopts
+  // (NamespaceOptions::adopted; nullopt for the first worker: a cold start).
+  AdoptedMemory TakeAdoptedMemory();
+  std::optional<AdoptedState> TakeAdoptedState();
   // Handles of earlier workers by the FUSE request that opened them (without
   // the resend bit); nullptr if none.
   const HandleRecord* HandleOpenedBy(uint64_t unique) const;
 
   void RecordInit(std::span<const std::byte> raw);
   void InitAnswered();
-  void HandleOpened(const HandleRecord& rec);
+  // A new handle, before the reply that names it. ENFILE when the open file
+  // table is full: the caller refuses the open.
+  Status HandleOpened(const HandleRecord& rec);
   // The handle took an IPC handle (GPUFS_IOC_MAP/ALLOC).
   void HandleMapped(uint64_t fh);
   void HandleClosed(uint64_t fh);
-  // Before the reply to a write that changed an unsealed blob's size (into
-  // the table while a handle there holds the blob, else by message).
+  // Before the reply to a write that changed an unsealed blob's size.
   void BlobSizeChanged(uint64_t blob, uint64_t size);
+  ReplyJournal& journal() { return journal_; }
   // The supervisor keeps a duplicate of `fd` (where rec.blob is: `rec`) until
   // BlobFreed(rec.blob) or the next BlobAdded of that blob.
   void BlobAdded(const BlobFd& rec, int fd);
@@ -73,7 +82,8 @@ class WorkerLink {
   UniqueFd channel_;
   int fuse_fd_;
   Handover handover_;
-  std::unique_ptr<HandleTable> table_;  // null: handles by message
+  OpenFileTable table_;
+  ReplyJournal journal_;
   std::map<uint64_t, const HandleRecord*> by_unique_;
 };
 

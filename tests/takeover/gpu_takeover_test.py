@@ -24,7 +24,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from takeover_e2e_test import GPUFS_BIN, TIMEOUT_S, Mount  # noqa: E402
+from takeover_util import GPUFS_BIN, TIMEOUT_S, Mount  # noqa: E402
 
 PROBE = os.environ.get("GPUFS_PROBE", "vmm-probe")
 KILLS = 20

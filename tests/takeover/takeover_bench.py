@@ -12,7 +12,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from takeover_e2e_test import GPUFS_BIN, Mount, wait_pid_exit  # noqa: E402
+from takeover_util import GPUFS_BIN, Mount, wait_pid_exit  # noqa: E402
 import subprocess  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-#include "takeover/handle_table.h"
+#include "takeover/open_file_table.h"
 
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -14,12 +14,12 @@ constexpr uint64_t kMagic = 0x31544e4853465047ull;  // "GPFSHNT1"
 constexpr uint32_t kVersion = 1;
 }  // namespace
 
-struct HandleTable::Header {
+struct OpenFileTable::Header {
   uint64_t magic;
   uint32_t version;
   uint32_t slots;
   uint32_t slot_bytes;
-  std::atomic<uint32_t> writer_generation;  // the last worker that attached
+  uint32_t reserved;
   // Slots at or above it were never used (readers stop there; the worker
   // raises it, release, before it writes a slot above).
   std::atomic<uint32_t> high_water;
@@ -28,7 +28,7 @@ struct HandleTable::Header {
 
 // Every field is an atomic so that a reader racing the worker is defined
 // (the seqlock tells it whether what it read is whole).
-struct HandleTable::Slot {
+struct OpenFileTable::Slot {
   std::atomic<uint64_t> word;  // even: free; odd: holds a record
   std::atomic<uint64_t> fh;    // 0: the record is the live size of `blob`
   std::atomic<uint64_t> entry, blob, unique;
@@ -37,10 +37,10 @@ struct HandleTable::Slot {
   uint8_t pad[64 - 56];
 };
 
-HandleTable::HandleTable(UniqueFd fd, void* map, size_t bytes)
+OpenFileTable::OpenFileTable(UniqueFd fd, void* map, size_t bytes)
     : fd_(std::move(fd)), map_(map), bytes_(bytes) {}
 
-HandleTable::HandleTable(HandleTable&& other) noexcept
+OpenFileTable::OpenFileTable(OpenFileTable&& other) noexcept
     : fd_(std::move(other.fd_)),
       map_(std::exchange(other.map_, nullptr)),
       bytes_(std::exchange(other.bytes_, 0)),
@@ -49,30 +49,30 @@ HandleTable::HandleTable(HandleTable&& other) noexcept
       holders_(std::move(other.holders_)),
       free_(std::move(other.free_)) {}
 
-HandleTable::~HandleTable() {
+OpenFileTable::~OpenFileTable() {
   if (map_ != nullptr) ::munmap(map_, bytes_);
 }
 
-HandleTable::Header* HandleTable::header() const { return static_cast<Header*>(map_); }
-HandleTable::Slot* HandleTable::slot(uint32_t i) const {
+OpenFileTable::Header* OpenFileTable::header() const { return static_cast<Header*>(map_); }
+OpenFileTable::Slot* OpenFileTable::slot(uint32_t i) const {
   return reinterpret_cast<Slot*>(static_cast<char*>(map_) + sizeof(Header)) + i;
 }
-uint32_t HandleTable::capacity() const { return header()->slots; }
+uint32_t OpenFileTable::capacity() const { return header()->slots; }
 
-Result<HandleTable> HandleTable::Create(uint32_t slots) {
+Result<OpenFileTable> OpenFileTable::Create(uint32_t slots) {
   static_assert(sizeof(Header) == 64 && sizeof(Slot) == 64, "the layout is part of version 1");
   static_assert(std::atomic<uint64_t>::is_always_lock_free &&
                 std::atomic<uint32_t>::is_always_lock_free);
-  if (slots == 0) return Error(EINVAL, "a handle table of no slots");
+  if (slots == 0) return Error(EINVAL, "an open file table of no slots");
   UniqueFd fd(::memfd_create("gpufs-handles", MFD_CLOEXEC));
   if (!fd.valid()) return PosixError("memfd_create gpufs-handles", errno);
   size_t bytes = sizeof(Header) + size_t{slots} * sizeof(Slot);
   if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
-    return PosixError("ftruncate the handle table", errno);
+    return PosixError("ftruncate the open file table", errno);
   }
   void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (map == MAP_FAILED) return PosixError("mmap the handle table", errno);
-  HandleTable table(std::move(fd), map, bytes);
+  if (map == MAP_FAILED) return PosixError("mmap the open file table", errno);
+  OpenFileTable table(std::move(fd), map, bytes);
   Header* h = table.header();
   h->magic = kMagic;
   h->version = kVersion;
@@ -81,26 +81,25 @@ Result<HandleTable> HandleTable::Create(uint32_t slots) {
   return table;
 }
 
-Result<HandleTable> HandleTable::Attach(UniqueFd fd, uint32_t generation) {
+Result<OpenFileTable> OpenFileTable::Attach(UniqueFd fd) {
   struct stat st{};
-  if (::fstat(fd.get(), &st) != 0) return PosixError("fstat the handle table", errno);
+  if (::fstat(fd.get(), &st) != 0) return PosixError("fstat the open file table", errno);
   auto bytes = static_cast<size_t>(st.st_size);
-  if (bytes < sizeof(Header)) return Error(EPROTO, "the handle table is too small");
+  if (bytes < sizeof(Header)) return Error(EPROTO, "the open file table is too small");
   void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (map == MAP_FAILED) return PosixError("mmap the handle table", errno);
-  HandleTable table(std::move(fd), map, bytes);
+  if (map == MAP_FAILED) return PosixError("mmap the open file table", errno);
+  OpenFileTable table(std::move(fd), map, bytes);
   const Header* h = table.header();
   if (h->magic != kMagic || h->version != kVersion || h->slot_bytes != sizeof(Slot) ||
       sizeof(Header) + size_t{h->slots} * sizeof(Slot) > bytes ||
       h->high_water.load(std::memory_order_acquire) > h->slots) {
-    return Error(EPROTO, "not a gpufs handle table of version 1");
+    return Error(EPROTO, "not a gpufs open file table of version 1");
   }
   table.AdoptRecords();
-  table.header()->writer_generation.store(generation, std::memory_order_release);
   return table;
 }
 
-void HandleTable::AdoptRecords() {
+void OpenFileTable::AdoptRecords() {
   // No worker writes now (this one is starting, the last one is dead).
   uint32_t high = header()->high_water.load(std::memory_order_acquire);
   std::vector<uint32_t> sizes;
@@ -125,7 +124,12 @@ void HandleTable::AdoptRecords() {
   }
 }
 
-bool HandleTable::TakeSlot(uint32_t* i) {
+uint32_t OpenFileTable::Available() const {
+  return header()->slots - header()->high_water.load(std::memory_order_relaxed) +
+         static_cast<uint32_t>(free_.size());
+}
+
+bool OpenFileTable::TakeSlot(uint32_t* i) {
   if (!free_.empty()) {
     *i = free_.back();
     free_.pop_back();
@@ -138,12 +142,12 @@ bool HandleTable::TakeSlot(uint32_t* i) {
   return true;
 }
 
-void HandleTable::FreeSlot(uint32_t i) {
+void OpenFileTable::FreeSlot(uint32_t i) {
   slot(i)->word.fetch_add(1, std::memory_order_release);  // odd -> even
   free_.push_back(i);
 }
 
-void HandleTable::Unhold(uint64_t blob) {
+void OpenFileTable::Unhold(uint64_t blob) {
   if (blob == 0) return;
   auto it = holders_.find(blob);
   if (it == holders_.end() || --it->second > 0) return;
@@ -154,7 +158,7 @@ void HandleTable::Unhold(uint64_t blob) {
   }
 }
 
-bool HandleTable::Put(const HandleRecord& rec) {
+bool OpenFileTable::Put(const HandleRecord& rec) {
   std::lock_guard lock(mu_);
   uint32_t i;
   uint64_t old_blob = 0;
@@ -163,8 +167,12 @@ bool HandleTable::Put(const HandleRecord& rec) {
     Slot* s = slot(i);
     old_blob = s->blob.load(std::memory_order_relaxed);
     s->word.fetch_add(1, std::memory_order_release);  // odd -> even: not a record while rewritten
-  } else if (!TakeSlot(&i)) {
-    return false;
+  } else {
+    // One slot for the record, and one kept for the size of every held blob
+    // that has none yet (this one's too, if it is new): SetSize never fails.
+    size_t unsized = holders_.size() - size_slot_.size();
+    size_t need = 1 + unsized + (rec.blob != 0 && !holders_.contains(rec.blob) ? 1 : 0);
+    if (Available() < need || !TakeSlot(&i)) return false;
   }
   Slot* s = slot(i);
   // Pairs with Snapshot's acquire fence: a reader that sees any field below
@@ -183,7 +191,7 @@ bool HandleTable::Put(const HandleRecord& rec) {
   return true;
 }
 
-bool HandleTable::AddFlags(uint64_t fh, uint32_t flags) {
+bool OpenFileTable::AddFlags(uint64_t fh, uint32_t flags) {
   std::lock_guard lock(mu_);
   auto it = fh_slot_.find(fh);
   if (it == fh_slot_.end()) return false;
@@ -191,7 +199,7 @@ bool HandleTable::AddFlags(uint64_t fh, uint32_t flags) {
   return true;
 }
 
-bool HandleTable::Remove(uint64_t fh) {
+bool OpenFileTable::Remove(uint64_t fh) {
   std::lock_guard lock(mu_);
   auto it = fh_slot_.find(fh);
   if (it == fh_slot_.end()) return false;
@@ -202,7 +210,7 @@ bool HandleTable::Remove(uint64_t fh) {
   return true;
 }
 
-bool HandleTable::SetSize(uint64_t blob, uint64_t size) {
+bool OpenFileTable::SetSize(uint64_t blob, uint64_t size) {
   std::lock_guard lock(mu_);
   if (blob == 0 || !holders_.contains(blob)) return false;
   if (auto it = size_slot_.find(blob); it != size_slot_.end()) {
@@ -221,46 +229,7 @@ bool HandleTable::SetSize(uint64_t blob, uint64_t size) {
   return true;
 }
 
-uint32_t HandleTable::writer_generation() const {
-  return header()->writer_generation.load(std::memory_order_acquire);
-}
-
-HandleTable::Slot* HandleTable::Find(uint64_t fh, uint64_t blob) const {
-  uint32_t high = std::min(header()->high_water.load(std::memory_order_acquire), capacity());
-  for (uint32_t i = 0; i < high; ++i) {
-    Slot* s = slot(i);
-    if ((s->word.load(std::memory_order_acquire) & 1) && s->fh.load(std::memory_order_relaxed) == fh &&
-        (fh != 0 || s->blob.load(std::memory_order_relaxed) == blob)) {
-      return s;
-    }
-  }
-  return nullptr;
-}
-
-bool HandleTable::SetSizeFound(uint64_t blob, uint64_t size) {
-  Slot* s = Find(0, blob);
-  if (s == nullptr) return false;
-  s->size.store(size, std::memory_order_release);
-  return true;
-}
-
-bool HandleTable::RemoveFound(uint64_t fh) {
-  if (fh == 0) return false;
-  Slot* s = Find(fh);
-  if (s == nullptr) return false;
-  s->word.fetch_add(1, std::memory_order_release);  // odd -> even
-  return true;
-}
-
-bool HandleTable::AddFlagsFound(uint64_t fh, uint32_t flags) {
-  if (fh == 0) return false;
-  Slot* s = Find(fh);
-  if (s == nullptr) return false;
-  s->flags.fetch_or(flags, std::memory_order_release);
-  return true;
-}
-
-std::vector<HandleRecord> HandleTable::Snapshot(bool* stable,
+std::vector<HandleRecord> OpenFileTable::Snapshot(bool* stable,
                                                 std::map<uint64_t, uint64_t>* sizes) const {
   *stable = true;
   std::vector<HandleRecord> out;

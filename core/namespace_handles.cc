@@ -1,4 +1,4 @@
-// The handle table: open handles and the blobs they hold (ActiveBlob).
+// The namespace's open handles and the blobs they hold (ActiveBlob).
 #include "core/namespace.h"
 
 

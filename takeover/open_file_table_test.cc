@@ -1,9 +1,9 @@
-// The shared handle table on a real memfd: a worker's records survive it (a
+// The open file table on a real memfd: a worker's records survive it (a
 // later attach adopts them), a SIGKILL at any instant leaves every slot whole
-// or empty, and the registry hands table handles (and the live sizes of the
-// blobs they hold, only those, the table's before the messages') to the next
-// worker.
-#include "takeover/handle_table.h"
+// or empty, a full table keeps room for the sizes of held blobs and refuses
+// opens, and the registry hands the table's handles (and the live sizes of
+// the blobs they hold, only those) to the next worker.
+#include "takeover/open_file_table.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -16,7 +16,6 @@
 #include <memory>
 #include <random>
 #include <set>
-#include <span>
 
 #include "takeover/registry.h"
 #include "takeover/worker_link.h"
@@ -44,34 +43,15 @@ void StartWorker(Registry& reg, uint32_t generation) {
   ASSERT_TRUE(ReceiveHandover(ch->second.get()).ok());
 }
 
-// Applies the next message on `from` (the supervisor's end) to `reg`; it
-// must be of type `want`.
-void ApplyNext(int from, Registry& reg, MsgType want) {
-  auto m = Receive(from);
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
-  ASSERT_EQ(m->type, want);
-  Status applied = reg.Apply(std::move(*m));
-  ASSERT_TRUE(applied.ok()) << applied.ToString();
-}
-
-// Sends a message on `to` (a worker's end) and applies it from `from`.
-void SendApply(int to, int from, Registry& reg, MsgType type,
-               std::span<const std::byte> payload) {
-  ASSERT_TRUE(Send(to, type, payload).ok());
-  ApplyNext(from, reg, type);
-}
-
 // A supervisor's table of `slots` slots and its registry, worker 1 started.
 struct Supervisor {
-  explicit Supervisor(size_t slots) {
-    auto made = HandleTable::Create(slots);
+  explicit Supervisor(uint32_t slots) : table(Make(slots)), reg(table) { StartWorker(reg, 1); }
+  static OpenFileTable Make(uint32_t slots) {
+    auto made = OpenFileTable::Create(slots);
     EXPECT_TRUE(made.ok()) << made.status().ToString();
-    if (!made.ok()) return;
-    table = std::make_unique<HandleTable>(std::move(*made));
-    reg.set_table(table.get());
-    StartWorker(reg, 1);
+    return std::move(*made);
   }
-  std::unique_ptr<HandleTable> table;  // null when Create failed
+  OpenFileTable table;
   Registry reg;
 };
 
@@ -92,47 +72,57 @@ std::map<uint64_t, HandleRecord> ByFh(const std::vector<HandleRecord>& records) 
   return out;
 }
 
-TEST(HandleTableTest, PutFlagsRemoveAndFull) {
-  auto sup = HandleTable::Create(3);
+TEST(OpenFileTableTest, PutFlagsRemoveAndFull) {
+  auto sup = OpenFileTable::Create(5);
   ASSERT_TRUE(sup.ok()) << sup.status().ToString();
-  auto worker = HandleTable::Attach(Dup(sup->fd()), 1);
+  auto worker = OpenFileTable::Attach(Dup(sup->fd()));
   ASSERT_TRUE(worker.ok()) << worker.status().ToString();
-  EXPECT_EQ(sup->writer_generation(), 1u);
-  EXPECT_TRUE(worker->Put(RecordFor(10)));
-  EXPECT_TRUE(worker->Put(RecordFor(11)));
-  EXPECT_TRUE(worker->Put(RecordFor(12)));
-  EXPECT_FALSE(worker->Put(RecordFor(13)));  // full: the caller sends a message
+  // Each handle of a blob not yet held takes its slot and keeps one for the
+  // blob's size: 5 slots hold two such handles and one more of a held blob.
+  EXPECT_TRUE(worker->Put(RecordFor(10)));  // blob 50
+  EXPECT_TRUE(worker->Put(RecordFor(11)));  // blob 55
+  EXPECT_FALSE(worker->Put(RecordFor(12)));  // blob 60: no room for it and its size
+  HandleRecord reader = RecordFor(13);
+  reader.blob = 50;  // a second handle of blob 50
+  EXPECT_TRUE(worker->Put(reader));
+  EXPECT_FALSE(worker->Put(RecordFor(14)));
+  // Full, yet the sizes of the held blobs fit.
+  EXPECT_TRUE(worker->SetSize(50, 500));
+  EXPECT_TRUE(worker->SetSize(55, 550));
+  EXPECT_FALSE(worker->SetSize(60, 1));  // no handle holds it
   EXPECT_TRUE(worker->AddFlags(11, kHandleMapped));
-  EXPECT_FALSE(worker->AddFlags(13, kHandleMapped));
+  EXPECT_FALSE(worker->AddFlags(12, kHandleMapped));
   EXPECT_TRUE(worker->Remove(10));
   EXPECT_FALSE(worker->Remove(10));
-  EXPECT_TRUE(worker->Put(RecordFor(13)));  // the freed slot
-  HandleRecord again = RecordFor(12);
+  HandleRecord again = RecordFor(11);
   again.unique = 5;
   EXPECT_TRUE(worker->Put(again));  // same fh: replaced in place, not a second record
 
   bool stable = false;
-  auto seen = ByFh(sup->Snapshot(&stable));
+  std::map<uint64_t, uint64_t> sizes;
+  auto seen = ByFh(sup->Snapshot(&stable, &sizes));
   EXPECT_TRUE(stable);
-  ASSERT_EQ(seen.size(), 3u);
-  EXPECT_EQ(seen[11].flags, kHandleWritable | kHandleMapped);
-  EXPECT_EQ(seen[12].unique, 5u);
-  EXPECT_EQ(seen[13].blob, 65u);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[11].unique, 5u);
+  EXPECT_EQ(seen[13].blob, 50u);
   EXPECT_FALSE(seen.contains(10));
+  EXPECT_EQ(sizes, (std::map<uint64_t, uint64_t>{{50, 500}, {55, 550}}));
+  ASSERT_TRUE(worker->Remove(13));  // blob 50's last handle: its size goes too
+  EXPECT_TRUE(worker->Put(RecordFor(12)));  // room again
 }
 
-TEST(HandleTableTest, NextWorkerAdoptsTheRecords) {
-  auto sup = HandleTable::Create(1000);
+TEST(OpenFileTableTest, NextWorkerAdoptsTheRecords) {
+  auto sup = OpenFileTable::Create(1000);
   ASSERT_TRUE(sup.ok());
   {
-    auto first = HandleTable::Attach(Dup(sup->fd()), 1);
+    auto first = OpenFileTable::Attach(Dup(sup->fd()));
     ASSERT_TRUE(first.ok());
     for (uint64_t fh = 1; fh <= 5; ++fh) ASSERT_TRUE(first->Put(RecordFor(fh)));
     ASSERT_TRUE(first->Remove(2));
     ASSERT_TRUE(first->SetSize(5 * 5, 1234));  // fh 5 holds blob 25
     EXPECT_FALSE(first->SetSize(2 * 5, 1));    // fh 2's blob: no table handle holds it
   }  // the worker is gone; its records stay
-  auto second = HandleTable::Attach(Dup(sup->fd()), 2);
+  auto second = OpenFileTable::Attach(Dup(sup->fd()));
   ASSERT_TRUE(second.ok());
   EXPECT_TRUE(second->Remove(4));  // an inherited handle closes in the table
   EXPECT_FALSE(second->Remove(2));
@@ -153,10 +143,10 @@ TEST(HandleTableTest, NextWorkerAdoptsTheRecords) {
   EXPECT_TRUE(sizes.empty());
 }
 
-TEST(HandleTableTest, NotATable) {
+TEST(OpenFileTableTest, NotATable) {
   UniqueFd fd(::memfd_create("junk", MFD_CLOEXEC));
   ASSERT_EQ(::ftruncate(fd.get(), 4096), 0);
-  auto attached = HandleTable::Attach(std::move(fd), 1);
+  auto attached = OpenFileTable::Attach(std::move(fd));
   ASSERT_FALSE(attached.ok());
   EXPECT_EQ(attached.status().code(), EPROTO);
 }
@@ -165,8 +155,8 @@ TEST(HandleTableTest, NotATable) {
 // reuse of slots) and is SIGKILLed at an arbitrary instant: every record the
 // table then holds is whole, and the next attach keeps only the sizes of
 // blobs a handle holds.
-TEST(HandleTableTest, SigkillLeavesEverySlotWholeOrEmpty) {
-  auto sup = HandleTable::Create(256);
+TEST(OpenFileTableTest, SigkillLeavesEverySlotWholeOrEmpty) {
+  auto sup = OpenFileTable::Create(256);
   ASSERT_TRUE(sup.ok());
   // Operations the child has done, shared with this process.
   auto* done = static_cast<std::atomic<uint64_t>*>(::mmap(
@@ -179,7 +169,7 @@ TEST(HandleTableTest, SigkillLeavesEverySlotWholeOrEmpty) {
     pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      auto table = HandleTable::Attach(Dup(sup->fd()), static_cast<uint32_t>(round) + 1);
+      auto table = OpenFileTable::Attach(Dup(sup->fd()));
       if (!table.ok()) ::_exit(2);
       std::mt19937_64 child_rng(static_cast<uint64_t>(round) + 1);
       for (uint64_t i = 0;; ++i) {
@@ -222,7 +212,7 @@ TEST(HandleTableTest, SigkillLeavesEverySlotWholeOrEmpty) {
     {
       // A killed close may leave the size of a blob no handle holds; the
       // next worker drops it when it attaches.
-      auto next = HandleTable::Attach(Dup(sup->fd()), 1000);
+      auto next = OpenFileTable::Attach(Dup(sup->fd()));
       ASSERT_TRUE(next.ok());
       sizes.clear();
       sup->Snapshot(&stable, &sizes);
@@ -232,23 +222,17 @@ TEST(HandleTableTest, SigkillLeavesEverySlotWholeOrEmpty) {
   ::munmap(done, sizeof(std::atomic<uint64_t>));
 }
 
-TEST(HandleTableTest, RegistryHandsOverTableHandlesAndTheirSizes) {
+TEST(OpenFileTableTest, RegistryHandsOverTheHandlesAndTheirSizes) {
   Supervisor rig(16);
-  ASSERT_TRUE(rig.table);
-  HandleTable* sup = rig.table.get();
   Registry& reg = rig.reg;
-  auto worker = HandleTable::Attach(Dup(sup->fd()), 1);
+  auto worker = OpenFileTable::Attach(Dup(rig.table.fd()));
   ASSERT_TRUE(worker.ok());
   ASSERT_TRUE(worker->Put(RecordFor(1)));  // blob 5
   ASSERT_TRUE(worker->Put(RecordFor(2)));  // blob 10
   ASSERT_TRUE(worker->Put(RecordFor(3)));  // blob 15
+  ASSERT_TRUE(worker->SetSize(5, 500));
+  ASSERT_TRUE(worker->SetSize(10, 1000));
   ASSERT_TRUE(worker->SetSize(15, 1500));
-  auto ch = MakeChannelPair();
-  ASSERT_TRUE(ch.ok());
-  // By message: sizes reported while no table handle held the blob.
-  for (BlobSize bs : {BlobSize{5, 500}, BlobSize{10, 1000}, BlobSize{15, 3}, BlobSize{99, 9}}) {
-    SendApply(ch->second.get(), ch->first.get(), reg, MsgType::kBlobSize, AsBytes(bs));
-  }
   ASSERT_TRUE(worker->Remove(2));  // blob 10 no longer held: its size is not handed over
   EXPECT_EQ(reg.handles(), 2u);
 
@@ -259,81 +243,28 @@ TEST(HandleTableTest, RegistryHandsOverTableHandlesAndTheirSizes) {
   EXPECT_EQ(h.sizes, (std::map<uint64_t, uint64_t>{{5, 500}, {15, 1500}}));
 }
 
-// An older gpufsd after a newer one: handed the table's records, it maps
-// and closes them by message; the supervisor applies those to the table.
-TEST(HandleTableTest, MessagesOfAnOlderWorkerReachTheTable) {
-  Supervisor rig(8);
-  ASSERT_TRUE(rig.table);
-  HandleTable* sup = rig.table.get();
-  Registry& reg = rig.reg;
-  {
-    auto newer = HandleTable::Attach(Dup(sup->fd()), 1);
-    ASSERT_TRUE(newer.ok());
-    ASSERT_TRUE(newer->Put(RecordFor(1)));
-    ASSERT_TRUE(newer->Put(RecordFor(2)));
-    ASSERT_TRUE(newer->SetSize(10, 100));
-  }
-  StartWorker(reg, 2);  // the older one: it never attaches
+// The table is the one way handles travel: when it is full the worker
+// refuses the open (ENFILE) and the table keeps what it had.
+TEST(OpenFileTableTest, WorkerLinkRefusesAnOpenWhenTheTableIsFull) {
+  Supervisor rig(2);
   auto ch = MakeChannelPair();
   ASSERT_TRUE(ch.ok());
-  auto send_apply = [&](MsgType type, std::span<const std::byte> payload) {
-    SendApply(ch->second.get(), ch->first.get(), reg, type, payload);
-  };
-  HandleRecord mapped{.fh = 2, .flags = kHandleMapped};
-  send_apply(MsgType::kHandleUpdate, AsBytes(mapped));
-  uint64_t closed = 1;
-  send_apply(MsgType::kHandleClose, AsBytes(closed));
-  BlobSize grown{10, 200};  // its write went on after the takeover
-  send_apply(MsgType::kBlobSize, AsBytes(grown));
-  bool stable = false;
-  std::map<uint64_t, uint64_t> sizes;
-  auto seen = ByFh(sup->Snapshot(&stable, &sizes));
-  ASSERT_EQ(seen.size(), 1u);
-  EXPECT_EQ(seen[2].flags, kHandleWritable | kHandleMapped);
-  EXPECT_EQ(sizes[10], 200u);
-}
-
-// A worker whose table is full reports the handles that do not fit by
-// message, as an older worker would: the next worker gets both kinds.
-TEST(HandleTableTest, WorkerLinkFallsBackToMessagesWhenTheTableIsFull) {
-  Supervisor rig(1);
-  ASSERT_TRUE(rig.table);
-  HandleTable* sup = rig.table.get();
-  Registry& reg = rig.reg;
-  auto ch = MakeChannelPair();
-  ASSERT_TRUE(ch.ok());
-  auto worker_table = HandleTable::Attach(Dup(sup->fd()), 1);
+  auto worker_table = OpenFileTable::Attach(Dup(rig.table.fd()));
   ASSERT_TRUE(worker_table.ok());
-  UniqueFd supervisor_end = std::move(ch->first);
-  WorkerLink link(std::move(ch->second), -1, Handover{},
-                  std::make_unique<HandleTable>(std::move(*worker_table)));
-  auto apply_next = [&](MsgType want) { ApplyNext(supervisor_end.get(), reg, want); };
-  link.HandleOpened(RecordFor(1));  // the table's one slot
-  link.HandleOpened(RecordFor(2));  // a message
-  apply_next(MsgType::kHandleOpen);
+  auto journal = ReplyJournal::Create(4);
+  ASSERT_TRUE(journal.ok());
+  WorkerLink link(std::move(ch->second), -1, Handover{}, std::move(*worker_table),
+                  std::move(*journal));
+  ASSERT_TRUE(link.HandleOpened(RecordFor(1)).ok());  // a slot, and one kept for blob 5's size
+  Status refused = link.HandleOpened(RecordFor(2));
+  EXPECT_EQ(refused.code(), ENFILE) << refused.ToString();
   link.HandleMapped(1);
-  link.HandleMapped(2);
-  apply_next(MsgType::kHandleUpdate);
-  link.HandleOpened(RecordFor(3));  // a message
-  apply_next(MsgType::kHandleOpen);
-  link.HandleClosed(3);
-  apply_next(MsgType::kHandleClose);
-  // Sizes: blob 5 is held by table handle 1, but no slot is left for its
-  // size; blob 10 only by message handle 2. Both go by message.
-  link.BlobSizeChanged(5, 123);
-  apply_next(MsgType::kBlobSize);
-  link.BlobSizeChanged(10, 456);
-  apply_next(MsgType::kBlobSize);
-  bool stable = false;
-  EXPECT_EQ(sup->Snapshot(&stable).size(), 1u);  // nothing else went into the table
-
-  Handover h = HandoverToNext(reg);
+  link.BlobSizeChanged(5, 123);  // the kept slot
+  Handover h = HandoverToNext(rig.reg);
   auto handed = ByFh(h.handles);
-  ASSERT_EQ(handed.size(), 2u);
+  ASSERT_EQ(handed.size(), 1u);
   EXPECT_EQ(handed[1].flags, kHandleWritable | kHandleMapped);
-  EXPECT_EQ(handed[2].flags, kHandleWritable | kHandleMapped);
-  EXPECT_EQ(handed[2].blob, 10u);
-  EXPECT_EQ(h.sizes, (std::map<uint64_t, uint64_t>{{5, 123}, {10, 456}}));
+  EXPECT_EQ(h.sizes, (std::map<uint64_t, uint64_t>{{5, 123}}));
 }
 
 }  // namespace

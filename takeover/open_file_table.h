@@ -1,11 +1,12 @@
-// HandleTable: the open file handles of the workers of one mount, and the
-// live sizes of the unsealed blobs they hold, in shared memory the supervisor
+// OpenFileTable: the file handles the kernel holds open on a mount (the fh
+// of each FUSE open, create and opendir, with what it holds), and the live
+// sizes of the unsealed blobs they hold, in shared memory the supervisor
 // creates and keeps (a memfd), so that a worker records an open, a map, a
 // close or a write that grew a blob with a few stores instead of a message
-// to the supervisor (a sendmsg and a wakeup of another process: measured on
-// the 2-vCPU developer machine, about a fifth of the time of a create of an
-// empty member, a tenth of a small file's create+write+close;
-// docs/BENCHMARKS.md).
+// to the supervisor (a sendmsg and a wakeup of another process: about a fifth
+// of the time of a create of an empty member on the 2-vCPU developer
+// machine; docs/BENCHMARKS.md). It is the only way handle records travel:
+// the next worker gets them in its handover (takeover/registry.h).
 //
 // Crash contract: a worker may be SIGKILLed at any instruction; the next
 // worker (through the supervisor's handover) then finds every slot either
@@ -13,14 +14,14 @@
 // a record's fields are written while the word is even and the word is
 // bumped to odd last (release); a close bumps it to even again. A handle's
 // record is therefore in the table from before the kernel gets the reply
-// that names it until after the close was done in the catalog, exactly as
-// the messages it replaces (takeover/protocol.h kHandleOpen/kHandleUpdate/
-// kHandleClose). Flags only grow (kHandleMapped), with one atomic OR.
+// that names it until after the close was done in the catalog. Flags only
+// grow (kHandleMapped), with one atomic OR.
 //
-// A slot with fh 0 holds the live size of blob `blob` (kBlobSize's record):
-// it exists while a handle in the table holds the blob, and a write that
-// changes the size stores the new one (one atomic store) before its reply.
-// A blob no table handle holds gets its sizes by message (SetSize: false).
+// A slot with fh 0 holds the live size of blob `blob`: it exists while a
+// handle in the table holds the blob, and a write that changes the size
+// stores the new one (one atomic store) before its reply. Put keeps a slot
+// in reserve for the size of every blob a handle holds, so SetSize of a held
+// blob never finds the table full.
 //
 // Readers (the supervisor) take a Snapshot(): while the worker runs it may
 // be rewriting slots, so each slot is read as a seqlock (the word before and
@@ -45,52 +46,40 @@
 
 namespace gpufs::takeover {
 
-// Environment a worker finds: the decimal fd of the table (absent: an older
-// supervisor; the worker then sends messages).
-inline constexpr const char* kEnvHandleTableFd = "GPUFS_HANDLE_TABLE_FD";
+// Environment a worker finds: the decimal fd of the table.
+inline constexpr const char* kEnvOpenFileTableFd = "GPUFS_OPEN_FILE_TABLE_FD";
 
-class HandleTable {
+class OpenFileTable {
  public:
-  // 1 Mi handles (64 MiB of address space, memory only where used).
+  // 1 Mi slots (64 MiB of address space, memory only where used).
   static constexpr uint32_t kDefaultSlots = 1u << 20;
 
   // The supervisor's: a new zeroed memfd of `slots` slots, mapped.
-  static Result<HandleTable> Create(uint32_t slots = kDefaultSlots);
-  // A worker's: maps the table behind `fd` (which it keeps open), adopts
-  // the records already in it (an earlier worker's) and marks the table as
-  // written by worker `generation`. EPROTO when `fd` is not a table of this
-  // version.
-  static Result<HandleTable> Attach(UniqueFd fd, uint32_t generation);
+  static Result<OpenFileTable> Create(uint32_t slots = kDefaultSlots);
+  // A worker's: maps the table behind `fd` (which it keeps open) and adopts
+  // the records already in it (an earlier worker's). EPROTO when `fd` is not
+  // a table of this version.
+  static Result<OpenFileTable> Attach(UniqueFd fd);
 
-  HandleTable(HandleTable&& other) noexcept;
-  HandleTable& operator=(HandleTable&&) = delete;
-  ~HandleTable();
+  OpenFileTable(OpenFileTable&& other) noexcept;
+  OpenFileTable& operator=(OpenFileTable&&) = delete;
+  ~OpenFileTable();
 
   int fd() const { return fd_.get(); }
   uint32_t capacity() const;
 
   // Worker side; thread-safe. Put records `rec` (replacing a record of the
-  // same fh); false when every slot is taken (the caller sends a message).
+  // same fh); false when the table is full (with the slots it keeps for the
+  // sizes of held blobs): the caller refuses the open.
   bool Put(const HandleRecord& rec);
   // Adds `flags` to the record of `fh`; false when `fh` is not in the table.
   bool AddFlags(uint64_t fh, uint32_t flags);
-  // Removes the record of `fh` (and the size of its blob, if no other table
+  // Removes the record of `fh` (and the size of its blob, if no other
   // handle holds it); false when `fh` is not in the table.
   bool Remove(uint64_t fh);
-  // Records the live size of `blob`; false when no handle in the table holds
-  // it, or no slot is free (the caller sends a message).
+  // Records the live size of `blob`; false when no handle in the table
+  // holds it (nobody could write it on after a takeover).
   bool SetSize(uint64_t blob, uint64_t size);
-
-  // The generation of the last worker that attached (0: none yet).
-  uint32_t writer_generation() const;
-  // Supervisor side, for a worker that reports by message although the
-  // table holds records (an older gpufsd after a newer one, which never
-  // attached: it received the table's records in its handover and maps,
-  // closes and grows them by message). Only while no writer_generation()
-  // worker runs. O(slots used); false when there is no such record.
-  bool RemoveFound(uint64_t fh);
-  bool AddFlagsFound(uint64_t fh, uint32_t flags);
-  bool SetSizeFound(uint64_t blob, uint64_t size);
 
   // Reader side: the handle records in the table, and (when `sizes` is not
   // null) the live sizes it holds by blob. *stable is false when a slot
@@ -101,17 +90,16 @@ class HandleTable {
  private:
   struct Header;
   struct Slot;
-  HandleTable(UniqueFd fd, void* map, size_t bytes);
+  OpenFileTable(UniqueFd fd, void* map, size_t bytes);
   Header* header() const;
   Slot* slot(uint32_t i) const;
   void AdoptRecords();  // fills the bookkeeping below from the mapped slots
+  // Slots not in use (free ones below the high water and those above it).
+  uint32_t Available() const;                 // EXCLUSIVE_LOCKS_REQUIRED(mu_)
   // A free slot (raising the high water), or false when none is left.
   bool TakeSlot(uint32_t* i);                 // EXCLUSIVE_LOCKS_REQUIRED(mu_)
   void FreeSlot(uint32_t i);                  // EXCLUSIVE_LOCKS_REQUIRED(mu_)
   void Unhold(uint64_t blob);                 // EXCLUSIVE_LOCKS_REQUIRED(mu_)
-  // The committed slot of handle `fh`, or of the size of blob `blob` when
-  // fh is 0; null if none.
-  Slot* Find(uint64_t fh, uint64_t blob = 0) const;
 
   UniqueFd fd_;
   void* map_ = nullptr;
