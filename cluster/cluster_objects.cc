@@ -1,9 +1,16 @@
 #include "cluster/cluster_objects.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
 
 #include "cluster/object_bytes.h"
+#include "util/file_io.h"
 #include "util/log.h"
+#include "util/unique_fd.h"
 
 namespace gpufs::cluster {
 namespace {
@@ -20,8 +27,10 @@ std::string_view BaseName(std::string_view path) {
 }  // namespace
 
 Result<std::unique_ptr<ClusterObjects>> ClusterObjects::Start(Namespace& ns,
-                                                              ClusterNodeOptions options) {
+                                                              ClusterNodeOptions options,
+                                                              std::string replicas_file) {
   std::unique_ptr<ClusterObjects> c(new ClusterObjects(ns));
+  c->replicas_file_ = std::move(replicas_file);
   ClusterObjects* raw = c.get();
   options.on_change = [raw](const std::string& path) { raw->Changed(path); };
   c->options_ = options;
@@ -33,6 +42,7 @@ Result<std::unique_ptr<ClusterObjects>> ClusterObjects::Start(Namespace& ns,
     c->node_ = std::move(*node);
     c->started_ = true;
   }
+  c->LoadReplicas();
   c->cv_.notify_all();
   GPUFS_LOG(INFO) << "cluster node " << c->node_->name() << " joined "
                   << c->options_.etcd.cluster << ", serving on " << c->node_->address();
@@ -119,8 +129,11 @@ Result<bool> ClusterObjects::FetchOnce(const ObjectManifest& manifest) {
   if (!fetched.ok()) return fetched.status();
   if (auto* replica = dynamic_cast<const NamespaceReplica*>(fetched->get())) object = replica->object();
   if (object == 0) return false;
-  std::lock_guard lock(mu_);
-  fetched_[manifest.path] = {manifest.version, object};
+  {
+    std::lock_guard lock(mu_);
+    fetched_[manifest.path] = {manifest.version, object, true};
+  }
+  SaveReplicas();
   return true;
 }
 
@@ -140,6 +153,7 @@ Status ClusterObjects::Fetch(const RemoteObject& object) {
         std::lock_guard lock(mu_);
         fetched_.erase(object.path);
       }
+      SaveReplicas();
       (void)node_->DropReplica(object.path, object.version);
     }
   }();
@@ -212,11 +226,75 @@ void ClusterObjects::Work() {
     for (const auto& [p, f] : check) {
       auto current = node_->Lookup(p);
       if (!current.ok()) continue;  // etcd away: kept until it answers
-      if (*current && !(*current)->removed && (*current)->version == f.version) continue;
+      if (*current && !(*current)->removed && (*current)->version == f.version) {
+        if (!f.served) Reserve(p, f);
+        continue;
+      }
       Retire(p, f.version, f.object);
     }
     lock.lock();
   }
+}
+
+void ClusterObjects::Reserve(const std::string& path, const Fetched& f) {
+  auto pub = PreparePublication(ns_, f.object, path);
+  Status registered = pub.ok() ? node_->RegisterReplica(path, f.version, pub->bytes) : pub.status();
+  if (!registered.ok()) {
+    GPUFS_LOG(WARN) << "cluster: the replica " << path << "@" << f.version
+                    << " kept from before the restart is not served: " << registered.ToString();
+    return;
+  }
+  std::lock_guard lock(mu_);
+  auto it = fetched_.find(path);
+  if (it != fetched_.end() && it->second.version == f.version) it->second.served = true;
+  GPUFS_LOG(INFO) << "cluster: serving " << path << "@" << f.version << " again (kept across a restart)";
+}
+
+void ClusterObjects::LoadReplicas() {
+  if (replicas_file_.empty()) return;
+  std::ifstream in(replicas_file_);
+  if (!in) return;  // none yet
+  std::stringstream text;
+  text << in.rdbuf();
+  json kept = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (!kept.is_object()) {
+    GPUFS_LOG(WARN) << "cluster: " << replicas_file_ << " is not a JSON object: ignored";
+    return;
+  }
+  std::lock_guard lock(mu_);
+  for (const auto& [path, f] : kept.items()) {
+    if (!f.is_object() || !f.contains("version") || !f.contains("object") ||
+        !f["version"].is_number_unsigned() || !f["object"].is_number_unsigned()) {
+      GPUFS_LOG(WARN) << "cluster: " << replicas_file_ << ": a bad record for " << path;
+      continue;
+    }
+    const uint64_t version = f["version"].get<uint64_t>();
+    const uint64_t object = f["object"].get<uint64_t>();
+    auto local = LookupPath(ns_, path);
+    if (!local.ok() || local->ino != object) continue;  // gone (or another object) meanwhile
+    fetched_[path] = {version, object, /*served=*/false};
+    changes_.push_back(path);  // checked against the cluster by the worker
+  }
+}
+
+void ClusterObjects::SaveReplicas() {
+  if (replicas_file_.empty()) return;
+  json out = json::object();
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [path, f] : fetched_) out[path] = {{"version", f.version}, {"object", f.object}};
+  }
+  std::lock_guard lock(file_mu_);
+  const std::string text = out.dump() + "\n";
+  const std::string tmp = replicas_file_ + ".tmp";
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  Status written = fd.valid() ? WriteAll(fd.get(), 0, std::as_bytes(std::span(text)), tmp)
+                              : PosixError("open " + tmp, errno);
+  if (written.ok() && ::fsync(fd.get()) != 0) written = PosixError("fsync " + tmp, errno);
+  if (written.ok() && ::rename(tmp.c_str(), replicas_file_.c_str()) != 0) {
+    written = PosixError("rename to " + replicas_file_, errno);
+  }
+  if (!written.ok()) GPUFS_LOG(WARN) << "cluster: replicas file: " << written.ToString();
 }
 
 void ClusterObjects::Retire(const std::string& path, uint64_t version, uint64_t object) {
@@ -226,6 +304,7 @@ void ClusterObjects::Retire(const std::string& path, uint64_t version, uint64_t 
     if (it == fetched_.end() || it->second.version != version) return;
     fetched_.erase(it);
   }
+  SaveReplicas();
   (void)node_->DropReplica(path, version);
   // The local copy, if it is still the one fetched: members, then the object.
   const std::string name(BaseName(path));

@@ -42,7 +42,12 @@ namespace gpufs::cluster {
 class ClusterObjects : public RemoteObjects {
  public:
   // Joins the cluster (ClusterNode::Start; its on_change is taken).
-  static Result<std::unique_ptr<ClusterObjects>> Start(Namespace& ns, ClusterNodeOptions options);
+  // `replicas_file` (in the mount's state directory; "" for none) keeps
+  // which local objects are replicas this node fetched, so that after a
+  // restart they are served again if still current, and removed (a cache
+  // of an older version) once the cluster shows a newer one.
+  static Result<std::unique_ptr<ClusterObjects>> Start(Namespace& ns, ClusterNodeOptions options,
+                                                       std::string replicas_file = "");
   ~ClusterObjects() override;
 
   std::optional<RemoteObject> Find(const std::string& path) override;
@@ -65,6 +70,13 @@ class ClusterObjects : public RemoteObjects {
   void Work();
   // Removes the local copy of a replica the cluster no longer shows.
   void Retire(const std::string& path, uint64_t version, uint64_t object);
+  // The replicas file: read at the start (each local object still there
+  // queued for a check against the cluster), written when fetched_ changes.
+  void LoadReplicas();
+  void SaveReplicas();
+  struct Fetched;
+  // Serves again a replica kept across a restart that is still current.
+  void Reserve(const std::string& path, const Fetched& f);
 
   Namespace& ns_;
   ClusterNodeOptions options_;
@@ -74,7 +86,10 @@ class ClusterObjects : public RemoteObjects {
   struct Fetched {
     uint64_t version = 0;
     uint64_t object = 0;  // the local object's inode
+    bool served = true;   // false: known from the replicas file, not served yet
   };
+  std::string replicas_file_;
+  std::mutex file_mu_;  // orders writes of the replicas file
   std::map<std::string, Fetched> fetched_;     // GUARDED_BY(mu_)
   std::map<std::string, uint64_t> published_;  // GUARDED_BY(mu_)
   std::deque<std::string> changes_;            // GUARDED_BY(mu_)

@@ -14,7 +14,8 @@ Result<std::unique_ptr<RemoteObjects>> StartClusterMode(Namespace& ns, const Mou
   // A source that stops sending for this long is dropped (its ranges go to
   // the others); the fetch fails when none is left.
   options.fetch.stall_timeout = std::chrono::milliseconds(config.cluster_timeout_ms);
-  auto started = cluster::ClusterObjects::Start(ns, std::move(options));
+  auto started = cluster::ClusterObjects::Start(ns, std::move(options),
+                                                config.state_dir + "/cluster-replicas.json");
   if (!started.ok()) {
     return started.status().Prepend("cluster " + config.cluster + " as node " + config.node);
   }

@@ -313,5 +313,43 @@ TEST_F(ClusterMountTest, BadInput) {
   EXPECT_NE(root.out.find("Invalid argument"), std::string::npos) << root.out;
 }
 
+// A node restarts: the replica it fetched is kept as such (served again
+// while current; the state directory's cluster-replicas.json says which
+// local objects are replicas), and a newer version published meanwhile
+// replaces it rather than being hidden by the old local copy.
+TEST_F(ClusterMountTest, ARestartedNodeServesItsReplicaAndTakesANewerVersion) {
+  MakeModel("a", "model", 1 << 20, 11);
+  const std::string v1 = ReadFile(M("a") + "/model/w");
+  ASSERT_EQ(Sh(bin_ + " publish " + M("a") + "/model").rc, 0);
+  ASSERT_TRUE(Eventually([&] { return ::access((M("b") + "/model").c_str(), F_OK) == 0; }));
+  ASSERT_EQ(ReadFile(M("b") + "/model/w"), v1);  // fetched onto b
+  EXPECT_NE(ReadFile(nodes_["b"].state + "/cluster-replicas.json").find("\"model\""),
+            std::string::npos);
+
+  // b restarts (an orderly umount; its lease goes and comes back).
+  ASSERT_EQ(Sh("umount " + M("b")).rc, 0);
+  nodes_["b"].mounted = false;
+  ASSERT_TRUE(Eventually([&] { return Mount("b").rc == 0; })) << Log("b");
+  // Still current: b serves it again.
+  ASSERT_TRUE(Eventually([&] {
+    return Log("b").find("serving model@1 again") != std::string::npos;
+  })) << Log("b");
+  Shell st = Sh(bin_ + " stat " + M("c") + "/model");
+  ASSERT_TRUE(Eventually([&] {
+    return Sh(bin_ + " stat " + M("c") + "/model").out.find("on a, b") != std::string::npos;
+  })) << st.out;
+
+  // A newer version on a: b's local copy of version 1 gives way to it.
+  WriteFile(lab_->dir() + "/w2.bin", RandomBytes(1 << 20, 12));
+  ASSERT_EQ(Sh(bin_ + " put " + lab_->dir() + "/w2.bin " + M("a") + "/model/w2").rc, 0);
+  Shell pub = Sh(bin_ + " publish " + M("a") + "/model");
+  ASSERT_EQ(pub.rc, 0) << pub.out;
+  EXPECT_NE(pub.out.find("version 2"), std::string::npos) << pub.out;
+  ASSERT_TRUE(Eventually([&] {
+    return ReadFile(M("b") + "/model/w2") == ReadFile(M("a") + "/model/w2");
+  })) << Log("b");
+  EXPECT_EQ(ReadFile(M("b") + "/model/w"), v1);  // w is unchanged in version 2
+}
+
 }  // namespace
 }  // namespace gpufs::cluster::testing
