@@ -44,12 +44,7 @@ Namespace::Namespace(NamespaceOptions options)
 }
 
 Namespace::~Namespace() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  persist_cv_.notify_all();
-  if (persister_.joinable()) persister_.join();
+  persist_.Stop();  // drains the queue while everything it uses is still there
   std::lock_guard lock(mu_);
   if (!handles_.empty()) {
     GPUFS_LOG(INFO) << "shutting down with " << handles_.size() << " open handle(s)";
@@ -91,11 +86,12 @@ Result<std::unique_ptr<Namespace>> Namespace::Open(NamespaceOptions options) {
     ns->adopted_ = {};
   }
   GPUFS_RETURN_IF_ERROR(ns->RestorePendingObjects());
-  if (ns->stores_.contains("disk"))
-    ns->persister_ = std::thread([p = ns.get()] {
-      pthread_setname_np(pthread_self(), "gpufs-persist");
-      p->PersistLoop();
+  if (ns->stores_.contains("disk")) {
+    ns->persist_.Start([p = ns.get()](EntryId entry, BlobId blob) {
+      Status done = p->PersistOne(entry, blob);
+      if (!done.ok()) GPUFS_LOG(WARN) << "persist blob " << blob << ": " << done.ToString();
     });
+  }
   return ns;
 }
 

@@ -52,7 +52,7 @@
 // and then takes the io_mu of cold blobs (never held by a handle): see
 // spiller.cc for why that cannot cycle. Nothing waits on a timer; the only
 // condition waits are the persister's queue (persist_cv_) and
-// WaitPersisted.
+// WaitPersisted (core/persist_queue.h).
 #pragma once
 
 #include <sys/types.h>
@@ -81,8 +81,10 @@
 #include "core/control_files.h"
 #include "core/namespace_options.h"
 #include "core/namespace_state.h"
+#include "core/persist_queue.h"
 #include "core/eviction_policy.h"
 #include "core/invalidator.h"
+#include "core/remote_inodes.h"
 #include "core/remote_objects.h"
 #include "core/types.h"
 #include "meta/catalog.h"
@@ -350,8 +352,8 @@ class Namespace {
   // Readdir's remote part: published objects under `dir` that the catalog
   // lacks, from `cookie` on.
   void AppendRemoteEntries(uint64_t dir, uint64_t cookie, size_t max, std::vector<DirEntry>* out);
-  // remote_mu_ held.
-  Attr RemoteAttrLocked(uint64_t parent, std::string_view name, const RemoteObject& object);
+  // The attributes `object` is shown with as `name` in `parent`.
+  Attr RemoteAttr(uint64_t parent, std::string_view name, const RemoteObject& object);
   Result<std::vector<DirEntry>> ReadLocalDir(uint64_t dir, uint64_t cookie, size_t max);
   // Takeover start: rebuilds the handles of `adopted` (recovery.cc).
   Status Adopt(const std::vector<AdoptedHandle>& adopted);
@@ -536,8 +538,7 @@ class Namespace {
   bool PersistWanted(EntryId entry);
   // Under mu_: queues `blob` of `entry` for its disk copy if wanted.
   void QueuePersist(EntryId entry, BlobId blob);
-  void PersistLoop();
-  // Writes the disk copy of one queued blob (no lock held).
+  // Writes the disk copy of one queued blob (no lock held; persist_'s thread).
   Status PersistOne(EntryId entry, BlobId blob);
   // Recover's part: the valid disk-copy records (blob id -> crc).
   std::unordered_map<BlobId, uint32_t> LoadDiskCopies(const std::vector<Blob>& blobs);
@@ -572,28 +573,15 @@ class Namespace {
   std::unordered_map<BlobId, std::shared_ptr<ActiveBlob>> active_;  // GUARDED_BY(mu_)
   std::unordered_map<EntryId, int> entry_opens_;                    // GUARDED_BY(mu_)
   std::atomic<Invalidator*> invalidator_{nullptr};
-  // Cluster mode (core/remote.cc): remote inodes of published objects.
-  struct RemoteNode {
-    uint64_t parent = 0;  // the local object it is shown in
-    std::string name;
-    RemoteObject object;
-    EntryId local = 0;  // the local object it was fetched into
-  };
+  // Cluster mode (core/remote.cc): what other nodes published, and the
+  // inodes it is shown under.
   std::atomic<RemoteObjects*> remote_objects_{nullptr};
-  std::mutex remote_mu_;  // a leaf lock
-  std::map<uint64_t, RemoteNode> remote_nodes_;                                // GUARDED_BY(remote_mu_)
-  std::map<std::tuple<uint64_t, std::string, uint64_t>, uint64_t> remote_index_;  // GUARDED_BY(remote_mu_)
-  uint64_t next_remote_ino_ = kRemoteInoBase;                                  // GUARDED_BY(remote_mu_)
+  RemoteInodes remote_inodes_{kRemoteInoBase};
   std::unique_ptr<EvictionPolicy> eviction_;        // GUARDED_BY(mu_)
   TierCounters counters_;                           // GUARDED_BY(mu_)
   bool persist_all_ = false;
   std::unordered_map<BlobId, uint32_t> disk_copies_;      // GUARDED_BY(mu_): blob -> crc32c
-  std::deque<std::pair<EntryId, BlobId>> persist_queue_;  // GUARDED_BY(mu_)
-  uint64_t persist_busy_ = 0;                             // GUARDED_BY(mu_): being copied
-  bool stopping_ = false;                                 // GUARDED_BY(mu_)
-  std::condition_variable persist_cv_;                    // work queued, or stopping
-  std::condition_variable persist_done_cv_;               // the queue ran empty
-  std::thread persister_;                 // started by Open when a "disk" store is served
+  PersistQueue persist_;  // started by Open when a "disk" store is served; own lock
   std::mutex copy_buffers_mu_;            // a leaf lock
   std::vector<HostBuffer> copy_buffers_;  // GUARDED_BY(copy_buffers_mu_)
   void NotifyEntry(uint64_t parent, std::string_view name) {

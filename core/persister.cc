@@ -58,34 +58,10 @@ bool Namespace::PersistWanted(EntryId id) {
 
 void Namespace::QueuePersist(EntryId entry, BlobId blob) {
   if (disk_copies_.contains(blob) || !PersistWanted(entry)) return;
-  persist_queue_.emplace_back(entry, blob);
-  persist_cv_.notify_one();
+  persist_.Push(entry, blob);
 }
 
-void Namespace::WaitPersisted() {
-  std::unique_lock lock(mu_);
-  persist_done_cv_.wait(lock, [this] {
-    return !persister_.joinable() || (persist_queue_.empty() && persist_busy_ == 0);
-  });
-}
-
-void Namespace::PersistLoop() {
-  std::unique_lock lock(mu_);
-  for (;;) {
-    persist_cv_.wait(lock, [this] { return stopping_ || !persist_queue_.empty(); });
-    if (persist_queue_.empty()) break;  // stopping: an orderly stop drains the queue first
-    auto [entry, blob] = persist_queue_.front();
-    persist_queue_.pop_front();
-    persist_busy_++;
-    lock.unlock();
-    Status done = PersistOne(entry, blob);
-    if (!done.ok()) GPUFS_LOG(WARN) << "persist blob " << blob << ": " << done.ToString();
-    lock.lock();
-    persist_busy_--;
-    if (persist_queue_.empty() && persist_busy_ == 0) persist_done_cv_.notify_all();
-  }
-  persist_done_cv_.notify_all();
-}
+void Namespace::WaitPersisted() { persist_.WaitIdle(); }
 
 Status Namespace::PersistOne(EntryId entry_id, BlobId blob_id) {
   SumSealed();  // the disk copy is checked against the blob's checksum

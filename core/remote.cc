@@ -37,19 +37,9 @@ std::string_view BaseName(std::string_view path) {
 
 }  // namespace
 
-Attr Namespace::RemoteAttrLocked(uint64_t parent, std::string_view name,
-                                 const RemoteObject& object) {
-  auto key = std::make_tuple(parent, std::string(name), object.version);
-  uint64_t ino;
-  if (auto it = remote_index_.find(key); it != remote_index_.end()) {
-    ino = it->second;
-  } else {
-    ino = next_remote_ino_++;
-    remote_index_.emplace(key, ino);
-    remote_nodes_[ino] = RemoteNode{parent, std::string(name), object, 0};
-  }
+Attr Namespace::RemoteAttr(uint64_t parent, std::string_view name, const RemoteObject& object) {
   Attr attr;
-  attr.ino = ino;
+  attr.ino = remote_inodes_.InodeFor(parent, name, object);
   attr.mode = S_IFDIR | (object.mode & 07777);
   attr.nlink = 2;
   attr.uid = object.uid;
@@ -60,13 +50,9 @@ Attr Namespace::RemoteAttrLocked(uint64_t parent, std::string_view name,
 
 Result<uint64_t> Namespace::Resolve(uint64_t ino) {
   if (!IsRemoteIno(ino)) return ino;
-  RemoteNode node;
-  {
-    std::lock_guard lock(remote_mu_);
-    auto it = remote_nodes_.find(ino);
-    if (it == remote_nodes_.end()) return Error(ENOENT, "remote inode " + std::to_string(ino));
-    node = it->second;
-  }
+  std::optional<RemoteInodes::Node> found = remote_inodes_.Find(ino);
+  if (!found) return Error(ENOENT, "remote inode " + std::to_string(ino));
+  const RemoteInodes::Node node = std::move(*found);
   if (node.local != 0) {
     std::lock_guard lock(mu_);
     auto entry = catalog_->GetEntry(node.local);
@@ -88,20 +74,15 @@ Result<uint64_t> Namespace::Resolve(uint64_t ino) {
     }
     local = entry->id;
   }
-  {
-    std::lock_guard lock(remote_mu_);
-    remote_nodes_[ino].local = local;
-  }
+  remote_inodes_.SetLocal(ino, local);
   NotifyEntry(node.parent, node.name);  // later lookups find the local object
   return local;
 }
 
 std::optional<Attr> Namespace::RemoteGetAttr(uint64_t ino) {
-  std::lock_guard lock(remote_mu_);
-  auto it = remote_nodes_.find(ino);
-  if (it == remote_nodes_.end()) return std::nullopt;
-  const RemoteNode& node = it->second;
-  return RemoteAttrLocked(node.parent, node.name, node.object);
+  std::optional<RemoteInodes::Node> node = remote_inodes_.Find(ino);
+  if (!node) return std::nullopt;
+  return RemoteAttr(node->parent, node->name, node->object);
 }
 
 Result<Attr> Namespace::LookupRemote(uint64_t parent, std::string_view name, Status missing) {
@@ -114,8 +95,7 @@ Result<Attr> Namespace::LookupRemote(uint64_t parent, std::string_view name, Sta
   }
   std::optional<RemoteObject> found = remote->Find(RemotePath(dir, name));
   if (!found) return missing;
-  std::lock_guard lock(remote_mu_);
-  return RemoteAttrLocked(parent, name, *found);
+  return RemoteAttr(parent, name, *found);
 }
 
 void Namespace::AppendRemoteEntries(uint64_t dir, uint64_t cookie, size_t max,
@@ -137,22 +117,16 @@ void Namespace::AppendRemoteEntries(uint64_t dir, uint64_t cookie, size_t max,
       std::lock_guard lock(mu_);
       if (ChildEntry(dir, name).ok()) continue;  // the local one is listed
     }
-    std::lock_guard lock(remote_mu_);
-    out->push_back({std::string(name), RemoteAttrLocked(dir, name, listed[i]),
-                    kRemoteCookie + i + 1});
+    out->push_back({std::string(name), RemoteAttr(dir, name, listed[i]), kRemoteCookie + i + 1});
   }
 }
 
 void Namespace::RemoteChanged(const std::string& path) {
   std::vector<std::pair<uint64_t, std::string>> entries;
   std::vector<uint64_t> inodes;
-  {
-    std::lock_guard lock(remote_mu_);
-    for (const auto& [ino, node] : remote_nodes_) {
-      if (!path.empty() && node.object.path != path) continue;
-      entries.emplace_back(node.parent, node.name);
-      inodes.push_back(ino);
-    }
+  for (const auto& [ino, node] : remote_inodes_.Of(path)) {
+    entries.emplace_back(node.parent, node.name);
+    inodes.push_back(ino);
   }
   if (!path.empty()) {
     // The name under its local parent, which a negative entry may cache.
