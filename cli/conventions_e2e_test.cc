@@ -23,7 +23,7 @@ class ConventionsE2E : public MountedTest {
 TEST_F(ConventionsE2E, VersionAndUsageErrorsExit2) {
   ShResult r = Gpufs("--version");
   EXPECT_EQ(r.status, 0);
-  EXPECT_EQ(r.output, "gpufs 0.1.0\n");
+  EXPECT_EQ(r.output, "gpufs " GPUFS_VERSION "\n");  // the CMake project's
   r = Gpufs("pt a b");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("unknown command 'pt'; did you mean 'put'?"), std::string::npos)

@@ -33,7 +33,7 @@ TEST_F(StatsE2E, VersionObjectsAndOpenMembers) {
   ASSERT_EQ(Sh(GpufsBin() + " put " + L("x") + " " + P("p")).status, 0);
 
   json j = Stats();
-  EXPECT_EQ(j["version"], "0.1.0");
+  EXPECT_EQ(j["version"], GPUFS_VERSION);  // the CMake project's
   EXPECT_TRUE(j["uptime_s"].is_number_unsigned());
   EXPECT_TRUE(j.contains("state_dir"));
   EXPECT_TRUE(j.contains("log"));

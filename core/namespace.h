@@ -443,9 +443,8 @@ class Namespace {
                       std::span<const std::byte> src);
   // Detaches (and frees what nobody holds of) object `object` and everything
   // under it; a detached `object` is purged unless held (mu_ held; run it in
-  // a catalog Batch). `keep`: entries to detach rather than purge (held by a
-  // takeover's adopted handles at start-up).
-  Status RemoveSubtreeLocked(EntryId object, const std::set<EntryId>* keep = nullptr);
+  // a catalog Batch).
+  Status RemoveSubtreeLocked(EntryId object);
   // Start-up: the rows of detached object `id` and all under it go, but for
   // entries in `held` (adopted handles'), which stay detached (recovery.cc).
   Status PurgeDetachedLocked(EntryId id, const std::set<EntryId>& held);

@@ -362,18 +362,16 @@ void Namespace::DiscardPendingObject(Handle& handle) {
   ReleasePendingLocked(*pending);
 }
 
-Status Namespace::RemoveSubtreeLocked(EntryId object, const std::set<EntryId>* keep) {
-  auto kept = [&](EntryId id) { return keep != nullptr && keep->contains(id); };
+Status Namespace::RemoveSubtreeLocked(EntryId object) {
   for (EntryId after = 0;;) {
     GPUFS_ASSIGN_OR_RETURN(auto children, catalog_->ListChildren(object, after, 512));
     if (children.empty()) break;
     for (const Entry& child : children) {
       if (child.kind == EntryKind::kObject) {
-        GPUFS_RETURN_IF_ERROR(RemoveSubtreeLocked(child.id, keep));
+        GPUFS_RETURN_IF_ERROR(RemoveSubtreeLocked(child.id));
       } else {
         NotifyEntry(object, child.name);
-        GPUFS_RETURN_IF_ERROR(kept(child.id) ? catalog_->Detach(child.id, Now())
-                                             : DetachAndCollect(child.id));
+        GPUFS_RETURN_IF_ERROR(DetachAndCollect(child.id));
       }
       after = child.id;
     }
@@ -381,10 +379,10 @@ Status Namespace::RemoveSubtreeLocked(EntryId object, const std::set<EntryId>* k
   GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(object));
   if (entry.parent != 0) {
     NotifyEntry(entry.parent, entry.name);
-    return kept(object) ? catalog_->Detach(object, Now()) : DetachAndCollect(object);
+    return DetachAndCollect(object);
   }
   // Detached already (a replaced object): purged once nobody holds it.
-  if (kept(object) || entry_opens_.contains(object)) return Status::Ok();
+  if (entry_opens_.contains(object)) return Status::Ok();
   return catalog_->Purge(object).status();
 }
 

@@ -3,19 +3,23 @@
 and C originals: python/gpufs/dtypes.py against proto/dtypes.h, and
 python/gpufs/_uapi.py against the ioctl numbers of include/gpufs/uapi.h.
 
-usage: check_python_proto.py GPUFS_PROTO_DUMP PYTHON_PACKAGE_DIR
+usage: check_python_proto.py GPUFS_PROTO_DUMP PYTHON_PACKAGE_DIR [PROJECT_VERSION]
 
 Every dtype row must agree on the name, the order, the element size, the
 DLPack (code, bits, lanes) and the array-interface typestr, which is the .npy
 descr wherever numpy has the type (None in Python where it has not). Every
-ioctl Python names must have the header's number.
+ioctl Python names must have the header's number. With PROJECT_VERSION (the
+CMake project's), the package's __version__ and pyproject.toml's version
+must be it.
 """
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 
 dump, package = sys.argv[1], sys.argv[2]
+project_version = sys.argv[3] if len(sys.argv) > 3 else None
 
 
 def module(name):
@@ -50,6 +54,15 @@ if not named:
 for name, value in named.items():
     if ioctls.get(name) != value:
         errors.append(f"{name}: uapi.h {ioctls.get(name)} / Python {value}")
+
+if project_version is not None:
+    for where, pattern in ((f"{package}/gpufs/__init__.py", r'^__version__ = "([^"]*)"'),
+                           (f"{package}/pyproject.toml", r'^version = "([^"]*)"')):
+        with open(where) as f:
+            found = re.search(pattern, f.read(), re.M)
+        if found is None or found.group(1) != project_version:
+            errors.append(f"{where}: version {found.group(1) if found else None} / "
+                          f"the project's {project_version}")
 
 for e in errors:
     print("MISMATCH:", e)

@@ -33,15 +33,18 @@ class BackendTest(unittest.TestCase):
         self.assertEqual(got["project"], project)
 
     def test_wheel_holds_the_package_and_a_true_record(self):
+        with open(os.path.join(HERE, "pyproject.toml")) as f:
+            version = gpufs_backend._parse_toml_subset(f.read())["project"]["version"]
+        base = "gpufs-" + version
         with tempfile.TemporaryDirectory() as out:
             name = gpufs_backend.build_wheel(out)
-            self.assertEqual(name, "gpufs-0.1.0-py3-none-any.whl")
+            self.assertEqual(name, base + "-py3-none-any.whl")
             with zipfile.ZipFile(os.path.join(out, name)) as whl:
                 names = whl.namelist()
                 for module in ("__init__.py", "_uapi.py", "py.typed"):
                     self.assertIn("gpufs/" + module, names)
                 self.assertFalse([n for n in names if "__pycache__" in n or n.endswith(".pyc")])
-                record = whl.read("gpufs-0.1.0.dist-info/RECORD").decode().splitlines()
+                record = whl.read(base + ".dist-info/RECORD").decode().splitlines()
                 self.assertEqual(len(record), len(names))
                 for line in record:
                     path, digest, size = line.rsplit(",", 2)
@@ -50,7 +53,7 @@ class BackendTest(unittest.TestCase):
                     data = whl.read(path)
                     want = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
                     self.assertEqual((digest, int(size)), ("sha256=" + want.decode(), len(data)))
-                metadata = whl.read("gpufs-0.1.0.dist-info/METADATA").decode()
+                metadata = whl.read(base + ".dist-info/METADATA").decode()
                 self.assertIn("Requires-Python: >=3.9", metadata)
                 self.assertIn('Requires-Dist: numpy; extra == "numpy"', metadata)
 
