@@ -107,13 +107,14 @@ Replay::Step Replay::BeforeProcessing(const fuse_in_header& ih, int slot) {
         std::memcpy(&header, reply.data(), sizeof header);
         header.unique = ih.unique;  // as the kernel sent it this time
         std::memcpy(reply.data(), &header, sizeof header);
+        // Logged first: the caller may look at the log once it has the reply.
+        GPUFS_LOG(INFO) << "re-sent request " << unique << " (opcode " << ih.opcode
+                        << ") was carried out by the last worker: answered from the journal";
         ssize_t n = ::write(link_.fuse_fd(), reply.data(), reply.size());
         // ENOENT: the kernel dropped the request meanwhile (interrupted).
         if (n < 0) {
           GPUFS_LOG(INFO) << "journaled reply to " << unique << ": " << std::strerror(errno);
         }
-        GPUFS_LOG(INFO) << "re-sent request " << unique << " (opcode " << ih.opcode
-                        << ") was carried out by the last worker: answered from the journal";
         link_.journal().Settle(unique);
         return Step::kAnswered;
       }

@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 import unittest
 
 GPUFS_BIN = os.environ.get("GPUFS_BIN", "gpufs")
@@ -38,6 +39,17 @@ def wait_pid_exit(pid, timeout=TIMEOUT_S):
         return bool(select.select([fd], [], [], timeout)[0])
     finally:
         os.close(fd)
+
+
+def wait_sealed(path, timeout=TIMEOUT_S):
+    """Waits for `path`'s last writer's release, which the kernel sends just
+    after close() returns and which seals it: each look is a request the
+    worker answers (no sleep); the state at the end."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = json.loads(os.getxattr(path, "user.gpufs.meta")).get("state")
+        if state != "unsealed" or time.monotonic() > deadline:
+            return state
 
 
 def kill_at_random_moments(m, threads, kills, rng, most, done, cv, errors, stop, join_s):
