@@ -113,22 +113,25 @@ Result<ObjectAllocation> Namespace::AllocObject(HandleId id, const Caller& calle
         GPUFS_RETURN_IF_ERROR(
             catalog_->SetXattr(object.id, std::string(xattr::kUserPrefix) + name, value, 0));
       }
+      // Every member in one go (one parent check and touch, no per-row
+      // savepoints): a model has hundreds.
+      std::vector<Catalog::NewMember> rows;
+      rows.reserve(manifest.members.size());
       for (const proto::ManifestMember& m : manifest.members) {
-        Blob blob;
-        blob.device = pending->device;
-        blob.size = m.size;
-        blob.state = BlobState::kUnsealed;
-        blob.owner_uid = caller.uid;
-        GPUFS_ASSIGN_OR_RETURN(
-            Entry member,
-            catalog_->CreateEntry(NewEntry(caller, object, m.name, EntryKind::kBlob, member_mode,
-                                           now),
-                                  blob));
-        if (m.dtype) GPUFS_RETURN_IF_ERROR(catalog_->SetXattr(member.id, xattr::kDtype, *m.dtype, 0));
-        if (m.shape) {
-          GPUFS_RETURN_IF_ERROR(
-              catalog_->SetXattr(member.id, xattr::kShape, proto::FormatShape(*m.shape), 0));
-        }
+        Catalog::NewMember row;
+        row.entry = NewEntry(caller, object, m.name, EntryKind::kBlob, member_mode, now);
+        row.blob.device = pending->device;
+        row.blob.size = m.size;
+        row.blob.state = BlobState::kUnsealed;
+        row.blob.owner_uid = caller.uid;
+        if (m.dtype) row.xattrs.emplace_back(xattr::kDtype, *m.dtype);
+        if (m.shape) row.xattrs.emplace_back(xattr::kShape, proto::FormatShape(*m.shape));
+        rows.push_back(std::move(row));
+      }
+      GPUFS_ASSIGN_OR_RETURN(std::vector<Entry> made_members, catalog_->CreateMembers(rows));
+      for (size_t i = 0; i < made_members.size(); ++i) {
+        const Entry& member = made_members[i];
+        const proto::ManifestMember& m = manifest.members[i];
         pending->members.push_back({member.id, member.blob, m.offset, m.size, nullptr});
         layout.push_back({.id = member.blob, .offset = m.offset, .size = m.size});
         pending->key = SharingKeyOf(member);

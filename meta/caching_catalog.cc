@@ -141,6 +141,31 @@ Result<uint64_t> CachingCatalog::CountChildObjects(EntryId parent) {
   return count;
 }
 
+Result<std::vector<Entry>> CachingCatalog::CreateMembers(const std::vector<NewMember>& members) {
+  Result<std::vector<Entry>> stored = inner_->CreateMembers(members);
+  if (!stored.ok()) {
+    AfterFailedWrite(stored.status());
+    return stored;
+  }
+  for (size_t i = 0; i < stored->size(); ++i) {  // as CreateEntry and SetXattr remember each
+    const Entry& e = (*stored)[i];
+    Remember(e);
+    Blob row = members[i].blob;
+    row.id = e.blob;
+    blobs_[row.id] = std::move(row);
+    auto& attrs = xattrs_[e.id];
+    std::vector<std::string> names;
+    for (const auto& [name, value] : members[i].xattrs) {
+      attrs[name] = value;
+      names.push_back(name);
+    }
+    xattr_lists_[e.id] = std::move(names);
+    Touch(e.parent, e.ctime_ns);
+  }
+  MakeRoom();
+  return stored;
+}
+
 Result<Entry> CachingCatalog::CreateEntry(const Entry& entry, const std::optional<Blob>& blob) {
   Result<Entry> stored = inner_->CreateEntry(entry, blob);
   if (!stored.ok()) {

@@ -56,6 +56,7 @@ class CachingCatalog : public ForwardingCatalog {
   Result<std::vector<Entry>> ListChildren(EntryId parent, EntryId after, size_t limit) override;
   Result<uint64_t> CountChildObjects(EntryId parent) override;
   Result<Entry> CreateEntry(const Entry& entry, const std::optional<Blob>& blob) override;
+  Result<std::vector<Entry>> CreateMembers(const std::vector<NewMember>& members) override;
   Status UpdateEntryAttrs(const Entry& entry) override;
   Status Detach(EntryId id, int64_t now_ns) override;
   Result<EntryId> Move(EntryId id, EntryId new_parent, std::string_view new_name,

@@ -103,6 +103,32 @@ class Catalog {
   // the parent is gone or detached.
   virtual Result<Entry> CreateEntry(const Entry& entry, const std::optional<Blob>& blob) = 0;
 
+  // Many blob entries at once (an object written as a whole: hundreds of
+  // members), each with its blob and its attributes: as CreateEntry and
+  // SetXattr one by one, all or nothing (EEXIST for a name taken, in the
+  // catalog or twice in `members`; ENOENT for a parent gone). The entries
+  // as stored, in order. The default does exactly that, in a Batch.
+  struct NewMember {
+    Entry entry;
+    Blob blob;
+    std::vector<std::pair<std::string, std::string>> xattrs;
+  };
+  virtual Result<std::vector<Entry>> CreateMembers(const std::vector<NewMember>& members) {
+    std::vector<Entry> out;
+    Status made = Batch([&]() -> Status {
+      for (const NewMember& m : members) {
+        GPUFS_ASSIGN_OR_RETURN(Entry stored, CreateEntry(m.entry, m.blob));
+        for (const auto& [name, value] : m.xattrs) {
+          GPUFS_RETURN_IF_ERROR(SetXattr(stored.id, name, value, 0));
+        }
+        out.push_back(std::move(stored));
+      }
+      return Status::Ok();
+    });
+    if (!made.ok()) return made;
+    return out;
+  }
+
   // Stores mode, uid, gid and the three times of entry.id. ENOENT.
   virtual Status UpdateEntryAttrs(const Entry& entry) = 0;
 

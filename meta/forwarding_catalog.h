@@ -35,6 +35,9 @@ class ForwardingCatalog : public Catalog {
   Result<Entry> CreateEntry(const Entry& entry, const std::optional<Blob>& blob) override {
     return inner_->CreateEntry(entry, blob);
   }
+  Result<std::vector<Entry>> CreateMembers(const std::vector<NewMember>& members) override {
+    return inner_->CreateMembers(members);
+  }
   Status UpdateEntryAttrs(const Entry& entry) override { return inner_->UpdateEntryAttrs(entry); }
   Status Detach(EntryId id, int64_t now_ns) override { return inner_->Detach(id, now_ns); }
   Result<EntryId> Move(EntryId id, EntryId new_parent, std::string_view new_name,

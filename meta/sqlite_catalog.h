@@ -65,6 +65,9 @@ class SqliteCatalog final : public Catalog {
   Result<uint64_t> CountChildObjects(EntryId parent) override;
   Result<uint64_t> CountEntries() override;
   Result<Entry> CreateEntry(const Entry& entry, const std::optional<Blob>& blob) override;
+  // One transaction; each parent checked and touched once; a name taken is
+  // the UNIQUE index's EEXIST. Never deferred.
+  Result<std::vector<Entry>> CreateMembers(const std::vector<NewMember>& members) override;
   Status UpdateEntryAttrs(const Entry& entry) override;
   Status Detach(EntryId id, int64_t now_ns) override;
   Result<EntryId> Move(EntryId id, EntryId new_parent, std::string_view new_name,

@@ -82,6 +82,49 @@ TEST_P(SqliteCatalogContractTest, CreateTakenNameIsEexist) {
   Create(a.id, "a");
 }
 
+TEST_P(SqliteCatalogContractTest, CreateMembersMakesEveryMemberWithItsAttributesOrNone) {
+  Entry object = Create(kRootEntryId, "model");
+  std::vector<Catalog::NewMember> rows;
+  for (int i = 0; i < 300; ++i) {
+    Catalog::NewMember row;
+    row.entry = NewEntry(object.id, "w" + std::to_string(i), EntryKind::kBlob, 1000 + i);
+    row.blob = MakeBlob(100 + i);
+    row.xattrs = {{"user.gpufs.dtype", "bfloat16"}, {"user.gpufs.shape", std::to_string(i)}};
+    rows.push_back(row);
+  }
+  auto made = catalog_->CreateMembers(rows);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  ASSERT_EQ(made->size(), 300u);
+  for (int i = 0; i < 300; i += 37) {
+    const Entry& e = (*made)[i];
+    EXPECT_EQ(catalog_->Lookup(object.id, "w" + std::to_string(i))->id, e.id);
+    EXPECT_EQ(e.mode & S_IFMT, static_cast<uint32_t>(S_IFREG));
+    EXPECT_EQ(catalog_->GetBlob(e.blob)->size, 100u + i);
+    EXPECT_EQ(*catalog_->GetXattr(e.id, "user.gpufs.shape"), std::to_string(i));
+    EXPECT_EQ(*catalog_->GetXattr(e.id, "user.gpufs.dtype"), "bfloat16");
+  }
+  EXPECT_EQ(catalog_->GetEntry(object.id)->mtime_ns, 1299);  // touched as by the last create
+  EXPECT_EQ(*catalog_->CountEntries(), 302u);
+
+  // A name taken (in the catalog, or twice in the call): nothing is made.
+  const size_t blobs = catalog_->ListBlobs()->size();
+  std::vector<Catalog::NewMember> clash(2);
+  clash[0].entry = NewEntry(object.id, "fresh", EntryKind::kBlob);
+  clash[0].blob = MakeBlob(1);
+  clash[1].entry = NewEntry(object.id, "w7", EntryKind::kBlob);
+  clash[1].blob = MakeBlob(1);
+  EXPECT_EQ(catalog_->CreateMembers(clash).status().code(), EEXIST);
+  clash[1].entry.name = "fresh";
+  EXPECT_EQ(catalog_->CreateMembers(clash).status().code(), EEXIST);
+  EXPECT_EQ(catalog_->Lookup(object.id, "fresh").status().code(), ENOENT);
+  EXPECT_EQ(catalog_->ListBlobs()->size(), blobs);
+  // A parent gone: ENOENT, nothing made.
+  clash.resize(1);
+  clash[0].entry.parent = 4242;
+  EXPECT_EQ(catalog_->CreateMembers(clash).status().code(), ENOENT);
+  EXPECT_EQ(catalog_->ListBlobs()->size(), blobs);
+}
+
 TEST_P(SqliteCatalogContractTest, CreateUnderMissingDetachedOrBlobParent) {
   auto missing = catalog_->CreateEntry(NewEntry(42, "x", EntryKind::kObject), std::nullopt);
   EXPECT_EQ(missing.status().code(), ENOENT);

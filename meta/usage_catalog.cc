@@ -241,6 +241,18 @@ Result<Entry> UsageCatalog::CreateEntry(const Entry& entry, const std::optional<
   return created;
 }
 
+Result<std::vector<Entry>> UsageCatalog::CreateMembers(const std::vector<NewMember>& members) {
+  Result<std::vector<Entry>> created = inner_->CreateMembers(members);
+  if (!created.ok() || !live_) return created;
+  for (size_t i = 0; i < created->size(); ++i) {  // as CreateEntry counts each
+    const Entry& e = (*created)[i];
+    UsageFigures added = Contribution(members[i].blob);
+    ApplyToTiers(added, true);
+    ApplyBelow(e, e.parent, added, true);
+  }
+  return created;
+}
+
 Status UsageCatalog::Detach(EntryId id, int64_t now_ns) {
   if (!live_) return inner_->Detach(id, now_ns);
   Result<Entry> before = inner_->GetEntry(id);
