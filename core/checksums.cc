@@ -118,14 +118,14 @@ void Namespace::SumSealed() {
         continue;
       }
       std::lock_guard lock(mu_);
-      Status recorded = catalog_->Batch([&]() -> Status {
-        for (size_t k = 0; k < members.size(); ++k) {
-          Blob& rec = pinned[members[k]].blob->rec;
-          rec.checksum = (*sums)[k];
-          GPUFS_RETURN_IF_ERROR(catalog_->UpdateBlob(rec));
-        }
-        return Status::Ok();
-      });
+      std::vector<Blob> rows;
+      rows.reserve(members.size());
+      for (size_t k = 0; k < members.size(); ++k) {
+        Blob& rec = pinned[members[k]].blob->rec;
+        rec.checksum = (*sums)[k];
+        rows.push_back(rec);
+      }
+      Status recorded = catalog_->UpdateBlobs(rows);
       if (!recorded.ok()) {
         GPUFS_LOG(WARN) << "record " << ids.size() << " checksum(s): " << recorded.ToString();
       }

@@ -308,8 +308,9 @@ Status Namespace::SealObject(HandleId id, std::string_view name, bool replace,
   const size_t doomed_before = doomed_.size();
   const int64_t now = Now();
   Status published = catalog_->Batch([&]() -> Status {
-    for (size_t i = 0; i < pending->members.size(); ++i) {
-      const PendingObject::Member& m = pending->members[i];
+    std::vector<Blob> sealed;
+    sealed.reserve(pending->members.size());
+    for (const PendingObject::Member& m : pending->members) {
       Blob done = m.active ? m.active->rec : Blob{};
       done.id = m.blob;
       done.device = pending->device;
@@ -318,8 +319,9 @@ Status Namespace::SealObject(HandleId id, std::string_view name, bool replace,
       done.owner_uid = m.active ? m.active->rec.owner_uid : 0;
       done.closed = false;
       done.checksum.reset();  // taken after the answer (SumSealed)
-      GPUFS_RETURN_IF_ERROR(catalog_->UpdateBlob(done));
+      sealed.push_back(std::move(done));
     }
+    GPUFS_RETURN_IF_ERROR(catalog_->UpdateBlobs(sealed));
     GPUFS_RETURN_IF_ERROR(catalog_->RemoveXattr(pending->object, kPendingXattr));
     if (target.ok() && target->kind == EntryKind::kObject) {
       // Gone from the tree now; its hundreds of rows go after the answer.

@@ -342,6 +342,17 @@ Status CachingCatalog::UpdateBlob(const Blob& blob) {
   return updated;
 }
 
+Status CachingCatalog::UpdateBlobs(const std::vector<Blob>& blobs) {
+  Status updated = inner_->UpdateBlobs(blobs);
+  if (!updated.ok()) {
+    AfterFailedWrite(updated);
+    return updated;
+  }
+  MakeRoom();
+  for (const Blob& blob : blobs) blobs_[blob.id] = blob;
+  return updated;
+}
+
 Status CachingCatalog::UpdateBlobAndEntryAttrs(const Blob& blob, const Entry& entry) {
   Status updated = inner_->UpdateBlobAndEntryAttrs(blob, entry);
   if (!updated.ok()) {

@@ -57,6 +57,7 @@ class CachingCatalog : public ForwardingCatalog {
   Result<uint64_t> CountChildObjects(EntryId parent) override;
   Result<Entry> CreateEntry(const Entry& entry, const std::optional<Blob>& blob) override;
   Result<std::vector<Entry>> CreateMembers(const std::vector<NewMember>& members) override;
+  Status UpdateBlobs(const std::vector<Blob>& blobs) override;
   Status UpdateEntryAttrs(const Entry& entry) override;
   Status Detach(EntryId id, int64_t now_ns) override;
   Result<EntryId> Move(EntryId id, EntryId new_parent, std::string_view new_name,

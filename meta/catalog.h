@@ -169,6 +169,14 @@ class Catalog {
   virtual Result<Blob> GetBlob(BlobId id) = 0;
   // Stores device, size, state, owner and the closed mark of blob.id. ENOENT.
   virtual Status UpdateBlob(const Blob& blob) = 0;
+  // UpdateBlob of each, all or nothing (an object's members at its seal,
+  // their checksums after it). The default does exactly that, in a Batch.
+  virtual Status UpdateBlobs(const std::vector<Blob>& blobs) {
+    return Batch([&]() -> Status {
+      for (const Blob& blob : blobs) GPUFS_RETURN_IF_ERROR(UpdateBlob(blob));
+      return Status::Ok();
+    });
+  }
   // UpdateBlob and UpdateEntryAttrs in one transaction (a seal records the
   // state and touches the member): both or neither.
   virtual Status UpdateBlobAndEntryAttrs(const Blob& blob, const Entry& entry) = 0;

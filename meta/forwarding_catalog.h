@@ -63,6 +63,7 @@ class ForwardingCatalog : public Catalog {
     return inner_->EntriesWithXattr(name);
   }
   Status UpdateBlob(const Blob& blob) override { return inner_->UpdateBlob(blob); }
+  Status UpdateBlobs(const std::vector<Blob>& blobs) override { return inner_->UpdateBlobs(blobs); }
   Status UpdateBlobAndEntryAttrs(const Blob& blob, const Entry& entry) override {
     return inner_->UpdateBlobAndEntryAttrs(blob, entry);
   }

@@ -68,6 +68,8 @@ class SqliteCatalog final : public Catalog {
   // One transaction; each parent checked and touched once; a name taken is
   // the UNIQUE index's EEXIST. Never deferred.
   Result<std::vector<Entry>> CreateMembers(const std::vector<NewMember>& members) override;
+  // One transaction of UPDATEs; never deferred.
+  Status UpdateBlobs(const std::vector<Blob>& blobs) override;
   Status UpdateEntryAttrs(const Entry& entry) override;
   Status Detach(EntryId id, int64_t now_ns) override;
   Result<EntryId> Move(EntryId id, EntryId new_parent, std::string_view new_name,

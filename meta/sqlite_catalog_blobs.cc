@@ -196,6 +196,20 @@ Status SqliteCatalog::UpdateBlob(const Blob& blob) {
                    [&] { return "update blob " + std::to_string(blob.id); });
 }
 
+Status SqliteCatalog::UpdateBlobs(const std::vector<Blob>& blobs) {
+  auto update = [&]() -> Status {
+    for (const Blob& blob : blobs) GPUFS_RETURN_IF_ERROR(ValidateBlob(blob));
+    Transaction txn(*db_);
+    GPUFS_RETURN_IF_ERROR(txn.Begin());
+    for (const Blob& blob : blobs) {
+      Status updated = UpdateBlobRow(*db_, blob);
+      if (!updated.ok()) return updated.Prepend("blob " + std::to_string(blob.id));
+    }
+    return txn.Commit();
+  };
+  return Annotated(update(), [&] { return "update " + std::to_string(blobs.size()) + " blobs"; });
+}
+
 Status SqliteCatalog::UpdateBlobAndEntryAttrs(const Blob& blob, const Entry& entry) {
   return Annotated(UpdateRows(&blob, &entry), [&] {
     return "update blob " + std::to_string(blob.id) + " and entry " + std::to_string(entry.id);

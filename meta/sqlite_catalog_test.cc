@@ -125,6 +125,31 @@ TEST_P(SqliteCatalogContractTest, CreateMembersMakesEveryMemberWithItsAttributes
   EXPECT_EQ(catalog_->ListBlobs()->size(), blobs);
 }
 
+TEST_P(SqliteCatalogContractTest, UpdateBlobsUpdatesEveryRowOrNone) {
+  Entry object = Create(kRootEntryId, "model");
+  std::vector<Blob> blobs;
+  for (int i = 0; i < 50; ++i) {
+    Entry e = Create(object.id, "m" + std::to_string(i), EntryKind::kBlob, MakeBlob(10));
+    Blob b = *catalog_->GetBlob(e.blob);
+    b.state = BlobState::kSealed;
+    b.size = 20 + i;
+    b.checksum = 1000 + i;
+    blobs.push_back(b);
+  }
+  ASSERT_TRUE(catalog_->UpdateBlobs(blobs).ok());
+  for (int i = 0; i < 50; i += 7) {
+    Blob got = *catalog_->GetBlob(blobs[i].id);
+    EXPECT_EQ(got.state, BlobState::kSealed);
+    EXPECT_EQ(got.size, 20u + i);
+    EXPECT_EQ(got.checksum, std::optional<uint64_t>(1000 + i));
+  }
+  // One row missing: ENOENT, and none of the others changed.
+  for (Blob& b : blobs) b.size = 7;
+  blobs.back().id = 999999;
+  EXPECT_EQ(catalog_->UpdateBlobs(blobs).code(), ENOENT);
+  EXPECT_EQ(catalog_->GetBlob(blobs[0].id)->size, 20u);
+}
+
 TEST_P(SqliteCatalogContractTest, CreateUnderMissingDetachedOrBlobParent) {
   auto missing = catalog_->CreateEntry(NewEntry(42, "x", EntryKind::kObject), std::nullopt);
   EXPECT_EQ(missing.status().code(), ENOENT);

@@ -390,6 +390,18 @@ Status UsageCatalog::UpdateBlob(const Blob& blob) {
   return updated;
 }
 
+Status UsageCatalog::UpdateBlobs(const std::vector<Blob>& blobs) {
+  if (!live_) return inner_->UpdateBlobs(blobs);
+  std::vector<Result<Blob>> before;
+  before.reserve(blobs.size());
+  for (const Blob& blob : blobs) before.push_back(inner_->GetBlob(blob.id));
+  Status updated = inner_->UpdateBlobs(blobs);
+  if (updated.ok()) {
+    for (size_t i = 0; i < blobs.size(); ++i) BlobChanged(before[i], blobs[i]);
+  }
+  return updated;
+}
+
 Status UsageCatalog::UpdateBlobAndEntryAttrs(const Blob& blob, const Entry& entry) {
   // The entry's attributes (mode, owner, times) move no figure.
   if (!live_) return inner_->UpdateBlobAndEntryAttrs(blob, entry);

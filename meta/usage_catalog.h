@@ -88,6 +88,7 @@ class UsageCatalog final : public ForwardingCatalog {
   // (ForwardingCatalog). See meta/catalog.h.
   Result<Entry> CreateEntry(const Entry& entry, const std::optional<Blob>& blob) override;
   Result<std::vector<Entry>> CreateMembers(const std::vector<NewMember>& members) override;
+  Status UpdateBlobs(const std::vector<Blob>& blobs) override;
   Status Detach(EntryId id, int64_t now_ns) override;
   Result<EntryId> Move(EntryId id, EntryId new_parent, std::string_view new_name,
                        int64_t now_ns) override;
