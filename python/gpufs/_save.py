@@ -148,9 +148,7 @@ def _save_whole(mapping, path, typename):
         for n in names:  # torch CUDA tensors without a context manager each
             fast = _torch_cuda_source(mapping[n])
             srcs.append(fast if fast is not None else stack.enter_context(_describe(mapping[n])))
-        if any(s.on_device for s in srcs) and serves_gpu(path) is False:
-            raise OSError(errno.ENODEV, "the gpufs daemon of this mount serves no GPU (host "
-                          "store): save host copies instead (e.g. tensor.cpu().numpy())", path)
+        on_device = any(s.on_device for s in srcs)
         synced = set()
         for n, s in zip(names, srcs):
             if s.on_device:
@@ -187,6 +185,9 @@ def _save_whole(mapping, path, typename):
                 return False  # not a gpufs mount (force=True), or an older daemon
             raise
         try:
+            if on_device and writer.device < 0:  # asked here, not of /.gpufs/stats: no extra request
+                raise OSError(errno.ENODEV, "the gpufs daemon of this mount serves no GPU (host "
+                              "store): save host copies instead (e.g. tensor.cpu().numpy())", path)
             members = (ctypes.c_uint32 * count)(*range(count))
             ptrs = (ctypes.c_void_p * count)(*[s.ptr or None for s in srcs])
             sizes = (ctypes.c_uint64 * count)(*[s.nbytes for s in srcs])
