@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/cluster_cmds.h"
+#include "cli/fetch_cmd.h"
 #include "cli/command_names.h"
 #include "cli/file_cmds.h"
 #include "cli/import_cmd.h"
@@ -113,6 +114,12 @@ int main(int argc, char** argv) {
       "status", "Nodes, leases, replicas per object and fetches in flight of the mount's cluster");
   cluster_status->add_option("path", cluster_path, "A path on the mount (default: .)");
   cluster_status->add_flag("--json", cluster_json, "Print the status as JSON");
+  std::string fetch_path;
+  bool fetch_quiet = false;
+  auto* cluster_fetch = cluster_cmd->add_subcommand(
+      "fetch", "Make a published object local now (a progress line on a terminal)");
+  cluster_fetch->add_option("path", fetch_path, "An object on a mount in cluster mode")->required();
+  cluster_fetch->add_flag("-q,--quiet", fetch_quiet, "Print nothing");
 
   bool long_format = false, json = false, recursive = false;
   auto* ls = app.add_subcommand("ls", "List an object's members");
@@ -209,6 +216,10 @@ int main(int argc, char** argv) {
       return 1;
     }
     return 0;
+  }
+  if (cluster_fetch->parsed()) {
+    if (auto s = on_gpufs(fetch_path); !s.ok()) return Report(s);
+    return Report(gpufs::ClusterFetch(fetch_path, fetch_quiet));
   }
   if (cluster_status->parsed()) {
     if (auto s = on_gpufs(cluster_path); !s.ok()) return Report(s);

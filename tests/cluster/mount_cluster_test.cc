@@ -351,5 +351,26 @@ TEST_F(ClusterMountTest, ARestartedNodeServesItsReplicaAndTakesANewerVersion) {
   EXPECT_EQ(ReadFile(M("b") + "/model/w"), v1);  // w is unchanged in version 2
 }
 
+// `gpufs cluster fetch`: the object made local now, once; a second one finds
+// it here; a name the cluster does not know is a clear error.
+TEST_F(ClusterMountTest, ClusterFetchMakesAnObjectLocalOnce) {
+  MakeModel("a", "model", 2 << 20, 21);
+  ASSERT_EQ(Sh(bin_ + " publish " + M("a") + "/model").rc, 0);
+  ASSERT_TRUE(Eventually([&] { return ::access((M("b") + "/model").c_str(), F_OK) == 0; }));
+  EXPECT_EQ(Stats("b")["cluster"]["fetches_started"], 0);
+  Shell fetched = Sh(bin_ + " cluster fetch " + M("b") + "/model");
+  ASSERT_EQ(fetched.rc, 0) << fetched.out;
+  EXPECT_NE(fetched.out.find("fetched 2.0 MiB"), std::string::npos) << fetched.out;
+  EXPECT_EQ(Stats("b")["cluster"]["fetches_started"], 1);
+  Shell again = Sh(bin_ + " cluster fetch " + M("b") + "/model");
+  ASSERT_EQ(again.rc, 0) << again.out;
+  EXPECT_NE(again.out.find("here already"), std::string::npos) << again.out;
+  EXPECT_EQ(Stats("b")["cluster"]["fetches_started"], 1);
+  EXPECT_EQ(ReadFile(M("b") + "/model/w"), ReadFile(M("a") + "/model/w"));
+  Shell missing = Sh(bin_ + " cluster fetch " + M("b") + "/nothing");
+  EXPECT_NE(missing.rc, 0);
+  EXPECT_NE(missing.out.find("No such file"), std::string::npos) << missing.out;
+}
+
 }  // namespace
 }  // namespace gpufs::cluster::testing
