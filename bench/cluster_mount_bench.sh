@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# cluster_mount_bench.sh: a published object fetched between two gpufs
+# mounts (host store, cluster mode), each daemon in its own network namespace
+# with a real etcd in a third, beside ucx_perftest moving the same bytes over
+# the same path (TCP through the lab's bridge), round by round. Prints a
+# table: the fetch's rate (`gpufs cluster fetch`, which returns once the
+# object is local and sealed) against tag_bw, and the time to the first
+# read of a fetched member against 1.2 x (size / tag_bw) + 50 ms.
+#
+#   bench/cluster_mount_bench.sh [--build DIR] [--size MiB] [--rounds N]
+#
+# GPUFS_BENCH_PERF=FILE: each fetch runs under `perf record -a -g -o FILE.N`
+# (where the machine spends a fetch).
+# Needs root (ip netns, FUSE), etcd and ucx-utils; uses its own namespaces
+# (tests/cluster/netns.sh) and removes them, and its mounts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD=build SIZE=2048 ROUNDS=3
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --build) BUILD=$2; shift 2 ;;
+    --size) SIZE=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
+    *) sed -n 2,16p "$0" >&2; exit 2 ;;
+  esac
+done
+GPUFS=$(realpath "$BUILD/bin/gpufs")
+command -v ucx_perftest >/dev/null || { echo "cluster_mount_bench.sh: ucx_perftest is missing (ucx-utils)" >&2; exit 1; }
+command -v etcd >/dev/null || { echo "cluster_mount_bench.sh: etcd is missing (etcd-server)" >&2; exit 1; }
+[[ $(id -u) -eq 0 ]] || { echo "cluster_mount_bench.sh: needs root" >&2; exit 1; }
+
+TAG=gpufs$$
+NETNS=tests/cluster/netns.sh
+DIR=$(mktemp -d /tmp/gpufs-cluster-bench.XXXXXX)
+cleanup() {
+  for n in a b; do umount -l "$DIR/mnt-$n" 2>/dev/null || true; done
+  "$NETNS" down "$TAG" >/dev/null 2>&1 || true
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+"$NETNS" up "$TAG" a b etcd >/dev/null
+in_ns() { local ns=$1; shift; nsenter --net="/run/netns/$TAG-$ns" "$@"; }
+A=$("$NETNS" addr a) E=$("$NETNS" addr etcd)
+export UCX_TLS=tcp  # the namespaces share a host: keep UCX on the network
+
+# Polls for a listening port in namespace $1 (etcd and ucx_perftest say
+# nothing when they listen).
+wait_port() {
+  local deadline=$((SECONDS + 20))
+  until in_ns "$1" ss -Hltn "sport = :$2" | grep -q .; do
+    (( SECONDS < deadline )) || { echo "cluster_mount_bench.sh: nothing listens on :$2 in $1" >&2; exit 1; }
+    sleep 0.05
+  done
+}
+
+in_ns etcd etcd --name bench --data-dir "$DIR/etcd" --listen-client-urls "http://$E:2379" \
+  --advertise-client-urls "http://$E:2379" --listen-peer-urls http://127.0.0.1:2380 \
+  --initial-advertise-peer-urls http://127.0.0.1:2380 --initial-cluster bench=http://127.0.0.1:2380 \
+  --log-level warn >"$DIR/etcd.log" 2>&1 &
+wait_port etcd 2379
+CAP=$(( SIZE * (ROUNDS + 2) ))M  # a keeps every round's object
+for n in a b; do
+  mkdir -p "$DIR/mnt-$n"
+  in_ns "$n" "$GPUFS" mount "$DIR/mnt-$n" --state "$DIR/state-$n" --store host --host-tier memory \
+    --capacity "$CAP" --cluster "etcd://$E:2379/$TAG" --node "$n" --listen "$("$NETNS" addr "$n"):0"
+done
+
+BYTES=$((SIZE << 20)) CHUNK=$((8 << 20))
+perftest() {  # PORT -> tag_bw MiB/s over SIZE MiB in 8 MiB messages
+  in_ns a ucx_perftest -p "$1" >/dev/null 2>&1 &
+  local pid=$!
+  wait_port a "$1"
+  in_ns b ucx_perftest "$A" -p "$1" -t tag_bw -s "$CHUNK" -n $((BYTES / CHUNK)) -w 4 -f 2>/dev/null |
+    awk '$1 ~ /^[0-9]+$/ { bw = $6 } END { print bw }'
+  wait "$pid" 2>/dev/null || true
+}
+
+head -c "$BYTES" /dev/urandom >"$DIR/w.bin"
+printf 'a published object of %d MiB (one member) fetched by a second mount, vs ucx_perftest tag_bw\n' "$SIZE"
+printf '%-6s %16s %14s %12s %12s %16s %14s\n' round "perftest MiB/s" "fetch MiB/s" "fetch/perf" "fetch ms" "first read ms" "bound ms"
+rows=()
+for r in $(seq 1 "$ROUNDS"); do
+  obj=m$r
+  mkdir "$DIR/mnt-a/$obj"
+  "$GPUFS" put "$DIR/w.bin" "$DIR/mnt-a/$obj/w" >/dev/null
+  "$GPUFS" publish "$DIR/mnt-a/$obj" >/dev/null
+  # b sees it once its watch has the new version (a poll with a deadline).
+  deadline=$((SECONDS + 20))
+  until [[ -d $DIR/mnt-b/$obj ]]; do (( SECONDS < deadline )) || { echo "not shown on b" >&2; exit 1; }; sleep 0.05; done
+  perf=$(perftest $((22000 + r)))
+  t0=$(date +%s%N)
+  if [[ -n ${GPUFS_BENCH_PERF:-} ]]; then
+    perf record -q -a -g -o "$GPUFS_BENCH_PERF.$r" -- "$GPUFS" cluster fetch -q "$DIR/mnt-b/$obj" 2>/dev/null
+  else
+    "$GPUFS" cluster fetch -q "$DIR/mnt-b/$obj"
+  fi
+  t1=$(date +%s%N)
+  head -c 1 "$DIR/mnt-b/$obj/w" >/dev/null
+  t2=$(date +%s%N)
+  cmp -s "$DIR/w.bin" "$DIR/mnt-b/$obj/w" || { echo "round $r: the fetched bytes differ" >&2; exit 1; }
+  fetch_ms=$(( (t1 - t0) / 1000000 )) first_ms=$(( (t2 - t0) / 1000000 ))
+  rows+=("$perf $fetch_ms $first_ms")
+  python3 - "$r" "$perf" "$fetch_ms" "$first_ms" "$SIZE" <<'PY'
+import sys
+r, perf, fetch_ms, first_ms, size = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+rate = size / (fetch_ms / 1e3)
+bound = 1.2 * size / perf * 1e3 + 50
+print("%-6s %16.1f %14.1f %12.2f %12d %16d %14d" % (r, perf, rate, rate / perf, fetch_ms, first_ms, bound))
+PY
+  "$GPUFS" rm -r "$DIR/mnt-b/$obj" >/dev/null 2>&1 || true  # b's replica: its memory back
+done
+printf '%s\n' "${rows[@]}" | python3 -c '
+import statistics, sys
+rows = [list(map(float, l.split())) for l in sys.stdin if l.strip()]
+perf, fetch, first = (statistics.median(c) for c in zip(*rows))
+size = '"$SIZE"'
+rate = size / (fetch / 1e3)
+print("median: perftest %.1f MiB/s, fetch %.1f MiB/s = %.2fx (target >= 0.8); first read %.0f ms, bound %.0f ms" %
+      (perf, rate, rate / perf, first, 1.2 * size / perf * 1e3 + 50))
+'
