@@ -175,6 +175,18 @@ class HostMountTest(unittest.TestCase):
         self.assertIn("serves no GPU", str(cm.exception))
         np.testing.assert_array_equal(gpufs.read_numpy(self.p("x")), a)  # untouched
 
+    def test_device_dict_without_gpu_keeps_the_object(self):
+        from test_blob import FakeCuda
+        a = np.arange(4, dtype=np.float32)
+        gpufs.save({"w": a}, self.p("obj"))
+        with self.assertRaises(OSError) as cm:
+            gpufs.save({"w": FakeCuda(a + 1), "b": a}, self.p("obj"))
+        self.assertEqual(cm.exception.errno, errno.ENODEV)
+        self.assertIn("serves no GPU", str(cm.exception))
+        np.testing.assert_array_equal(gpufs.read_numpy(self.p("obj", "w")), a)  # untouched
+        self.assertEqual(sorted(os.listdir(self.p("obj"))), ["w"])
+        self.assertEqual([n for n in os.listdir(self.p()) if n.startswith(".obj")], [])
+
     def test_inconsistent_shape_is_reported(self):
         with open(self.p("raw"), "wb") as f:
             f.write(bytes(12))
