@@ -30,8 +30,9 @@ class GpuLikeTest : public ::testing::Test {
   void SetUp() override { Start(); }
   void TearDown() override { ns_.reset(); }
 
-  // (Re)starts the namespace over the same files (a cold start).
-  void Start(bool reader_copies = true) {
+  // (Re)starts the namespace over the same files: a cold start, or with
+  // `takeover` a new worker of the same mount (memory kept, no handle open).
+  void Start(bool reader_copies = true, bool takeover = false) {
     ns_.reset();
     auto catalog = SqliteCatalog::Open(dir_ + "/catalog.db", 0, 0, 0755);
     ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
@@ -48,6 +49,7 @@ class GpuLikeTest : public ::testing::Test {
     options.stores.push_back(std::move(device));
     options.default_device = "cuda:0";
     options.reader_copies = reader_copies;
+    if (takeover) options.adopted = AdoptedState{};
     auto ns = Namespace::Open(std::move(options));
     ASSERT_TRUE(ns.ok()) << ns.status().ToString();
     ns_ = std::move(*ns);

@@ -86,6 +86,7 @@ Result<std::unique_ptr<Namespace>> Namespace::Open(NamespaceOptions options) {
     ns->adopted_ = {};
   }
   GPUFS_RETURN_IF_ERROR(ns->RestorePendingObjects());
+  ns->SumSealed();  // checksums a takeover's last worker had not taken yet
   if (ns->stores_.contains("disk")) {
     ns->persist_.Start([p = ns.get()](EntryId entry, BlobId blob) {
       Status done = p->PersistOne(entry, blob);

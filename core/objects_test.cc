@@ -267,6 +267,12 @@ TEST_F(ObjectTest, ChecksumsAreTakenAfterTheSealIsAnswered) {
   ASSERT_TRUE(kept.ok()) << kept.status().ToString();
   EXPECT_EQ(*kept, *sum);
 
+  // A worker killed between a seal's answer and its checksums: the one
+  // that takes over takes them.
+  ASSERT_TRUE(Save(alice_, kRootEntryId, "mid", {{"w", "half"}}, false, 0644, false).ok());
+  Start(/*reader_copies=*/true, /*takeover=*/true);
+  EXPECT_TRUE(ns_->GetXattr(Find(Find(kRootEntryId, "mid"), "w"), "user.gpufs.checksum").ok());
+
   // A verify right after a seal finds the checksum the seal queued.
   ASSERT_TRUE(Save(alice_, kRootEntryId, "next", {{"w", "new!"}}, false, 0644, false).ok());
   auto h = ns_->Open(alice_, Find(Find(kRootEntryId, "next"), "w"), O_RDONLY);
@@ -281,7 +287,7 @@ TEST_F(ObjectTest, ChecksumsAreTakenAfterTheSealIsAnswered) {
   ASSERT_TRUE(Save(alice_, kRootEntryId, "next", {{"w", "v3"}}, true, 0644, false).ok());
   ASSERT_TRUE(Save(alice_, kRootEntryId, "next", {{"w", "v4"}}, true).ok());
   EXPECT_EQ(Cat(Find(Find(kRootEntryId, "next"), "w")), "v4");
-  EXPECT_EQ(dev_->Usage().blobs, 3u);  // model's two, next's one
+  EXPECT_EQ(dev_->Usage().blobs, 4u);  // model's two, mid's and next's one each
 }
 
 TEST_F(ObjectTest, VerifyFindsBytesChangedBehindTheChecksum) {

@@ -68,6 +68,13 @@ Status Namespace::Recover() {
     }
     live[blob.device].push_back(
         {blob.id, blob.owner_uid, size, blob.state != BlobState::kUnsealed});
+    // A takeover keeps GPU memory: a blob the last worker sealed but had not
+    // summed yet gets its checksum now (SumSealed, at the end of Open).
+    if (takeover_ && blob.state == BlobState::kSealed && !blob.checksum && IsGpuTier(blob.device)) {
+      if (auto entry = catalog_->EntryOfBlob(blob.id); entry.ok()) {
+        unsummed_.emplace_back(*entry, blob.id);
+      }
+    }
   }
   std::vector<BlobId> disk_missing;
   for (auto& [device, list] : live) {
