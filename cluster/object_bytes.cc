@@ -110,6 +110,17 @@ Result<Publication> PreparePublication(Namespace& ns, uint64_t ino, const std::s
       release_held();
       return Error(EINVAL, d.name + " is an object: only objects of members can be published");
     }
+    // A fetched copy is written by one user with one mode, as an object
+    // written as a whole is: members of another owner, group or mode would
+    // change hands (or access) on the other nodes.
+    if (d.attr.uid != self.uid || d.attr.gid != self.gid ||
+        (d.attr.mode & 07777) != (members.front().attr.mode & 07777)) {
+      release_held();
+      return Error(EINVAL, path + "/" + d.name +
+                               ": its owner, group or mode differs from the object's or the other "
+                               "members'; only an object whose members all share those is "
+                               "published (chown/chmod them alike first)");
+    }
     auto opened = ns.Open(kDaemon, d.attr.ino, O_RDONLY);
     if (!opened.ok()) {
       release_held();

@@ -370,6 +370,19 @@ TEST_F(ClusterMountTest, ClusterFetchMakesAnObjectLocalOnce) {
   Shell missing = Sh(bin_ + " cluster fetch " + M("b") + "/nothing");
   EXPECT_NE(missing.rc, 0);
   EXPECT_NE(missing.out.find("No such file"), std::string::npos) << missing.out;
+
+  // Members of another owner or mode than the object's are not published:
+  // a fetched copy would hand them to the object's owner, or widen them.
+  MakeModel("a", "mixed", 1 << 20, 22);
+  ASSERT_EQ(::chown((M("a") + "/mixed/b").c_str(), 65534, 65534), 0);
+  Shell mixed = Sh(bin_ + " publish " + M("a") + "/mixed");
+  EXPECT_NE(mixed.rc, 0);
+  EXPECT_NE(mixed.out.find("EINVAL"), std::string::npos) << mixed.out;
+  EXPECT_NE(Log("a").find("mixed/b: its owner, group or mode differs"), std::string::npos)
+      << Log("a");  // the daemon's log line says why
+  ASSERT_EQ(::chown((M("a") + "/mixed/b").c_str(), 0, 0), 0);
+  ASSERT_EQ(::chmod((M("a") + "/mixed/b").c_str(), 0600), 0);
+  EXPECT_NE(Sh(bin_ + " publish " + M("a") + "/mixed").rc, 0);
 }
 
 }  // namespace
