@@ -208,8 +208,14 @@ Result<std::shared_ptr<NamespaceReplica>> NamespaceReplica::Create(Namespace& ns
   GPUFS_RETURN_IF_ERROR(
       ns.Write(r->staging_, 0, {reinterpret_cast<const std::byte*>(json.data()), json.size()})
           .status());
-  GPUFS_ASSIGN_OR_RETURN(ObjectAllocation alloc, ns.AllocObject(r->staging_, r->caller_));
-  (void)alloc;
+  Result<ObjectAllocation> alloc = ns.AllocObject(r->staging_, r->caller_);
+  if (!alloc.ok()) return alloc.status();
+  const uint64_t pending_object = alloc->object;
+  // The object's own mode, as published (the writer derives one from its
+  // members': a 0700 object of 0644 members must not become 0755 here).
+  SetAttrRequest mode;
+  mode.mode = manifest.mode & 07777;
+  GPUFS_RETURN_IF_ERROR(ns.SetAttr(pending_object, mode, 0).status().Prepend(manifest.path));
   Namespace* nsp = &ns;
   const HandleId handle = r->staging_;
   GPUFS_ASSIGN_OR_RETURN(

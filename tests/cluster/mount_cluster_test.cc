@@ -371,6 +371,17 @@ TEST_F(ClusterMountTest, ClusterFetchMakesAnObjectLocalOnce) {
   EXPECT_NE(missing.rc, 0);
   EXPECT_NE(missing.out.find("No such file"), std::string::npos) << missing.out;
 
+  // The object's own mode travels: a 0700 object of 0644 members stays 0700.
+  MakeModel("a", "private", 1 << 20, 23);
+  ASSERT_EQ(::chmod((M("a") + "/private").c_str(), 0700), 0);
+  ASSERT_EQ(Sh(bin_ + " publish " + M("a") + "/private").rc, 0);
+  ASSERT_TRUE(Eventually([&] { return ::access((M("b") + "/private").c_str(), F_OK) == 0; }));
+  ASSERT_EQ(Sh(bin_ + " cluster fetch -q " + M("b") + "/private").rc, 0);
+  struct stat fetched_st {};
+  ASSERT_EQ(::stat((M("b") + "/private").c_str(), &fetched_st), 0);
+  EXPECT_EQ(fetched_st.st_mode & 07777, 0700u);
+  EXPECT_NE(Sh("setpriv --reuid 65534 --regid 65534 --clear-groups cat " + M("b") + "/private/w").rc, 0);
+
   // Members of another owner or mode than the object's are not published:
   // a fetched copy would hand them to the object's owner, or widen them.
   MakeModel("a", "mixed", 1 << 20, 22);
