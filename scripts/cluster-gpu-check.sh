@@ -28,15 +28,7 @@ while [ $# -gt 0 ]; do
 done
 build=$(realpath "$build")
 mkdir -p "$out"
-debs=.debs
-[ -d "$build/../debs" ] && debs=$build/../debs
-if ls "$debs"/*.deb >/dev/null 2>&1; then
-  for deb in "$debs"/*.deb; do dpkg -x "$deb" /tmp/gpufs-debs; done
-  export LD_LIBRARY_PATH=/tmp/gpufs-debs/usr/lib/x86_64-linux-gnu:/tmp/gpufs-debs/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-  export PATH=$PATH:/tmp/gpufs-debs/usr/bin:/tmp/gpufs-debs/bin
-fi
-export LD_LIBRARY_PATH=$build/client:${LD_LIBRARY_PATH:-}
-export GPUFS_LIB=$build/client/libgpufs.so
+. scripts/bundle-env.sh  # etcd and UCX from the bundle's .deb files too
 export PYTHONPATH=$repo/python${PYTHONPATH:+:$PYTHONPATH}
 gpufs=$build/bin/gpufs
 etcd_bin=${GPUFS_ETCD:-$(command -v etcd || true)}

@@ -43,18 +43,8 @@ done
 build=$(realpath "$build")
 mkdir -p "$out"
 
-if ! ldconfig -p | grep -q 'libfuse3.so.3 ' || ! command -v getfattr >/dev/null; then
-  debs=.debs
-  [ -d "$build/../debs" ] && debs=$build/../debs
-  if ls "$debs"/*.deb >/dev/null 2>&1; then
-    for deb in "$debs"/*.deb; do dpkg -x "$deb" /tmp/gpufs-debs; done
-    export LD_LIBRARY_PATH=/tmp/gpufs-debs/usr/lib/x86_64-linux-gnu:/tmp/gpufs-debs/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-    export PATH=$PATH:/tmp/gpufs-debs/usr/bin:/tmp/gpufs-debs/bin
-  fi
-fi
-
-export LD_LIBRARY_PATH=$build/client:${LD_LIBRARY_PATH:-}
-export GPUFS_LIB=$build/client/libgpufs.so
+bundle_debs=if-missing
+. scripts/bundle-env.sh
 export GPUFS_BIN=$build/bin/gpufs
 export GPUFS_MOUNT_HELPER_BIN=$build/bin/mount.gpufs
 export GPUFS_EXAMPLES_DIR=$build/examples/cuda

@@ -11,15 +11,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
-#include <random>
-#include <sstream>
 #include <thread>
 
 #include "cluster/keys.h"
 #include "tests/cluster/lab_fixture.h"
+#include "tests/support/mount_fixture.h"
 
 namespace gpufs::cluster::testing {
 namespace {
@@ -28,40 +26,12 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-struct Shell {
-  int rc = -1;
-  std::string out;
-};
-
-Shell Sh(const std::string& command) {
-  Shell r;
-  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = ::pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
-
-std::string RandomBytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
+using e2e::RandomBytes;
+using e2e::ReadFile;
+using e2e::WriteFile;
+using Shell = e2e::ShResult;
+// stdout and stderr together, as e2e::Sh gives them.
+Shell Sh(const std::string& command) { return e2e::Sh(command); }
 
 // Polls `ok` until it holds or `limit` passes.
 bool Eventually(const std::function<bool()>& ok, milliseconds limit = milliseconds(10000)) {
@@ -89,7 +59,7 @@ class ClusterMountTest : public LabTest {
       Node node{n, lab_->dir() + "/mnt-" + n, lab_->dir() + "/state-" + n};
       ::mkdir(node.mnt.c_str(), 0755);
       nodes_[n] = node;
-      ASSERT_EQ(Mount(n).rc, 0) << Mount(n).out;
+      ASSERT_EQ(Mount(n).status, 0) << Mount(n).output;
     }
   }
 
@@ -107,7 +77,7 @@ class ClusterMountTest : public LabTest {
                  " --state " + node.state + " --store host --cluster " + Url() + " --node " +
                  (as.empty() ? n : as) + " --listen " + Lab::Address(n) +
                  ":0 --cluster-timeout 1 --cluster-lease 2");
-    if (r.rc == 0) node.mounted = true;
+    if (r.status == 0) node.mounted = true;
     return r;
   }
 
@@ -138,7 +108,7 @@ class ClusterMountTest : public LabTest {
     ASSERT_EQ(::mkdir((M(n) + "/" + name).c_str(), 0755), 0);
     Shell put = Sh(bin_ + " put " + src + " " + M(n) + "/" + name + "/w --dtype float32 --shape " +
                    std::to_string(bytes / 4));
-    ASSERT_EQ(put.rc, 0) << put.out;
+    ASSERT_EQ(put.status, 0) << put.output;
     WriteFile(M(n) + "/" + name + "/b", "bias-" + std::to_string(seed));
   }
 
@@ -152,11 +122,11 @@ TEST_F(ClusterMountTest, PublishFetchKillRefetchSixteenOpenersPermissions) {
   // Publishing needs ownership or write permission: nobody has neither.
   Shell denied = Sh("setpriv --reuid 65534 --regid 65534 --clear-groups " + bin_ + " publish " +
                     M("a") + "/model");
-  EXPECT_NE(denied.rc, 0);
-  EXPECT_NE(denied.out.find("Permission denied"), std::string::npos) << denied.out;
+  EXPECT_NE(denied.status, 0);
+  EXPECT_NE(denied.output.find("Permission denied"), std::string::npos) << denied.output;
   Shell pub = Sh(bin_ + " publish " + M("a") + "/model");
-  ASSERT_EQ(pub.rc, 0) << pub.out;
-  EXPECT_NE(pub.out.find("version 1"), std::string::npos) << pub.out;
+  ASSERT_EQ(pub.status, 0) << pub.output;
+  EXPECT_NE(pub.output.find("version 1"), std::string::npos) << pub.output;
 
   // B: shown (without fetching), then read byte for byte and mapped.
   ASSERT_TRUE(Eventually([&] { return ::access((M("b") + "/model").c_str(), F_OK) == 0; }));
@@ -177,7 +147,7 @@ TEST_F(ClusterMountTest, PublishFetchKillRefetchSixteenOpenersPermissions) {
   }
   EXPECT_EQ(Stats("b")["cluster"]["fetches_started"], 1);
   Shell st = Sh(bin_ + " stat " + M("b") + "/model");
-  EXPECT_NE(st.out.find("replicas: version 1 on a, b"), std::string::npos) << st.out;
+  EXPECT_NE(st.output.find("replicas: version 1 on a, b"), std::string::npos) << st.output;
 
   // A dies: its lease goes, and C fetches from B, 16 openers, one fetch.
   KillMount("a");
@@ -207,15 +177,15 @@ TEST_F(ClusterMountTest, PublishFetchKillRefetchSixteenOpenersPermissions) {
 
   // A name that is live elsewhere is refused, clearly.
   Shell twin = Mount("a", "b");
-  EXPECT_NE(twin.rc, 0);
-  EXPECT_NE(twin.out.find("EEXIST"), std::string::npos) << twin.out;
-  EXPECT_NE(twin.out.find("is live"), std::string::npos) << twin.out;
+  EXPECT_NE(twin.status, 0);
+  EXPECT_NE(twin.output.find("EEXIST"), std::string::npos) << twin.output;
+  EXPECT_NE(twin.output.find("is live"), std::string::npos) << twin.output;
 }
 
 TEST_F(ClusterMountTest, SourceLostFetchCompletesElsewhereOrFailsCleanly) {
   MakeModel("a", "m", 8 << 20, 11);
   const std::string want = ReadFile(M("a") + "/m/w");
-  ASSERT_EQ(Sh(bin_ + " publish " + M("a") + "/m").rc, 0);
+  ASSERT_EQ(Sh(bin_ + " publish " + M("a") + "/m").status, 0);
   ASSERT_EQ(ReadFile(M("b") + "/m/w"), want);  // B holds a replica too
   // B's link is cut: C gets it from A all the same.
   ASSERT_OK(lab_->SetLink("b", false));
@@ -225,7 +195,7 @@ TEST_F(ClusterMountTest, SourceLostFetchCompletesElsewhereOrFailsCleanly) {
   ASSERT_OK(lab_->SetLink("b", true));
   MakeModel("a", "n", 4 << 20, 12);
   const std::string want_n = ReadFile(M("a") + "/n/w");
-  ASSERT_EQ(Sh(bin_ + " publish " + M("a") + "/n").rc, 0);
+  ASSERT_EQ(Sh(bin_ + " publish " + M("a") + "/n").status, 0);
   ASSERT_TRUE(Eventually([&] { return ReadFile(M("b") + "/n/w") == want_n; }));
   ASSERT_TRUE(Eventually([&] { return ::access((M("c") + "/n").c_str(), F_OK) == 0; }));
   KillMount("a");
@@ -243,7 +213,7 @@ TEST_F(ClusterMountTest, SourceLostFetchCompletesElsewhereOrFailsCleanly) {
   EXPECT_NE(Log("c").find("cluster fetch n@1"), std::string::npos) << Log("c");
   // Nothing half-fetched shows: no staging, no object of that name.
   Shell ls = Sh("ls -a " + M("c"));
-  EXPECT_EQ(ls.out.find("fetching"), std::string::npos) << ls.out;
+  EXPECT_EQ(ls.output.find("fetching"), std::string::npos) << ls.output;
   // B back: C completes.
   ASSERT_OK(lab_->SetLink("b", true));
   ASSERT_TRUE(Eventually([&] { return ReadFile(M("c") + "/n/w") == want_n; },
@@ -262,12 +232,12 @@ TEST_F(ClusterMountTest, EtcdAwayLocalWorkGoesOnAndClusterRecovers) {
   // Publishing fails within the timeout, saying why.
   const auto pub_start = Clock::now();
   Shell pub = Sh(bin_ + " publish " + M("a") + "/local");
-  EXPECT_NE(pub.rc, 0);
-  EXPECT_NE(pub.out.find("publish"), std::string::npos) << pub.out;
+  EXPECT_NE(pub.status, 0);
+  EXPECT_NE(pub.output.find("publish"), std::string::npos) << pub.output;
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - pub_start).count(), 8.0);
   // etcd back: the nodes rejoin, a publish goes through and shows elsewhere.
   ASSERT_OK(etcd_->Restart());
-  ASSERT_TRUE(Eventually([&] { return Sh(bin_ + " publish " + M("a") + "/local").rc == 0; },
+  ASSERT_TRUE(Eventually([&] { return Sh(bin_ + " publish " + M("a") + "/local").status == 0; },
                          milliseconds(20000)));
   ASSERT_TRUE(Eventually([&] { return ReadFile(M("c") + "/local/x") == "local bytes"; },
                          milliseconds(20000)));
@@ -300,7 +270,7 @@ TEST_F(ClusterMountTest, BadInput) {
             std::string(reinterpret_cast<const char*>(&len), 8) + header + data);
   Shell imp = Sh(bin_ + " import " + lab_->dir() + "/many.safetensors " + M("a") +
                  "/many --publish");
-  ASSERT_EQ(imp.rc, 0) << imp.out;
+  ASSERT_EQ(imp.status, 0) << imp.output;
   ASSERT_TRUE(Eventually([&] { return ::access((M("c") + "/many").c_str(), F_OK) == 0; }));
   std::string last = ReadFile(M("c") + "/many/t11999");
   ASSERT_EQ(last.size(), 4u);
@@ -309,8 +279,8 @@ TEST_F(ClusterMountTest, BadInput) {
   EXPECT_EQ(v, 11999u);
   // A publish outside cluster mode, or of the root, is refused clearly.
   Shell root = Sh(bin_ + " publish " + M("a"));
-  EXPECT_NE(root.rc, 0);
-  EXPECT_NE(root.out.find("Invalid argument"), std::string::npos) << root.out;
+  EXPECT_NE(root.status, 0);
+  EXPECT_NE(root.output.find("Invalid argument"), std::string::npos) << root.output;
 }
 
 // A node restarts: the replica it fetched is kept as such (served again
@@ -320,31 +290,31 @@ TEST_F(ClusterMountTest, BadInput) {
 TEST_F(ClusterMountTest, ARestartedNodeServesItsReplicaAndTakesANewerVersion) {
   MakeModel("a", "model", 1 << 20, 11);
   const std::string v1 = ReadFile(M("a") + "/model/w");
-  ASSERT_EQ(Sh(bin_ + " publish " + M("a") + "/model").rc, 0);
+  ASSERT_EQ(Sh(bin_ + " publish " + M("a") + "/model").status, 0);
   ASSERT_TRUE(Eventually([&] { return ::access((M("b") + "/model").c_str(), F_OK) == 0; }));
   ASSERT_EQ(ReadFile(M("b") + "/model/w"), v1);  // fetched onto b
   EXPECT_NE(ReadFile(nodes_["b"].state + "/cluster-replicas.json").find("\"model\""),
             std::string::npos);
 
   // b restarts (an orderly umount; its lease goes and comes back).
-  ASSERT_EQ(Sh("umount " + M("b")).rc, 0);
+  ASSERT_EQ(Sh("umount " + M("b")).status, 0);
   nodes_["b"].mounted = false;
-  ASSERT_TRUE(Eventually([&] { return Mount("b").rc == 0; })) << Log("b");
+  ASSERT_TRUE(Eventually([&] { return Mount("b").status == 0; })) << Log("b");
   // Still current: b serves it again.
   ASSERT_TRUE(Eventually([&] {
     return Log("b").find("serving model@1 again") != std::string::npos;
   })) << Log("b");
   Shell st = Sh(bin_ + " stat " + M("c") + "/model");
   ASSERT_TRUE(Eventually([&] {
-    return Sh(bin_ + " stat " + M("c") + "/model").out.find("on a, b") != std::string::npos;
-  })) << st.out;
+    return Sh(bin_ + " stat " + M("c") + "/model").output.find("on a, b") != std::string::npos;
+  })) << st.output;
 
   // A newer version on a: b's local copy of version 1 gives way to it.
   WriteFile(lab_->dir() + "/w2.bin", RandomBytes(1 << 20, 12));
-  ASSERT_EQ(Sh(bin_ + " put " + lab_->dir() + "/w2.bin " + M("a") + "/model/w2").rc, 0);
+  ASSERT_EQ(Sh(bin_ + " put " + lab_->dir() + "/w2.bin " + M("a") + "/model/w2").status, 0);
   Shell pub = Sh(bin_ + " publish " + M("a") + "/model");
-  ASSERT_EQ(pub.rc, 0) << pub.out;
-  EXPECT_NE(pub.out.find("version 2"), std::string::npos) << pub.out;
+  ASSERT_EQ(pub.status, 0) << pub.output;
+  EXPECT_NE(pub.output.find("version 2"), std::string::npos) << pub.output;
   ASSERT_TRUE(Eventually([&] {
     return ReadFile(M("b") + "/model/w2") == ReadFile(M("a") + "/model/w2");
   })) << Log("b");
@@ -355,45 +325,45 @@ TEST_F(ClusterMountTest, ARestartedNodeServesItsReplicaAndTakesANewerVersion) {
 // it here; a name the cluster does not know is a clear error.
 TEST_F(ClusterMountTest, ClusterFetchMakesAnObjectLocalOnce) {
   MakeModel("a", "model", 2 << 20, 21);
-  ASSERT_EQ(Sh(bin_ + " publish " + M("a") + "/model").rc, 0);
+  ASSERT_EQ(Sh(bin_ + " publish " + M("a") + "/model").status, 0);
   ASSERT_TRUE(Eventually([&] { return ::access((M("b") + "/model").c_str(), F_OK) == 0; }));
   EXPECT_EQ(Stats("b")["cluster"]["fetches_started"], 0);
   Shell fetched = Sh(bin_ + " cluster fetch " + M("b") + "/model");
-  ASSERT_EQ(fetched.rc, 0) << fetched.out;
-  EXPECT_NE(fetched.out.find("fetched 2.0 MiB"), std::string::npos) << fetched.out;
+  ASSERT_EQ(fetched.status, 0) << fetched.output;
+  EXPECT_NE(fetched.output.find("fetched 2.0 MiB"), std::string::npos) << fetched.output;
   EXPECT_EQ(Stats("b")["cluster"]["fetches_started"], 1);
   Shell again = Sh(bin_ + " cluster fetch " + M("b") + "/model");
-  ASSERT_EQ(again.rc, 0) << again.out;
-  EXPECT_NE(again.out.find("here already"), std::string::npos) << again.out;
+  ASSERT_EQ(again.status, 0) << again.output;
+  EXPECT_NE(again.output.find("here already"), std::string::npos) << again.output;
   EXPECT_EQ(Stats("b")["cluster"]["fetches_started"], 1);
   EXPECT_EQ(ReadFile(M("b") + "/model/w"), ReadFile(M("a") + "/model/w"));
   Shell missing = Sh(bin_ + " cluster fetch " + M("b") + "/nothing");
-  EXPECT_NE(missing.rc, 0);
-  EXPECT_NE(missing.out.find("No such file"), std::string::npos) << missing.out;
+  EXPECT_NE(missing.status, 0);
+  EXPECT_NE(missing.output.find("No such file"), std::string::npos) << missing.output;
 
   // The object's own mode travels: a 0700 object of 0644 members stays 0700.
   MakeModel("a", "private", 1 << 20, 23);
   ASSERT_EQ(::chmod((M("a") + "/private").c_str(), 0700), 0);
-  ASSERT_EQ(Sh(bin_ + " publish " + M("a") + "/private").rc, 0);
+  ASSERT_EQ(Sh(bin_ + " publish " + M("a") + "/private").status, 0);
   ASSERT_TRUE(Eventually([&] { return ::access((M("b") + "/private").c_str(), F_OK) == 0; }));
-  ASSERT_EQ(Sh(bin_ + " cluster fetch -q " + M("b") + "/private").rc, 0);
+  ASSERT_EQ(Sh(bin_ + " cluster fetch -q " + M("b") + "/private").status, 0);
   struct stat fetched_st {};
   ASSERT_EQ(::stat((M("b") + "/private").c_str(), &fetched_st), 0);
   EXPECT_EQ(fetched_st.st_mode & 07777, 0700u);
-  EXPECT_NE(Sh("setpriv --reuid 65534 --regid 65534 --clear-groups cat " + M("b") + "/private/w").rc, 0);
+  EXPECT_NE(Sh("setpriv --reuid 65534 --regid 65534 --clear-groups cat " + M("b") + "/private/w").status, 0);
 
   // Members of another owner or mode than the object's are not published:
   // a fetched copy would hand them to the object's owner, or widen them.
   MakeModel("a", "mixed", 1 << 20, 22);
   ASSERT_EQ(::chown((M("a") + "/mixed/b").c_str(), 65534, 65534), 0);
   Shell mixed = Sh(bin_ + " publish " + M("a") + "/mixed");
-  EXPECT_NE(mixed.rc, 0);
-  EXPECT_NE(mixed.out.find("EINVAL"), std::string::npos) << mixed.out;
+  EXPECT_NE(mixed.status, 0);
+  EXPECT_NE(mixed.output.find("EINVAL"), std::string::npos) << mixed.output;
   EXPECT_NE(Log("a").find("mixed/b: its owner, group or mode differs"), std::string::npos)
       << Log("a");  // the daemon's log line says why
   ASSERT_EQ(::chown((M("a") + "/mixed/b").c_str(), 0, 0), 0);
   ASSERT_EQ(::chmod((M("a") + "/mixed/b").c_str(), 0600), 0);
-  EXPECT_NE(Sh(bin_ + " publish " + M("a") + "/mixed").rc, 0);
+  EXPECT_NE(Sh(bin_ + " publish " + M("a") + "/mixed").status, 0);
 }
 
 }  // namespace
