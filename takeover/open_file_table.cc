@@ -1,5 +1,7 @@
 #include "takeover/open_file_table.h"
 
+#include "takeover/shared_memfd.h"
+
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -64,15 +66,11 @@ Result<OpenFileTable> OpenFileTable::Create(uint32_t slots) {
   static_assert(std::atomic<uint64_t>::is_always_lock_free &&
                 std::atomic<uint32_t>::is_always_lock_free);
   if (slots == 0) return Error(EINVAL, "an open file table of no slots");
-  UniqueFd fd(::memfd_create("gpufs-handles", MFD_CLOEXEC));
-  if (!fd.valid()) return PosixError("memfd_create gpufs-handles", errno);
-  size_t bytes = sizeof(Header) + size_t{slots} * sizeof(Slot);
-  if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
-    return PosixError("ftruncate the open file table", errno);
-  }
-  void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (map == MAP_FAILED) return PosixError("mmap the open file table", errno);
-  OpenFileTable table(std::move(fd), map, bytes);
+  GPUFS_ASSIGN_OR_RETURN(SharedMemfd shared,
+                         CreateSharedMemfd("gpufs-handles",
+                                           sizeof(Header) + size_t{slots} * sizeof(Slot),
+                                           "the open file table"));
+  OpenFileTable table(std::move(shared.fd), shared.map, shared.bytes);
   Header* h = table.header();
   h->magic = kMagic;
   h->version = kVersion;
@@ -82,13 +80,10 @@ Result<OpenFileTable> OpenFileTable::Create(uint32_t slots) {
 }
 
 Result<OpenFileTable> OpenFileTable::Attach(UniqueFd fd) {
-  struct stat st{};
-  if (::fstat(fd.get(), &st) != 0) return PosixError("fstat the open file table", errno);
-  auto bytes = static_cast<size_t>(st.st_size);
-  if (bytes < sizeof(Header)) return Error(EPROTO, "the open file table is too small");
-  void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (map == MAP_FAILED) return PosixError("mmap the open file table", errno);
-  OpenFileTable table(std::move(fd), map, bytes);
+  GPUFS_ASSIGN_OR_RETURN(SharedMemfd shared,
+                         MapSharedMemfd(std::move(fd), sizeof(Header), "the open file table"));
+  const size_t bytes = shared.bytes;
+  OpenFileTable table(std::move(shared.fd), shared.map, bytes);
   const Header* h = table.header();
   if (h->magic != kMagic || h->version != kVersion || h->slot_bytes != sizeof(Slot) ||
       sizeof(Header) + size_t{h->slots} * sizeof(Slot) > bytes ||

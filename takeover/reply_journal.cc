@@ -1,5 +1,7 @@
 #include "takeover/reply_journal.h"
 
+#include "takeover/shared_memfd.h"
+
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -61,15 +63,11 @@ Result<ReplyJournal> ReplyJournal::Create(uint32_t slots) {
   static_assert(sizeof(Header) == 64 && sizeof(Slot) == kSlotBytes,
                 "the layout is part of version 1");
   if (slots == 0) return Error(EINVAL, "a reply journal of no slots");
-  UniqueFd fd(::memfd_create("gpufs-replies", MFD_CLOEXEC));
-  if (!fd.valid()) return PosixError("memfd_create gpufs-replies", errno);
-  size_t bytes = kSlotBytes * (size_t{slots} + 1);  // the header takes the first slot's room
-  if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
-    return PosixError("ftruncate the reply journal", errno);
-  }
-  void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (map == MAP_FAILED) return PosixError("mmap the reply journal", errno);
-  ReplyJournal journal(std::move(fd), map, bytes);
+  // The header takes the first slot's room.
+  GPUFS_ASSIGN_OR_RETURN(SharedMemfd shared,
+                         CreateSharedMemfd("gpufs-replies", kSlotBytes * (size_t{slots} + 1),
+                                           "the reply journal"));
+  ReplyJournal journal(std::move(shared.fd), shared.map, shared.bytes);
   Header* h = journal.header();
   h->magic = kMagic;
   h->version = kVersion;
@@ -80,13 +78,10 @@ Result<ReplyJournal> ReplyJournal::Create(uint32_t slots) {
 }
 
 Result<ReplyJournal> ReplyJournal::Attach(UniqueFd fd) {
-  struct stat st{};
-  if (::fstat(fd.get(), &st) != 0) return PosixError("fstat the reply journal", errno);
-  auto bytes = static_cast<size_t>(st.st_size);
-  if (bytes < kSlotBytes) return Error(EPROTO, "the reply journal is too small");
-  void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (map == MAP_FAILED) return PosixError("mmap the reply journal", errno);
-  ReplyJournal journal(std::move(fd), map, bytes);
+  GPUFS_ASSIGN_OR_RETURN(SharedMemfd shared,
+                         MapSharedMemfd(std::move(fd), kSlotBytes, "the reply journal"));
+  const size_t bytes = shared.bytes;
+  ReplyJournal journal(std::move(shared.fd), shared.map, bytes);
   const Header* h = journal.header();
   if (h->magic != kMagic || h->version != kVersion || h->slot_bytes != kSlotBytes ||
       kSlotBytes * (size_t{h->slots} + 1) > bytes) {
