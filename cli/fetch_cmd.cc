@@ -4,17 +4,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
 #include "cli/mount_check.h"
+#include "cli/progress.h"
+#include "util/size.h"
 
 namespace gpufs {
 namespace {
@@ -37,30 +41,16 @@ std::pair<uint64_t, uint64_t> Fetched(const std::string& mountpoint) {
           s["cluster"].value("fetched_bytes", uint64_t{0})};
 }
 
-std::string Size(double bytes) {
-  char buf[32];
-  if (bytes >= (1ull << 30)) {
-    std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1ull << 30));
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1ull << 20));
-  }
-  return buf;
-}
-
-// "\rOBJECT: DONE of SIZE (P%), RATE" for the fetch of `rel` in flight, if any.
-bool ShowProgress(const std::string& mountpoint, const std::string& rel) {
+// The fetch of `rel` in flight, if any: (bytes landed, size).
+std::optional<std::pair<uint64_t, uint64_t>> InFlight(const std::string& mountpoint,
+                                                     const std::string& rel) {
   json s = ReadJson(mountpoint + "/.gpufs/cluster");
-  if (!s.is_object() || !s.contains("fetches") || !s["fetches"].is_array()) return false;
+  if (!s.is_object() || !s.contains("fetches") || !s["fetches"].is_array()) return std::nullopt;
   for (const json& f : s["fetches"]) {
-    const std::string object = f.value("object", std::string());
-    if (!object.starts_with(rel + "@")) continue;
-    const double bytes = f.value("bytes", 0.0), size = f.value("size", 0.0);
-    std::fprintf(stderr, "\r\033[Kfetching %s: %s of %s (%.0f%%), %.1f MB/s", object.c_str(),
-                 Size(bytes).c_str(), Size(size).c_str(), size > 0 ? 100 * bytes / size : 0.0,
-                 f.value("mb_per_s", 0.0));
-    return true;
+    if (!f.value("object", std::string()).starts_with(rel + "@")) continue;
+    return std::make_pair(f.value("bytes", uint64_t{0}), f.value("size", uint64_t{0}));
   }
-  return false;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -102,20 +92,26 @@ Status ClusterFetch(const std::string& path, bool quiet) {
     done = true;
     cv.notify_all();
   });
-  const bool terminal = !quiet && ::isatty(STDERR_FILENO);
-  bool shown = false;
+  // The progress line (cli/progress.h: drawn on a terminal, or as
+  // --progress says) starts once the fetch shows in /.gpufs/cluster.
+  std::optional<Progress> progress;
+  uint64_t shown = 0;
   {
     std::unique_lock lock(mu);
     // The timeout paces the progress line; `done` is what is waited for.
-    while (!cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return done; })) {
-      if (!terminal) continue;
+    while (!cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return done; })) {
+      if (quiet) continue;
       lock.unlock();
-      shown = ShowProgress(mount.mountpoint, rel) || shown;
+      if (auto f = InFlight(mount.mountpoint, rel)) {
+        if (!progress) progress.emplace("fetch " + rel, f->second);
+        if (f->first > shown) progress->Add(f->first - shown);
+        shown = std::max(shown, f->first);
+      }
       lock.lock();
     }
   }
   looker.join();
-  if (shown) std::fprintf(stderr, "\r\033[K");
+  if (progress) progress->Finish();
   if (!result.ok()) return result.Prepend("fetch " + path);
   if (quiet) return Status::Ok();
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -124,8 +120,9 @@ Status ClusterFetch(const std::string& path, bool quiet) {
     std::printf("%s: here already\n", path.c_str());
   } else {
     const double bytes = static_cast<double>(bytes_after - bytes_before);
-    std::printf("%s: fetched %s in %.2f s (%.1f MB/s)\n", path.c_str(), Size(bytes).c_str(),
-                seconds, seconds > 0 ? bytes / seconds / 1e6 : 0.0);
+    std::printf("%s: fetched %s in %.2f s (%.1f MB/s)\n", path.c_str(),
+                FormatSize(bytes_after - bytes_before).c_str(), seconds,
+                seconds > 0 ? bytes / seconds / 1e6 : 0.0);
   }
   return Status::Ok();
 }
