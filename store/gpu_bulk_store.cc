@@ -76,7 +76,7 @@ GpuBulkStore::GpuBulkStore(const GpuStoreOptions& options, uint64_t alignment, u
       pack_max_(options.ipc == GpuIpcMode::kVmm ? alignment / 4 : 0) {
   if (ipc_ == GpuIpcMode::kVmm) {
     pool_ = std::make_unique<VmmPool>(
-        ordinal_, options.pool_budget.value_or(std::min<uint64_t>(capacity / 8, 2ull << 30)));
+        ordinal_, options.pool_budget.value_or(capacity / 8));
   }
 }
 
