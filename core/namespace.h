@@ -1,7 +1,13 @@
 // Namespace: the gpufs core. Objects (directories) and blobs (files) as the
-// catalog records them, blob bytes in bulk stores, open handles, sealing and
-// deferred frees. No FUSE and no CUDA types here: fs/ adapts kernel requests
-// to these calls, and store/ hides the device.
+// catalog records them, their bytes in bulk stores, open handles, sealing
+// and deferred frees. fs/ adapts kernel requests to these calls and store/
+// hides the device: no FUSE, CUDA or socket type appears here.
+//
+// What it owns: the catalog, the stores (fixed once open), the open handles
+// and the blobs they hold (core/namespace_state.h), and a Tiers
+// (core/tiers.h): spilling, moves between GPUs, host and disk, and
+// write-behind to disk, with its own lock and thread; Tiers reaches the
+// catalog and the handles only through TierSide (core/tier_host.cc).
 //
 // Lifetimes (what users rely on):
 // - A blob is written through handles opened for writing and sealed, after
@@ -22,37 +28,37 @@
 // - A blob's bytes are freed when no member links it and no handle holds it:
 //   unlink, rename over and O_TRUNC all leave earlier holders their bytes.
 // - A write that fails (ENOSPC, EIO) marks its blob broken: later writes,
-//   flushes and seals fail with the same errno; at the last
-//   writer's release the member is removed rather than sealed, so a
-//   half-written blob is never served as sealed.
+//   flushes and seals fail with the same errno; at the last writer's
+//   release the member is removed rather than sealed, so a half-written
+//   blob is never served as sealed.
 // - After a cold start nobody holds anything: detached members, unsealed
 //   blobs and unlinked blobs are swept by Open(). After a takeover (a new
 //   worker of the same mount) the handles the kernel holds are adopted and
 //   what they hold is kept (NamespaceOptions::adopted).
 //
+// Locks, in the order they may be taken (never the other way round):
+//   a blob's io_mu  ->  mu_  ->  Tiers::mu_  ->  the persist queue's
+// Every public method is thread-safe. mu_ guards the catalog and each member
+// marked GUARDED_BY(mu_); a blob's io_mu its bytes and record (ActiveBlob).
+// What never runs under mu_: store work (copies, seal, export, ALLOC's
+// device allocation, moves between tiers, making room), done under the
+// blob's io_mu only, and frees, queued under mu_ and done once it is dropped
+// (FreeQueuedOnExit); so lookups and getattr never wait behind the device.
+// One exception is left: the zero-byte Allocate of a new blob (Create,
+// O_TRUNC replace) runs under mu_ (on ENOSPC, Create and Open drop mu_, make
+// room and try again). Spilling holds the io_mu of the blob that needs room
+// and takes those of cold blobs, which no handle holds (core/spiller.cc says
+// why that cannot cycle). Nothing waits on a timer; the only condition
+// waits are the persister's queue and WaitPersisted.
+//
 // The class is a facade; its parts live in files named after them:
 // namespace.cc (tree operations), blobs.cc (create/open/read/write/release,
 // sealing), blob_lifecycle.cc (new, replaced and freed blobs),
 // namespace_handles.cc (open handles), control_files.cc (/.gpufs),
-// placement.cc (which store a blob goes to), migrator.cc, recovery.cc
-// (start-up sweep), xattrs.cc, device_memory.cc (GPUFS_IOC_MAP/ALLOC/SEAL),
-// meta_json.cc and ipc_info.cc; tiers: eviction_policy.cc (which blobs leave a full tier),
-// spiller.cc (spill on demand, fault back before a map), persister.cc
-// (write-behind to the disk tier, CRC-32C) and tier_copy.cc (the copies).
-//
-// Threading: every public method is thread-safe. Lock order: a blob's io_mu
-// before mu_; nobody takes io_mu while holding mu_. Metadata work (the
-// catalog) runs under mu_; store work (copies, seal, export, device
-// allocation for GPUFS_IOC_ALLOC, migration) runs under the blob's io_mu
-// only, and frees are queued under mu_ and done after it is dropped
-// (FreeQueuedOnExit), so lookups and getattr never wait behind the device.
-// Not yet moved out: the zero-byte Allocate of a new blob (Create, O_TRUNC
-// replace), which runs under mu_ (on ENOSPC, Create and Open drop mu_, make
-// room and try again). Spilling holds the io_mu of the blob that needs room
-// and then takes the io_mu of cold blobs (never held by a handle): see
-// spiller.cc for why that cannot cycle. Nothing waits on a timer; the only
-// condition waits are the persister's queue (persist_cv_) and
-// WaitPersisted (core/persist_queue.h).
+// placement.cc (which store a new blob goes to), recovery.cc (start-up
+// sweep), xattrs.cc, checksums.cc, sharing.cc, device_memory.cc
+// (GPUFS_IOC_MAP/ALLOC/SEAL), objects_*.cc (objects as a whole), remote.cc
+// (cluster mode), namespace_stats.cc, meta_json.cc, tier_host.cc.
 #pragma once
 
 #include <sys/types.h>
@@ -60,10 +66,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -73,7 +77,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -81,8 +84,7 @@
 #include "core/control_files.h"
 #include "core/namespace_options.h"
 #include "core/namespace_state.h"
-#include "core/persist_queue.h"
-#include "core/eviction_policy.h"
+#include "core/tiers.h"
 #include "core/invalidator.h"
 #include "core/remote_inodes.h"
 #include "core/remote_objects.h"
@@ -324,11 +326,6 @@ class Namespace {
   Result<OpenResult> CreateOnce(const Caller& caller, uint64_t parent, std::string_view name,
                                 uint32_t mode, int flags);
   Result<OpenResult> OpenOnce(const Caller& caller, uint64_t ino, int flags);
-  // A write needs the blob to grow to `new_size` but its tier is full and
-  // nothing there may move (io_mu held exclusively, mu_ NOT held): moves the
-  // unsealed blob itself to the first tier below with room. ENOSPC when
-  // every tier is full; EBUSY-free: a blob someone maps stays (ENOSPC).
-  Status MoveDownWhileWriting(ActiveBlob& blob, uint64_t new_size);
   // The last writer is gone (io_mu held exclusively, mu_ NOT held): seals the
   // blob, or discards the member after a failed write or an ALLOC without
   // SEAL. Store work runs outside mu_; the catalog update under it.
@@ -487,61 +484,6 @@ class Namespace {
                                std::optional<PrivateCopy>* copy);
   // Frees a private copy (queued; mu_ held).
   void DropCopy(const PrivateCopy& copy);
-  // How a move came about: a user's (Migrate), a spill (aborted with EBUSY
-  // if anyone but the mover holds the blob when it would switch), or a fault
-  // back before a map.
-  enum class MoveKind { kUser, kSpill, kFaultBack };
-  Status MigrateBlob(EntryId entry, const std::string& device, MoveKind kind = MoveKind::kUser);
-
-  // --- tiers (core/spiller.cc) ----------------------------------------------
-  // The tiers below `device` that this daemon serves, nearest first.
-  std::vector<std::string> TiersBelow(const std::string& device) const;
-  static bool IsGpuTier(const std::string& device) { return device.starts_with("cuda:"); }
-  // Frees at least `need` bytes in `device`'s store by moving cold blobs one
-  // tier down (recursively making room there). mu_ NOT held; the caller may
-  // hold the io_mu of a blob that is not a candidate (one held by a handle).
-  // ENOSPC when nothing (or not enough) may move.
-  Status MakeRoom(const std::string& device, uint64_t need);
-  // Runs `attempt`; after ENOSPC from `device`'s store, makes room and runs it
-  // once more. mu_ NOT held.
-  // Bounce buffers of tier copies (kCopyBuffer bytes, pinned when a GPU is
-  // served): allocating pinned memory costs milliseconds, so a few are kept.
-  static constexpr size_t kCopyBuffer = 64ull << 20;
-  HostBuffer TakeCopyBuffer(size_t bytes);
-  void KeepCopyBuffer(HostBuffer buffer);
-  // Under mu_: one move of `bytes` on `route` ("cuda:0->host") took `seconds`.
-  void CountRoute(const std::string& route, uint64_t bytes, double seconds);
-  // A store may reserve more than the bytes asked for (the VMM store rounds
-  // to 2 MiB granules, refuses even an empty blob when full, and grows a
-  // blob by moving it to a reservation up to twice its size), so a second
-  // round asks for `worst` bytes (at least `need`) plus a granule.
-  static constexpr uint64_t kGranule = 2ull << 20;
-  // Defined in core/with_room.h (included by the files that call it).
-  template <typename F>
-  Status WithRoom(const std::string& device, uint64_t need, F attempt, uint64_t worst = 0);
-  // Under mu_: the member's explicit placement (user.gpufs.device on it or an
-  // enclosing object), or "" when the user never placed it.
-  std::string PinnedDevice(EntryId entry);
-  // Under mu_: the GPU a spilled member returns to before it is mapped ("" =
-  // none: it stays where it is).
-  std::string HomeDevice(EntryId entry);
-  // Brings the handle's blob back onto its home GPU if it was spilled (mu_
-  // and io_mu NOT held).
-  Status FaultBack(EntryId entry, const std::shared_ptr<ActiveBlob>& blob);
-
-  // --- persistence (core/persister.cc) ---------------------------------------
-  // A persisted blob has a disk copy: the "disk" store holds its bytes under
-  // its id while the blob may live on another tier, and the member's catalog
-  // record kDiskCopyXattr ("<blob id>:<crc32c>") says so across restarts.
-  // Under mu_: whether user.gpufs.persist (nearest on the member or an
-  // enclosing object; else --persist) asks for one.
-  bool PersistWanted(EntryId entry);
-  // Under mu_: queues `blob` of `entry` for its disk copy if wanted.
-  void QueuePersist(EntryId entry, BlobId blob);
-  // Writes the disk copy of one queued blob (no lock held; persist_'s thread).
-  Status PersistOne(EntryId entry, BlobId blob);
-  // Recover's part: the valid disk-copy records (blob id -> crc).
-  std::unordered_map<BlobId, uint32_t> LoadDiskCopies(const std::vector<Blob>& blobs);
   // Blob entries at and under `ino`.
   Result<std::vector<EntryId>> BlobsUnder(EntryId ino);
   int64_t Now() const;
@@ -577,13 +519,13 @@ class Namespace {
   // inodes it is shown under.
   std::atomic<RemoteObjects*> remote_objects_{nullptr};
   RemoteInodes remote_inodes_{kRemoteInoBase};
-  std::unique_ptr<EvictionPolicy> eviction_;        // GUARDED_BY(mu_)
-  TierCounters counters_;                           // GUARDED_BY(mu_)
-  bool persist_all_ = false;
-  std::unordered_map<BlobId, uint32_t> disk_copies_;      // GUARDED_BY(mu_): blob -> crc32c
-  PersistQueue persist_;  // started by Open when a "disk" store is served; own lock
-  std::mutex copy_buffers_mu_;            // a leaf lock
-  std::vector<HostBuffer> copy_buffers_;  // GUARDED_BY(copy_buffers_mu_)
+  // Placement, spilling, moves and persistence (core/tiers.h), with their
+  // own lock (taken under mu_, never the other way) and the persister
+  // thread. Tiers reaches the catalog and handles only through tier_side_.
+  class TierSide;  // core/tier_host.cc
+  std::unique_ptr<TierHost> MakeTierSide();
+  std::unique_ptr<TierHost> tier_side_;
+  Tiers tiers_;
   void NotifyEntry(uint64_t parent, std::string_view name) {
     if (Invalidator* inv = invalidator_.load()) inv->InvalidateEntry(parent, name);
   }
