@@ -23,8 +23,7 @@ constexpr uint64_t kCookieBase = 16;
 }  // namespace
 
 Namespace::Namespace(NamespaceOptions options)
-    : catalog_(std::make_unique<UsageCatalog>(std::move(options.catalog))),
-      default_device_(std::move(options.default_device)),
+    : default_device_(std::move(options.default_device)),
       state_dir_(std::move(options.state_dir)),
       log_path_(std::move(options.log_path)),
       reader_copies_(options.reader_copies),
@@ -32,6 +31,7 @@ Namespace::Namespace(NamespaceOptions options)
       adopted_(options.adopted ? std::move(*options.adopted) : AdoptedState{}),
       on_unsealed_size_(std::move(options.on_unsealed_size)),
       worker_(options.worker),
+      catalog_(std::make_unique<UsageCatalog>(std::move(options.catalog))),
       next_handle_(options.first_handle),
       tier_side_(MakeTierSide()),
       tiers_(stores_, *tier_side_, std::move(options.eviction), options.persist_all) {
