@@ -31,7 +31,7 @@
 //   the kernel holds and keeps what they hold (NamespaceOptions::adopted).
 //
 // Locks, in the order they may be taken (never the other way round):
-//   a blob's io_mu  ->  mu_  ->  Tiers::mu_  ->  the persist queue's
+//   a blob's io_mu  ->  mu_  ->  Tiers::mu_ (a leaf; core/tiers.h)
 // Every public method is thread-safe. mu_ guards the catalog and the state
 // declared under it; a blob's io_mu its bytes and record (ActiveBlob). Never
 // under mu_: store work (copies, seal, export, ALLOC's allocation, moves

@@ -16,20 +16,23 @@
 // - the bounce buffers of tier copies (tier_copy.h) and the counters that
 //   /.gpufs/stats shows as "tiers".
 //
-// What it never does: it never reads or writes the catalog, the handles or
-// the held blobs' records itself. What it needs of them it asks through
+// What it never does: it never writes the catalog, the handles or a held
+// blob's record (it reads a record under the blob's io_mu), and reads the
+// catalog only when lent it. What it needs of them it asks through
 // TierHost, the namespace's side (core/tier_host.cc), whose every call takes
 // Namespace::mu_ for itself; the few calls the namespace makes while holding
-// its mu_ lend it the catalog as an argument. It never frees a blob: it asks
-// the host to (TierHost::Drop), so frees stay out of every lock.
+// its mu_ lend it the catalog as an argument. It frees itself only a place
+// that its own failed copy allocated; every other place goes through the
+// host's free queue (Drop, SwitchPlace), emptied outside every lock.
 //
 // Locks, in the order they may be taken:
-//   a blob's io_mu  ->  Namespace::mu_  ->  Tiers::mu_  ->  the persist queue's
-// Tiers::mu_ guards only this class's own state (the eviction policy, the
-// disk copies, the counters, the kept buffers) and is a leaf: no host call,
-// store call or other lock happens while it is held. Methods marked "mu_ NOT
-// held" call back into the host and the stores, so the caller must not hold
-// Namespace::mu_; it may hold the io_mu of a blob that is being written
+//   a blob's io_mu  ->  Namespace::mu_  ->  Tiers::mu_
+// and the persist queue's lock, a leaf too (pushed to under Namespace::mu_,
+// never under Tiers::mu_). Tiers::mu_ guards only this class's own state
+// (the eviction policy, the disk copies, the counters, the kept buffers)
+// and is a leaf: no host call, store call or other lock happens while it is
+// held. Methods marked "mu_ NOT held" call back into the host and the
+// stores, so the caller must not hold Namespace::mu_; it may hold the io_mu of a blob that is being written
 // (held by a handle, so never a spill candidate; see spiller.cc).
 // Thread: the persister's (a PersistQueue), started by Start when a "disk"
 // store is served; Stop drains it while the namespace is still whole.
@@ -69,8 +72,9 @@ inline constexpr uint64_t kGranule = 2ull << 20;
 // before a map.
 enum class MoveKind { kUser, kSpill, kFaultBack };
 
-// The namespace's side of the tiers. Each call takes Namespace::mu_ itself:
-// the caller holds neither it nor Tiers::mu_ (a blob's io_mu where said).
+// The namespace's side of the tiers. Each call takes Namespace::mu_ itself
+// where it needs it: the caller holds neither it nor Tiers::mu_ (a blob's
+// io_mu only where said).
 class TierHost {
  public:
   // A sealed blob that may leave a full tier.
