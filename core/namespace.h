@@ -66,12 +66,12 @@
 #include <vector>
 
 #include "core/control_files.h"
+#include "core/invalidator.h"
 #include "core/namespace_options.h"
 #include "core/namespace_state.h"
-#include "core/tiers.h"
-#include "core/invalidator.h"
 #include "core/remote_inodes.h"
 #include "core/remote_objects.h"
+#include "core/tiers.h"
 #include "core/types.h"
 #include "meta/catalog.h"
 #include "meta/usage_catalog.h"
@@ -465,7 +465,7 @@ class Namespace {
   std::unordered_map<BlobId, std::shared_ptr<ActiveBlob>> active_;
   std::unordered_map<EntryId, int> entry_opens_;
   std::vector<std::pair<std::string, BlobId>> doomed_;    // FreeQueued frees them
-  std::vector<std::pair<std::string, BlobId>> unretire_;  // FreeQueued releases Reshare's kept places
+  std::vector<std::pair<std::string, BlobId>> unretire_;  // FreeQueued releases (Reshare kept)
   std::vector<EntryId> replaced_;                         // detached objects ReapReplaced removes
   std::vector<std::pair<EntryId, BlobId>> unsummed_;      // SumSealed's
   ns::CopyCounters copies_;

@@ -100,11 +100,13 @@ class Namespace::TierSide final : public TierHost {
     if (how.spill && blob.handles > 1) {
       // Opened while it was copied: an open blob never moves.
       if (!how.new_place_kept) ns_.doomed_.emplace_back(next.device, old.id);
-      return Error(EBUSY, ns_.PathOf(how.entry) + " was opened while it spilled; it stays where it is");
+      return Error(EBUSY,
+                   ns_.PathOf(how.entry) + " was opened while it spilled; it stays where it is");
     }
     Status recorded = ns_.catalog_->UpdateBlob(next);
     if (!recorded.ok()) {
-      if (!how.new_place_kept) ns_.doomed_.emplace_back(next.device, old.id);  // freed once mu_ is dropped
+      if (!how.new_place_kept)
+        ns_.doomed_.emplace_back(next.device, old.id);  // freed once mu_ is dropped
       return recorded;
     }
     blob.rec = next;

@@ -32,8 +32,9 @@
 // (the eviction policy, the disk copies, the counters, the kept buffers)
 // and is a leaf: no host call, store call or other lock happens while it is
 // held. Methods marked "mu_ NOT held" call back into the host and the
-// stores, so the caller must not hold Namespace::mu_; it may hold the io_mu of a blob that is being written
-// (held by a handle, so never a spill candidate; see spiller.cc).
+// stores, so the caller must not hold Namespace::mu_; it may hold the io_mu
+// of a blob that is being written (held by a handle, so never a spill
+// candidate; see spiller.cc).
 // Thread: the persister's (a PersistQueue), started by Start when a "disk"
 // store is served; Stop drains it while the namespace is still whole.
 #pragma once
@@ -92,10 +93,10 @@ class TierHost {
   };
   // How SwitchPlace goes. The old place is the blob's rec.device.
   struct Switch {
-    EntryId entry = 0;             // its cached attributes are dropped (0: none)
-    bool spill = false;            // EBUSY if anyone but the mover holds it now
-    bool new_place_kept = false;   // the new place is a disk copy: never freed here
-    bool old_place_kept = false;   // the old place is its disk copy: it stays
+    EntryId entry = 0;            // its cached attributes are dropped (0: none)
+    bool spill = false;           // EBUSY if anyone but the mover holds it now
+    bool new_place_kept = false;  // the new place is a disk copy: never freed here
+    bool old_place_kept = false;  // the old place is its disk copy: it stays
   };
 
   virtual ~TierHost() = default;
@@ -124,8 +125,7 @@ class TierHost {
   // or kept for processes that map it until they close. On failure the new
   // place is freed (unless kept) and the blob stays where it was.
   virtual Status SwitchPlace(ns::ActiveBlob& blob, const Blob& next, const Switch& how) = 0;
-  virtual Status SetMemberXattr(EntryId entry, std::string_view name,
-                                const std::string& value) = 0;
+  virtual Status SetMemberXattr(EntryId entry, std::string_view name, const std::string& value) = 0;
   // Queues the free of `id` in `device`'s store, done by FreeQueued.
   virtual void Drop(const std::string& device, BlobId id) = 0;
   virtual void FreeQueued() = 0;
@@ -227,12 +227,12 @@ class Tiers {
   const Stores& stores_;
   TierHost& host_;
   const bool persist_all_;
-  std::mutex mu_;  // a leaf lock: see the file comment
+  std::mutex mu_;                                     // a leaf lock: see the file comment
   std::unique_ptr<EvictionPolicy> eviction_;          // GUARDED_BY(mu_)
   std::unordered_map<BlobId, uint32_t> disk_copies_;  // GUARDED_BY(mu_): blob -> crc32c
   TierCounters counters_;                             // GUARDED_BY(mu_)
   std::vector<HostBuffer> copy_buffers_;              // GUARDED_BY(mu_)
-  PersistQueue persist_;  // its own leaf lock and the persister thread
+  PersistQueue persist_;                              // its own leaf lock and the persister thread
 };
 
 }  // namespace gpufs
