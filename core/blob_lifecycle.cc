@@ -68,11 +68,10 @@ Status Namespace::ReplaceBlob(const Entry& entry, const std::string& device, uin
 }
 
 void Namespace::FreeBlob(const Blob& blob) {
-  eviction_->Forget(blob.id);
+  const bool had_disk_copy = tiers_.Forget(blob.id);
   doomed_.emplace_back(blob.device, blob.id);
   // Its disk copy goes too (unless the disk copy is where it lives).
-  if (disk_copies_.erase(blob.id) > 0 && blob.device != "disk")
-    doomed_.emplace_back("disk", blob.id);
+  if (had_disk_copy && blob.device != "disk") doomed_.emplace_back("disk", blob.id);
 }
 
 void Namespace::FreeQueued() {

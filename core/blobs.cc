@@ -40,7 +40,7 @@ Result<OpenResult> Namespace::Create(const Caller& caller, uint64_t parent, std:
     std::lock_guard lock(mu_);
     device = DeviceFor(parent);
   }
-  if (!MakeRoom(device, kGranule).ok()) return created;
+  if (!tiers_.MakeRoom(device, kGranule).ok()) return created;
   return CreateOnce(caller, parent, name, mode, flags);
 }
 
@@ -54,7 +54,7 @@ Result<OpenResult> Namespace::Open(const Caller& caller, uint64_t ino, int flags
     if (!entry.ok()) return opened;
     device = DeviceFor(entry->parent);
   }
-  if (!MakeRoom(device, kGranule).ok()) return opened;
+  if (!tiers_.MakeRoom(device, kGranule).ok()) return opened;
   return OpenOnce(caller, ino, flags);
 }
 
@@ -230,9 +230,9 @@ Result<size_t> Namespace::Write(HandleId id, uint64_t offset, std::span<const st
   uint64_t end = offset + src.size();
   if (end > size) {
     // Worst case: the store moves the blob to a reservation twice its size.
-    Status resized = WithRoom(
+    Status resized = tiers_.WithRoom(
         rec.device, end - size, [&] { return store->Resize(rec.id, size, end); }, 2 * end);
-    if (resized.code() == ENOSPC) resized = MoveDownWhileWriting(*blob, end);
+    if (resized.code() == ENOSPC) resized = tiers_.MoveDownWhileWriting(*blob, end);
     if (resized.ok()) store = StoreFor(rec.device);
     if (!resized.ok()) {
       blob->broken = resized.code();
@@ -407,7 +407,7 @@ Status Namespace::RecordSealLocked(ActiveBlob& blob, EntryId entry_id) {
   Status fits = CheckTensorAtSeal(entry_id, done.size);  // logs what it drops
   (void)fits;
   blob.needs_explicit_seal = false;
-  QueuePersist(entry_id, rec.id);
+  tiers_.QueuePersist(*catalog_, entry_id, rec.id);
   return Status::Ok();
 }
 

@@ -75,7 +75,7 @@ Result<MappedBlob> Namespace::ExportFor(const Blob& rec, const Entry& entry, con
   }
   Result<IpcExport> made = Error(EIO, "no copy");
   // The copy is of the whole allocation: a blob's own rounds up to a granule.
-  Status room = WithRoom(
+  Status room = tiers_.WithRoom(
       rec.device, rec.size + kGranule,
       [&]() -> Status {
         made = store->ExportCopy(rec.id, id);
@@ -115,7 +115,7 @@ Result<MappedBlob> Namespace::MapHandle(HandleId id, const Caller& caller) {
     entry_id = handle->entry;
   }
   // A spilled member comes back onto its GPU first (spilling others).
-  Status back = FaultBack(entry_id, blob);
+  Status back = tiers_.FaultBack(entry_id, blob);
   if (!back.ok()) {
     std::lock_guard lock(mu_);
     return back.Prepend("map " + PathOf(entry_id) + ": bring it back onto its GPU");
@@ -184,7 +184,7 @@ Result<MappedBlob> Namespace::MapEntry(uint64_t ino, const Caller& caller) {
   }
   Result<MappedBlob> mapped = Error(ENODATA, "");
   // A spilled member comes back onto its GPU first, as for GPUFS_IOC_MAP.
-  Status back = FaultBack(entry.id, blob);
+  Status back = tiers_.FaultBack(entry.id, blob);
   if (!back.ok()) mapped = back.Prepend(path + ": bring it back onto its GPU");
   if (back.ok()) {
     std::shared_lock io(blob->io_mu);
@@ -241,11 +241,11 @@ Result<MappedBlob> Namespace::AllocDevice(HandleId id, uint64_t size, const Call
     GPUFS_ASSIGN_OR_RETURN(std::string device, DeviceForDeviceMemory());
     BulkStore* gpu = StoreFor(device);
     GPUFS_RETURN_IF_ERROR(
-        WithRoom(device, size, [&] { return gpu->Allocate(rec.id, key, size); }));
+        tiers_.WithRoom(device, size, [&] { return gpu->Allocate(rec.id, key, size); }));
     next.device = device;
   } else {
     BulkStore* gpu = StoreFor(rec.device);
-    GPUFS_RETURN_IF_ERROR(WithRoom(rec.device, size, [&] { return gpu->Resize(rec.id, 0, size); }));
+    GPUFS_RETURN_IF_ERROR(tiers_.WithRoom(rec.device, size, [&] { return gpu->Resize(rec.id, 0, size); }));
   }
   Status recorded;
   {

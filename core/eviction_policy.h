@@ -10,7 +10,7 @@
 // since the daemon started (recovered from the catalog) are colder than any
 // touched blob, and among them the smaller id (the older blob) goes first.
 //
-// Threads: not thread-safe; the Namespace calls it under its mu_.
+// Threads: not thread-safe; Tiers (core/tiers.h) calls it under its mu_.
 #pragma once
 
 #include <cstdint>

@@ -23,8 +23,7 @@ constexpr uint64_t kCookieBase = 16;
 }  // namespace
 
 Namespace::Namespace(NamespaceOptions options)
-    : catalog_(std::make_unique<UsageCatalog>(std::move(options.catalog))),
-      default_device_(std::move(options.default_device)),
+    : default_device_(std::move(options.default_device)),
       state_dir_(std::move(options.state_dir)),
       log_path_(std::move(options.log_path)),
       reader_copies_(options.reader_copies),
@@ -32,11 +31,11 @@ Namespace::Namespace(NamespaceOptions options)
       adopted_(options.adopted ? std::move(*options.adopted) : AdoptedState{}),
       on_unsealed_size_(std::move(options.on_unsealed_size)),
       worker_(options.worker),
+      catalog_(std::make_unique<UsageCatalog>(std::move(options.catalog))),
       next_handle_(options.first_handle),
-      persist_all_(options.persist_all) {
+      tier_side_(MakeTierSide()),
+      tiers_(stores_, *tier_side_, std::move(options.eviction), options.persist_all) {
   usage_ = static_cast<UsageCatalog*>(catalog_.get());
-  eviction_ =
-      options.eviction ? std::move(options.eviction) : std::make_unique<LruEvictionPolicy>();
   for (auto& store : options.stores) {
     std::string name = store->device();
     stores_[name] = std::move(store);
@@ -44,7 +43,7 @@ Namespace::Namespace(NamespaceOptions options)
 }
 
 Namespace::~Namespace() {
-  persist_.Stop();  // drains the queue while everything it uses is still there
+  tiers_.Stop();  // drains the persister's queue while everything it uses is still there
   std::lock_guard lock(mu_);
   if (!handles_.empty()) {
     GPUFS_LOG(INFO) << "shutting down with " << handles_.size() << " open handle(s)";
@@ -87,12 +86,7 @@ Result<std::unique_ptr<Namespace>> Namespace::Open(NamespaceOptions options) {
   }
   GPUFS_RETURN_IF_ERROR(ns->RestorePendingObjects());
   ns->SumSealed();  // checksums a takeover's last worker had not taken yet
-  if (ns->stores_.contains("disk")) {
-    ns->persist_.Start([p = ns.get()](EntryId entry, BlobId blob) {
-      Status done = p->PersistOne(entry, blob);
-      if (!done.ok()) GPUFS_LOG(WARN) << "persist blob " << blob << ": " << done.ToString();
-    });
-  }
+  ns->tiers_.Start();  // the persister, when a "disk" store is served
   return ns;
 }
 

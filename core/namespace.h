@@ -1,91 +1,77 @@
 // Namespace: the gpufs core. Objects (directories) and blobs (files) as the
-// catalog records them, blob bytes in bulk stores, open handles, sealing and
-// deferred frees. No FUSE and no CUDA types here: fs/ adapts kernel requests
-// to these calls, and store/ hides the device.
+// catalog records them, their bytes in bulk stores, open handles, sealing
+// and deferred frees. fs/ adapts kernel requests to these calls and store/
+// hides the device: no FUSE, CUDA or socket type appears here.
+//
+// What it owns: the catalog, the stores (fixed once open), the open handles
+// and the blobs they hold (core/namespace_state.h), and a Tiers
+// (core/tiers.h): spilling, moves between GPUs, host and disk, write-behind
+// to disk, with its own lock and thread, reaching the catalog and the
+// handles only through TierSide (core/tier_host.cc).
 //
 // Lifetimes (what users rely on):
-// - A blob is written through handles opened for writing and sealed, after
-//   which it never changes. Sealing is explicit (GPUFS_IOC_SEAL: the CLI,
-//   libgpufs and Python), and only a writer may seal: SealHandle wants a
-//   handle opened for writing (EBADF otherwise). For plain tools (cp) the
-//   release of the last writer seals.
+// - A sealed blob never changes. Sealing is explicit (GPUFS_IOC_SEAL: the
+//   CLI, libgpufs, Python) and only a writer may seal (EBADF otherwise); for
+//   plain tools (cp) the release of the last writer seals.
 // - close() is durable: Flush, which the kernel sends inside close(2),
-//   records the blob's size as complete (Blob::closed) before close
-//   returns; a restart seals such blobs instead of discarding them. A later
-//   write through another descriptor of the same open file (dup, fork)
-//   takes the mark back first. Flush does not seal: it cannot tell the last
-//   descriptor of an open file from a duplicate (the shell's `> f` closes
-//   one right away).
-//   Opening a sealed blob for writing fails with EPERM unless O_TRUNC is
-//   given, which links a new empty blob to the member instead (and drops
-//   the member's dtype and shape, which described the old bytes).
+//   records the blob's size as complete (Blob::closed), and a restart seals
+//   such blobs instead of discarding them; a later write through another
+//   descriptor of the open file (dup, fork) takes the mark back first. Flush
+//   does not seal: it cannot tell the last descriptor of an open file from
+//   a duplicate (the shell's `> f` closes one right away).
+// - Opening a sealed blob for writing is EPERM unless O_TRUNC links a new
+//   empty blob to the member (dropping its dtype and shape).
 // - A blob's bytes are freed when no member links it and no handle holds it:
 //   unlink, rename over and O_TRUNC all leave earlier holders their bytes.
-// - A write that fails (ENOSPC, EIO) marks its blob broken: later writes,
-//   flushes and seals fail with the same errno; at the last
-//   writer's release the member is removed rather than sealed, so a
-//   half-written blob is never served as sealed.
-// - After a cold start nobody holds anything: detached members, unsealed
-//   blobs and unlinked blobs are swept by Open(). After a takeover (a new
-//   worker of the same mount) the handles the kernel holds are adopted and
-//   what they hold is kept (NamespaceOptions::adopted).
+// - A failed write (ENOSPC, EIO) marks its blob broken: later writes, flushes
+//   and seals fail with that errno, and the last writer's release removes
+//   the member, so a half-written blob is never served as sealed.
+// - A cold start sweeps detached members, unsealed and unlinked blobs
+//   (Open); a takeover (a new worker of the same mount) adopts the handles
+//   the kernel holds and keeps what they hold (NamespaceOptions::adopted).
 //
-// The class is a facade; its parts live in files named after them:
-// namespace.cc (tree operations), blobs.cc (create/open/read/write/release,
-// sealing), blob_lifecycle.cc (new, replaced and freed blobs),
-// namespace_handles.cc (open handles), control_files.cc (/.gpufs),
-// placement.cc (which store a blob goes to), migrator.cc, recovery.cc
-// (start-up sweep), xattrs.cc, device_memory.cc (GPUFS_IOC_MAP/ALLOC/SEAL),
-// meta_json.cc and ipc_info.cc; tiers: eviction_policy.cc (which blobs leave a full tier),
-// spiller.cc (spill on demand, fault back before a map), persister.cc
-// (write-behind to the disk tier, CRC-32C) and tier_copy.cc (the copies).
+// Locks, in the order they may be taken (never the other way round):
+//   a blob's io_mu  ->  mu_  ->  Tiers::mu_ (a leaf; core/tiers.h)
+// Every public method is thread-safe. mu_ guards the catalog and the state
+// declared under it; a blob's io_mu its bytes and record (ActiveBlob). Never
+// under mu_: store work (copies, seal, export, ALLOC's allocation, moves
+// between tiers, making room), done under the blob's io_mu only, and frees,
+// queued under mu_ and done once it is dropped (FreeQueuedOnExit); so
+// lookups and getattr never wait behind the device. One exception is left:
+// the zero-byte Allocate of a new blob (Create, O_TRUNC replace) runs under
+// mu_ (on ENOSPC, Create and Open drop mu_, make room and try again).
+// Spilling holds the io_mu of the blob that needs room and takes those of
+// cold blobs, which no handle holds (core/spiller.cc says why that cannot
+// cycle). Nothing waits on a timer; the only condition waits are the
+// persister's queue and WaitPersisted.
 //
-// Threading: every public method is thread-safe. Lock order: a blob's io_mu
-// before mu_; nobody takes io_mu while holding mu_. Metadata work (the
-// catalog) runs under mu_; store work (copies, seal, export, device
-// allocation for GPUFS_IOC_ALLOC, migration) runs under the blob's io_mu
-// only, and frees are queued under mu_ and done after it is dropped
-// (FreeQueuedOnExit), so lookups and getattr never wait behind the device.
-// Not yet moved out: the zero-byte Allocate of a new blob (Create, O_TRUNC
-// replace), which runs under mu_ (on ENOSPC, Create and Open drop mu_, make
-// room and try again). Spilling holds the io_mu of the blob that needs room
-// and then takes the io_mu of cold blobs (never held by a handle): see
-// spiller.cc for why that cannot cycle. Nothing waits on a timer; the only
-// condition waits are the persister's queue (persist_cv_) and
-// WaitPersisted (core/persist_queue.h).
+// The class is a facade; its parts live in files named after them (the
+// sections below name theirs): namespace.cc holds the tree operations,
+// blobs.cc the data path and sealing, recovery.cc the start-up sweep.
 #pragma once
 
-#include <sys/types.h>
-
-#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
-#include <shared_mutex>
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
-#include <tuple>
 #include <unordered_map>
 #include <vector>
 
 #include "core/control_files.h"
+#include "core/invalidator.h"
 #include "core/namespace_options.h"
 #include "core/namespace_state.h"
-#include "core/persist_queue.h"
-#include "core/eviction_policy.h"
-#include "core/invalidator.h"
 #include "core/remote_inodes.h"
 #include "core/remote_objects.h"
+#include "core/tiers.h"
 #include "core/types.h"
 #include "meta/catalog.h"
 #include "meta/usage_catalog.h"
@@ -98,7 +84,6 @@ struct StatsView;  // core/meta_json.h
 namespace proto {
 struct ObjectManifest;  // proto/object_manifest.h
 }
-
 
 class Namespace {
  public:
@@ -230,7 +215,7 @@ class Namespace {
   // it too. EBADF for a handle not opened for writing, EPERM once sealed.
   Status DeclareExplicitSeal(HandleId handle);
 
-  // --- objects written and mapped as a whole (core/objects.cc) --------------
+  // --- objects written and mapped as a whole (core/objects_*.cc) -----------
   // GPUFS_IOC_ALLOC_OBJECT on a writable handle of a new member whose bytes
   // so far are an object manifest (core/object_manifest.h): makes the object
   // it describes, hidden (named after the staging member, see uapi.h), with
@@ -276,14 +261,6 @@ class Namespace {
   // and counted (/.gpufs/stats "checksum_mismatches").
   Result<VerifyResult> Verify(HandleId handle);
 
-  // Moves the bytes of blob `ino`, or of every blob under object `ino`, to
-  // `device`; an object also places its future members there. Readers see
-  // the same bytes throughout; processes that mapped the old place keep it
-  // until they close. EBUSY for a blob being written.
-  Status Migrate(uint64_t ino, const std::string& device);
-  // Host memory for long-lived I/O buffers: pinned when a GPU is served.
-  HostBuffer AllocateIoBuffer(size_t bytes);
-
   // The JSON of /.gpufs/stats. Its cost does not grow with the catalog: the
   // usage figures ("objects", "tiers"."member_bytes") are kept live (see
   // meta/usage_catalog.h) and only open blobs are looked at one by one.
@@ -293,11 +270,18 @@ class Namespace {
   // diagnosis; it must agree with StatsJson().
   std::string StatsJsonRecounted();
 
+  // --- tiers (core/tiers.h, tier_host.cc) -------------------------------------
+  // Moves the bytes of blob `ino`, or of every blob under object `ino`, to
+  // `device`; an object also places its future members there. Readers see
+  // the same bytes throughout; processes that mapped the old place keep it
+  // until they close. EBUSY for a blob being written.
+  Status Migrate(uint64_t ino, const std::string& device);
+  // Host memory for long-lived I/O buffers: pinned when a GPU is served.
+  HostBuffer AllocateIoBuffer(size_t bytes);
   // Waits until every sealed blob queued for persistence so far has its
   // disk copy written (or given up on); for tests and an orderly stop.
   void WaitPersisted();
-  using TierCounters = gpufs::TierCounters;  // core/namespace_state.h
-  TierCounters Counters();
+  TierCounters Counters();  // moves between tiers so far
 
  private:
   // What the namespace keeps per held blob and per handle (core/namespace_state.h).
@@ -306,107 +290,54 @@ class Namespace {
   using Held = ns::Held;
   using PendingObject = ns::PendingObject;
   using Handle = ns::Handle;
-  // Frees the bytes FreeBlob queued, after the caller dropped mu_: store work
-  // (unlinking files, cudaFree) never runs under the namespace-wide lock.
-  // Declare before the lock_guard, so it runs after the unlock.
-  class FreeQueuedOnExit {
-   public:
-    explicit FreeQueuedOnExit(Namespace* ns) : ns_(ns) {}
-    ~FreeQueuedOnExit() { ns_->FreeQueued(); }
-    FreeQueuedOnExit(const FreeQueuedOnExit&) = delete;
-    FreeQueuedOnExit& operator=(const FreeQueuedOnExit&) = delete;
+  class TierSide;  // Tiers' TierHost (core/tier_host.cc)
 
-   private:
-    Namespace* ns_;
+  explicit Namespace(NamespaceOptions options);
+  std::unique_ptr<TierHost> MakeTierSide();
+  // A new entry under `parent` owned by the caller, `mode` its permission
+  // bits; in a setgid object it takes the object's group (an object the bit).
+  static Entry NewEntry(const Caller& caller, const Entry& parent, std::string_view name,
+                        EntryKind kind, uint32_t mode, int64_t now);
+  int64_t Now() const;
+  BulkStore* StoreFor(const std::string& device);  // the stores are fixed: no lock
+
+  // --- called with mu_ NOT held (each takes it where it needs it) -----------
+  // Runs FreeQueued when it goes: declared before a lock_guard of mu_, it
+  // frees what FreeBlob queued after the unlock (cudaFree, unlinks).
+  struct FreeQueuedOnExit {
+    Namespace* ns;
+    ~FreeQueuedOnExit() { ns->FreeQueued(); }
   };
   void FreeQueued();  // takes mu_ briefly; frees outside it
+  Status Recover();
+  // Takeover start: rebuilds the handles of `adopted` (recovery.cc).
+  Status Adopt(const std::vector<AdoptedHandle>& adopted);
   // Create and Open without the retry after making room (see Create).
   Result<OpenResult> CreateOnce(const Caller& caller, uint64_t parent, std::string_view name,
                                 uint32_t mode, int flags);
   Result<OpenResult> OpenOnce(const Caller& caller, uint64_t ino, int flags);
-  // A write needs the blob to grow to `new_size` but its tier is full and
-  // nothing there may move (io_mu held exclusively, mu_ NOT held): moves the
-  // unsealed blob itself to the first tier below with room. ENOSPC when
-  // every tier is full; EBUSY-free: a blob someone maps stays (ENOSPC).
-  Status MoveDownWhileWriting(ActiveBlob& blob, uint64_t new_size);
-  // The last writer is gone (io_mu held exclusively, mu_ NOT held): seals the
-  // blob, or discards the member after a failed write or an ALLOC without
-  // SEAL. Store work runs outside mu_; the catalog update under it.
+  // The last writer is gone (io_mu held exclusively): seals the blob, or
+  // discards the member after a failed write or an ALLOC without SEAL.
   Status FinishWriting(ActiveBlob& blob, EntryId entry);
-  // Before bytes of a blob change (io_mu held exclusively, mu_ NOT held):
-  // takes back a Flush's closed mark in the catalog.
+  // Before bytes of a blob change (io_mu held exclusively): takes back a
+  // Flush's closed mark in the catalog.
   Status ReopenForWriting(ActiveBlob& blob);
-
-  explicit Namespace(NamespaceOptions options);
-  Status Recover();
-  // --- cluster mode (core/remote.cc); no lock held unless said ---------------
-  static constexpr uint64_t kRemoteCookie = 1ull << 62;   // readdir: remote entries
-  // The local entry `ino` stands for: itself, or for a remote inode the
-  // object fetched (Fetch runs here the first time).
-  Result<uint64_t> Resolve(uint64_t ino);
-  // A remote inode's attributes; nullopt if it is not one this namespace issued.
-  std::optional<Attr> RemoteGetAttr(uint64_t ino);
-  // After `missing` (a catalog miss of `name` under `parent`): the object
-  // published there, or `missing`.
-  Result<Attr> LookupRemote(uint64_t parent, std::string_view name, Status missing);
-  // Readdir's remote part: published objects under `dir` that the catalog
-  // lacks, from `cookie` on.
-  void AppendRemoteEntries(uint64_t dir, uint64_t cookie, size_t max, std::vector<DirEntry>* out);
-  // The attributes `object` is shown with as `name` in `parent`.
-  Attr RemoteAttr(uint64_t parent, std::string_view name, const RemoteObject& object);
-  Result<std::vector<DirEntry>> ReadLocalDir(uint64_t dir, uint64_t cookie, size_t max);
-  // Takeover start: rebuilds the handles of `adopted` (recovery.cc).
-  Status Adopt(const std::vector<AdoptedHandle>& adopted);
-  // An adopted object map's members, held again (mu_ held).
-  void HoldObjectMembersLocked(Handle& handle);
-  // A new entry under `parent` owned by the caller; `mode` holds the
-  // permission bits. In a setgid object it takes the object's group, and a
-  // new object the setgid bit, as on ext4.
-  static Entry NewEntry(const Caller& caller, const Entry& parent, std::string_view name,
-                        EntryKind kind, uint32_t mode, int64_t now);
-
-  // All below: EXCLUSIVE_LOCKS_REQUIRED(mu_).
-  Result<Attr> AttrOf(const Entry& entry);
-  Result<Entry> ObjectEntry(uint64_t ino);
-  Result<Entry> ChildEntry(uint64_t parent, std::string_view name);
-  std::string PathOf(EntryId id);
-  std::string DeviceFor(EntryId parent);
-  // Where a producer that wants device memory (ALLOC) gets it: the default
-  // device if it is a GPU, else the first GPU served; ENODEV without one.
-  Result<std::string> DeviceForDeviceMemory();
-  // Takes the checksum of a sealed GPU blob into blob.rec.checksum (its
-  // io_mu held exclusively, mu_ NOT held); a failure is logged and leaves
-  // it without one (core/checksums.cc).
+  // Rename's checks and catalog change.
+  Status RenameInCatalog(uint64_t parent, std::string_view name, uint64_t new_parent,
+                         std::string_view new_name, unsigned flags);
+  // Checksums (core/checksums.cc): a sealed GPU blob's, into blob.rec
+  // (io_mu held exclusively; a failure is logged and leaves it without one).
   void TakeChecksum(ActiveBlob& blob);
-  // Ok if sealed blob `rec` (of member `entry`) in `store` matches the
-  // checksum taken at its seal, or has none; EIO on a mismatch, logged and
-  // counted; `where` says where the bytes were looked at (mu_ NOT held).
+  // Ok if `rec` (of member `entry`) in `store` matches its seal's checksum or
+  // has none; EIO on a mismatch, logged (saying `where`) and counted.
   Status CheckChecksum(BulkStore* store, const Blob& rec, EntryId entry, std::string_view where);
-  // The sum64 of the first `size` bytes of blob `id` in `store` (mu_ NOT held).
+  // The sum64 of the first `size` bytes of blob `id` in `store`.
   static Result<uint64_t> Sum64Of(BulkStore* store, BlobId id, uint64_t size);
-  // A mismatch found `where` is logged and counted (mu_ held).
-  void CountMismatchLocked(EntryId entry, std::string_view where, uint64_t computed,
-                           uint64_t recorded);
-  BulkStore* StoreFor(const std::string& device);
-  Result<Blob> NewBlob(const std::string& device, uint32_t owner, const SharingKey& key);
-  Status ReplaceBlob(const Entry& entry, const std::string& device, uint32_t owner,
-                     BlobState state);
-  // A handle of `caller` on member `entry`, whose blob is `blob`, opened with
-  // open(2) `flags`, and the member's attributes.
-  Result<OpenResult> AddOpenHandle(const Caller& caller, const Entry& entry, const Blob& blob,
-                                   int flags);
-  // Issues the next handle id, or `id` (an adopted handle's).
-  HandleId AddHandle(Handle handle, HandleId id = 0);
-  // `use`: counts as a use of the blob for the eviction policy (false for
-  // the daemon's own pins: a spill or a write-behind is no use).
-  std::shared_ptr<ActiveBlob> Activate(const Blob& blob, bool use = true);
-
-  // Sharing keys (core/sharing.cc); mu_ NOT held. Before `change` (a
-  // chmod, chown or rename applied to a copy of the entry) gives blob member
-  // `ino` other callers, its device memory moves where only blobs of those
-  // callers live; *moved_from gets the old key if it moved, for
-  // MoveBackSharers when the change then fails. Errors (ENOSPC...) leave
-  // the member as it was: the change must not be made.
+  // Sharing keys (core/sharing.cc). Before `change` (a chmod, chown or
+  // rename applied to a copy of the entry) gives blob member `ino` other
+  // callers, its device memory moves where only theirs live; *moved_from
+  // gets the old key, for MoveBackSharers if the change then fails. An error
+  // (ENOSPC...) leaves the member as it was: the change must not be made.
   Status PrepareSharers(EntryId ino, const std::function<void(Entry&)>& change,
                         std::optional<SharingKey>* moved_from);
   void MoveBackSharers(EntryId ino, const std::optional<SharingKey>& moved_from);
@@ -414,176 +345,142 @@ class Namespace {
   // unless a concurrent change came between PrepareSharers and the commit).
   void SettleSharers(EntryId ino);
   Status ReshareTo(EntryId ino, const SharingKey& key);
-  // Rename's checks and catalog change (takes mu_).
-  Status RenameInCatalog(uint64_t parent, std::string_view name, uint64_t new_parent,
-                         std::string_view new_name, unsigned flags);
+  // The memory `caller` gets of sealed `rec` (its io_mu held): the shared
+  // allocation, or a private copy made once into `*copy` (null: EACCES).
+  Result<MappedBlob> ExportFor(const Blob& rec, const Entry& entry, const Caller& caller,
+                               std::optional<PrivateCopy>* copy);
+  // Objects written as a whole (core/objects_save.cc). The staging handle of
+  // an object never sealed is released: the object and its members go.
+  void DiscardPendingObject(Handle& handle);
+  Result<proto::ObjectManifest> ReadManifest(ActiveBlob& staging);
+  // A write through a staging handle after AllocObject, to the members.
+  Status WritePending(const std::shared_ptr<PendingObject>& pending, uint64_t offset,
+                      std::span<const std::byte> src);
+  // Start-up: pending objects go, unless an adopted staging handle of a
+  // takeover holds them, which then gets them back (recovery.cc).
+  Status RestorePendingObjects();
+  // The stats JSON (control_files.cc): figures under mu_, JSON after it.
+  std::string StatsJsonOf(bool recount);
+  // Cluster mode (core/remote.cc).
+  static constexpr uint64_t kRemoteCookie = 1ull << 62;  // readdir: remote entries
+  // The local entry `ino` stands for (a remote inode's object is fetched once).
+  Result<uint64_t> Resolve(uint64_t ino);
+  // A remote inode's attributes; nullopt if it is not one this namespace issued.
+  std::optional<Attr> RemoteGetAttr(uint64_t ino);
+  // After `missing`, a catalog miss: the object published there, or `missing`.
+  Result<Attr> LookupRemote(uint64_t parent, std::string_view name, Status missing);
+  // Readdir's part: objects published under `dir` the catalog lacks.
+  void AppendRemoteEntries(uint64_t dir, uint64_t cookie, size_t max, std::vector<DirEntry>* out);
+  // The attributes `object` is shown with as `name` in `parent`.
+  Attr RemoteAttr(uint64_t parent, std::string_view name, const RemoteObject& object);
+  Result<std::vector<DirEntry>> ReadLocalDir(uint64_t dir, uint64_t cookie, size_t max);
+
+  // --- called with mu_ held (EXCLUSIVE_LOCKS_REQUIRED(mu_)) -----------------
+  Result<Attr> AttrOf(const Entry& entry);
+  Result<Entry> ObjectEntry(uint64_t ino);
+  Result<Entry> ChildEntry(uint64_t parent, std::string_view name);
+  std::string PathOf(EntryId id);
+  // The nearest enclosing object's placement, else the default device.
+  std::string DeviceFor(EntryId parent);
+  // Where ALLOC gets device memory: the default device if it is a GPU, else
+  // the first GPU served; ENODEV without one.
+  Result<std::string> DeviceForDeviceMemory();
+  Result<std::vector<EntryId>> BlobsUnder(EntryId ino);  // blob entries at and under `ino`
+  Result<Handle*> FindHandle(HandleId id);               // a live handle, or EBADF
+  // A handle of `caller` on `entry` (blob `blob`, open(2) `flags`), and its attributes.
+  Result<OpenResult> AddOpenHandle(const Caller& caller, const Entry& entry, const Blob& blob,
+                                   int flags);
+  // Issues the next handle id, or `id` (an adopted handle's).
+  HandleId AddHandle(Handle handle, HandleId id = 0);
+  // `use`: counts as a use of the blob for the eviction policy (false for
+  // the daemon's own pins: a spill or a write-behind is no use).
+  std::shared_ptr<ActiveBlob> Activate(const Blob& blob, bool use = true);
+  void HoldObjectMembersLocked(Handle& handle);  // an adopted object map's members
+  Result<Blob> NewBlob(const std::string& device, uint32_t owner, const SharingKey& key);
+  Status ReplaceBlob(const Entry& entry, const std::string& device, uint32_t owner,
+                     BlobState state);
+  // The seal of `blob`, whose store Seal succeeded (io_mu held too).
+  Status RecordSealLocked(ActiveBlob& blob, EntryId entry);
+  // At seal: a dtype/shape that does not describe `size` bytes is removed,
+  // with a log line; the seal goes on (the status says whether it fitted).
+  Status CheckTensorAtSeal(EntryId entry, uint64_t size);
+  // A checksum mismatch found `where` is logged and counted.
+  void CountMismatchLocked(EntryId entry, std::string_view where, uint64_t computed,
+                           uint64_t recorded);
   // Purges `id` if it is detached and nobody holds it; frees its blob.
   void CollectEntry(EntryId id);
   // Detaches attached entry `id`; when nobody holds it open, purges it in the
-  // same transaction (Catalog::Remove) and frees its blob. mu_ held.
+  // same transaction (Catalog::Remove) and frees its blob.
   Status DetachAndCollect(EntryId id);
   // Deletes and frees `blob` if no entry links it and nobody holds it.
   void CollectBlob(BlobId blob);
-  // A handle of member `entry` let go of `blob` (mu_ held; `mapped`: it
-  // had mapped it): the last one frees what nobody needs any more. `blob`
-  // may be gone when this returns.
+  // A handle of `entry` let go of `blob` (`mapped`: it had mapped it): the
+  // last one frees what nobody needs any more; `blob` may then be gone.
   void UnholdLocked(ActiveBlob& blob, EntryId entry, bool mapped);
-  // --- objects written as a whole (core/objects_save.cc) ----------------------
-  // The staging handle of an object never sealed is released: the object
-  // and its members go (no lock held).
-  void DiscardPendingObject(Handle& handle);
+  // Queues the free of `blob`'s bytes (and its disk copy's) for FreeQueued.
+  void FreeBlob(const Blob& blob);
+  void DropCopy(const PrivateCopy& copy);  // frees a private copy (queued)
   // Whether `caller` may remove `target` from `parent` (see SealObject).
   Status MayReplaceLocked(const Caller& caller, const Entry& parent, const Entry& target);
-  // The manifest a staging member holds (no lock held).
-  Result<proto::ObjectManifest> ReadManifest(ActiveBlob& staging);
-  // The members of `pending` are held as by an open file, or let go (mu_ held).
+  // The members of `pending` are held as by an open file, or let go.
   void HoldPendingLocked(PendingObject& pending);
   void ReleasePendingLocked(PendingObject& pending);
-  // A write through a staging handle after AllocObject: its bytes go to the
-  // members at their layout offsets (no lock held).
-  Status WritePending(const std::shared_ptr<PendingObject>& pending, uint64_t offset,
-                      std::span<const std::byte> src);
-  // Detaches (and frees what nobody holds of) object `object` and everything
-  // under it; a detached `object` is purged unless held (mu_ held; run it in
-  // a catalog Batch).
+  // Detaches object `object` and all under it, freeing what nobody holds;
+  // purges a detached `object` unless held (run it in a catalog Batch).
   Status RemoveSubtreeLocked(EntryId object);
   // Start-up: the rows of detached object `id` and all under it go, but for
   // entries in `held` (adopted handles'), which stay detached (recovery.cc).
   Status PurgeDetachedLocked(EntryId id, const std::set<EntryId>& held);
-  // Start-up: pending objects go, unless an adopted staging handle of a
-  // takeover holds them, which then gets them back (recovery.cc).
-  Status RestorePendingObjects();
-  void FreeBlob(const Blob& blob);
   // user.gpufs.meta of `entry` as `caller` may see it (core/meta_json.h).
   Result<std::string> MetaJson(const Entry& entry, const Caller& caller);
-  // StatsJson, or StatsJsonRecounted with `recount` (control_files.cc): the
-  // figures are gathered under mu_, the JSON is built after it is dropped.
-  std::string StatsJsonOf(bool recount);
-  // The daemon's identity, per-object usage and open members, for
-  // /.gpufs/stats (namespace_stats.cc).
+  // /.gpufs/stats (namespace_stats.cc): identity, usage, open members.
   void AddStatsDetail(StatsView* view, bool recount);
-  // The usage figures: from the live ones, corrected by what open blobs
-  // changed since their catalog rows were written (their live size, their
-  // device); or counted from the catalog member by member.
+  // The usage figures: the live ones, corrected by what open blobs changed
+  // since their rows were written (live size, device); or counted afresh.
   void AddLiveUsage(StatsView* view);
-  // Calls `add` for each of the root's children up to the stats' bound
-  // (marking the view truncated past it); `add` appends the child's row to
-  // view->objects.
-  void ForEachListedObject(StatsView* view, const std::function<void(const Entry&)>& add);
   void AddRecountedUsage(StatsView* view);
-  // The blob of a live handle, or EBADF.
-  Result<Handle*> FindHandle(HandleId id);
-  // Records the seal of `blob`, whose store Seal succeeded (io_mu held
-  // exclusively, mu_ held): catalog, entry mtime.
-  Status RecordSealLocked(ActiveBlob& blob, EntryId entry);
-  // At seal (mu_ held): a dtype/shape that does not describe `size` bytes is
-  // removed, with a log line (the seal goes on: the bytes are good). The
-  // status says whether it fitted.
-  Status CheckTensorAtSeal(EntryId entry, uint64_t size);
-  // The memory `caller` gets of sealed blob `rec` of member `entry` (its
-  // blob's io_mu held; mu_ NOT held): the shared allocation, or a private
-  // copy, made once and kept in `*copy` (null: none may be made, EACCES).
-  Result<MappedBlob> ExportFor(const Blob& rec, const Entry& entry, const Caller& caller,
-                               std::optional<PrivateCopy>* copy);
-  // Frees a private copy (queued; mu_ held).
-  void DropCopy(const PrivateCopy& copy);
-  // How a move came about: a user's (Migrate), a spill (aborted with EBUSY
-  // if anyone but the mover holds the blob when it would switch), or a fault
-  // back before a map.
-  enum class MoveKind { kUser, kSpill, kFaultBack };
-  Status MigrateBlob(EntryId entry, const std::string& device, MoveKind kind = MoveKind::kUser);
+  // Calls `add` (which appends the child's row to view->objects) for each of
+  // the root's children up to the stats' bound, marking the view truncated.
+  void ForEachListedObject(StatsView* view, const std::function<void(const Entry&)>& add);
 
-  // --- tiers (core/spiller.cc) ----------------------------------------------
-  // The tiers below `device` that this daemon serves, nearest first.
-  std::vector<std::string> TiersBelow(const std::string& device) const;
-  static bool IsGpuTier(const std::string& device) { return device.starts_with("cuda:"); }
-  // Frees at least `need` bytes in `device`'s store by moving cold blobs one
-  // tier down (recursively making room there). mu_ NOT held; the caller may
-  // hold the io_mu of a blob that is not a candidate (one held by a handle).
-  // ENOSPC when nothing (or not enough) may move.
-  Status MakeRoom(const std::string& device, uint64_t need);
-  // Runs `attempt`; after ENOSPC from `device`'s store, makes room and runs it
-  // once more. mu_ NOT held.
-  // Bounce buffers of tier copies (kCopyBuffer bytes, pinned when a GPU is
-  // served): allocating pinned memory costs milliseconds, so a few are kept.
-  static constexpr size_t kCopyBuffer = 64ull << 20;
-  HostBuffer TakeCopyBuffer(size_t bytes);
-  void KeepCopyBuffer(HostBuffer buffer);
-  // Under mu_: one move of `bytes` on `route` ("cuda:0->host") took `seconds`.
-  void CountRoute(const std::string& route, uint64_t bytes, double seconds);
-  // A store may reserve more than the bytes asked for (the VMM store rounds
-  // to 2 MiB granules, refuses even an empty blob when full, and grows a
-  // blob by moving it to a reservation up to twice its size), so a second
-  // round asks for `worst` bytes (at least `need`) plus a granule.
-  static constexpr uint64_t kGranule = 2ull << 20;
-  // Defined in core/with_room.h (included by the files that call it).
-  template <typename F>
-  Status WithRoom(const std::string& device, uint64_t need, F attempt, uint64_t worst = 0);
-  // Under mu_: the member's explicit placement (user.gpufs.device on it or an
-  // enclosing object), or "" when the user never placed it.
-  std::string PinnedDevice(EntryId entry);
-  // Under mu_: the GPU a spilled member returns to before it is mapped ("" =
-  // none: it stays where it is).
-  std::string HomeDevice(EntryId entry);
-  // Brings the handle's blob back onto its home GPU if it was spilled (mu_
-  // and io_mu NOT held).
-  Status FaultBack(EntryId entry, const std::shared_ptr<ActiveBlob>& blob);
-
-  // --- persistence (core/persister.cc) ---------------------------------------
-  // A persisted blob has a disk copy: the "disk" store holds its bytes under
-  // its id while the blob may live on another tier, and the member's catalog
-  // record kDiskCopyXattr ("<blob id>:<crc32c>") says so across restarts.
-  // Under mu_: whether user.gpufs.persist (nearest on the member or an
-  // enclosing object; else --persist) asks for one.
-  bool PersistWanted(EntryId entry);
-  // Under mu_: queues `blob` of `entry` for its disk copy if wanted.
-  void QueuePersist(EntryId entry, BlobId blob);
-  // Writes the disk copy of one queued blob (no lock held; persist_'s thread).
-  Status PersistOne(EntryId entry, BlobId blob);
-  // Recover's part: the valid disk-copy records (blob id -> crc).
-  std::unordered_map<BlobId, uint32_t> LoadDiskCopies(const std::vector<Blob>& blobs);
-  // Blob entries at and under `ino`.
-  Result<std::vector<EntryId>> BlobsUnder(EntryId ino);
-  int64_t Now() const;
-
-  std::mutex mu_;
-  std::vector<std::pair<std::string, BlobId>> doomed_;  // GUARDED_BY(mu_): FreeQueued frees them
-  // GUARDED_BY(mu_): FreeQueued releases their places kept by Reshare.
-  std::vector<std::pair<std::string, BlobId>> unretire_;
-  std::vector<EntryId> replaced_;  // GUARDED_BY(mu_): detached objects ReapReplaced removes
-  std::vector<std::pair<EntryId, BlobId>> unsummed_;  // GUARDED_BY(mu_): SumSealed's
-  std::unique_ptr<Catalog> catalog_;                          // GUARDED_BY(mu_)
-  UsageCatalog* usage_ = nullptr;  // GUARDED_BY(mu_): catalog_ itself, for its usage figures
-  std::map<std::string, std::unique_ptr<BulkStore>> stores_;  // fixed after Open
+  // --- state ------------------------------------------------------------------
+  // Fixed once Open returns (read without a lock):
+  std::map<std::string, std::unique_ptr<BulkStore>> stores_;
   std::string default_device_;
   std::string state_dir_, log_path_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-  bool reader_copies_ = true;  // fixed after Open
-  ns::CopyCounters copies_;             // GUARDED_BY(mu_)
-  uint64_t next_copy_ = 0;              // GUARDED_BY(mu_): store ids of copies, see NewCopyId
-  uint64_t checksum_mismatches_ = 0;    // GUARDED_BY(mu_)
+  bool reader_copies_ = true;
   uint64_t generation_ = 0;
-  // Takeover (see NamespaceOptions), fixed after Open:
-  bool takeover_ = false;
-  AdoptedState adopted_;  // emptied once adopted
+  bool takeover_ = false;  // takeover (see NamespaceOptions)
+  AdoptedState adopted_;   // emptied once adopted, in Open
   std::function<void(uint64_t, uint64_t)> on_unsealed_size_;
   WorkerInfo worker_;
-  HandleId next_handle_ = 1;                                        // GUARDED_BY(mu_)
-  std::unordered_map<HandleId, Handle> handles_;                    // GUARDED_BY(mu_)
-  std::unordered_map<BlobId, std::shared_ptr<ActiveBlob>> active_;  // GUARDED_BY(mu_)
-  std::unordered_map<EntryId, int> entry_opens_;                    // GUARDED_BY(mu_)
+
+  // The namespace lock (the order: see the file comment), and what it guards:
+  std::mutex mu_;
+  std::unique_ptr<Catalog> catalog_;
+  UsageCatalog* usage_ = nullptr;  // catalog_ itself, for its usage figures
+  HandleId next_handle_ = 1;
+  std::unordered_map<HandleId, Handle> handles_;
+  std::unordered_map<BlobId, std::shared_ptr<ActiveBlob>> active_;
+  std::unordered_map<EntryId, int> entry_opens_;
+  std::vector<std::pair<std::string, BlobId>> doomed_;    // FreeQueued frees them
+  std::vector<std::pair<std::string, BlobId>> unretire_;  // FreeQueued releases (Reshare kept)
+  std::vector<EntryId> replaced_;                         // detached objects ReapReplaced removes
+  std::vector<std::pair<EntryId, BlobId>> unsummed_;      // SumSealed's
+  ns::CopyCounters copies_;
+  uint64_t next_copy_ = 0;  // store ids of copies, see NewCopyId
+  uint64_t checksum_mismatches_ = 0;
+
+  // With their own synchronization:
   std::atomic<Invalidator*> invalidator_{nullptr};
-  // Cluster mode (core/remote.cc): what other nodes published, and the
-  // inodes it is shown under.
-  std::atomic<RemoteObjects*> remote_objects_{nullptr};
-  RemoteInodes remote_inodes_{kRemoteInoBase};
-  std::unique_ptr<EvictionPolicy> eviction_;        // GUARDED_BY(mu_)
-  TierCounters counters_;                           // GUARDED_BY(mu_)
-  bool persist_all_ = false;
-  std::unordered_map<BlobId, uint32_t> disk_copies_;      // GUARDED_BY(mu_): blob -> crc32c
-  PersistQueue persist_;  // started by Open when a "disk" store is served; own lock
-  std::mutex copy_buffers_mu_;            // a leaf lock
-  std::vector<HostBuffer> copy_buffers_;  // GUARDED_BY(copy_buffers_mu_)
+  std::atomic<RemoteObjects*> remote_objects_{nullptr};  // cluster mode (core/remote.cc)
+  RemoteInodes remote_inodes_{kRemoteInoBase};  // the inodes those are shown under; a leaf lock
+  // Tiers::mu_ (taken under mu_, never the other way) and the persister
+  // thread; declared last, so it stops first.
+  std::unique_ptr<TierHost> tier_side_;
+  Tiers tiers_;
+
   void NotifyEntry(uint64_t parent, std::string_view name) {
     if (Invalidator* inv = invalidator_.load()) inv->InvalidateEntry(parent, name);
   }

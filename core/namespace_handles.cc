@@ -15,7 +15,7 @@ std::shared_ptr<Namespace::ActiveBlob> Namespace::Activate(const Blob& blob, boo
     slot->closed_in_catalog = blob.closed;
     slot->rec.closed = false;
   }
-  if (use) eviction_->Touch(blob.id);
+  if (use) tiers_.Touch(blob.id);
   return slot;
 }
 

@@ -18,7 +18,7 @@
 
 namespace gpufs {
 
-// Tiers (core/spiller.cc): GPUs ("cuda:N") above "host" above "disk".
+// Tiers (core/tiers.h): GPUs ("cuda:N") above "host" above "disk".
 // Moves between tiers so far; /.gpufs/stats shows them as "tiers".
 struct TierCounters {
   uint64_t spills = 0, spilled_bytes = 0;          // blobs moved down

@@ -71,14 +71,15 @@ void Namespace::AddStatsDetail(StatsView* view, bool recount) {
   } else {
     AddLiveUsage(view);
   }
-  view->spills = counters_.spills;
-  view->spilled_bytes = counters_.spilled_bytes;
-  view->fault_backs = counters_.fault_backs;
-  view->fault_back_bytes = counters_.fault_back_bytes;
-  view->persisted = counters_.persisted;
-  view->persisted_bytes = counters_.persisted_bytes;
-  view->checksum_failures = counters_.checksum_failures;
-  for (const auto& [route, r] : counters_.routes) {
+  const TierCounters counters = tiers_.Counters();
+  view->spills = counters.spills;
+  view->spilled_bytes = counters.spilled_bytes;
+  view->fault_backs = counters.fault_backs;
+  view->fault_back_bytes = counters.fault_back_bytes;
+  view->persisted = counters.persisted;
+  view->persisted_bytes = counters.persisted_bytes;
+  view->checksum_failures = counters.checksum_failures;
+  for (const auto& [route, r] : counters.routes) {
     view->routes.push_back({route, r.moves, r.bytes, r.seconds});
   }
 

@@ -99,7 +99,7 @@ Result<ObjectMap> Namespace::MapObject(HandleId id, const Caller& caller) {
   for (size_t i = 0; i < held.size(); ++i) {
     Held& h = held[i];
     const std::string& name = candidates[i].name;
-    if (Status back = FaultBack(h.entry, h.blob); !back.ok()) {
+    if (Status back = tiers_.FaultBack(h.entry, h.blob); !back.ok()) {
       out.skipped.push_back({name, back.code(), "cannot come back onto its GPU: " + back.message()});
       continue;
     }

@@ -143,7 +143,7 @@ Result<ObjectAllocation> Namespace::AllocObject(HandleId id, const Caller& calle
   trace.Step("catalog");
   // The allocation, outside the lock (spilling colder members if need be).
   BulkStore* store = StoreFor(pending->device);
-  Status allocated = WithRoom(
+  Status allocated = tiers_.WithRoom(
       pending->device, manifest.bytes,
       [&] { return store->AllocateGroup(layout, manifest.bytes, pending->key); },
       manifest.bytes + kGranule);
@@ -345,7 +345,7 @@ Status Namespace::SealObject(HandleId id, std::string_view name, bool replace,
     m.active->rec.size = m.size;
     m.active->rec.checksum.reset();
     if (IsGpuTier(pending->device)) unsummed_.emplace_back(m.entry, m.blob);
-    QueuePersist(m.entry, m.blob);
+    tiers_.QueuePersist(*catalog_, m.entry, m.blob);
   }
   pending->sealed = true;
   ReleasePendingLocked(*pending);

@@ -1,5 +1,5 @@
 // PersistQueue: the disk tier's write-behind queue and the thread that works
-// it off (core/persister.cc gives it the work: one blob's disk copy).
+// it off (Tiers, core/persister.cc, gives it the work: one blob's disk copy).
 //
 // Contract: Push never waits on the work (a seal queues its blob and goes
 // on); the work runs on the queue's thread, one blob at a time, with no lock

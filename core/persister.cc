@@ -1,15 +1,16 @@
-// Persistence: sealed blobs of objects marked user.gpufs.persist=1
-// (or every object under --persist) are written behind to the disk tier, a
-// copy beside their place (the GPU copy stays). After a restart on an empty
-// GPU such members live on "disk" instead of being lost, and a map brings
-// them back, checking their CRC-32C on the way (a mismatch is EIO and a log
-// line; the member stays on disk for plain reads to show what is there).
+// Persistence (core/tiers.h): sealed blobs of objects marked
+// user.gpufs.persist=1 (or every object under --persist) are written behind
+// to the disk tier, a copy beside their place (the GPU copy stays). After a
+// restart on an empty GPU such members live on "disk" instead of being lost,
+// and a map brings them back, checking their CRC-32C on the way (a mismatch
+// is EIO and a log line; the member stays on disk for plain reads to show
+// what is there).
 //
-// The copy is made by one persister thread (an orderly stop drains its queue;
-// after a crash, Recover queues the persisted members still without a copy) fed by a queue (a seal,
-// or setting user.gpufs.persist=1 on an object, queues blobs). It holds the blob by a handle while
-// it copies (so the blob neither spills nor goes away) and reads it under its io_mu shared; no
-// namespace lock is held while bytes move.
+// The copy is made by the persister thread, fed by a queue (a seal, or
+// setting user.gpufs.persist=1 on an object, queues blobs; an orderly stop
+// drains it). It pins the blob while it copies (so the blob neither spills
+// nor goes away) and reads it under its io_mu shared; no namespace lock is
+// held while bytes move.
 //
 // The disk store holds a persisted blob's bytes under the blob's own id, so:
 // moving such a blob to "disk" only switches the catalog (the bytes are
@@ -18,8 +19,7 @@
 #include <cinttypes>
 #include <cstdio>
 
-#include "core/namespace.h"
-#include "core/tier_copy.h"
+#include "core/tiers.h"
 #include "proto/xattr_names.h"
 #include "util/log.h"
 
@@ -43,48 +43,33 @@ bool ParseDiskCopyRecord(const std::string& text, BlobId* id, uint32_t* crc) {
 
 }  // namespace
 
-bool Namespace::PersistWanted(EntryId id) {
+bool Tiers::PersistWanted(Catalog& catalog, EntryId id) const {
   if (!stores_.contains("disk")) return false;
   for (int depth = 0; id != 0 && depth < 256; ++depth) {
-    auto value = catalog_->GetXattr(id, xattr::kPersist);
+    auto value = catalog.GetXattr(id, xattr::kPersist);
     if (value.ok()) return *value == "1";
     if (id == kRootEntryId) break;
-    auto entry = catalog_->GetEntry(id);
+    auto entry = catalog.GetEntry(id);
     if (!entry.ok()) break;
     id = entry->parent;
   }
   return persist_all_;
 }
 
-void Namespace::QueuePersist(EntryId entry, BlobId blob) {
-  if (disk_copies_.contains(blob) || !PersistWanted(entry)) return;
+void Tiers::QueuePersist(Catalog& catalog, EntryId entry, BlobId blob) {
+  if (HasDiskCopy(blob) || !PersistWanted(catalog, entry)) return;
   persist_.Push(entry, blob);
 }
 
-void Namespace::WaitPersisted() { persist_.WaitIdle(); }
-
-Status Namespace::PersistOne(EntryId entry_id, BlobId blob_id) {
-  SumSealed();  // the disk copy is checked against the blob's checksum
-  FreeQueuedOnExit free_queued(this);
-  std::shared_ptr<ActiveBlob> blob;
-  HandleId pin = 0;
-  std::string path;
-  {
-    std::lock_guard lock(mu_);
-    if (disk_copies_.contains(blob_id)) return Status::Ok();
-    auto entry = catalog_->GetEntry(entry_id);
-    if (!entry.ok() || entry->blob != blob_id || entry->parent == 0)
-      return Status::Ok();  // replaced or gone
-    GPUFS_ASSIGN_OR_RETURN(Blob rec, catalog_->GetBlob(blob_id));
-    if (auto it = active_.find(rec.id); it != active_.end()) rec = it->second->rec;
-    if (rec.state != BlobState::kSealed) return Status::Ok();
-    path = PathOf(entry_id);
-    Handle handle;
-    handle.entry = entry_id;
-    handle.blob = Activate(rec, /*use=*/false);
-    blob = handle.blob;
-    pin = AddHandle(std::move(handle));
-  }
+Status Tiers::PersistOne(EntryId entry_id, BlobId blob_id) {
+  host_.SumSealed();  // the disk copy is checked against the blob's checksum
+  FreeQueuedOnExit free_queued{host_};
+  if (HasDiskCopy(blob_id)) return Status::Ok();
+  GPUFS_ASSIGN_OR_RETURN(std::optional<TierHost::Pin> pinned,
+                         host_.PinToPersist(entry_id, blob_id));
+  if (!pinned) return Status::Ok();  // replaced, gone or not sealed
+  const std::shared_ptr<ns::ActiveBlob> blob = pinned->blob;
+  const std::string& path = pinned->path;
   BulkStore* disk = StoreFor("disk");
   uint64_t bytes = 0;
   auto started = std::chrono::steady_clock::now();
@@ -95,37 +80,36 @@ Status Namespace::PersistOne(EntryId entry_id, BlobId blob_id) {
     BulkStore* source = StoreFor(rec.device);
     // Bytes a writer changed after the seal are not what to keep.
     if (IsGpuTier(rec.device)) {
-      GPUFS_RETURN_IF_ERROR(
-          CheckChecksum(source, rec, entry_id, "on " + rec.device + " (before its disk copy)"));
+      GPUFS_RETURN_IF_ERROR(host_.CheckChecksum(source, rec, entry_id,
+                                                "on " + rec.device + " (before its disk copy)"));
     }
     const bool in_place = rec.device == "disk";  // spilled there already: the bytes are the copy
     if (!in_place) GPUFS_RETURN_IF_ERROR(disk->Allocate(rec.id, rec.owner_uid, rec.size));
-    Result<uint32_t> crc = CopyBetweenTiers(
-        {.source = source,
-         .target = in_place ? nullptr : disk,
-         .id = rec.id,
-         .size = rec.size,
-         .source_is_gpu = IsGpuTier(rec.device),
-         .target_is_gpu = false,
-         .checksum = true},
-        [this](size_t n) { return TakeCopyBuffer(n); },
-        [this](HostBuffer b) { KeepCopyBuffer(std::move(b)); });
+    Result<uint32_t> crc = Copy({.source = source,
+                                 .target = in_place ? nullptr : disk,
+                                 .id = rec.id,
+                                 .size = rec.size,
+                                 .source_is_gpu = IsGpuTier(rec.device),
+                                 .target_is_gpu = false,
+                                 .checksum = true});
     if (crc.ok() && !in_place) {
       Status sealed = disk->Seal(rec.id, rec.size);
       if (!sealed.ok()) crc = sealed;
     }
     if (!crc.ok() && !in_place) disk->Free(rec.id);
     if (!crc.ok()) return crc;
-    std::lock_guard lock(mu_);
     Status recorded =
-        catalog_->SetXattr(entry_id, xattr::kDiskCopy, DiskCopyRecord(rec.id, *crc), 0);
+        host_.SetMemberXattr(entry_id, xattr::kDiskCopy, DiskCopyRecord(rec.id, *crc));
     if (!recorded.ok()) {
-      if (!in_place) doomed_.emplace_back("disk", rec.id);
+      if (!in_place) host_.Drop("disk", rec.id);
       return recorded;
     }
+    // The pin keeps the blob from being freed (and so Forgotten) meanwhile.
+    std::lock_guard lock(mu_);
     disk_copies_[rec.id] = *crc;
-    CountRoute(rec.device + "->disk (persist)", rec.size,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    CountRouteLocked(
+        rec.device + "->disk (persist)", rec.size,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     counters_.persisted++;
     counters_.persisted_bytes += rec.size;
     return crc;
@@ -135,24 +119,26 @@ Status Namespace::PersistOne(EntryId entry_id, BlobId blob_id) {
                     << DiskCopyRecord(blob_id, *copied).substr(std::to_string(blob_id).size() + 1)
                     << ")";
   }
-  Status released = Release(pin);
+  Status released = host_.Unpin(pinned->handle);
   if (!released.ok()) GPUFS_LOG(WARN) << "persist " << path << ": " << released.ToString();
   return copied.ok() ? Status::Ok() : copied.status().Prepend("persist " + path);
 }
 
-std::unordered_map<BlobId, uint32_t> Namespace::LoadDiskCopies(const std::vector<Blob>& blobs) {
+void Tiers::LoadDiskCopies(Catalog& catalog, const std::vector<Blob>& blobs) {
   std::unordered_map<BlobId, uint32_t> copies;
-  if (!stores_.contains("disk")) return copies;
-  for (const Blob& blob : blobs) {
-    if (blob.state != BlobState::kSealed) continue;
-    auto entry = catalog_->EntryOfBlob(blob.id);
-    if (!entry.ok()) continue;
-    auto record = catalog_->GetXattr(*entry, xattr::kDiskCopy);
-    BlobId id = 0;
-    uint32_t crc = 0;
-    if (record.ok() && ParseDiskCopyRecord(*record, &id, &crc) && id == blob.id) copies[id] = crc;
+  if (stores_.contains("disk")) {
+    for (const Blob& blob : blobs) {
+      if (blob.state != BlobState::kSealed) continue;
+      auto entry = catalog.EntryOfBlob(blob.id);
+      if (!entry.ok()) continue;
+      auto record = catalog.GetXattr(*entry, xattr::kDiskCopy);
+      BlobId id = 0;
+      uint32_t crc = 0;
+      if (record.ok() && ParseDiskCopyRecord(*record, &id, &crc) && id == blob.id) copies[id] = crc;
+    }
   }
-  return copies;
+  std::lock_guard lock(mu_);
+  disk_copies_ = std::move(copies);
 }
 
 }  // namespace gpufs

@@ -31,11 +31,6 @@ Result<std::string> Namespace::DeviceForDeviceMemory() {
   return Error(ENODEV, "this daemon serves no GPU (started with --store host?)");
 }
 
-HostBuffer Namespace::AllocateIoBuffer(size_t bytes) {
-  for (const auto& [device, store] : stores_) {
-    if (device != "host") return store->AllocateHostBuffer(bytes);
-  }
-  return stores_.at("host")->AllocateHostBuffer(bytes);
-}
+HostBuffer Namespace::AllocateIoBuffer(size_t bytes) { return tiers_.AllocateIoBuffer(bytes); }
 
 }  // namespace gpufs

@@ -51,10 +51,10 @@ Status Namespace::Recover() {
   std::vector<BlobId> lost;
   // Persisted blobs (core/persister.cc) keep their disk copies, wherever
   // they live.
-  disk_copies_ = LoadDiskCopies(blobs);
+  tiers_.LoadDiskCopies(*catalog_, blobs);
   for (const Blob& blob : blobs) {
     if (blob.state == BlobState::kLost) continue;
-    if (disk_copies_.contains(blob.id) && blob.device != "disk") {
+    if (tiers_.HasDiskCopy(blob.id) && blob.device != "disk") {
       live["disk"].push_back({blob.id, blob.owner_uid, blob.size});
     }
     if (!stores_.contains(blob.device)) {
@@ -84,7 +84,7 @@ Status Namespace::Recover() {
         .insert((device == "disk" ? disk_missing : lost).end(), missing->begin(), missing->end());
   }
   for (BlobId id : disk_missing) {
-    disk_copies_.erase(id);
+    tiers_.DropDiskCopy(id);
     auto lived =
         std::find_if(blobs.begin(), blobs.end(), [id](const Blob& b) { return b.id == id; });
     if (lived != blobs.end() && lived->device == "disk") lost.push_back(id);
@@ -93,7 +93,7 @@ Status Namespace::Recover() {
   // is there lives on disk now; its member faults back on map.
   size_t from_disk = 0;
   std::erase_if(lost, [&](BlobId id) {
-    if (!disk_copies_.contains(id)) return false;
+    if (!tiers_.HasDiskCopy(id)) return false;
     auto blob = catalog_->GetBlob(id);
     if (!blob.ok()) return false;
     Blob moved = *blob;
@@ -130,9 +130,9 @@ Status Namespace::Recover() {
   // Write-behind the previous daemon did not finish (it was killed).
   GPUFS_ASSIGN_OR_RETURN(blobs, catalog_->ListBlobs());
   for (const Blob& blob : blobs) {
-    if (blob.state != BlobState::kSealed || disk_copies_.contains(blob.id)) continue;
+    if (blob.state != BlobState::kSealed || tiers_.HasDiskCopy(blob.id)) continue;
     auto entry = catalog_->EntryOfBlob(blob.id);
-    if (entry.ok()) QueuePersist(*entry, blob.id);
+    if (entry.ok()) tiers_.QueuePersist(*catalog_, *entry, blob.id);
   }
   GPUFS_ASSIGN_OR_RETURN(uint64_t entries, catalog_->CountEntries());
   GPUFS_LOG(INFO) << "namespace ready: generation " << generation_ << ", " << entries

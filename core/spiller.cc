@@ -1,5 +1,5 @@
-// Tiers: GPUs ("cuda:N") above host memory ("host") above the
-// disk under the state directory ("disk"). A store that cannot take a new
+// Spilling (core/tiers.h): GPUs ("cuda:N") above host memory ("host") above
+// the disk under the state directory ("disk"). A store that cannot take a new
 // blob or a blob's growth (ENOSPC) gets room by moving its cold blobs one
 // tier down; a member that was moved down comes back onto its GPU before it
 // is mapped (GPUFS_IOC_MAP, the ipc_handle xattr). Plain reads read it where
@@ -8,9 +8,9 @@
 // What may move down: sealed blobs that no handle holds (nobody has them
 // open or mapped; a mapping keeps its member open), whose member the user
 // did not place (user.gpufs.device on the member or an enclosing object
-// pins it). The EvictionPolicy orders them (LRU by default). A spill that
-// finds its blob opened meanwhile is abandoned (MoveKind::kSpill), so an
-// open or mapped blob never moves under its holder.
+// pins it): TierHost::ColdBlobs. The EvictionPolicy orders them (LRU by
+// default). A spill that finds its blob opened meanwhile is abandoned
+// (MoveKind::kSpill), so an open or mapped blob never moves under its holder.
 //
 // Spilling runs on demand in the thread that hit ENOSPC, outside the
 // namespace lock: each move holds only the moving blob's io_mu (readers of
@@ -22,93 +22,49 @@
 #include <chrono>
 #include <unordered_set>
 
-#include "core/namespace.h"
+#include "core/tiers.h"
 #include "core/with_room.h"
-#include "core/tier_copy.h"
-#include "proto/xattr_names.h"
 #include "util/log.h"
 #include "util/size.h"
 
 namespace gpufs {
-void Namespace::CountRoute(const std::string& route, uint64_t bytes, double seconds) {
-  auto& r = counters_.routes[route];
-  r.moves++;
-  r.bytes += bytes;
-  r.seconds += seconds;
-}
 
-std::vector<std::string> Namespace::TiersBelow(const std::string& device) const {
-  std::vector<std::string> below;
-  if (IsGpuTier(device) && stores_.contains("host")) below.push_back("host");
-  if (device != "disk" && stores_.contains("disk")) below.push_back("disk");
-  return below;
-}
-
-std::string Namespace::PinnedDevice(EntryId id) {
-  for (int depth = 0; id != 0 && depth < 256; ++depth) {
-    auto device = catalog_->GetXattr(id, xattr::kDevice);
-    if (device.ok() && stores_.contains(*device)) return *device;
-    if (id == kRootEntryId) break;
-    auto entry = catalog_->GetEntry(id);
-    if (!entry.ok()) break;
-    id = entry->parent;
-  }
-  return "";
-}
-
-std::string Namespace::HomeDevice(EntryId id) {
-  std::string home = PinnedDevice(id);
-  if (home.empty()) {
-    auto entry = catalog_->GetEntry(id);
-    if (!entry.ok()) return "";
-    home = DeviceFor(entry->parent);
-  }
-  return IsGpuTier(home) ? home : "";
-}
-
-Namespace::TierCounters Namespace::Counters() {
-  std::lock_guard lock(mu_);
-  return counters_;
-}
-
-Status Namespace::MakeRoom(const std::string& device, uint64_t need) {
+Status Tiers::MakeRoom(const std::string& device, uint64_t need) {
   BulkStore* store = StoreFor(device);
   if (store == nullptr) return Error(ENODEV, "no store for " + device);
   std::vector<std::string> below = TiersBelow(device);
   if (below.empty()) return Error(ENOSPC, device + " is full and no tier lies below it");
   // Each round moves what the policy chose; a round can fall short when a
-  // chosen blob was opened meanwhile, so a few rounds are allowed. Choosing
-  // scans the catalog's blobs under mu_ (O(blobs) SQLite reads per round):
-  // fine for thousands of members; an in-memory index per tier would be
-  // the next step for millions.
+  // chosen blob was opened meanwhile, so a few rounds are allowed. Finding
+  // the candidates scans the catalog's blobs under Namespace::mu_ (O(blobs)
+  // SQLite reads per round): fine for thousands of members; an in-memory
+  // index per tier would be the next step for millions.
   for (int round = 0; round < 4; ++round) {
     StoreUsage usage = store->Usage();
     uint64_t free = usage.capacity > usage.used ? usage.capacity - usage.used : 0;
     if (free >= need) return Status::Ok();
-    std::vector<std::pair<EntryId, BlobId>> victims;
+    GPUFS_ASSIGN_OR_RETURN(std::vector<TierHost::Cold> cold, host_.ColdBlobs(device));
+    std::vector<SpillCandidate> candidates;
+    std::unordered_map<BlobId, EntryId> entries;
+    for (const TierHost::Cold& c : cold) {
+      candidates.push_back({c.blob, c.bytes});
+      entries[c.blob] = c.entry;
+    }
+    std::vector<BlobId> choice;
     {
       std::lock_guard lock(mu_);
-      GPUFS_ASSIGN_OR_RETURN(auto blobs, catalog_->ListBlobs());
-      std::vector<SpillCandidate> candidates;
-      std::unordered_map<BlobId, EntryId> entries;
-      for (const Blob& blob : blobs) {
-        if (blob.device != device || blob.state != BlobState::kSealed) continue;
-        if (active_.contains(blob.id)) continue;  // open or mapped
-        auto entry = catalog_->EntryOfBlob(blob.id);
-        if (!entry.ok() || !PinnedDevice(*entry).empty()) continue;
-        candidates.push_back({blob.id, blob.size});
-        entries[blob.id] = *entry;
-      }
-      std::unordered_set<BlobId> chosen;
-      for (BlobId id : eviction_->Choose(candidates, need - free)) {
-        if (!chosen.insert(id).second) continue;
-        victims.emplace_back(entries[id], id);
-        // An object's members leave together: their allocation goes back
-        // only with the last of them.
-        for (BlobId sibling : store->GroupOf(id)) {
-          if (entries.contains(sibling) && chosen.insert(sibling).second) {
-            victims.emplace_back(entries[sibling], sibling);
-          }
+      choice = eviction_->Choose(candidates, need - free);
+    }
+    std::vector<std::pair<EntryId, BlobId>> victims;
+    std::unordered_set<BlobId> chosen;
+    for (BlobId id : choice) {
+      if (!chosen.insert(id).second) continue;
+      victims.emplace_back(entries[id], id);
+      // An object's members leave together: their allocation goes back
+      // only with the last of them.
+      for (BlobId sibling : store->GroupOf(id)) {
+        if (entries.contains(sibling) && chosen.insert(sibling).second) {
+          victims.emplace_back(entries[sibling], sibling);
         }
       }
     }
@@ -143,7 +99,7 @@ Status Namespace::MakeRoom(const std::string& device, uint64_t need) {
   return Error(ENOSPC, "could not free " + FormatSize(need) + " on " + device);
 }
 
-Status Namespace::FaultBack(EntryId entry, const std::shared_ptr<ActiveBlob>& blob) {
+Status Tiers::FaultBack(EntryId entry, const std::shared_ptr<ns::ActiveBlob>& blob) {
   {
     // On a GPU already (every map but the first after a spill): no need to
     // know its home, which costs catalog reads up the tree.
@@ -152,44 +108,16 @@ Status Namespace::FaultBack(EntryId entry, const std::shared_ptr<ActiveBlob>& bl
       return Status::Ok();
     }
   }
-  std::string home;
-  {
-    std::lock_guard lock(mu_);
-    home = HomeDevice(entry);
-  }
+  std::string home = host_.HomeDevice(entry);
   if (home.empty()) return Status::Ok();
   return MigrateBlob(entry, home, MoveKind::kFaultBack);
 }
 
-HostBuffer Namespace::TakeCopyBuffer(size_t bytes) {
-  if (bytes > kCopyBuffer) return AllocateIoBuffer(bytes);
-  {
-    std::lock_guard lock(copy_buffers_mu_);
-    if (!copy_buffers_.empty()) {
-      HostBuffer buffer = std::move(copy_buffers_.back());
-      copy_buffers_.pop_back();
-      return buffer;
-    }
-  }
-  return AllocateIoBuffer(kCopyBuffer);
-}
-
-void Namespace::KeepCopyBuffer(HostBuffer buffer) {
-  std::lock_guard lock(copy_buffers_mu_);
-  if (copy_buffers_.size() < 4) copy_buffers_.push_back(std::move(buffer));
-}
-
-Status Namespace::MoveDownWhileWriting(ActiveBlob& blob, uint64_t new_size) {
+Status Tiers::MoveDownWhileWriting(ns::ActiveBlob& blob, uint64_t new_size) {
   const Blob rec = blob.rec;
   const uint64_t size = blob.size.load();
-  std::string path;
-  {
-    std::lock_guard lock(mu_);
-    auto entry = catalog_->EntryOfBlob(rec.id);
-    path = entry.ok() ? PathOf(*entry) : "blob " + std::to_string(rec.id);
-    // A producer maps its ALLOC'd place: that place must not go.
-    if (blob.mapped > 0) return Error(ENOSPC, rec.device + " is full and " + path + " is mapped");
-  }
+  // A producer maps its ALLOC'd place: that place must not go.
+  GPUFS_ASSIGN_OR_RETURN(std::string path, host_.PathIfUnmapped(blob));
   BulkStore* source = StoreFor(rec.device);
   auto started = std::chrono::steady_clock::now();
   for (const std::string& tier : TiersBelow(rec.device)) {
@@ -198,15 +126,12 @@ Status Namespace::MoveDownWhileWriting(ActiveBlob& blob, uint64_t new_size) {
         WithRoom(tier, new_size, [&] { return target->Allocate(rec.id, rec.owner_uid, new_size); });
     if (got.code() == ENOSPC) continue;
     GPUFS_RETURN_IF_ERROR(got);
-    Status copied = CopyBetweenTiers(
-                        {.source = source,
-                         .target = target,
-                         .id = rec.id,
-                         .size = size,
-                         .source_is_gpu = IsGpuTier(rec.device),
-                         .target_is_gpu = false},
-                        [this](size_t n) { return TakeCopyBuffer(n); },
-                        [this](HostBuffer b) { KeepCopyBuffer(std::move(b)); })
+    Status copied = Copy({.source = source,
+                          .target = target,
+                          .id = rec.id,
+                          .size = size,
+                          .source_is_gpu = IsGpuTier(rec.device),
+                          .target_is_gpu = false})
                         .status();
     if (!copied.ok()) {
       target->Free(rec.id);
@@ -214,24 +139,16 @@ Status Namespace::MoveDownWhileWriting(ActiveBlob& blob, uint64_t new_size) {
     }
     Blob next = rec;
     next.device = tier;
-    Status moved;
-    {
+    Status moved = host_.SwitchPlace(blob, next, {});
+    if (moved.ok()) {
       std::lock_guard lock(mu_);
-      Status recorded = catalog_->UpdateBlob(next);
-      if (!recorded.ok()) {
-        doomed_.emplace_back(tier, rec.id);
-      } else {
-        blob.rec = next;
-        doomed_.emplace_back(rec.device, rec.id);
-        counters_.spills++;
-        counters_.spilled_bytes += size;
-        CountRoute(
-            rec.device + "->" + tier, size,
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-      }
-      moved = recorded;
+      counters_.spills++;
+      counters_.spilled_bytes += size;
+      CountRouteLocked(
+          rec.device + "->" + tier, size,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     }
-    FreeQueued();
+    host_.FreeQueued();
     GPUFS_RETURN_IF_ERROR(moved);
     GPUFS_LOG(INFO) << rec.device << " is full: " << path << " is written on " << tier
                     << " instead";

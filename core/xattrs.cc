@@ -155,7 +155,7 @@ Status Namespace::SetXattr(uint64_t ino, std::string_view name, std::string_view
       auto e = catalog_->GetEntry(member);
       if (!e.ok()) continue;
       auto rec = catalog_->GetBlob(e->blob);
-      if (rec.ok() && rec->state == BlobState::kSealed) QueuePersist(member, rec->id);
+      if (rec.ok() && rec->state == BlobState::kSealed) tiers_.QueuePersist(*catalog_, member, rec->id);
     }
   }
   return Status::Ok();

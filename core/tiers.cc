@@ -1,0 +1,114 @@
+// Tiers: its life, the tiers served, the kept copy buffers, the eviction
+// policy's and the disk copies' bookkeeping and the counters (core/tiers.h).
+#include "core/tiers.h"
+
+#include "util/log.h"
+
+namespace gpufs {
+
+Tiers::Tiers(const Stores& stores, TierHost& host, std::unique_ptr<EvictionPolicy> eviction,
+             bool persist_all)
+    : stores_(stores),
+      host_(host),
+      persist_all_(persist_all),
+      eviction_(eviction ? std::move(eviction) : std::make_unique<LruEvictionPolicy>()) {}
+
+Tiers::~Tiers() { Stop(); }
+
+void Tiers::Start() {
+  if (!stores_.contains("disk")) return;
+  persist_.Start([this](EntryId entry, BlobId blob) {
+    Status done = PersistOne(entry, blob);
+    if (!done.ok()) GPUFS_LOG(WARN) << "persist blob " << blob << ": " << done.ToString();
+  });
+}
+
+void Tiers::Stop() { persist_.Stop(); }
+
+std::vector<std::string> Tiers::TiersBelow(const std::string& device) const {
+  std::vector<std::string> below;
+  if (IsGpuTier(device) && stores_.contains("host")) below.push_back("host");
+  if (device != "disk" && stores_.contains("disk")) below.push_back("disk");
+  return below;
+}
+
+HostBuffer Tiers::AllocateIoBuffer(size_t bytes) const {
+  for (const auto& [device, store] : stores_) {
+    if (device != "host") return store->AllocateHostBuffer(bytes);
+  }
+  return stores_.at("host")->AllocateHostBuffer(bytes);
+}
+
+BulkStore* Tiers::StoreFor(const std::string& device) const {
+  auto it = stores_.find(device);
+  return it == stores_.end() ? nullptr : it->second.get();
+}
+
+HostBuffer Tiers::TakeCopyBuffer(size_t bytes) {
+  if (bytes > kCopyBuffer) return AllocateIoBuffer(bytes);
+  {
+    std::lock_guard lock(mu_);
+    if (!copy_buffers_.empty()) {
+      HostBuffer buffer = std::move(copy_buffers_.back());
+      copy_buffers_.pop_back();
+      return buffer;
+    }
+  }
+  return AllocateIoBuffer(kCopyBuffer);
+}
+
+void Tiers::KeepCopyBuffer(HostBuffer buffer) {
+  // A buffer not kept is freed when `buffer` goes, after the lock.
+  std::lock_guard lock(mu_);
+  if (copy_buffers_.size() < 4) copy_buffers_.push_back(std::move(buffer));
+}
+
+Result<uint32_t> Tiers::Copy(const TierCopy& copy) {
+  return CopyBetweenTiers(
+      copy, [this](size_t n) { return TakeCopyBuffer(n); },
+      [this](HostBuffer b) { KeepCopyBuffer(std::move(b)); });
+}
+
+void Tiers::CountRouteLocked(const std::string& route, uint64_t bytes, double seconds) {
+  auto& r = counters_.routes[route];
+  r.moves++;
+  r.bytes += bytes;
+  r.seconds += seconds;
+}
+
+TierCounters Tiers::Counters() {
+  std::lock_guard lock(mu_);
+  return counters_;
+}
+
+void Tiers::Touch(BlobId id) {
+  std::lock_guard lock(mu_);
+  eviction_->Touch(id);
+}
+
+bool Tiers::Forget(BlobId id) {
+  std::lock_guard lock(mu_);
+  eviction_->Forget(id);
+  return disk_copies_.erase(id) > 0;
+}
+
+bool Tiers::HasDiskCopy(BlobId id) {
+  std::lock_guard lock(mu_);
+  return disk_copies_.contains(id);
+}
+
+void Tiers::DropDiskCopy(BlobId id) {
+  std::lock_guard lock(mu_);
+  disk_copies_.erase(id);
+}
+
+std::optional<uint32_t> Tiers::DiskCopyOf(BlobId id) {
+  std::lock_guard lock(mu_);
+  auto it = disk_copies_.find(id);
+  if (it == disk_copies_.end()) return std::nullopt;
+  return it->second;
+}
+
+void Tiers::WaitPersisted() { persist_.WaitIdle(); }
+
+}  // namespace gpufs
