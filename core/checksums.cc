@@ -63,6 +63,7 @@ Status Namespace::CheckChecksum(BulkStore* store, const Blob& rec, EntryId entry
 }
 
 void Namespace::SumSealed() {
+  std::lock_guard pass(sum_pass_mu_);
   std::vector<std::pair<EntryId, BlobId>> todo;
   {
     std::lock_guard lock(mu_);
@@ -74,8 +75,10 @@ void Namespace::SumSealed() {
   struct Pinned {
     HandleId pin;
     std::shared_ptr<ActiveBlob> blob;
+    EntryId entry;
   };
   std::vector<Pinned> pinned;
+  std::vector<std::pair<EntryId, BlobId>> busy;  // io_mu held by another: the next pass's
   {
     // Each held with a handle of our own: it cannot go while it is summed.
     std::lock_guard lock(mu_);
@@ -89,16 +92,23 @@ void Namespace::SumSealed() {
       pin.entry = entry;
       pin.blob = Activate(*rec, /*use=*/false);
       std::shared_ptr<ActiveBlob> blob = pin.blob;
-      pinned.push_back({AddHandle(std::move(pin)), std::move(blob)});
+      pinned.push_back({AddHandle(std::move(pin)), std::move(blob), entry});
     }
   }
   {
-    // Shared: the bytes neither change nor move meanwhile. Blobs held by a
-    // handle are never a spill's victims, so holding several cannot cycle.
+    // Shared: the bytes neither change nor move meanwhile. Never waited
+    // for: the holder of a blob's io_mu (a move, a spill making room) may be
+    // waiting for this pass (AwaitChecksums); such a blob goes back to the
+    // queue for the next pass.
     std::vector<std::shared_lock<std::shared_mutex>> io;
     std::map<std::string, std::vector<size_t>> by_device;
     for (size_t i = 0; i < pinned.size(); ++i) {
-      io.emplace_back(pinned[i].blob->io_mu);
+      std::shared_lock<std::shared_mutex> held(pinned[i].blob->io_mu, std::try_to_lock);
+      if (!held.owns_lock()) {
+        busy.emplace_back(pinned[i].entry, pinned[i].blob->rec.id);
+        continue;
+      }
+      io.push_back(std::move(held));
       const Blob& rec = pinned[i].blob->rec;
       if (IsGpuTier(rec.device) && rec.state == BlobState::kSealed && !rec.checksum) {
         by_device[rec.device].push_back(i);
@@ -130,6 +140,10 @@ void Namespace::SumSealed() {
         GPUFS_LOG(WARN) << "record " << ids.size() << " checksum(s): " << recorded.ToString();
       }
     }
+  }
+  if (!busy.empty()) {
+    std::lock_guard lock(mu_);
+    unsummed_.insert(unsummed_.end(), busy.begin(), busy.end());
   }
   for (const Pinned& p : pinned) {
     Status released = Release(p.pin);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,7 +32,9 @@ class DeviceLikeStore final : public BulkStore {
     return inner_->Recover(live);
   }
   Status Allocate(BlobId id, const SharingKey& owner, uint64_t size) override {
-    GPUFS_RETURN_IF_ERROR(inner_->Allocate(id, owner, size));
+    Status made = inner_->Allocate(id, owner, size);
+    if (made.code() == ENOSPC && on_full) on_full();
+    GPUFS_RETURN_IF_ERROR(made);
     SetSize(id, size);
     return Status::Ok();
   }
@@ -101,6 +104,11 @@ class DeviceLikeStore final : public BulkStore {
     out.memory = (1ull << 40) + copy;
     return out;
   }
+  Result<std::vector<uint64_t>> Checksums(std::span<const BlobId> ids,
+                                          std::span<const uint64_t> sizes) override {
+    if (before_checksums) before_checksums();
+    return BulkStore::Checksums(ids, sizes);
+  }
   // Tests only: overwrites a sealed blob's first bytes behind everyone's
   // back, as a process holding its memory writable could.
   Status ScribbleForTesting(BlobId id, const std::string& bytes) {
@@ -108,6 +116,10 @@ class DeviceLikeStore final : public BulkStore {
   }
   bool vmm = false;
   int copies_made = 0;  // GUARDED_BY(mu_)
+  // Tests only, set before use: called when an Allocate finds the store
+  // full, and at the start of each Checksums pass (in its thread).
+  std::function<void()> on_full;
+  std::function<void()> before_checksums;
 
  private:
   struct Group {

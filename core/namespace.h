@@ -246,8 +246,14 @@ class Namespace {
   // GPU pass per store, and records them. GPUFS_IOC_SEAL and SEAL_OBJECT
   // queue them so that the producer's answer does not wait for the sum (fs
   // calls this right after replying); persistence and Verify call it before
-  // they look at a checksum. Until then a blob has none.
+  // they look at a checksum. Until then a blob has none. One pass runs at a
+  // time; it never waits for a blob's io_mu (one being moved now is summed
+  // by the next pass), so it may be awaited under one (AwaitChecksums).
   void SumSealed();
+  // Returns once no SumSealed pass is running: its pins, which keep blobs
+  // from spilling, are gone (the spiller waits for them before it looks for
+  // cold blobs).
+  void AwaitChecksums() { std::lock_guard pass(sum_pass_mu_); }
   // An open object (opendir), for MapObject; released with Release.
   Result<HandleId> OpenObject(const Caller& caller, uint64_t ino);
   // GPUFS_IOC_MAP_OBJECT: the memory of every sealed GPU member under the
@@ -473,6 +479,7 @@ class Namespace {
   uint64_t checksum_mismatches_ = 0;
 
   // With their own synchronization:
+  std::mutex sum_pass_mu_;  // held by a SumSealed pass throughout; before mu_
   std::atomic<Invalidator*> invalidator_{nullptr};
   std::atomic<RemoteObjects*> remote_objects_{nullptr};  // cluster mode (core/remote.cc)
   RemoteInodes remote_inodes_{kRemoteInoBase};  // the inodes those are shown under; a leaf lock

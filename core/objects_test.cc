@@ -5,6 +5,10 @@
 // gives each caller exactly the members it may open.
 #include <nlohmann/json.hpp>
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "core/gpu_like_fixture.h"
 #include "proto/xattr_names.h"
 
@@ -307,6 +311,44 @@ TEST_F(ObjectTest, VerifyFindsBytesChangedBehindTheChecksum) {
   EXPECT_NE(bad->recorded, bad->computed);
   EXPECT_EQ(nlohmann::json::parse(ns_->StatsJson())["checksum_mismatches"], 1);
   ASSERT_TRUE(ns_->Release(h->handle).ok());
+}
+
+TEST_F(ObjectTest, ASaveRightAfterAnotherSpillsItOnceItsChecksumsAreTaken) {
+  // The first object's checksums are being taken (its members pinned) when
+  // the second, which needs its room on the GPU, asks for it: the spill
+  // waits for that pass instead of finding nothing cold (ENOSPC).
+  const std::string first(40 << 20, 'a');
+  ASSERT_TRUE(Save(alice_, kRootEntryId, "a", {{"w", first}}, false, 0644, false).ok());
+  std::mutex m;
+  std::condition_variable cv;
+  bool in_pass = false, full = false;
+  dev_->on_full = [&] {
+    std::lock_guard lock(m);
+    full = true;
+    cv.notify_all();
+  };
+  dev_->before_checksums = [&] {
+    std::unique_lock lock(m);
+    in_pass = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return full; });
+  };
+  std::thread summer([&] { ns_->SumSealed(); });
+  {
+    std::unique_lock lock(m);
+    cv.wait(lock, [&] { return in_pass; });
+  }
+  Status second = Save(alice_, kRootEntryId, "b", {{"w", std::string(40 << 20, 'b')}});
+  summer.join();
+  dev_->on_full = nullptr;
+  dev_->before_checksums = nullptr;
+  ASSERT_TRUE(second.ok()) << second.ToString();
+  const uint64_t a = Find(Find(kRootEntryId, "a"), "w");
+  auto tier = ns_->GetXattr(a, "user.gpufs.tier");
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  EXPECT_EQ(*tier, "host");
+  EXPECT_TRUE(ns_->GetXattr(a, "user.gpufs.checksum").ok());  // taken before it moved
+  EXPECT_EQ(Cat(a), first);
 }
 
 }  // namespace

@@ -34,6 +34,10 @@ Status Tiers::MakeRoom(const std::string& device, uint64_t need) {
   if (store == nullptr) return Error(ENODEV, "no store for " + device);
   std::vector<std::string> below = TiersBelow(device);
   if (below.empty()) return Error(ENOSPC, device + " is full and no tier lies below it");
+  // The members of an object sealed a moment ago are pinned while their
+  // checksums are taken (right after the seal's answer): a save that comes
+  // at once would find nothing cold to spill without this wait.
+  if (IsGpuTier(device)) host_.AwaitChecksums();
   // Each round moves what the policy chose; a round can fall short when a
   // chosen blob was opened meanwhile, so a few rounds are allowed. Finding
   // the candidates scans the catalog's blobs under Namespace::mu_ (O(blobs)

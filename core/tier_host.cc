@@ -134,6 +134,7 @@ class Namespace::TierSide final : public TierHost {
 
   void FreeQueued() override { ns_.FreeQueued(); }
   void SumSealed() override { ns_.SumSealed(); }
+  void AwaitChecksums() override { ns_.AwaitChecksums(); }
   Status CheckChecksum(BulkStore* store, const Blob& rec, EntryId entry,
                        std::string_view where) override {
     return ns_.CheckChecksum(store, rec, entry, where);

@@ -131,6 +131,8 @@ class TierHost {
   virtual void FreeQueued() = 0;
   // Checksums (core/checksums.cc): see Namespace::SumSealed, CheckChecksum.
   virtual void SumSealed() = 0;
+  // Returns once no checksum pass holds blobs (Namespace::AwaitChecksums).
+  virtual void AwaitChecksums() = 0;
   virtual Status CheckChecksum(BulkStore* store, const Blob& rec, EntryId entry,
                                std::string_view where) = 0;
   virtual Result<uint64_t> Sum64Of(BulkStore* store, BlobId id, uint64_t size) = 0;
