@@ -32,6 +32,8 @@ Status Unmap(gpufs_buffer* buf);
 // object_map.cc and object_save.cc: objects as a whole.
 Status MapObject(const char* path, gpufs_object_map* map);
 Status UnmapObject(gpufs_object_map* map);
+Result<uint32_t> ObjectMapRanges(const gpufs_object_map* map, gpufs_mapped_range* ranges,
+                                 uint32_t max, uint32_t* alloc_of);
 Status CreateObject(const char* path, const gpufs_object_spec* members, uint32_t count,
                     const char* type, gpufs_object_writer* w);
 Status CopyIntoObject(gpufs_object_writer* w, uint32_t count, const uint32_t* members,

@@ -149,6 +149,16 @@ int gpufs_unmap_object(struct gpufs_object_map* map) {
                 Guarded([&] { return gpufs::client::UnmapObject(map); }));
 }
 
+int gpufs_object_map_ranges(const struct gpufs_object_map* map, struct gpufs_mapped_range* ranges,
+                            uint32_t max, uint32_t* alloc_of) {
+  gpufs::Result<uint32_t> n = gpufs::Error(EINVAL, "");
+  int rc = Finish("gpufs_object_map_ranges", "", Guarded([&] {
+                    n = gpufs::client::ObjectMapRanges(map, ranges, max, alloc_of);
+                    return n.status();
+                  }));
+  return rc < 0 ? rc : static_cast<int>(*n);
+}
+
 int gpufs_object_create(const char* path, const struct gpufs_object_spec* members, uint32_t count,
                         const char* type, struct gpufs_object_writer* w) {
   if (w != nullptr) *w = gpufs_object_writer{};

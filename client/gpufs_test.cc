@@ -127,6 +127,16 @@ TEST_F(ClientTest, UnmapOfZeroedBufferIsOk) {
   EXPECT_TRUE(IsZeroed(buf));
 }
 
+TEST_F(ClientTest, RangesOfAnObjectMapNeedAMap) {
+  gpufs_object_map map{};
+  gpufs_mapped_range range{};
+  uint32_t alloc_of = 7;
+  EXPECT_EQ(gpufs_object_map_ranges(&map, &range, 1, &alloc_of), -EINVAL);  // zeroed: no map
+  EXPECT_EQ(gpufs_object_map_ranges(nullptr, nullptr, 0, nullptr), -EINVAL);
+  EXPECT_EQ(alloc_of, 7u);
+  EXPECT_NE(std::string(gpufs_last_error()).find("not an object map"), std::string::npos);
+}
+
 TEST_F(ClientTest, UnmapOfForeignBufferIsInvalidAndTouchesNothing) {
   int fd = open(file_.c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0);

@@ -30,6 +30,8 @@ struct ObjectMapping {
   std::vector<std::byte> description;  // the daemon's, kept: names point into it
   std::vector<gpufs_member_map> members;
   std::vector<Arena*> arenas;          // one reference each
+  std::vector<uint32_t> alloc_of;      // per member: its index in `arenas`, UINT32_MAX skipped
+  std::vector<uint32_t> alloc_flags;   // per allocation: GPUFS_INFO_PRIVATE_COPY
   uint64_t generation = 0;
   std::vector<std::pair<std::array<uint8_t, 16>, uint64_t>> registered;  // (uuid, blob)
 };
@@ -89,6 +91,7 @@ Status Describe(ObjectMapping& m, uint32_t* mapped_count) {
     return strings + at;
   };
   m.members.resize(total);
+  m.alloc_of.assign(total, UINT32_MAX);
   for (uint64_t i = 0; i < total; ++i) {
     gpufs_object_member r;
     std::memcpy(&r, d.data() + members_at + i * sizeof r, sizeof r);
@@ -114,6 +117,7 @@ Status Describe(ObjectMapping& m, uint32_t* mapped_count) {
     v.why = "";
     if (r.alloc >= m.arenas.size()) return Error(EPROTO, "a member of an unknown allocation");
     Arena* arena = m.arenas[r.alloc];
+    m.alloc_of[i] = r.alloc;
     if (r.offset > arena->size || r.size > arena->size - r.offset) {
       return Error(EPROTO, std::string("member ") + v.name + " is not inside its allocation");
     }
@@ -201,6 +205,7 @@ Status MapObject(const char* path, gpufs_object_map* out) {
       GPUFS_ASSIGN_OR_RETURN(Arena * arena, ArenaCache::Instance().AcquireAllocation(
                                                 a, req.generation, std::move(fd)));
       mapping->arenas.push_back(arena);
+      mapping->alloc_flags.push_back(a.flags);
     }
     trace::Mark("import+map");
     return Status::Ok();
@@ -220,6 +225,28 @@ Status MapObject(const char* path, gpufs_object_map* out) {
   result.internal = mapping.release();
   *out = result;
   return Status::Ok();
+}
+
+Result<uint32_t> ObjectMapRanges(const gpufs_object_map* map, gpufs_mapped_range* ranges,
+                                 uint32_t max, uint32_t* alloc_of) {
+  if (map == nullptr || map->internal == nullptr) return Error(EINVAL, "not an object map");
+  if (max > 0 && ranges == nullptr) return Error(EINVAL, "ranges is NULL");
+  const auto* mapping = static_cast<const ObjectMapping*>(map->internal);
+  const auto n = static_cast<uint32_t>(mapping->arenas.size());
+  for (uint32_t i = 0; i < n && i < max; ++i) {
+    const Arena* arena = mapping->arenas[i];
+    ranges[i] = gpufs_mapped_range{};
+    ranges[i].base = reinterpret_cast<void*>(static_cast<uintptr_t>(arena->base));
+    ranges[i].bytes = arena->size;
+    ranges[i].device = arena->ordinal;
+    ranges[i].flags = i < mapping->alloc_flags.size() ? mapping->alloc_flags[i] : 0;
+  }
+  if (alloc_of != nullptr) {
+    for (uint32_t m = 0; m < map->count && m < mapping->alloc_of.size(); ++m) {
+      alloc_of[m] = mapping->alloc_of[m];
+    }
+  }
+  return n;
 }
 
 Status UnmapObject(gpufs_object_map* map) {

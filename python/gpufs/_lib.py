@@ -27,6 +27,7 @@ import threading
 __all__ = [
     "GPUFS_MAGIC", "GPUFS_UAPI_VERSION", "GPUFS_BUFFER_WRITABLE", "IPC_HANDLE_XATTR",
     "GpufsIpcInfo", "GpufsBuffer", "GpufsDescription", "GpufsMemberMap", "GpufsObjectMap",
+    "GpufsMappedRange",
     "GpufsObjectSpec", "GpufsObjectWriter", "lib", "has", "call", "reset", "library_path",
 ]
 
@@ -113,6 +114,16 @@ class GpufsObjectMap(ctypes.Structure):
     ]
 
 
+class GpufsMappedRange(ctypes.Structure):
+    """struct gpufs_mapped_range (gpufs.h): one allocation of a mapped object."""
+    _fields_ = [
+        ("base", ctypes.c_void_p),
+        ("bytes", ctypes.c_uint64),
+        ("device", ctypes.c_int),
+        ("flags", ctypes.c_uint32),
+    ]
+
+
 class GpufsObjectSpec(ctypes.Structure):
     """struct gpufs_object_spec (gpufs.h): a member of an object to write."""
     _fields_ = [
@@ -167,6 +178,8 @@ _SIGNATURES = {
     "gpufs_dlpack_capsule_destructor": (None, [ctypes.c_void_p]),
     "gpufs_map_object": (ctypes.c_int, [ctypes.c_char_p, _OBJ]),
     "gpufs_unmap_object": (ctypes.c_int, [_OBJ]),
+    "gpufs_object_map_ranges": (ctypes.c_int, [_OBJ, ctypes.POINTER(GpufsMappedRange),
+                                                ctypes.c_uint32, _U32S]),
     "gpufs_object_create": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(GpufsObjectSpec),
                                             ctypes.c_uint32, ctypes.c_char_p, _WRITER]),
     "gpufs_object_copy": (ctypes.c_int, [_WRITER, ctypes.c_uint32, _U32S,

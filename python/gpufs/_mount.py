@@ -5,7 +5,8 @@
 ``force=True`` (which makes plain files with the same attributes).  The
 mount is the one /proc/self/mountinfo lists with the longest mount point
 holding the path's nearest existing ancestor; gpufs mounts have type
-``fuse.gpufs``.
+``fuse.gpufs``. A mount that serves device memory is told without reading
+mountinfo: its entries answer the ``user.gpufs.socket`` attribute.
 """
 
 import builtins
@@ -17,6 +18,7 @@ from typing import Optional, Tuple
 __all__ = ["GPUFS_FSTYPE", "mount_of", "check_on_gpufs", "serves_gpu"]
 
 GPUFS_FSTYPE = "fuse.gpufs"
+SOCKET_XATTR = "user.gpufs.socket"  # GPUFS_XATTR_SOCKET (uapi.h)
 
 
 def _unescape(field: str) -> str:
@@ -68,6 +70,11 @@ def check_on_gpufs(path: "os.PathLike[str] | str", force: bool = False) -> None:
     """Raise OSError(EXDEV) unless `path` is on a gpufs mount or `force`."""
     if force:
         return
+    try:  # answered by every entry of a gpufs mount that serves device memory
+        os.getxattr(_nearest_existing(os.fspath(path)), SOCKET_XATTR)
+        return
+    except OSError:
+        pass  # a host-store mount has no fd socket: ask mountinfo
     found = mount_of(path)
     if found is not None and found[1] == GPUFS_FSTYPE:
         return

@@ -40,19 +40,55 @@ class ObjectMapping:
         self._lock = threading.Lock()
         _lib.call("gpufs_map_object", os.fsencode(path), ctypes.byref(self._map), path=path)
         self.generation = self._map.generation
-        self.members: List["MappedMember"] = []
-        self.skipped: List[Skipped] = []
+        self._members: Optional[List["MappedMember"]] = None
+        self._skipped: Optional[List[Skipped]] = None
+
+    @property
+    def members(self) -> List["MappedMember"]:
+        """The mapped members, in the map's order."""
+        if self._members is None:
+            self._describe()
+        return self._members
+
+    @property
+    def skipped(self) -> List[Skipped]:
+        """The members the map left out, and why."""
+        if self._skipped is None:
+            if self._map.count == self._map.mapped:
+                return []  # nothing to describe: the common case costs no pass
+            self._describe()
+        return self._skipped
+
+    def _describe(self) -> None:
+        members, skipped = [], []
         for i in range(self._map.count):
             m = self._map.members[i]
             name = m.name.decode()
             if not m.ptr:
-                self.skipped.append(Skipped(name, m.error, m.why.decode()))
+                skipped.append(Skipped(name, m.error, m.why.decode()))
                 continue
             dtype_name = m.dtype.decode()
             shape = tuple(m.shape[d] for d in range(m.ndim)) if m.ndim >= 0 else None
-            self.members.append(MappedMember(self, name, m.ptr, m.size, dtype_name or None, shape,
-                                             m.device, bool(m.flags & _lib.GPUFS_INFO_PRIVATE_COPY),
-                                             m.blob_id))
+            members.append(MappedMember(self, name, m.ptr, m.size, dtype_name or None, shape,
+                                        m.device, bool(m.flags & _lib.GPUFS_INFO_PRIVATE_COPY),
+                                        m.blob_id))
+        self._members, self._skipped = members, skipped
+
+    def ranges(self) -> Optional[Tuple[List[Tuple[int, int, int]], List[int]]]:
+        """([(base, bytes, device) of each allocation], [allocation of each
+        member in the map's order, -1 if skipped]); None with a libgpufs
+        that cannot tell."""
+        if not _lib.has("gpufs_object_map_ranges"):
+            return None
+        count = self._map.count
+        out = (_lib.GpufsMappedRange * max(1, count))()
+        alloc_of = (ctypes.c_uint32 * max(1, count))()
+        n = _lib.call("gpufs_object_map_ranges", ctypes.byref(self._map), out, count, alloc_of,
+                      path=self.path)
+        if n > count:
+            return None
+        return ([(out[i].base, out[i].bytes, out[i].device) for i in range(n)],
+                [-1 if a == 0xFFFFFFFF else a for a in alloc_of[:count]])
 
     def close(self) -> None:
         """Unmaps everything now; views of it must not be used after."""
@@ -144,14 +180,70 @@ def to_torch(mapping: ObjectMapping, device: Any) -> Dict[str, Any]:
     import torch
     out: Dict[str, Any] = {}
     target = torch.device(device) if device is not None else None
-    for m in mapping.members:
-        t = m.tensor(torch)
+    views = _torch_views(torch, mapping)
+    if views is None:  # one storage per member
+        views = [(m.name, m.tensor(torch)) for m in mapping.members]
+    for name, t in views:
         if target is not None and target.type == "cuda" and target.index is None:
             target = t.device
         if target is not None and t.device != target:
             t = t.to(target)
-        _place(out, m.name, t)
+        _place(out, name, t)
     return out
+
+
+def _torch_views(torch: Any, mapping: ObjectMapping) -> Optional[List[Tuple[str, Any]]]:
+    """(name, tensor) of every mapped member, each a strided view of one
+    storage per allocation (built with one torch call a member: the
+    per-member array interface costs ~15 us each), or None where that is not
+    to be had (an older libgpufs, a dtype torch lacks, an offset its dtype
+    cannot view): the caller builds one storage per member."""
+    found = mapping.ranges()
+    if found is None:
+        return None
+    ranges, alloc_of = found
+    bases = [torch.as_tensor(_Span(mapping, base, size), device=f"cuda:{dev}")
+             for base, size, dev in ranges]
+    typed: Dict[Tuple[int, Any], Any] = {}
+    kinds: Dict[bytes, Tuple[Any, int]] = {}
+    views = []
+    c = mapping._map
+    for i in range(c.count):
+        a = alloc_of[i]
+        if a < 0:
+            continue
+        m = c.members[i]
+        kind = kinds.get(m.dtype)
+        if kind is None:
+            dt = dtypes.by_name(m.dtype.decode() or "uint8")
+            tdt = getattr(torch, dt.torch, None)
+            if tdt is None:
+                return None
+            kind = kinds[m.dtype] = (tdt, dt.itemsize)
+        tdt, itemsize = kind
+        base = typed.get((a, tdt))
+        if base is None:
+            base = typed[(a, tdt)] = bases[a] if tdt == torch.uint8 else bases[a].view(tdt)
+        offset = m.ptr - ranges[a][0]
+        if offset % itemsize or m.size % itemsize:
+            return None
+        shape = tuple(m.shape[d] for d in range(m.ndim)) if m.ndim >= 0 else (m.size // itemsize,)
+        strides, step = [], 1
+        for d in reversed(shape):
+            strides.append(step)
+            step *= d
+        views.append((m.name.decode(),
+                      torch.as_strided(base, shape, tuple(reversed(strides)), offset // itemsize)))
+    return views
+
+
+class _Span:
+    """One mapped allocation as a flat uint8 CUDA array interface; the
+    tensors viewing it keep the mapping alive."""
+
+    def __init__(self, mapping: ObjectMapping, base: int, size: int):
+        self._mapping = mapping
+        self.__cuda_array_interface__ = cuda_array_interface(base, (size,), dtypes.by_name("uint8"))
 
 
 def _place(out: Dict[str, Any], name: str, value: Any) -> None:

@@ -145,6 +145,17 @@ def main():
     ptrs = sorted(m.ptr for m in mapping.members)
     check("members are views into one mapping", len(mapping.members) == 5 and
           ptrs[-1] - ptrs[0] < 2 << 20, f"{len(mapping.members)} members, span {ptrs[-1] - ptrs[0]}")
+    ranges, alloc_of = mapping.ranges()
+    inside = all(ranges[alloc_of[i]][0] <= m.ptr and
+                 m.ptr + m.size <= ranges[alloc_of[i]][0] + ranges[alloc_of[i]][1]
+                 for i, m in enumerate(mapping.members))
+    check("one range for the object's allocation, holding every member",
+          len(ranges) == 1 and inside, f"{ranges} {alloc_of}")
+    storages = {t.untyped_storage().data_ptr() for t in loaded.values()}
+    check("the loaded tensors are views of one storage (the allocation)",
+          storages == {ranges[0][0]} and
+          all(loaded[k].data_ptr() == m.ptr for m in mapping.members for k in [m.name]),
+          f"{len(storages)} storages")
     arenas = _lib.lib().gpufs_open_arenas()
     with gpufs.open(os.path.join(obj, "layer.0.w")) as blob:
         check("gpufs.open of a member reuses its object's mapping",

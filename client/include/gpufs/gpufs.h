@@ -162,6 +162,25 @@ int gpufs_map_object(const char* path, struct gpufs_object_map* map);
 /* Releases every mapping of `map` and closes the object. Safe on a zeroed map. */
 int gpufs_unmap_object(struct gpufs_object_map* map);
 
+/* One allocation of a mapped object as this process maps it. */
+struct gpufs_mapped_range {
+  void* base;      /* device pointer to its first byte */
+  uint64_t bytes;  /* mapped bytes */
+  int device;      /* CUDA ordinal of its GPU in this process */
+  uint32_t flags;  /* GPUFS_INFO_PRIVATE_COPY: this process's own copy */
+};
+
+/* Where the mapped members of `map` lie, for a framework that views them
+ * as parts of one buffer per allocation (one storage, not one per member):
+ * fills ranges[0 .. min(max, n)) with its n allocations and, unless NULL,
+ * alloc_of[0 .. map->count) with each member's allocation (UINT32_MAX for a
+ * skipped member). Every byte of a range may be opened by the caller (an
+ * allocation holds only members of one owner, group and mode; a removed
+ * member's range reads as zeros). Returns n, or -errno (-EINVAL: not a map
+ * made by gpufs_map_object). */
+int gpufs_object_map_ranges(const struct gpufs_object_map* map, struct gpufs_mapped_range* ranges,
+                            uint32_t max, uint32_t* alloc_of);
+
 /* A member of an object to write. */
 struct gpufs_object_spec {
   const char* name;
