@@ -34,8 +34,13 @@ Result<IpcExport> GpuBulkStore::ExportCopy(BlobId id, BlobId copy) {
   }
   // The whole allocation, byte for byte: the blob keeps its offset (and a
   // copy of a pack or group holds only blobs of the same callers).
+  // Taken as a fill that ends when the copy goes: the pool makes the next
+  // ready allocation of this size then (or at the next take), not now,
+  // when zeroing it would halve the bandwidth of this copy (a 1 GiB copy
+  // took 0.95 ms beside the refill on the H200, 0.51 alone) and its
+  // export would slow the reader's import.
   auto alloc = std::make_unique<Allocation>();
-  Status made = MakeMemory(alloc.get(), bytes, /*pooled=*/true, /*producer_fills=*/false,
+  Status made = MakeMemory(alloc.get(), bytes, /*pooled=*/true, /*producer_fills=*/true,
                            /*zero=*/false);  // the copy overwrites every byte
   trace.Step("memory");
   if (made.ok()) made = DeviceToDevice(alloc->base(), source, bytes);
@@ -44,6 +49,7 @@ Result<IpcExport> GpuBulkStore::ExportCopy(BlobId id, BlobId copy) {
     std::lock_guard lock(mu_);
     if (!made.ok()) {
       used_ -= bytes;
+      EndFillLocked(alloc.get());
       return made.Prepend(what);
     }
     alloc->id = next_alloc_id_++;

@@ -16,6 +16,8 @@
 // one meanwhile contends with that import in the driver (a 1 GiB import took
 // 37-864 µs instead of ~40 on the H200). It starts when that fill ends
 // (Filled) or at once when a second Take comes while one is in progress.
+// A reader's private copy is taken as such a fill, ended when the copy is
+// freed: its refill would otherwise zero memory beside the copy's D2D.
 //
 // Thread-safe; one mutex (a leaf lock) guards the queues.
 #pragma once
