@@ -215,7 +215,10 @@ def _torch_views(torch: Any, mapping: ObjectMapping) -> Optional[List[Tuple[str,
         m = c.members[i]
         kind = kinds.get(m.dtype)
         if kind is None:
-            dt = dtypes.by_name(m.dtype.decode() or "uint8")
+            try:
+                dt = dtypes.by_name(m.dtype.decode() or "uint8")
+            except (KeyError, ValueError):
+                return None  # the per-member path says what is wrong with it
             tdt = getattr(torch, dt.torch, None)
             if tdt is None:
                 return None
@@ -223,15 +226,24 @@ def _torch_views(torch: Any, mapping: ObjectMapping) -> Optional[List[Tuple[str,
         tdt, itemsize = kind
         base = typed.get((a, tdt))
         if base is None:
-            base = typed[(a, tdt)] = bases[a] if tdt == torch.uint8 else bases[a].view(tdt)
+            try:
+                base = bases[a] if tdt == torch.uint8 else bases[a].view(tdt)
+            except RuntimeError:  # an allocation of a size the dtype does not divide
+                return None
+            typed[(a, tdt)] = base
         offset = m.ptr - ranges[a][0]
         if offset % itemsize or m.size % itemsize:
             return None
-        shape = tuple(m.shape[d] for d in range(m.ndim)) if m.ndim >= 0 else (m.size // itemsize,)
+        if m.dtype and m.ndim >= 0:  # as MappedMember._described: no dtype, bytes
+            shape = tuple(m.shape[d] for d in range(m.ndim))
+        else:
+            shape = (m.size // itemsize,)
         strides, step = [], 1
         for d in reversed(shape):
             strides.append(step)
             step *= d
+        if step * itemsize != m.size:
+            return None  # a shape that does not describe the bytes: view() says so
         views.append((m.name.decode(),
                       torch.as_strided(base, shape, tuple(reversed(strides)), offset // itemsize)))
     return views

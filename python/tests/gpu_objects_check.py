@@ -151,11 +151,13 @@ def main():
                  for i, m in enumerate(mapping.members))
     check("one range for the object's allocation, holding every member",
           len(ranges) == 1 and inside, f"{ranges} {alloc_of}")
-    storages = {t.untyped_storage().data_ptr() for t in loaded.values()}
-    check("the loaded tensors are views of one storage (the allocation)",
+    views = _objmap.to_torch(mapping, "cuda")
+    storages = {t.untyped_storage().data_ptr() for t in views.values()}
+    check("its tensors are views of one storage (the allocation) at the members' bytes",
           storages == {ranges[0][0]} and
-          all(loaded[k].data_ptr() == m.ptr for m in mapping.members for k in [m.name]),
-          f"{len(storages)} storages")
+          all(views[m.name].data_ptr() == m.ptr for m in mapping.members) and
+          all(torch.equal(views[k], loaded[k]) for k in sd), f"{len(storages)} storages")
+    del views
     arenas = _lib.lib().gpufs_open_arenas()
     with gpufs.open(os.path.join(obj, "layer.0.w")) as blob:
         check("gpufs.open of a member reuses its object's mapping",
