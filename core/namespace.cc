@@ -87,6 +87,7 @@ Result<std::unique_ptr<Namespace>> Namespace::Open(NamespaceOptions options) {
   GPUFS_RETURN_IF_ERROR(ns->RestorePendingObjects());
   ns->SumSealed();  // checksums a takeover's last worker had not taken yet
   ns->tiers_.Start();  // the persister, when a "disk" store is served
+  GPUFS_RETURN_IF_ERROR(ns->QueueUnfinishedPersists());
   return ns;
 }
 

@@ -316,6 +316,9 @@ class Namespace {
   };
   void FreeQueued();  // takes mu_ briefly; frees outside it
   Status Recover();
+  // Queues the disk copies a previous daemon did not finish writing (it was
+  // killed); after the persister started, which keeps nothing pushed before.
+  Status QueueUnfinishedPersists();
   // Takeover start: rebuilds the handles of `adopted` (recovery.cc).
   Status Adopt(const std::vector<AdoptedHandle>& adopted);
   // Create and Open without the retry after making room (see Create).

@@ -265,6 +265,24 @@ TEST_P(TierTest, TierIsReadOnly) {
   EXPECT_NE(std::find(names->begin(), names->end(), "user.gpufs.tier"), names->end());
 }
 
+TEST_P(TierTest, AWriteBehindLeftUndoneIsDoneAtTheNextStart) {
+  Start();
+  auto o = ns_->Mkdir(caller_, kRootEntryId, "keep", 0755);
+  ASSERT_TRUE(o.ok());
+  ASSERT_TRUE(ns_->SetXattr(o->ino, "user.gpufs.persist", "1", 0).ok());
+  ASSERT_NE(Put(o->ino, "a", Pattern(1, kMember)), 0u);
+  ns_->WaitPersisted();
+  ASSERT_EQ(disk_->Usage().blobs, 1u);
+  // As after a kill -9 before the disk copy was written: the member wants
+  // one and has none.
+  ns_.reset();
+  std::filesystem::remove_all(dir_ + "/disk");
+  Start();
+  ns_->WaitPersisted();
+  EXPECT_EQ(ns_->Counters().persisted, 1u);
+  EXPECT_EQ(disk_->Usage().blobs, 1u);
+}
+
 TEST_P(TierTest, PersistedMembersComeBackFromDiskAfterARestartOnAnEmptyGpu) {
   Start();
   auto o = ns_->Mkdir(caller_, kRootEntryId, "keep", 0755);

@@ -127,13 +127,7 @@ Status Namespace::Recover() {
     blob.state = BlobState::kLost;
     GPUFS_RETURN_IF_ERROR(catalog_->UpdateBlob(blob));
   }
-  // Write-behind the previous daemon did not finish (it was killed).
   GPUFS_ASSIGN_OR_RETURN(blobs, catalog_->ListBlobs());
-  for (const Blob& blob : blobs) {
-    if (blob.state != BlobState::kSealed || tiers_.HasDiskCopy(blob.id)) continue;
-    auto entry = catalog_->EntryOfBlob(blob.id);
-    if (entry.ok()) tiers_.QueuePersist(*catalog_, *entry, blob.id);
-  }
   GPUFS_ASSIGN_OR_RETURN(uint64_t entries, catalog_->CountEntries());
   GPUFS_LOG(INFO) << "namespace ready: generation " << generation_ << ", " << entries
                   << " entries, " << blobs.size() << " blobs (" << lost.size() << " lost, "
@@ -229,6 +223,17 @@ Status Namespace::PurgeDetachedLocked(EntryId id, const std::set<EntryId>& held)
   }
   if (held.contains(id)) return Status::Ok();
   return catalog_->Purge(id).status();
+}
+
+Status Namespace::QueueUnfinishedPersists() {
+  std::lock_guard lock(mu_);
+  GPUFS_ASSIGN_OR_RETURN(std::vector<Blob> blobs, catalog_->ListBlobs());
+  for (const Blob& blob : blobs) {
+    if (blob.state != BlobState::kSealed || tiers_.HasDiskCopy(blob.id)) continue;
+    auto entry = catalog_->EntryOfBlob(blob.id);
+    if (entry.ok()) tiers_.QueuePersist(*catalog_, *entry, blob.id);
+  }
+  return Status::Ok();
 }
 
 }  // namespace gpufs
