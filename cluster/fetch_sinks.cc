@@ -1,5 +1,11 @@
 #include "cluster/fetch_sinks.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
 namespace gpufs::cluster {
 
 Result<std::span<std::byte>> HostBufferSink::Acquire(uint64_t offset, uint64_t size) {
@@ -100,6 +106,92 @@ void StagedSink::Run() {
       Free(job.buffer);
     }
     job.done(st);
+  }
+}
+
+Result<std::unique_ptr<InPlaceSink>> InPlaceSink::Create(std::vector<Piece> pieces,
+                                                         size_t capacity, uint64_t buffer_bytes,
+                                                         StagingAllocator allocator) {
+  std::sort(pieces.begin(), pieces.end(),
+            [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
+  for (size_t i = 1; i < pieces.size(); ++i)
+    if (pieces[i].offset < pieces[i - 1].offset + pieces[i - 1].bytes.size())
+      return Error(EINVAL, "in-place sink: pieces overlap");
+  if (capacity == 0) return Error(EINVAL, "in-place sink: capacity 0");
+  std::unique_ptr<InPlaceSink> s(new InPlaceSink(std::move(pieces), capacity));
+  // As many staging buffers as ranges may be out, so that Acquire never runs
+  // short; anonymous memory, so those never used cost nothing.
+  GPUFS_ASSIGN_OR_RETURN(
+      s->staged_, StagedSink::Create(
+                      capacity, buffer_bytes,
+                      [raw = s.get()](uint64_t offset, std::span<const std::byte> bytes) {
+                        return raw->Scatter(offset, bytes);
+                      },
+                      std::move(allocator)));
+  s->prefault_ = std::thread([raw = s.get()] { raw->Prefault(); });
+  return s;
+}
+
+InPlaceSink::InPlaceSink(std::vector<Piece> pieces, size_t capacity)
+    : pieces_(std::move(pieces)), capacity_(capacity) {}
+
+InPlaceSink::~InPlaceSink() {
+  stop_ = true;
+  if (prefault_.joinable()) prefault_.join();
+  staged_.reset();  // its copy thread writes into the pieces
+}
+
+const InPlaceSink::Piece* InPlaceSink::Within(uint64_t offset, uint64_t size) const {
+  auto it = std::upper_bound(pieces_.begin(), pieces_.end(), offset,
+                             [](uint64_t at, const Piece& p) { return at < p.offset; });
+  if (it == pieces_.begin()) return nullptr;
+  const Piece& p = *std::prev(it);
+  if (offset - p.offset > p.bytes.size() || size > p.bytes.size() - (offset - p.offset))
+    return nullptr;
+  return &p;
+}
+
+Result<std::span<std::byte>> InPlaceSink::Acquire(uint64_t offset, uint64_t size) {
+  if (const Piece* p = Within(offset, size)) return p->bytes.subspan(offset - p->offset, size);
+  return staged_->Acquire(offset, size);
+}
+
+void InPlaceSink::Land(uint64_t offset, std::span<std::byte> buffer,
+                       std::function<void(Status)> done) {
+  if (Within(offset, buffer.size()) != nullptr) return done(Status());  // it is there already
+  staged_->Land(offset, buffer, std::move(done));
+}
+
+void InPlaceSink::Drop(uint64_t offset, std::span<std::byte> buffer) {
+  if (Within(offset, buffer.size()) == nullptr) staged_->Drop(offset, buffer);
+}
+
+Status InPlaceSink::Scatter(uint64_t offset, std::span<const std::byte> bytes) const {
+  const uint64_t end = offset + bytes.size();
+  for (const Piece& p : pieces_) {
+    const uint64_t from = std::max(offset, p.offset), to = std::min(end, p.offset + p.bytes.size());
+    if (from < to) std::memcpy(p.bytes.data() + (from - p.offset), bytes.data() + (from - offset), to - from);
+  }
+  return Status();
+}
+
+void InPlaceSink::Prefault() {
+  // In steps, so that a fetch that ends (or fails) stops it soon.
+  constexpr uint64_t kStep = 32 << 20;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  for (const Piece& p : pieces_) {
+    // Whole pages: the pieces' memory is page-aligned around them (a store's
+    // reservation), and populating writes no byte.
+    auto begin = reinterpret_cast<uintptr_t>(p.bytes.data()) & ~(page - 1);
+    const uintptr_t end =
+        (reinterpret_cast<uintptr_t>(p.bytes.data()) + p.bytes.size() + page - 1) & ~(page - 1);
+    while (begin < end) {
+      if (stop_.load(std::memory_order_relaxed)) return;
+      const uintptr_t step = std::min<uintptr_t>(kStep, end - begin);
+      if (::madvise(reinterpret_cast<void*>(begin), step, MADV_POPULATE_WRITE) != 0)
+        return;  // an older kernel (EINVAL): the receives fault the pages in
+      begin += step;
+    }
   }
 }
 

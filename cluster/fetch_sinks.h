@@ -1,8 +1,11 @@
-// Two FetchSinks: straight into host memory, and through staging buffers
+// Three FetchSinks: straight into host memory, through staging buffers
 // with a copy thread (the shape of the GPU path: pinned buffers and an H2D
-// copy per landed range, overlapping the next ranges' receives).
+// copy per landed range, overlapping the next ranges' receives), and
+// straight into an object's members where they lie in host memory (the
+// memory host tier), prefaulted ahead of the network.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -77,6 +80,48 @@ class StagedSink : public FetchSink {
   bool stop_ = false;        // GUARDED_BY(mu_)
   uint64_t copied_ = 0;      // GUARDED_BY(mu_)
   std::thread thread_;
+};
+
+// Receives in place into `pieces` (an object's members: where each lies
+// in host memory and at which offset of the fetched buffer; sorted, apart;
+// bytes between them, the members' padding, are not kept). A range inside
+// one piece is received straight into it; a range that crosses a piece's
+// end goes through a staging buffer of `buffer_bytes` and is copied into
+// its pieces on a copy thread. A second thread prefaults the pieces in
+// order (MADV_POPULATE_WRITE, which writes nothing), ahead of the network:
+// otherwise the receive itself takes a page fault, and the kernel's
+// zeroing of a fresh page, every 4 KiB. Thread-safe.
+class InPlaceSink : public FetchSink {
+ public:
+  struct Piece {
+    uint64_t offset = 0;
+    std::span<std::byte> bytes;
+  };
+  static Result<std::unique_ptr<InPlaceSink>> Create(
+      std::vector<Piece> pieces, size_t capacity, uint64_t buffer_bytes,
+      StagingAllocator allocator = StagingAllocator::PageAligned());
+  ~InPlaceSink() override;  // stops the prefault thread, waits for the copies
+
+  size_t capacity() const override { return capacity_; }
+  Result<std::span<std::byte>> Acquire(uint64_t offset, uint64_t size) override;
+  void Land(uint64_t offset, std::span<std::byte> buffer,
+            std::function<void(Status)> done) override;
+  void Drop(uint64_t offset, std::span<std::byte> buffer) override;
+  // Bytes that went through staging (ranges across a piece's end).
+  uint64_t staged_bytes() const { return staged_ ? staged_->copied_bytes() : 0; }
+
+ private:
+  InPlaceSink(std::vector<Piece> pieces, size_t capacity);
+  // The piece that holds all of [offset, offset + size), or nullptr.
+  const Piece* Within(uint64_t offset, uint64_t size) const;
+  Status Scatter(uint64_t offset, std::span<const std::byte> bytes) const;
+  void Prefault();
+
+  const std::vector<Piece> pieces_;
+  const size_t capacity_;
+  std::unique_ptr<StagedSink> staged_;
+  std::atomic<bool> stop_{false};
+  std::thread prefault_;
 };
 
 }  // namespace gpufs::cluster

@@ -17,6 +17,9 @@ namespace gpufs::cluster {
 namespace {
 
 constexpr uint64_t kReadChunk = 4 << 20;
+// Ranges out at once into an in-place sink: every source's window (4 by
+// default) for a few sources.
+constexpr size_t kInPlaceCapacity = 16;
 
 const Caller kDaemon{};  // root: the daemon's own requests
 
@@ -58,11 +61,18 @@ Status ObjectBytes::CopyOut(uint64_t offset, std::span<std::byte> dst) const {
   if (offset > size_ || dst.size() > size_ - offset) {
     return Error(EINVAL, "read past the object's " + std::to_string(size_) + " bytes");
   }
-  std::memset(dst.data(), 0, dst.size());  // the padding between members
+  // Members are read into their place; only the padding between them (and
+  // after the last) is zeroed, not every byte first.
   const uint64_t end = offset + dst.size();
+  uint64_t zero_from = offset;
+  auto zero_to = [&](uint64_t to) {
+    if (to > zero_from) std::memset(dst.data() + (zero_from - offset), 0, to - zero_from);
+  };
   for (const Member& m : members_) {
     const uint64_t from = std::max(offset, m.offset), to = std::min(end, m.offset + m.size);
     if (from >= to) continue;
+    zero_to(from);
+    zero_from = to;
     uint64_t at = from;
     while (at < to) {
       GPUFS_ASSIGN_OR_RETURN(size_t n, ns_.Read(m.handle, at - m.offset,
@@ -71,6 +81,7 @@ Status ObjectBytes::CopyOut(uint64_t offset, std::span<std::byte> dst) const {
       at += n;
     }
   }
+  zero_to(end);
   return Status::Ok();
 }
 
@@ -216,6 +227,18 @@ Result<std::shared_ptr<NamespaceReplica>> NamespaceReplica::Create(Namespace& ns
   SetAttrRequest mode;
   mode.mode = manifest.mode & 07777;
   GPUFS_RETURN_IF_ERROR(ns.SetAttr(pending_object, mode, 0).status().Prepend(manifest.path));
+  // Where the members lie in this process's memory (the memory host
+  // tier), the fetch receives straight into them; elsewhere (a GPU, blob
+  // files) through staging buffers and writes of the staging handle.
+  GPUFS_ASSIGN_OR_RETURN(std::vector<Namespace::PendingBytes> in_place,
+                         ns.PendingHostBytes(r->staging_));
+  if (!in_place.empty()) {
+    std::vector<InPlaceSink::Piece> pieces;
+    for (const Namespace::PendingBytes& b : in_place) pieces.push_back({b.offset, b.bytes});
+    GPUFS_ASSIGN_OR_RETURN(r->sink_, InPlaceSink::Create(std::move(pieces), kInPlaceCapacity,
+                                                         buffer_bytes, std::move(staging)));
+    return r;
+  }
   Namespace* nsp = &ns;
   const HandleId handle = r->staging_;
   GPUFS_ASSIGN_OR_RETURN(

@@ -55,8 +55,9 @@ Result<Publication> PreparePublication(Namespace& ns, uint64_t ino, const std::s
 Result<Attr> LookupPath(Namespace& ns, const std::string& path);
 
 // A fetch into the namespace: a hidden pending object at the manifest's
-// path (".NAME.fetching-VERSION" staging it), filled through staging
-// buffers and, once checked, sealed at NAME; then served from there.
+// path (".NAME.fetching-VERSION" staging it), filled in place where its
+// members lie in host memory (InPlaceSink), through staging buffers
+// otherwise, and, once checked, sealed at NAME; then served from there.
 // Destroyed before Complete, it leaves nothing.
 class NamespaceReplica : public LocalReplica {
  public:
@@ -80,7 +81,7 @@ class NamespaceReplica : public LocalReplica {
   Caller caller_;
   uint64_t parent_ = 0;
   HandleId staging_ = 0;  // until Complete
-  std::unique_ptr<StagedSink> sink_;
+  std::unique_ptr<FetchSink> sink_;
   uint64_t object_ = 0;
   std::shared_ptr<ObjectBytes> bytes_;  // after Complete
 };

@@ -221,6 +221,39 @@ TEST_F(UcxTransportTest, StagesAtBothEnds) {
   EXPECT_EQ(nlohmann::json::parse(*stats)["server"]["copied_out"], 32);
 }
 
+TEST_F(UcxTransportTest, InPlaceIntoMembersStagesOnlyRangesAcrossTheirEnds) {
+  // An object's members where they lie in host memory, the padding between
+  // them not theirs: a range inside one member lands there directly, a
+  // range across a member's end through staging, and no byte outside the
+  // members is written.
+  std::string b;
+  auto peer = StartPeer("b", &b);
+  ASSERT_TRUE(peer);
+  Buffer dest(kSize);
+  std::memset(dest.span().data(), 0xee, kSize);
+  std::vector<InPlaceSink::Piece> pieces;
+  for (const Segment& s : PatternSegments(kSize, kSeed))
+    pieces.push_back({s.offset, dest.span().subspan(s.offset, s.size)});
+  auto sink = InPlaceSink::Create(pieces, 16, 8 << 20);
+  ASSERT_TRUE(sink.ok()) << sink.status().ToString();
+  WatchedSink watched(**sink);
+  Result<FetchResult> r = client_->Fetch(Request({{"b", b}}), watched, Options());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(watched.out(), 0);
+  // Of the 8 MiB chunks, 0 and 3 cross a member's end and 4 holds none;
+  // the others lie inside one member.
+  EXPECT_EQ((*sink)->staged_bytes(), 3ull * (8 << 20));
+  std::vector<std::byte> want;
+  for (const InPlaceSink::Piece& p : pieces) {
+    want.resize(p.bytes.size());
+    testing::FillPattern(kSeed, p.offset, want);
+    EXPECT_EQ(std::memcmp(p.bytes.data(), want.data(), want.size()), 0) << "at " << p.offset;
+  }
+  for (uint64_t at : {uint64_t{4096}, uint64_t{8191}, (8192 + 3 * (8ull << 20) + 123),
+                      (40ull << 20) - 1})
+    EXPECT_EQ(dest.span()[at], std::byte{0xee}) << "padding at " << at << " was written";
+}
+
 TEST_F(UcxTransportTest, CutLinkMidFetchCompletesFromTheOtherSource) {
   std::string b, c;
   auto pb = StartPeer("b", &b);

@@ -115,6 +115,20 @@ class Namespace {
   Result<uint64_t> PublishObject(HandleId handle, const Caller& caller, bool remove);
   // /.gpufs/cluster's content ("" outside cluster mode).
   std::string ClusterStatusJson();
+  // Where the members of the pending object that `handle` fills
+  // (AllocObject's) lie in this process's memory, for a producer inside the
+  // daemon that fills them in place instead of through Write (a cluster
+  // fetch receives straight into them): per member in layout order, its
+  // offset in the layout and its bytes (BulkStore::HostBytes: the memory
+  // host tier). Valid until the handle's SealObject or Release; the caller
+  // alone writes them meanwhile. Empty when the object's store keeps its
+  // bytes elsewhere (a GPU, the files host tier): write the handle then.
+  // EINVAL for a handle without a pending object, EPERM once sealed.
+  struct PendingBytes {
+    uint64_t offset = 0;
+    std::span<std::byte> bytes;
+  };
+  Result<std::vector<PendingBytes>> PendingHostBytes(HandleId handle);
   // Inodes of published objects not fetched (yet): kRemoteInoBase and up.
   static constexpr uint64_t kRemoteInoBase = 1ull << 61;  // below kControlDirIno
   static bool IsRemoteIno(uint64_t ino) { return ino >= kRemoteInoBase && ino < kControlDirIno; }

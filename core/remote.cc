@@ -14,6 +14,7 @@
 
 #include "core/access.h"
 #include "core/namespace.h"
+#include "core/objects_internal.h"
 #include "core/remote_objects.h"
 #include "util/log.h"
 
@@ -179,6 +180,23 @@ Result<uint64_t> Namespace::PublishObject(HandleId id, const Caller& caller, boo
   GPUFS_LOG(INFO) << (remove ? "unpublished " : "published ") << path << " as version "
                   << *version;
   return version;
+}
+
+Result<std::vector<Namespace::PendingBytes>> Namespace::PendingHostBytes(HandleId id) {
+  std::lock_guard lock(mu_);
+  GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
+  const std::shared_ptr<PendingObject> pending = handle->pending;
+  if (!pending) return Error(EINVAL, "handle " + std::to_string(id) + " fills no object");
+  if (pending->sealed) return Error(EPERM, "the object is sealed");
+  BulkStore* store = StoreFor(pending->device);
+  std::vector<PendingBytes> out;
+  for (const PendingObject::Member& m : pending->members) {
+    if (m.size == 0) continue;
+    std::span<std::byte> bytes = store != nullptr ? store->HostBytes(m.blob) : std::span<std::byte>();
+    if (bytes.size() < m.size) return std::vector<PendingBytes>();  // not in this process's memory
+    out.push_back({m.offset, bytes.first(m.size)});
+  }
+  return out;
 }
 
 std::string Namespace::ClusterStatusJson() {

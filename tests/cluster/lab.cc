@@ -133,6 +133,13 @@ Status Lab::SetLink(const std::string& node, bool up) {
   return Status();
 }
 
+Status Lab::SetRate(const std::string& node, const std::string& rate) {
+  std::string output;
+  int rc = RunCommand({GPUFS_NETNS_SH, "rate", tag_, node, rate}, &output);
+  if (rc != 0) return Error(EIO, "netns.sh rate " + node + " " + rate + ": " + output);
+  return Status();
+}
+
 Status Lab::Enter(const std::string& node) {
   UniqueFd fd(::open(netns_path(node).c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return PosixError("open " + netns_path(node), errno);

@@ -39,6 +39,8 @@ class Lab {
   static std::string Address(const std::string& node);
   // Cuts (false) or restores (true) the node's link, at the bridge.
   Status SetLink(const std::string& node, bool up);
+  // Caps what the node sends ("80mbit", tc's units; "off" lifts it).
+  Status SetRate(const std::string& node, const std::string& rate);
   // Moves the calling thread into the node's namespace; threads it starts
   // later are born there too. The destructor moves it back.
   Status Enter(const std::string& node);

@@ -69,6 +69,9 @@ class ClusterMountTest : public LabTest {
     }
   }
 
+  // Appended to every mount's command line.
+  virtual std::string ExtraMountArgs() const { return ""; }
+
   std::string Url() const { return "etcd://" + etcd_->endpoint() + "/" + lab_->tag(); }
 
   Shell Mount(const std::string& n, const std::string& as = "") {
@@ -76,7 +79,7 @@ class ClusterMountTest : public LabTest {
     Shell r = Sh("nsenter --net=" + lab_->netns_path(n) + " " + bin_ + " mount " + node.mnt +
                  " --state " + node.state + " --store host --cluster " + Url() + " --node " +
                  (as.empty() ? n : as) + " --listen " + Lab::Address(n) +
-                 ":0 --cluster-timeout 1 --cluster-lease 2");
+                 ":0 --cluster-timeout 1 --cluster-lease 2" + ExtraMountArgs());
     if (r.status == 0) node.mounted = true;
     return r;
   }
@@ -88,6 +91,15 @@ class ClusterMountTest : public LabTest {
   }
   json ClusterStatus(const std::string& n) {
     return json::parse(ReadFile(M(n) + "/.gpufs/cluster"), nullptr, false);
+  }
+  // The bytes the fetch of `object` ("path@version") on `n` has landed so
+  // far, or -1 while none runs.
+  int64_t FetchedSoFar(const std::string& n, const std::string& object) {
+    json s = ClusterStatus(n);
+    if (!s.is_object() || !s.contains("fetches") || !s["fetches"].is_array()) return -1;
+    for (const json& f : s["fetches"])
+      if (f["object"] == object) return f["bytes"].get<int64_t>();
+    return -1;
   }
   std::string Log(const std::string& n) { return ReadFile(nodes_[n].state + "/gpufs.log"); }
 
@@ -364,6 +376,81 @@ TEST_F(ClusterMountTest, ClusterFetchMakesAnObjectLocalOnce) {
   ASSERT_EQ(::chown((M("a") + "/mixed/b").c_str(), 0, 0), 0);
   ASSERT_EQ(::chmod((M("a") + "/mixed/b").c_str(), 0600), 0);
   EXPECT_NE(Sh(bin_ + " publish " + M("a") + "/mixed").status, 0);
+}
+
+// The same lab on the memory host tier, where a fetch receives straight
+// into the members' memory (cluster/fetch_sinks.h, InPlaceSink).
+class ClusterMemoryTierTest : public ClusterMountTest {
+ protected:
+  std::string ExtraMountArgs() const override { return " --host-tier memory"; }
+};
+
+TEST_F(ClusterMemoryTierTest, LinkCutMidFetchCompletesFromAnotherSourceOrFailsInTime) {
+  // Sources capped at 80 Mbit/s, so that C's fetch of 64 MiB lasts seconds
+  // and B's link is cut while bytes are on the way: C completes from A.
+  constexpr int64_t kBytes = 64 << 20;
+  MakeModel("a", "m", kBytes, 31);
+  const std::string want = ReadFile(M("a") + "/m/w");
+  ASSERT_EQ(Sh(bin_ + " publish " + M("a") + "/m").status, 0);
+  ASSERT_TRUE(Eventually([&] { return ::access((M("b") + "/m").c_str(), F_OK) == 0; }));
+  ASSERT_EQ(Sh(bin_ + " cluster fetch -q " + M("b") + "/m").status, 0);  // B holds one too
+  ASSERT_TRUE(Eventually([&] {
+    json holders = ClusterStatus("c")["replicas"]["m@1"];
+    return holders.is_array() && holders.size() == 2;
+  }));
+  ASSERT_OK(lab_->SetRate("a", "80mbit"));
+  ASSERT_OK(lab_->SetRate("b", "80mbit"));
+  std::string got;
+  std::thread reader([&] { got = ReadFile(M("c") + "/m/w"); });
+  const bool mid = Eventually([&] {
+    const int64_t landed = FetchedSoFar("c", "m@1");
+    return landed > 0 && landed < kBytes;
+  });
+  // No ASSERT until the reader is joined.
+  const Status cut = mid ? lab_->SetLink("b", false) : Status();
+  EXPECT_TRUE(cut.ok()) << cut.ToString();
+  reader.join();
+  ASSERT_TRUE(mid) << "no fetch in progress seen on c";
+  EXPECT_EQ(got.size(), want.size());
+  EXPECT_TRUE(got == want);
+  EXPECT_NE(Log("c").find("dropping source b"), std::string::npos) << Log("c");
+
+  // Only B holds the next object; its link is cut mid-fetch: C's open fails
+  // within the stall timeout (--cluster-timeout 1) and nothing half-fetched
+  // shows; with B back, C fetches it whole.
+  ASSERT_OK(lab_->SetLink("b", true));
+  MakeModel("b", "solo", kBytes, 32);
+  const std::string want_solo = ReadFile(M("b") + "/solo/w");
+  ASSERT_EQ(Sh(bin_ + " publish " + M("b") + "/solo").status, 0);
+  ASSERT_TRUE(Eventually([&] { return ::access((M("c") + "/solo").c_str(), F_OK) == 0; }));
+  int fd = -1, err = 0;
+  std::thread opener([&] {
+    fd = ::open((M("c") + "/solo/w").c_str(), O_RDONLY);
+    err = errno;
+  });
+  const bool solo_mid = Eventually([&] {
+    const int64_t landed = FetchedSoFar("c", "solo@1");
+    return landed > 0 && landed < kBytes;
+  });
+  const auto cut = Clock::now();
+  const Status solo_cut = solo_mid ? lab_->SetLink("b", false) : Status();
+  EXPECT_TRUE(solo_cut.ok()) << solo_cut.ToString();
+  opener.join();
+  const double took = std::chrono::duration<double>(Clock::now() - cut).count();
+  ASSERT_TRUE(solo_mid) << "no fetch in progress seen on c";
+  EXPECT_LT(fd, 0);
+  if (fd >= 0) ::close(fd);
+  EXPECT_TRUE(err == EIO || err == ETIMEDOUT || err == ENOENT || err == ECONNRESET ||
+              err == EHOSTUNREACH)
+      << std::strerror(err);
+  EXPECT_LT(took, 8.0);
+  Shell ls = Sh("ls -a " + M("c"));
+  EXPECT_EQ(ls.output.find("fetching"), std::string::npos) << ls.output;
+  EXPECT_GE(Stats("c")["cluster"]["fetches_failed"].get<int>(), 1);
+  ASSERT_OK(lab_->SetLink("b", true));
+  ASSERT_OK(lab_->SetRate("b", "off"));
+  ASSERT_TRUE(Eventually([&] { return ReadFile(M("c") + "/solo/w") == want_solo; },
+                         milliseconds(20000)));
 }
 
 }  // namespace

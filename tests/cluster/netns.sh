@@ -8,6 +8,7 @@
 #   netns.sh up TAG [NODE...]     # default nodes: a b c etcd
 #   netns.sh down TAG             # kills what still runs inside, removes all
 #   netns.sh link TAG NODE up|down   # cut or restore NODE's link
+#   netns.sh rate TAG NODE RATE|off  # caps what NODE sends (tc tbf on its eth0), e.g. 80mbit
 #   netns.sh addr NODE            # the node's address
 #   netns.sh sweep                # removes labs whose creator (TAG gpufsPID) is gone
 #
@@ -88,12 +89,23 @@ link() {
   return 1
 }
 
+# Caps NODE's sending rate (a token bucket on its eth0), so that a transfer
+# from it lasts long enough to be cut in the middle; off removes the cap.
+rate() {
+  local tag=$1 node=$2 rate=$3
+  tc -n "$tag-$node" qdisc del dev eth0 root 2>/dev/null || true
+  [ "$rate" = off ] && return 0
+  tc -n "$tag-$node" qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 1s
+}
+
 case "${1:-}" in
   up) [ $# -ge 2 ] || { echo "usage: $0 up TAG [NODE...]" >&2; exit 2; }; shift; up "$@" ;;
   down) [ $# -eq 2 ] || { echo "usage: $0 down TAG" >&2; exit 2; }; down "$2" ;;
   link) [ $# -eq 4 ] || { echo "usage: $0 link TAG NODE up|down" >&2; exit 2; }
         link "$2" "$3" "$4" ;;
+  rate) [ $# -eq 4 ] || { echo "usage: $0 rate TAG NODE RATE|off" >&2; exit 2; }
+        rate "$2" "$3" "$4" ;;
   addr) [ $# -eq 2 ] || { echo "usage: $0 addr NODE" >&2; exit 2; }; addr_of "$2" 20 ;;
   sweep) sweep ;;
-  *) echo "usage: $0 up|down|link|addr|sweep ..." >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|link|rate|addr|sweep ..." >&2; exit 2 ;;
 esac
