@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 namespace gpufs::cluster {
@@ -118,7 +119,9 @@ Result<std::unique_ptr<InPlaceSink>> InPlaceSink::Create(std::vector<Piece> piec
     if (pieces[i].offset < pieces[i - 1].offset + pieces[i - 1].bytes.size())
       return Error(EINVAL, "in-place sink: pieces overlap");
   if (capacity == 0) return Error(EINVAL, "in-place sink: capacity 0");
-  std::unique_ptr<InPlaceSink> s(new InPlaceSink(std::move(pieces), capacity));
+  const bool files = !pieces.empty() && std::all_of(pieces.begin(), pieces.end(),
+                                                    [](const Piece& p) { return p.fd >= 0; });
+  std::unique_ptr<InPlaceSink> s(new InPlaceSink(std::move(pieces), capacity, files));
   // As many staging buffers as ranges may be out, so that Acquire never runs
   // short; anonymous memory, so those never used cost nothing.
   GPUFS_ASSIGN_OR_RETURN(
@@ -128,12 +131,12 @@ Result<std::unique_ptr<InPlaceSink>> InPlaceSink::Create(std::vector<Piece> piec
                         return raw->Scatter(offset, bytes);
                       },
                       std::move(allocator)));
-  s->prefault_ = std::thread([raw = s.get()] { raw->Prefault(); });
+  if (!files) s->prefault_ = std::thread([raw = s.get()] { raw->Prefault(); });
   return s;
 }
 
-InPlaceSink::InPlaceSink(std::vector<Piece> pieces, size_t capacity)
-    : pieces_(std::move(pieces)), capacity_(capacity) {}
+InPlaceSink::InPlaceSink(std::vector<Piece> pieces, size_t capacity, bool files)
+    : pieces_(std::move(pieces)), capacity_(capacity), files_(files) {}
 
 InPlaceSink::~InPlaceSink() {
   stop_ = true;
@@ -152,25 +155,40 @@ const InPlaceSink::Piece* InPlaceSink::Within(uint64_t offset, uint64_t size) co
 }
 
 Result<std::span<std::byte>> InPlaceSink::Acquire(uint64_t offset, uint64_t size) {
-  if (const Piece* p = Within(offset, size)) return p->bytes.subspan(offset - p->offset, size);
+  if (InPlace(offset, size)) {
+    const Piece* p = Within(offset, size);
+    return p->bytes.subspan(offset - p->offset, size);
+  }
   return staged_->Acquire(offset, size);
 }
 
 void InPlaceSink::Land(uint64_t offset, std::span<std::byte> buffer,
                        std::function<void(Status)> done) {
-  if (Within(offset, buffer.size()) != nullptr) return done(Status());  // it is there already
+  if (InPlace(offset, buffer.size())) return done(Status());  // it is there already
   staged_->Land(offset, buffer, std::move(done));
 }
 
 void InPlaceSink::Drop(uint64_t offset, std::span<std::byte> buffer) {
-  if (Within(offset, buffer.size()) == nullptr) staged_->Drop(offset, buffer);
+  if (!InPlace(offset, buffer.size())) staged_->Drop(offset, buffer);
 }
 
 Status InPlaceSink::Scatter(uint64_t offset, std::span<const std::byte> bytes) const {
   const uint64_t end = offset + bytes.size();
   for (const Piece& p : pieces_) {
     const uint64_t from = std::max(offset, p.offset), to = std::min(end, p.offset + p.bytes.size());
-    if (from < to) std::memcpy(p.bytes.data() + (from - p.offset), bytes.data() + (from - offset), to - from);
+    if (from >= to) continue;
+    const std::byte* src = bytes.data() + (from - offset);
+    if (!files_) {
+      std::memcpy(p.bytes.data() + (from - p.offset), src, to - from);
+      continue;
+    }
+    for (uint64_t done = 0; done < to - from;) {
+      const ssize_t n = ::pwrite(p.fd, src + done, to - from - done,
+                                 static_cast<off_t>(p.file_offset + (from - p.offset) + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return PosixError("fetch sink: pwrite", n < 0 ? errno : EIO);
+      done += static_cast<uint64_t>(n);
+    }
   }
   return Status();
 }

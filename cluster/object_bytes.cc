@@ -234,7 +234,8 @@ Result<std::shared_ptr<NamespaceReplica>> NamespaceReplica::Create(Namespace& ns
                          ns.PendingHostBytes(r->staging_));
   if (!in_place.empty()) {
     std::vector<InPlaceSink::Piece> pieces;
-    for (const Namespace::PendingBytes& b : in_place) pieces.push_back({b.offset, b.bytes});
+    for (const Namespace::PendingBytes& b : in_place)
+      pieces.push_back({b.offset, b.bytes, b.fd, b.file_offset});
     GPUFS_ASSIGN_OR_RETURN(r->sink_, InPlaceSink::Create(std::move(pieces), kInPlaceCapacity,
                                                          buffer_bytes, std::move(staging)));
     return r;

@@ -13,6 +13,7 @@
 #include "tests/cluster/lab_fixture.h"
 #include "tests/cluster/pattern.h"
 #include "util/crc32c.h"
+#include "util/unique_fd.h"
 
 #ifndef GPUFS_CLUSTER_PEER
 #error "GPUFS_CLUSTER_PEER must name the cluster_peer binary"
@@ -221,37 +222,58 @@ TEST_F(UcxTransportTest, StagesAtBothEnds) {
   EXPECT_EQ(nlohmann::json::parse(*stats)["server"]["copied_out"], 32);
 }
 
-TEST_F(UcxTransportTest, InPlaceIntoMembersStagesOnlyRangesAcrossTheirEnds) {
-  // An object's members where they lie in host memory, the padding between
-  // them not theirs: a range inside one member lands there directly, a
-  // range across a member's end through staging, and no byte outside the
-  // members is written.
-  std::string b;
-  auto peer = StartPeer("b", &b);
-  ASSERT_TRUE(peer);
-  Buffer dest(kSize);
-  std::memset(dest.span().data(), 0xee, kSize);
+// An object's members where they lie in host memory, the padding between
+// them not theirs: into anonymous memory, a range inside one member lands
+// there directly and a range across a member's end through staging; into
+// a file's mapping (the memory host tier's memfd) every range is staged
+// and written with pwrite. Either way no byte outside the members is
+// written.
+void FetchIntoMembers(UcxTransport& client, const std::string& b, bool in_file,
+                      uint64_t want_staged) {
+  UniqueFd file(in_file ? ::memfd_create("members", MFD_CLOEXEC) : -1);
+  if (in_file) {
+    ASSERT_EQ(::ftruncate(file.get(), kSize), 0);
+  }
+  void* map = in_file ? ::mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, file.get(), 0)
+                      : ::mmap(nullptr, kSize, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  std::span<std::byte> dest(static_cast<std::byte*>(map), kSize);
+  std::memset(dest.data(), 0xee, kSize);
   std::vector<InPlaceSink::Piece> pieces;
   for (const Segment& s : PatternSegments(kSize, kSeed))
-    pieces.push_back({s.offset, dest.span().subspan(s.offset, s.size)});
+    pieces.push_back({s.offset, dest.subspan(s.offset, s.size), file.get(), s.offset});
   auto sink = InPlaceSink::Create(pieces, 16, 8 << 20);
   ASSERT_TRUE(sink.ok()) << sink.status().ToString();
   WatchedSink watched(**sink);
-  Result<FetchResult> r = client_->Fetch(Request({{"b", b}}), watched, Options());
+  FetchOptions o;
+  o.stall_timeout = milliseconds(1500);
+  o.timeout = milliseconds(30000);
+  Result<FetchResult> r = client.Fetch(
+      FetchRequest{kObject, kSize, {{"b", b}}, PatternSegments(kSize, kSeed)}, watched, o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(watched.out(), 0);
-  // Of the 8 MiB chunks, 0 and 3 cross a member's end and 4 holds none;
-  // the others lie inside one member.
-  EXPECT_EQ((*sink)->staged_bytes(), 3ull * (8 << 20));
+  EXPECT_EQ((*sink)->staged_bytes(), want_staged);
   std::vector<std::byte> want;
   for (const InPlaceSink::Piece& p : pieces) {
     want.resize(p.bytes.size());
     testing::FillPattern(kSeed, p.offset, want);
     EXPECT_EQ(std::memcmp(p.bytes.data(), want.data(), want.size()), 0) << "at " << p.offset;
   }
-  for (uint64_t at : {uint64_t{4096}, uint64_t{8191}, (8192 + 3 * (8ull << 20) + 123),
-                      (40ull << 20) - 1})
-    EXPECT_EQ(dest.span()[at], std::byte{0xee}) << "padding at " << at << " was written";
+  for (uint64_t at : {uint64_t{4096}, uint64_t{8191}, uint64_t{8192 + 3 * (8ull << 20) + 123},
+                      uint64_t{(40ull << 20) - 1}})
+    EXPECT_EQ(dest[at], std::byte{0xee}) << "padding at " << at << " was written";
+  ::munmap(map, kSize);
+}
+
+TEST_F(UcxTransportTest, IntoMembersInPlaceOrThroughTheirFile) {
+  std::string b;
+  auto peer = StartPeer("b", &b);
+  ASSERT_TRUE(peer);
+  // Of the 8 MiB chunks, 0 and 3 cross a member's end and 4 holds none;
+  // the others lie inside one member.
+  FetchIntoMembers(*client_, b, /*in_file=*/false, 3ull * (8 << 20));
+  FetchIntoMembers(*client_, b, /*in_file=*/true, kSize);
 }
 
 TEST_F(UcxTransportTest, CutLinkMidFetchCompletesFromTheOtherSource) {

@@ -123,10 +123,14 @@ class Namespace {
   // host tier). Valid until the handle's SealObject or Release; the caller
   // alone writes them meanwhile. Empty when the object's store keeps its
   // bytes elsewhere (a GPU, the files host tier): write the handle then.
+  // With them, the file that holds them, where the store has one
+  // (BulkStore::HostFile: fd -1 otherwise), for pwrite(2).
   // EINVAL for a handle without a pending object, EPERM once sealed.
   struct PendingBytes {
     uint64_t offset = 0;
     std::span<std::byte> bytes;
+    int fd = -1;
+    uint64_t file_offset = 0;
   };
   Result<std::vector<PendingBytes>> PendingHostBytes(HandleId handle);
   // Inodes of published objects not fetched (yet): kRemoteInoBase and up.

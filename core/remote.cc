@@ -194,7 +194,8 @@ Result<std::vector<Namespace::PendingBytes>> Namespace::PendingHostBytes(HandleI
     if (m.size == 0) continue;
     std::span<std::byte> bytes = store != nullptr ? store->HostBytes(m.blob) : std::span<std::byte>();
     if (bytes.size() < m.size) return std::vector<PendingBytes>();  // not in this process's memory
-    out.push_back({m.offset, bytes.first(m.size)});
+    const BulkStore::HostFileRange file = store->HostFile(m.blob);
+    out.push_back({m.offset, bytes.first(m.size), file.fd, file.offset});
   }
   return out;
 }

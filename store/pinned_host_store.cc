@@ -374,4 +374,13 @@ std::span<std::byte> PinnedHostStore::HostBytes(BlobId id) {
   return {rec.place.slab->data() + rec.place.offset, static_cast<size_t>(rec.size)};
 }
 
+BulkStore::HostFileRange PinnedHostStore::HostFile(BlobId id) {
+  std::lock_guard lock(mu_);
+  auto it = blobs_.find(id);
+  if (it == blobs_.end()) return {};
+  const Place& place = it->second.place;
+  // The slab's mapping is the whole memfd from offset 0.
+  return {place.slab->fd.get(), place.slab->data_offset + place.offset};
+}
+
 }  // namespace gpufs

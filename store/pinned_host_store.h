@@ -130,6 +130,8 @@ class PinnedHostStore final : public BulkStore {
   // then returns its units. Unknown ids are ignored.
   void Free(BlobId id) override;
   std::span<std::byte> HostBytes(BlobId id) override;
+  // The blob's place in its slab's memfd.
+  HostFileRange HostFile(BlobId id) override;
 
   // For tests and stats.
   size_t slab_count() const;

@@ -386,9 +386,11 @@ class ClusterMemoryTierTest : public ClusterMountTest {
 };
 
 TEST_F(ClusterMemoryTierTest, LinkCutMidFetchCompletesFromAnotherSourceOrFailsInTime) {
-  // Sources capped at 80 Mbit/s, so that C's fetch of 64 MiB lasts seconds
-  // and B's link is cut while bytes are on the way: C completes from A.
-  constexpr int64_t kBytes = 64 << 20;
+  // Sources capped at 640 Mbit/s, so that C's fetch of 192 MiB lasts about
+  // a second and B's link is cut while bytes are on the way: C completes
+  // from A. (Not much lower: a source counts as stalled when none of its
+  // ranges in flight, 4 x 8 MiB, completes within --cluster-timeout.)
+  constexpr int64_t kBytes = 192 << 20;
   MakeModel("a", "m", kBytes, 31);
   const std::string want = ReadFile(M("a") + "/m/w");
   ASSERT_EQ(Sh(bin_ + " publish " + M("a") + "/m").status, 0);
@@ -398,8 +400,8 @@ TEST_F(ClusterMemoryTierTest, LinkCutMidFetchCompletesFromAnotherSourceOrFailsIn
     json holders = ClusterStatus("c")["replicas"]["m@1"];
     return holders.is_array() && holders.size() == 2;
   }));
-  ASSERT_OK(lab_->SetRate("a", "80mbit"));
-  ASSERT_OK(lab_->SetRate("b", "80mbit"));
+  ASSERT_OK(lab_->SetRate("a", "640mbit"));
+  ASSERT_OK(lab_->SetRate("b", "640mbit"));
   std::string got;
   std::thread reader([&] { got = ReadFile(M("c") + "/m/w"); });
   const bool mid = Eventually([&] {
@@ -407,8 +409,8 @@ TEST_F(ClusterMemoryTierTest, LinkCutMidFetchCompletesFromAnotherSourceOrFailsIn
     return landed > 0 && landed < kBytes;
   });
   // No ASSERT until the reader is joined.
-  const Status cut = mid ? lab_->SetLink("b", false) : Status();
-  EXPECT_TRUE(cut.ok()) << cut.ToString();
+  const Status b_cut = mid ? lab_->SetLink("b", false) : Status();
+  EXPECT_TRUE(b_cut.ok()) << b_cut.ToString();
   reader.join();
   ASSERT_TRUE(mid) << "no fetch in progress seen on c";
   EXPECT_EQ(got.size(), want.size());
