@@ -230,11 +230,11 @@ Result<std::shared_ptr<NamespaceReplica>> NamespaceReplica::Create(Namespace& ns
   // Where the members lie in this process's memory (the memory host
   // tier), the fetch receives straight into them; elsewhere (a GPU, blob
   // files) through staging buffers and writes of the staging handle.
-  GPUFS_ASSIGN_OR_RETURN(std::vector<Namespace::PendingBytes> in_place,
+  GPUFS_ASSIGN_OR_RETURN(std::vector<PendingBytes> in_place,
                          ns.PendingHostBytes(r->staging_));
   if (!in_place.empty()) {
     std::vector<InPlaceSink::Piece> pieces;
-    for (const Namespace::PendingBytes& b : in_place)
+    for (const PendingBytes& b : in_place)
       pieces.push_back({b.offset, b.bytes, b.fd, b.file_offset});
     GPUFS_ASSIGN_OR_RETURN(r->sink_, InPlaceSink::Create(std::move(pieces), kInPlaceCapacity,
                                                          buffer_bytes, std::move(staging)));

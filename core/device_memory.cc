@@ -203,7 +203,8 @@ Result<MappedBlob> Namespace::MapEntry(uint64_t ino, const Caller& caller) {
   return mapped;
 }
 
-Result<MappedBlob> Namespace::AllocDevice(HandleId id, uint64_t size, const Caller& caller) {
+Result<MappedBlob> Namespace::AllocDevice(HandleId id, uint64_t size, const Caller& caller,
+                                          bool again) {
   (void)caller;  // a writer: the kernel checked its open for writing
   std::shared_ptr<ActiveBlob> blob;
   EntryId entry = 0;
@@ -230,11 +231,33 @@ Result<MappedBlob> Namespace::AllocDevice(HandleId id, uint64_t size, const Call
   }
   if (rec.state != BlobState::kUnsealed) return Error(EPERM, path + " is sealed");
   if (int failed = blob->broken.load()) return Error(failed, path + " had a failed write");
-  if (blob->size.load() > 0 || blob->needs_explicit_seal) {
+  const bool made_before = again && size > 0 && blob->size.load() == size &&
+                          IsGpuTier(rec.device);
+  if (made_before) {
+    GPUFS_LOG(INFO) << "ALLOC re-sent: the " << size << " bytes of " << path
+                    << " the last worker allocated are given again";
+  } else if (blob->size.load() > 0 || blob->needs_explicit_seal) {
     return Error(EEXIST, path + " already has bytes; GPUFS_IOC_ALLOC wants a new empty member");
   }
   if (size > (1ull << 62))
     return Error(EFBIG, "GPUFS_IOC_ALLOC of " + std::to_string(size) + " bytes");
+  if (!made_before) GPUFS_RETURN_IF_ERROR(AllocateForProducer(*blob, key, size));
+  blob->needs_explicit_seal = true;
+  auto exported = StoreFor(rec.device)->Export(rec.id);
+  if (!exported.ok()) return exported.status().Prepend(path);
+  MappedBlob mapped{.exported = std::move(*exported), .blob = rec.id, .writable = true,
+                    .private_copy = false};
+  std::lock_guard lock(mu_);
+  GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
+  if (!handle->mapped) {
+    handle->mapped = true;
+    blob->mapped++;
+  }
+  return mapped;
+}
+
+Status Namespace::AllocateForProducer(ActiveBlob& blob, const SharingKey& key, uint64_t size) {
+  Blob& rec = blob.rec;
   Blob next = rec;
   if (!IsGpuTier(rec.device)) {
     // The producer wants device memory: the default GPU, or the first one.
@@ -263,20 +286,9 @@ Result<MappedBlob> Namespace::AllocDevice(HandleId id, uint64_t size, const Call
   }
   if (next.device != rec.device) StoreFor(rec.device)->Free(rec.id);
   rec = next;
-  blob->size = size;
-  blob->needs_explicit_seal = true;
-  blob->closed_in_catalog = false;  // the row just written has no close mark
-  auto exported = StoreFor(rec.device)->Export(rec.id);
-  if (!exported.ok()) return exported.status().Prepend(path);
-  MappedBlob mapped{.exported = std::move(*exported), .blob = rec.id, .writable = true,
-                    .private_copy = false};
-  std::lock_guard lock(mu_);
-  GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
-  if (!handle->mapped) {
-    handle->mapped = true;
-    blob->mapped++;
-  }
-  return mapped;
+  blob.size = size;
+  blob.closed_in_catalog = false;  // the row just written has no close mark
+  return Status::Ok();
 }
 
 Status Namespace::SealHandle(HandleId id) {

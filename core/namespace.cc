@@ -91,6 +91,14 @@ Result<std::unique_ptr<Namespace>> Namespace::Open(NamespaceOptions options) {
   return ns;
 }
 
+void Namespace::NotifyEntry(uint64_t parent, std::string_view name) {
+  if (Invalidator* inv = invalidator_.load()) inv->InvalidateEntry(parent, name);
+}
+
+void Namespace::NotifyInode(uint64_t ino) {
+  if (Invalidator* inv = invalidator_.load()) inv->InvalidateInode(ino);
+}
+
 int64_t Namespace::Now() const {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);

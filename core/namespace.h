@@ -45,9 +45,8 @@
 // cycle). Nothing waits on a timer; the only condition waits are the
 // persister's queue and WaitPersisted.
 //
-// The class is a facade; its parts live in files named after them (the
-// sections below name theirs): namespace.cc holds the tree operations,
-// blobs.cc the data path and sealing, recovery.cc the start-up sweep.
+// A facade; its parts live in files named after them (the sections below
+// name theirs): namespace.cc the tree, blobs.cc the data path and sealing.
 #pragma once
 
 #include <atomic>
@@ -96,42 +95,29 @@ class Namespace {
 
   uint64_t generation() const { return generation_; }
 
-  // Who to tell when a name or an entry changes (see
-  // core/invalidator.h); null (the default) tells nobody. The invalidator
-  // must outlive its use: set null before destroying it.
+  // Who to tell when a name or an entry changes (core/invalidator.h); null
+  // (the default): nobody. Set null before destroying it.
   void SetInvalidator(Invalidator* invalidator) { invalidator_.store(invalidator); }
 
   // --- cluster mode (core/remote.cc, core/remote_objects.h) -----------------
-  // Objects other nodes published; null (the default): none. Must outlive
-  // its use: set null before destroying it.
+  // Objects other nodes published; null (the default): none; set null first.
   void SetRemoteObjects(RemoteObjects* remote) { remote_objects_.store(remote); }
   // The published version at `path` ("" : at any path) changed: the
   // kernel's cached entries for it are dropped.
   void RemoteChanged(const std::string& path);
-  // GPUFS_IOC_PUBLISH on an open object: publishes its current sealed
-  // version (or, with `remove`, a "removed" version) for every node; the
-  // version. The caller must own the object or may write it (EACCES);
-  // EOPNOTSUPP outside cluster mode.
+  // GPUFS_IOC_PUBLISH on an open object: publishes its sealed version (with
+  // `remove`, a "removed" one) for every node; returns the version. Only
+  // for its owner or a writer (EACCES); EOPNOTSUPP outside cluster mode.
   Result<uint64_t> PublishObject(HandleId handle, const Caller& caller, bool remove);
   // /.gpufs/cluster's content ("" outside cluster mode).
   std::string ClusterStatusJson();
   // Where the members of the pending object that `handle` fills
   // (AllocObject's) lie in this process's memory, for a producer inside the
-  // daemon that fills them in place instead of through Write (a cluster
-  // fetch receives straight into them): per member in layout order, its
-  // offset in the layout and its bytes (BulkStore::HostBytes: the memory
-  // host tier). Valid until the handle's SealObject or Release; the caller
-  // alone writes them meanwhile. Empty when the object's store keeps its
-  // bytes elsewhere (a GPU, the files host tier): write the handle then.
-  // With them, the file that holds them, where the store has one
-  // (BulkStore::HostFile: fd -1 otherwise), for pwrite(2).
+  // daemon that fills them in place (a cluster fetch): see PendingBytes
+  // (core/types.h). Valid until the handle's SealObject or Release; the
+  // caller alone writes them meanwhile. Empty when the object's store keeps
+  // its bytes elsewhere (a GPU, the files host tier): write the handle then.
   // EINVAL for a handle without a pending object, EPERM once sealed.
-  struct PendingBytes {
-    uint64_t offset = 0;
-    std::span<std::byte> bytes;
-    int fd = -1;
-    uint64_t file_offset = 0;
-  };
   Result<std::vector<PendingBytes>> PendingHostBytes(HandleId handle);
   // Inodes of published objects not fetched (yet): kRemoteInoBase and up.
   static constexpr uint64_t kRemoteInoBase = 1ull << 61;  // below kControlDirIno
@@ -222,8 +208,11 @@ class Namespace {
   // GPUFS_IOC_ALLOC: gives the empty unsealed blob of a writable handle
   // `size` bytes of device memory (moving it to a GPU if its object places it
   // in host memory) and returns its writable mapping. Such a blob must be
-  // sealed with SealHandle: released unsealed, it is discarded.
-  Result<MappedBlob> AllocDevice(HandleId handle, uint64_t size, const Caller& caller = {});
+  // sealed with SealHandle: released unsealed, it is discarded. `again`: a
+  // re-sent request (fs/fuse_replay.h); the memory a dead worker gave the
+  // blob for it is exported anew instead of EEXIST.
+  Result<MappedBlob> AllocDevice(HandleId handle, uint64_t size, const Caller& caller = {},
+                                 bool again = false);
   // GPUFS_IOC_SEAL: seals the handle's blob now. Only a writer may: EBADF
   // for a handle not opened for writing.
   Status SealHandle(HandleId handle);
@@ -241,8 +230,10 @@ class Namespace {
   // object's device. The producer fills it through the returned mapping (a
   // GPU), or by writing the handle at the layout's offsets (any store).
   // EINVAL for a bad manifest, EEXIST when the handle has one already,
-  // ENOSPC when it does not fit (after spilling colder members).
-  Result<ObjectAllocation> AllocObject(HandleId handle, const Caller& caller = {});
+  // ENOSPC when it does not fit (after spilling colder members). `again`:
+  // as for AllocDevice, the object the handle stages is given again.
+  Result<ObjectAllocation> AllocObject(HandleId handle, const Caller& caller = {},
+                                       bool again = false);
   // GPUFS_IOC_SEAL_OBJECT: seals every member (their checksums taken on
   // the GPU), and in one catalog transaction links the object at `name` in
   // the staging member's object, in place of what is there (an object and
@@ -260,6 +251,10 @@ class Namespace {
   // detached, reachable only by those who hold them; a start-up purges any
   // left.
   void ReapReplaced();
+  // Whether the object `handle` staged was published as `name` (by
+  // SealObject, maybe a dead worker's, whose kernel notes are then sent
+  // again): a re-sent SEAL_OBJECT of it is done.
+  bool StagedObjectPublished(HandleId handle, std::string_view name);
   // Takes the checksums of the GPU blobs sealed since the last call, in one
   // GPU pass per store, and records them. GPUFS_IOC_SEAL and SEAL_OBJECT
   // queue them so that the producer's answer does not wait for the sum (fs
@@ -326,16 +321,14 @@ class Namespace {
   BulkStore* StoreFor(const std::string& device);  // the stores are fixed: no lock
 
   // --- called with mu_ NOT held (each takes it where it needs it) -----------
-  // Runs FreeQueued when it goes: declared before a lock_guard of mu_, it
-  // frees what FreeBlob queued after the unlock (cudaFree, unlinks).
+  // Declared before a lock_guard of mu_: frees what FreeBlob queued, after the unlock.
   struct FreeQueuedOnExit {
     Namespace* ns;
     ~FreeQueuedOnExit() { ns->FreeQueued(); }
   };
   void FreeQueued();  // takes mu_ briefly; frees outside it
   Status Recover();
-  // Queues the disk copies a previous daemon did not finish writing (it was
-  // killed); after the persister started, which keeps nothing pushed before.
+  // Queues the disk copies a killed daemon left unwritten (after the persister starts).
   Status QueueUnfinishedPersists();
   // Takeover start: rebuilds the handles of `adopted` (recovery.cc).
   Status Adopt(const std::vector<AdoptedHandle>& adopted);
@@ -352,19 +345,17 @@ class Namespace {
   // Rename's checks and catalog change.
   Status RenameInCatalog(uint64_t parent, std::string_view name, uint64_t new_parent,
                          std::string_view new_name, unsigned flags);
-  // Checksums (core/checksums.cc): a sealed GPU blob's, into blob.rec
-  // (io_mu held exclusively; a failure is logged and leaves it without one).
+  // Checksums (core/checksums.cc): take a sealed GPU blob's into blob.rec
+  // (io_mu held exclusively; a failure is logged, leaving none); check one
+  // (Ok: it matches or there is none; EIO on a mismatch, logged saying
+  // `where`, counted); the sum64 of the first `size` bytes of blob `id`.
   void TakeChecksum(ActiveBlob& blob);
-  // Ok if `rec` (of member `entry`) in `store` matches its seal's checksum or
-  // has none; EIO on a mismatch, logged (saying `where`) and counted.
   Status CheckChecksum(BulkStore* store, const Blob& rec, EntryId entry, std::string_view where);
-  // The sum64 of the first `size` bytes of blob `id` in `store`.
   static Result<uint64_t> Sum64Of(BulkStore* store, BlobId id, uint64_t size);
   // Sharing keys (core/sharing.cc). Before `change` (a chmod, chown or
-  // rename applied to a copy of the entry) gives blob member `ino` other
-  // callers, its device memory moves where only theirs live; *moved_from
-  // gets the old key, for MoveBackSharers if the change then fails. An error
-  // (ENOSPC...) leaves the member as it was: the change must not be made.
+  // rename applied to a copy of the entry) gives member `ino` other callers,
+  // its device memory moves where only theirs live (*moved_from: the old key,
+  // for MoveBackSharers). An error leaves it as it was: make no change.
   Status PrepareSharers(EntryId ino, const std::function<void(Entry&)>& change,
                         std::optional<SharingKey>* moved_from);
   void MoveBackSharers(EntryId ino, const std::optional<SharingKey>& moved_from);
@@ -372,33 +363,35 @@ class Namespace {
   // unless a concurrent change came between PrepareSharers and the commit).
   void SettleSharers(EntryId ino);
   Status ReshareTo(EntryId ino, const SharingKey& key);
-  // The memory `caller` gets of sealed `rec` (its io_mu held): the shared
-  // allocation, or a private copy made once into `*copy` (null: EACCES).
+  // What `caller` gets of sealed `rec` (io_mu held): the shared allocation,
+  // or a private copy made once into `*copy` (null: EACCES).
   Result<MappedBlob> ExportFor(const Blob& rec, const Entry& entry, const Caller& caller,
                                std::optional<PrivateCopy>* copy);
-  // Objects written as a whole (core/objects_save.cc). The staging handle of
-  // an object never sealed is released: the object and its members go.
+  // Objects (core/objects_save.cc): an object's staging handle is released
+  // unsealed, the object and its members go.
   void DiscardPendingObject(Handle& handle);
   Result<proto::ObjectManifest> ReadManifest(ActiveBlob& staging);
-  // A write through a staging handle after AllocObject, to the members.
+  // What the producer of `pending` gets: its size and, on a GPU, the
+  // writable export of its allocation (mu_ held).
+  Result<ObjectAllocation> AllocationLocked(const PendingObject& pending);
+  // ALLOC's allocation of `size` bytes for `blob` (its io_mu held), recorded.
+  Status AllocateForProducer(ActiveBlob& blob, const SharingKey& key, uint64_t size);
+  // A staging handle's write after AllocObject.
   Status WritePending(const std::shared_ptr<PendingObject>& pending, uint64_t offset,
                       std::span<const std::byte> src);
-  // Start-up: pending objects go, unless an adopted staging handle of a
-  // takeover holds them, which then gets them back (recovery.cc).
+  // Start-up: pending objects go, but those an adopted staging handle holds.
   Status RestorePendingObjects();
   // The stats JSON (control_files.cc): figures under mu_, JSON after it.
   std::string StatsJsonOf(bool recount);
-  // Cluster mode (core/remote.cc).
-  static constexpr uint64_t kRemoteCookie = 1ull << 62;  // readdir: remote entries
-  // The local entry `ino` stands for (a remote inode's object is fetched once).
+  // Cluster mode (core/remote.cc): the local entry a remote inode stands for
+  // (its object fetched once); a remote inode's attributes (nullopt: not
+  // one issued here); after a catalog miss, the object published there;
+  // readdir's published entries the catalog lacks, after kRemoteCookie.
+  static constexpr uint64_t kRemoteCookie = 1ull << 62;
   Result<uint64_t> Resolve(uint64_t ino);
-  // A remote inode's attributes; nullopt if it is not one this namespace issued.
   std::optional<Attr> RemoteGetAttr(uint64_t ino);
-  // After `missing`, a catalog miss: the object published there, or `missing`.
   Result<Attr> LookupRemote(uint64_t parent, std::string_view name, Status missing);
-  // Readdir's part: objects published under `dir` the catalog lacks.
   void AppendRemoteEntries(uint64_t dir, uint64_t cookie, size_t max, std::vector<DirEntry>* out);
-  // The attributes `object` is shown with as `name` in `parent`.
   Attr RemoteAttr(uint64_t parent, std::string_view name, const RemoteObject& object);
   Result<std::vector<DirEntry>> ReadLocalDir(uint64_t dir, uint64_t cookie, size_t max);
 
@@ -407,48 +400,40 @@ class Namespace {
   Result<Entry> ObjectEntry(uint64_t ino);
   Result<Entry> ChildEntry(uint64_t parent, std::string_view name);
   std::string PathOf(EntryId id);
-  // The nearest enclosing object's placement, else the default device.
-  std::string DeviceFor(EntryId parent);
-  // Where ALLOC gets device memory: the default device if it is a GPU, else
-  // the first GPU served; ENODEV without one.
+  std::string DeviceFor(EntryId parent);  // the nearest object's placement, or the default
+  // Where ALLOC gets device memory: the default device if a GPU, else the
+  // first GPU served; ENODEV without one.
   Result<std::string> DeviceForDeviceMemory();
   Result<std::vector<EntryId>> BlobsUnder(EntryId ino);  // blob entries at and under `ino`
   Result<Handle*> FindHandle(HandleId id);               // a live handle, or EBADF
-  // A handle of `caller` on `entry` (blob `blob`, open(2) `flags`), and its attributes.
   Result<OpenResult> AddOpenHandle(const Caller& caller, const Entry& entry, const Blob& blob,
                                    int flags);
-  // Issues the next handle id, or `id` (an adopted handle's).
-  HandleId AddHandle(Handle handle, HandleId id = 0);
-  // `use`: counts as a use of the blob for the eviction policy (false for
-  // the daemon's own pins: a spill or a write-behind is no use).
+  HandleId AddHandle(Handle handle, HandleId id = 0);  // the next id, or an adopted `id`
+  // `use`: a use for the eviction policy (not the daemon's own pins).
   std::shared_ptr<ActiveBlob> Activate(const Blob& blob, bool use = true);
   void HoldObjectMembersLocked(Handle& handle);  // an adopted object map's members
   Result<Blob> NewBlob(const std::string& device, uint32_t owner, const SharingKey& key);
   Status ReplaceBlob(const Entry& entry, const std::string& device, uint32_t owner,
                      BlobState state);
-  // The seal of `blob`, whose store Seal succeeded (io_mu held too).
-  Status RecordSealLocked(ActiveBlob& blob, EntryId entry);
+  Status RecordSealLocked(ActiveBlob& blob, EntryId entry);  // after the store's Seal; io_mu held
   // At seal: a dtype/shape that does not describe `size` bytes is removed,
   // with a log line; the seal goes on (the status says whether it fitted).
   Status CheckTensorAtSeal(EntryId entry, uint64_t size);
-  // A checksum mismatch found `where` is logged and counted.
   void CountMismatchLocked(EntryId entry, std::string_view where, uint64_t computed,
-                           uint64_t recorded);
-  // Purges `id` if it is detached and nobody holds it; frees its blob.
+                           uint64_t recorded);  // logged and counted
+  // Purge `id` if it is detached and nobody holds it (freeing its blob);
+  // detach `id`, purging it in the same transaction (Catalog::Remove) when
+  // nobody holds it open; delete and free `blob` if nothing links or holds it.
   void CollectEntry(EntryId id);
-  // Detaches attached entry `id`; when nobody holds it open, purges it in the
-  // same transaction (Catalog::Remove) and frees its blob.
   Status DetachAndCollect(EntryId id);
-  // Deletes and frees `blob` if no entry links it and nobody holds it.
   void CollectBlob(BlobId blob);
   // A handle of `entry` let go of `blob` (`mapped`: it had mapped it): the
   // last one frees what nobody needs any more; `blob` may then be gone.
   void UnholdLocked(ActiveBlob& blob, EntryId entry, bool mapped);
-  // Queues the free of `blob`'s bytes (and its disk copy's) for FreeQueued.
-  void FreeBlob(const Blob& blob);
+  void FreeBlob(const Blob& blob);  // queues the free of its bytes and disk copy
   void DropCopy(const PrivateCopy& copy);  // frees a private copy (queued)
-  // Whether `caller` may remove `target` from `parent` (see SealObject).
-  Status MayReplaceLocked(const Caller& caller, const Entry& parent, const Entry& target);
+  Status MayReplaceLocked(const Caller& caller, const Entry& parent,
+                          const Entry& target);  // may remove `target` (see SealObject)
   // The members of `pending` are held as by an open file, or let go.
   void HoldPendingLocked(PendingObject& pending);
   void ReleasePendingLocked(PendingObject& pending);
@@ -460,14 +445,13 @@ class Namespace {
   Status PurgeDetachedLocked(EntryId id, const std::set<EntryId>& held);
   // user.gpufs.meta of `entry` as `caller` may see it (core/meta_json.h).
   Result<std::string> MetaJson(const Entry& entry, const Caller& caller);
-  // /.gpufs/stats (namespace_stats.cc): identity, usage, open members.
+  // /.gpufs/stats (namespace_stats.cc): identity, usage, open members; the
+  // usage figures live (corrected by what open blobs changed since their
+  // rows were written) or counted afresh; `add` called for each of the
+  // root's children up to the stats' bound (the view marked truncated).
   void AddStatsDetail(StatsView* view, bool recount);
-  // The usage figures: the live ones, corrected by what open blobs changed
-  // since their rows were written (live size, device); or counted afresh.
   void AddLiveUsage(StatsView* view);
   void AddRecountedUsage(StatsView* view);
-  // Calls `add` (which appends the child's row to view->objects) for each of
-  // the root's children up to the stats' bound, marking the view truncated.
   void ForEachListedObject(StatsView* view, const std::function<void(const Entry&)>& add);
 
   // --- state ------------------------------------------------------------------
@@ -509,12 +493,8 @@ class Namespace {
   std::unique_ptr<TierHost> tier_side_;
   Tiers tiers_;
 
-  void NotifyEntry(uint64_t parent, std::string_view name) {
-    if (Invalidator* inv = invalidator_.load()) inv->InvalidateEntry(parent, name);
-  }
-  void NotifyInode(uint64_t ino) {
-    if (Invalidator* inv = invalidator_.load()) inv->InvalidateInode(ino);
-  }
+  void NotifyEntry(uint64_t parent, std::string_view name);  // to the invalidator, if any
+  void NotifyInode(uint64_t ino);
 };
 
 }  // namespace gpufs

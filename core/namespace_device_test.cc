@@ -152,6 +152,14 @@ TEST_F(DeviceTest, AllocThenSealKeepsAllocWithoutSealDiscards) {
   EXPECT_EQ(info->exported.size, 4096u);
   EXPECT_TRUE(info->writable);
   EXPECT_EQ(ns_->AllocDevice(made->handle, 4096).status().code(), EEXIST);
+  // A re-sent ALLOC (a new worker, after the last one died before its
+  // answer) gets the same memory again, and nothing more is allocated.
+  auto again = ns_->AllocDevice(made->handle, 4096, {}, /*again=*/true);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->blob, info->blob);
+  EXPECT_TRUE(again->writable);
+  EXPECT_EQ(dev_->Usage().blobs, 1u);
+  EXPECT_EQ(ns_->AllocDevice(made->handle, 8192, {}, true).status().code(), EEXIST);
   ASSERT_TRUE(ns_->SealHandle(made->handle).ok());
   EXPECT_EQ(ns_->Write(made->handle, 0, Bytes("x")).status().code(), EPERM);
   ASSERT_TRUE(ns_->Release(made->handle).ok());

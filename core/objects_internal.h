@@ -14,6 +14,10 @@ namespace gpufs {
 // On a pending object: the entry id of its staging member. Internal (not a
 // user.* name): never listed, never settable through FUSE.
 inline constexpr std::string_view kPendingXattr = "trusted.gpufs.pending_object";
+// On a staging member its object's publish detached: the entry id of the
+// object it was published in, for a re-sent SEAL_OBJECT (a takeover) to
+// tell the kernel about the name. Internal too; goes with the member.
+inline constexpr std::string_view kPublishedInXattr = "trusted.gpufs.published_in";
 
 struct ns::PendingObject {
   EntryId object = 0;  // the hidden object

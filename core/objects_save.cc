@@ -56,7 +56,23 @@ Result<proto::ObjectManifest> Namespace::ReadManifest(ActiveBlob& staging) {
   return proto::DecodeManifest(text);
 }
 
-Result<ObjectAllocation> Namespace::AllocObject(HandleId id, const Caller& caller) {
+Result<ObjectAllocation> Namespace::AllocationLocked(const PendingObject& pending) {
+  ObjectAllocation out{.object = pending.object,
+                       .bytes = pending.bytes,
+                       .members = pending.members.size(),
+                       .map = std::nullopt};
+  if (IsGpuTier(pending.device) && !pending.members.empty()) {
+    auto exported = StoreFor(pending.device)->Export(pending.members.front().blob);
+    if (!exported.ok()) return exported.status().Prepend("export object " + PathOf(pending.object));
+    exported->offset = 0;
+    exported->size = pending.bytes;
+    out.map = MappedBlob{.exported = std::move(*exported), .blob = pending.members.front().blob,
+                         .writable = true, .private_copy = false};
+  }
+  return out;
+}
+
+Result<ObjectAllocation> Namespace::AllocObject(HandleId id, const Caller& caller, bool again) {
   StepTrace trace("ALLOC_OBJECT");
   FreeQueuedOnExit free_queued(this);
   std::shared_ptr<ActiveBlob> staging;
@@ -66,6 +82,11 @@ Result<ObjectAllocation> Namespace::AllocObject(HandleId id, const Caller& calle
     GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
     if (!handle->blob || !handle->writable) {
       return Error(EBADF, "GPUFS_IOC_ALLOC_OBJECT needs a new member opened for writing");
+    }
+    if (handle->pending && again && !handle->pending->sealed) {
+      GPUFS_LOG(INFO) << "ALLOC_OBJECT re-sent: the object " << PathOf(handle->pending->object)
+                      << " the last worker made is given again";
+      return AllocationLocked(*handle->pending);
     }
     if (handle->pending) return Error(EEXIST, "this descriptor stages an object already");
     staging = handle->blob;
@@ -158,18 +179,7 @@ Result<ObjectAllocation> Namespace::AllocObject(HandleId id, const Caller& calle
   HoldPendingLocked(*pending);
   GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
   handle->pending = pending;
-  ObjectAllocation out{.object = pending->object,
-                       .bytes = manifest.bytes,
-                       .members = pending->members.size(),
-                       .map = std::nullopt};
-  if (IsGpuTier(pending->device) && !pending->members.empty()) {
-    auto exported = store->Export(pending->members.front().blob);
-    if (!exported.ok()) return exported.status().Prepend("export object " + hidden);
-    exported->offset = 0;
-    exported->size = manifest.bytes;
-    out.map = MappedBlob{.exported = std::move(*exported), .blob = pending->members.front().blob,
-                         .writable = true, .private_copy = false};
-  }
+  GPUFS_ASSIGN_OR_RETURN(ObjectAllocation out, AllocationLocked(*pending));
   NotifyEntry(parent.id, hidden);
   trace.Step("hold+export");
   return out;
@@ -330,6 +340,8 @@ Status Namespace::SealObject(HandleId id, std::string_view name, bool replace,
       GPUFS_RETURN_IF_ERROR(DetachAndCollect(target->id));  // a member there goes as by unlink
     }
     GPUFS_RETURN_IF_ERROR(catalog_->Move(pending->object, parent, name, now).status());
+    GPUFS_RETURN_IF_ERROR(
+        catalog_->SetXattr(staging, kPublishedInXattr, std::to_string(parent), 0));
     return DetachAndCollect(staging);
   });
   trace.Step("catalog");
@@ -353,6 +365,20 @@ Status Namespace::SealObject(HandleId id, std::string_view name, bool replace,
   NotifyEntry(parent, name);
   if (target.ok()) NotifyInode(target->id);
   return Status::Ok();
+}
+
+bool Namespace::StagedObjectPublished(HandleId id, std::string_view name) {
+  std::lock_guard lock(mu_);
+  auto handle = FindHandle(id);
+  if (!handle.ok() || !(*handle)->blob || !(*handle)->writable) return false;
+  if ((*handle)->pending && !(*handle)->pending->sealed) return false;
+  // Published, maybe by a worker that died before the kernel heard of the
+  // name: the kernel may still remember it as missing.
+  auto mark = catalog_->GetXattr((*handle)->entry, kPublishedInXattr);
+  if (!mark.ok()) return (*handle)->pending != nullptr;
+  const EntryId parent = std::strtoull(mark->c_str(), nullptr, 10);
+  NotifyEntry(parent, name);
+  return true;
 }
 
 void Namespace::DiscardPendingObject(Handle& handle) {

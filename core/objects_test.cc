@@ -83,6 +83,34 @@ TEST_F(ObjectTest, NothingIsVisibleAtTheNameUntilTheSealAndAProducerThatGoesLeav
   EXPECT_EQ(dev_->Usage().blobs, 0u);
 }
 
+// A re-sent ALLOC_OBJECT (the worker that carried it out died before its
+// answer) gets the object the handle stages, not a second one; once the
+// object is published, the handle says so (a re-sent SEAL_OBJECT is done).
+TEST_F(ObjectTest, AReSentAllocGivesTheStagedObjectAndThePublishIsSeen) {
+  auto h = Stage(alice_, kRootEntryId, ".m.saving-7", Manifest({{"a", "aaaa"}, {"b", "bb"}}));
+  ASSERT_TRUE(h.ok());
+  auto first = ns_->AllocObject(*h, alice_);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(ns_->AllocObject(*h, alice_).status().code(), EEXIST);  // not a re-send
+  const uint64_t used = dev_->Usage().used;
+  auto again = ns_->AllocObject(*h, alice_, /*again=*/true);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->object, first->object);
+  EXPECT_EQ(again->bytes, first->bytes);
+  EXPECT_EQ(again->members, 2u);
+  ASSERT_TRUE(again->map.has_value());
+  EXPECT_EQ(again->map->blob, first->map->blob);
+  EXPECT_EQ(dev_->Usage().used, used);
+  EXPECT_FALSE(ns_->StagedObjectPublished(*h, "m"));
+  ASSERT_TRUE(ns_->Write(*h, 0, AsBytes("aaaa")).ok());
+  ASSERT_TRUE(ns_->SealObject(*h, "m", false, alice_).ok());
+  EXPECT_TRUE(ns_->StagedObjectPublished(*h, "m"));
+  EXPECT_EQ(ns_->SealObject(*h, "m", false, alice_).code(), EINVAL);  // a second seal is no re-send
+  ASSERT_TRUE(ns_->Release(*h).ok());
+  EXPECT_EQ(Cat(Find(Find(kRootEntryId, "m"), "a")), "aaaa");
+  EXPECT_EQ(Names(kRootEntryId), std::vector<std::string>{"m"});
+}
+
 TEST_F(ObjectTest, AReplacedObjectIsDetachedAtTheSealAndGoesAfterOrAtTheNextStart) {
   ASSERT_TRUE(Save(alice_, kRootEntryId, "model", {{"w", "old"}, {"x", "gone"}}).ok());
   const uint64_t old_model = Find(kRootEntryId, "model");

@@ -182,7 +182,7 @@ Result<uint64_t> Namespace::PublishObject(HandleId id, const Caller& caller, boo
   return version;
 }
 
-Result<std::vector<Namespace::PendingBytes>> Namespace::PendingHostBytes(HandleId id) {
+Result<std::vector<PendingBytes>> Namespace::PendingHostBytes(HandleId id) {
   std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
   const std::shared_ptr<PendingObject> pending = handle->pending;

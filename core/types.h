@@ -4,10 +4,12 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -151,6 +153,17 @@ struct WorkerInfo {
   int32_t pid = 0;
   int32_t supervisor_pid = 0;  // 0: not supervised
   std::string control_socket;  // where `gpufs restart` asks the supervisor
+};
+
+// One member of a pending object in the daemon's memory
+// (Namespace::PendingHostBytes): its offset in the object's layout, its bytes
+// (BulkStore::HostBytes: the memory host tier), and the file that holds them
+// where the store has one (BulkStore::HostFile; fd -1 otherwise), for pwrite.
+struct PendingBytes {
+  uint64_t offset = 0;
+  std::span<std::byte> bytes;
+  int fd = -1;
+  uint64_t file_offset = 0;
 };
 
 }  // namespace gpufs

@@ -10,6 +10,7 @@
 #include "fs/exporter.h"
 #include "fs/fd_server.h"
 #include "fs/fuse_ops.h"
+#include "fs/fuse_takeover.h"
 #include "fs/object_wire.h"
 #include "gpufs/uapi.h"
 
@@ -99,7 +100,8 @@ void AllocObject(fuse_req_t req, HandleId handle, const void* in_buf, size_t in_
   gpufs_alloc_object alloc{};
   std::memcpy(&alloc, in_buf, sizeof alloc);
   const Caller caller = CallerOf(req);
-  auto made = Ns(req).AllocObject(handle, caller);
+  // A re-sent request the last worker may have carried out (fs/fuse_replay.h).
+  auto made = Ns(req).AllocObject(handle, caller, ThisRequest().half_done);
   if (!made.ok()) return ReplyError(req, "ioctl ALLOC_OBJECT", made.status());
   alloc.bytes = made->bytes;
   alloc.members = made->members;
@@ -185,7 +187,8 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
       gpufs_alloc alloc{};
       std::memcpy(&alloc, in_buf, sizeof alloc);
       auto info = InfoOrReply(req, "ioctl ALLOC", handle, caller,
-                              Ns(req).AllocDevice(handle, alloc.size, caller));
+                              Ns(req).AllocDevice(handle, alloc.size, caller,
+                                                  ThisRequest().half_done));
       if (!info) return;
       alloc.info = *info;
       fuse_reply_ioctl(req, 0, &alloc, sizeof alloc);

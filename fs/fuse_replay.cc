@@ -14,6 +14,7 @@
 
 #include "fs/fuse_ops.h"
 #include "fs/fuse_takeover.h"
+#include "gpufs/uapi.h"
 #include "util/log.h"
 
 namespace gpufs {
@@ -21,23 +22,37 @@ namespace {
 
 constexpr uint64_t kResendBit = 1ull << 63;  // FUSE_UNIQUE_RESEND
 
-}  // namespace
-
-uint32_t FuseOpcodeByName(std::string_view name) {
-  static const std::pair<const char*, uint32_t> kNames[] = {
-      {"lookup", FUSE_LOOKUP}, {"getattr", FUSE_GETATTR}, {"open", FUSE_OPEN},
-      {"read", FUSE_READ},     {"write", FUSE_WRITE},     {"release", FUSE_RELEASE},
-      {"create", FUSE_CREATE}, {"rename", FUSE_RENAME2},  {"unlink", FUSE_UNLINK},
-      {"mkdir", FUSE_MKDIR},   {"ioctl", FUSE_IOCTL},     {"setattr", FUSE_SETATTR},
-      {"rmdir", FUSE_RMDIR},   {"mknod", FUSE_MKNOD},     {"opendir", FUSE_OPENDIR},
-      {"flush", FUSE_FLUSH},   {"setxattr", FUSE_SETXATTR}};
-  for (const auto& [n, code] : kNames) {
-    if (name == n) return code;
+// The ioctls the journal keeps (see fuse_replay.h).
+bool IoctlJournaled(uint32_t cmd) {
+  switch (cmd) {
+    case GPUFS_IOC_SEAL:
+    case GPUFS_IOC_EXPLICIT_SEAL:
+    case GPUFS_IOC_SEAL_OBJECT:
+    case GPUFS_IOC_PUBLISH:
+    case GPUFS_IOC_ALLOC:
+    case GPUFS_IOC_ALLOC_OBJECT:
+      return true;
+    default:
+      return false;
   }
+}
+
+// Journaled ioctls carried out again, checked, even when the dead worker
+// answered them: ALLOC's and ALLOC_OBJECT's replies name its token, and
+// SEAL_OBJECT's publish needs the kernel told of the name again.
+bool CarriedOutAgain(uint32_t cmd) {
+  return cmd == GPUFS_IOC_ALLOC || cmd == GPUFS_IOC_ALLOC_OBJECT || cmd == GPUFS_IOC_SEAL_OBJECT;
+}
+
+// The test hook's names for the ioctls it can kill at.
+uint32_t IoctlCmdByName(std::string_view name) {
+  if (name == "seal") return GPUFS_IOC_SEAL;
+  if (name == "seal_object") return GPUFS_IOC_SEAL_OBJECT;
+  if (name == "alloc_object") return GPUFS_IOC_ALLOC_OBJECT;
   return 0;
 }
 
-bool ReplayJournaled(uint32_t opcode) {
+bool OpcodeJournaled(uint32_t opcode) {
   switch (opcode) {
     case FUSE_SETATTR:
     case FUSE_MKNOD:
@@ -63,6 +78,34 @@ bool ReplayJournaled(uint32_t opcode) {
   }
 }
 
+}  // namespace
+
+uint32_t FuseOpcodeByName(std::string_view name) {
+  static const std::pair<const char*, uint32_t> kNames[] = {
+      {"lookup", FUSE_LOOKUP}, {"getattr", FUSE_GETATTR}, {"open", FUSE_OPEN},
+      {"read", FUSE_READ},     {"write", FUSE_WRITE},     {"release", FUSE_RELEASE},
+      {"create", FUSE_CREATE}, {"rename", FUSE_RENAME2},  {"unlink", FUSE_UNLINK},
+      {"mkdir", FUSE_MKDIR},   {"ioctl", FUSE_IOCTL},     {"setattr", FUSE_SETATTR},
+      {"rmdir", FUSE_RMDIR},   {"mknod", FUSE_MKNOD},     {"opendir", FUSE_OPENDIR},
+      {"flush", FUSE_FLUSH},   {"setxattr", FUSE_SETXATTR}};
+  for (const auto& [n, code] : kNames) {
+    if (name == n) return code;
+  }
+  return 0;
+}
+
+uint32_t IoctlCmdOf(const fuse_in_header& ih) {
+  if (ih.opcode != FUSE_IOCTL || ih.len < sizeof ih + sizeof(fuse_ioctl_in)) return 0;
+  fuse_ioctl_in in;
+  std::memcpy(&in, reinterpret_cast<const char*>(&ih) + sizeof ih, sizeof in);
+  return in.cmd;
+}
+
+bool ReplayJournaled(const fuse_in_header& ih) {
+  if (ih.opcode == FUSE_IOCTL) return IoctlJournaled(IoctlCmdOf(ih));
+  return OpcodeJournaled(ih.opcode);
+}
+
 Replay::Replay(takeover::WorkerLink& link) : link_(link) {
   const char* hook = std::getenv("GPUFS_TEST_KILL_BEFORE_REPLY");
   if (hook == nullptr || link.generation() != 1) return;
@@ -72,7 +115,11 @@ Replay::Replay(takeover::WorkerLink& link) : link_(link) {
     spec.remove_suffix(6);
   }
   kill_opcode_ = FuseOpcodeByName(spec);
-  if (kill_opcode_ == 0 || !ReplayJournaled(kill_opcode_)) {
+  if (uint32_t cmd = IoctlCmdByName(spec); cmd != 0) {
+    kill_opcode_ = FUSE_IOCTL;
+    kill_cmd_ = cmd;
+  }
+  if (kill_opcode_ == 0 || (kill_cmd_ == 0 && !OpcodeJournaled(kill_opcode_))) {
     GPUFS_LOG(ERROR) << "GPUFS_TEST_KILL_BEFORE_REPLY=" << hook << ": not a journaled opcode";
     kill_opcode_ = 0;
   }
@@ -100,7 +147,12 @@ Replay::Step Replay::BeforeProcessing(const fuse_in_header& ih, int slot) {
                        << ", journaled as opcode " << rec->opcode << ": record ignored";
       rec.reset();
     }
-    if (rec) {
+    if (rec && rec->answered && CarriedOutAgain(IoctlCmdOf(ih))) {
+      GPUFS_LOG(INFO) << "re-sent request " << unique << " (opcode " << ih.opcode
+                      << ") was carried out by the last worker; an ioctl: carried out again, "
+                         "checked";
+      step = Step::kHalfDone;
+    } else if (rec) {
       if (rec->answered && rec->reply.size() >= sizeof(fuse_out_header)) {
         std::string reply = std::move(rec->reply);
         fuse_out_header header;
@@ -123,7 +175,7 @@ Replay::Step Replay::BeforeProcessing(const fuse_in_header& ih, int slot) {
       step = Step::kHalfDone;
     }
   }
-  if (slot >= 0 && ReplayJournaled(ih.opcode)) link_.journal().Begin(slot, unique, ih.opcode);
+  if (slot >= 0 && ReplayJournaled(ih)) link_.journal().Begin(slot, unique, ih.opcode);
   return step;
 }
 
@@ -139,7 +191,8 @@ bool Replay::BeforeReply(const iovec* iov, int count) {
   }
   const auto* header = static_cast<const fuse_out_header*>(iov[0].iov_base);
   if ((header->unique & ~kResendBit) != request.unique) return false;  // a notification
-  bool kill = kill_opcode_ == request.opcode && request.opcode != 0;
+  bool kill = kill_opcode_ == request.opcode && request.opcode != 0 &&
+              (kill_cmd_ == 0 || kill_cmd_ == request.ioctl_cmd);
   if (kill && kill_before_journal_) {
     GPUFS_LOG(WARN) << "test hook: killing the worker before the reply to " << request.unique
                     << " is journaled";
@@ -259,6 +312,23 @@ void OnRenameReplayed(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_
   original.rename(req, parent, name, new_parent, new_name, flags);
 }
 
+void OnIoctlReplayed(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* arg,
+                     fuse_file_info* fi, unsigned flags, const void* in_buf, size_t in_bufsz,
+                     size_t out_bufsz) {
+  gpufs_seal_object seal{};
+  if (HalfDone() && cmd == GPUFS_IOC_SEAL_OBJECT && fi != nullptr && in_bufsz >= sizeof seal) {
+    std::memcpy(&seal, in_buf, sizeof seal);
+  }
+  const std::string_view name(seal.name, strnlen(seal.name, sizeof seal.name));
+  if (!name.empty() && name.size() < sizeof seal.name &&
+      Ns(req).StagedObjectPublished(fi->fh, name)) {
+    GPUFS_LOG(INFO) << "re-sent SEAL_OBJECT " << ThisRequest().unique
+                    << ": the last worker published the object: answered as done";
+    return (void)fuse_reply_ioctl(req, 0, nullptr, 0);
+  }
+  original.ioctl(req, ino, cmd, arg, fi, flags, in_buf, in_bufsz, out_bufsz);
+}
+
 }  // namespace
 
 void WrapForReplay(fuse_lowlevel_ops* ops) {
@@ -271,6 +341,7 @@ void WrapForReplay(fuse_lowlevel_ops* ops) {
   ops->unlink = OnUnlinkReplayed;
   ops->rmdir = OnRmdirReplayed;
   ops->rename = OnRenameReplayed;
+  ops->ioctl = OnIoctlReplayed;
 }
 
 }  // namespace gpufs

@@ -19,15 +19,22 @@
 // - not in the journal: the dead worker read it and never began it; it is
 //   carried out as any request.
 //
-// Journaled: the requests that change something (ReplayJournaled); reads,
-// lookups and listings are carried out again, as are ioctls (their replies
-// name tokens of the dead worker, which the new one would not redeem).
+// Journaled: the requests that change something (ReplayJournaled), the
+// ioctls among them too: SEAL, EXPLICIT_SEAL and PUBLISH as above; ALLOC,
+// ALLOC_OBJECT and SEAL_OBJECT are carried out again, checked, even when
+// the dead worker answered them: a re-sent ALLOC or ALLOC_OBJECT gets the
+// allocation the dead worker made, exported anew (its reply named a token
+// the new worker would not redeem), instead of EEXIST; a SEAL_OBJECT whose
+// object the dead worker published is answered as done, and the kernel is
+// told of the name again (the dead worker's note may not have gone out).
+// Reads, lookups, listings and the map ioctls are carried out again
+// (mapping twice gives the same memory).
 //
 // Test hook (never set in production): GPUFS_TEST_KILL_BEFORE_REPLY=<opcode
-// name, e.g. "mkdir"> makes the first worker of a mount SIGKILL itself
-// after it carried out the first request of that opcode and recorded its
-// reply, before the kernel gets it; "<name>:begun" kills it before the
-// reply is recorded (the half-done case).
+// name, e.g. "mkdir", or an ioctl's: "seal_object", "alloc_object", "seal">
+// makes the first worker of a mount SIGKILL itself after it carried out the
+// first such request and recorded its reply, before the kernel gets it;
+// "<name>:begun" kills it before the reply is recorded (the half-done case).
 #pragma once
 
 #include <sys/uio.h>
@@ -45,8 +52,12 @@ namespace gpufs {
 // The FUSE opcode named `name` ("read", "mkdir", ...); 0 when unknown.
 uint32_t FuseOpcodeByName(std::string_view name);
 
-// Whether requests of `opcode` go into the reply journal.
-bool ReplayJournaled(uint32_t opcode);
+// The ioctl command of request `ih` (its whole request in memory after the
+// header), 0 for another opcode or a short request.
+uint32_t IoctlCmdOf(const fuse_in_header& ih);
+
+// Whether request `ih` goes into the reply journal (see the file comment).
+bool ReplayJournaled(const fuse_in_header& ih);
 
 class Replay {
  public:
@@ -75,6 +86,7 @@ class Replay {
  private:
   takeover::WorkerLink& link_;
   uint32_t kill_opcode_ = 0;  // the test hook, first worker only
+  uint32_t kill_cmd_ = 0;     // with FUSE_IOCTL: the ioctl it kills at
   bool kill_before_journal_ = false;
 };
 

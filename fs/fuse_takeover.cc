@@ -265,7 +265,10 @@ class Loop {
       while (stop) pause();
       auto* ih = static_cast<const fuse_in_header*>(buf.mem);
       park_.MaybePark(*ih);
-      this_request = {ih->unique & ~kResendBit, ih->opcode, (ih->unique & kResendBit) != 0};
+      this_request = {.unique = ih->unique & ~kResendBit,
+                      .opcode = ih->opcode,
+                      .ioctl_cmd = IoctlCmdOf(*ih),
+                      .resent = (ih->unique & kResendBit) != 0};
       if (this_request.resent) {
         GPUFS_LOG(INFO) << "re-sent request: opcode " << ih->opcode << ", unique "
                         << this_request.unique;
@@ -274,7 +277,7 @@ class Loop {
                                                   : replay_.BeforeProcessing(*ih, slot);
       if (step != Replay::Step::kAnswered) {
         this_request.half_done = step == Replay::Step::kHalfDone;
-        if (ReplayJournaled(ih->opcode)) this_request.journal_slot = slot;
+        if (ReplayJournaled(*ih)) this_request.journal_slot = slot;
         if (!EnsureInit(buf, static_cast<size_t>(res))) fuse_session_process_buf(se_, &buf);
         replay_.AfterProcessing();
       }

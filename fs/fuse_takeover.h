@@ -43,6 +43,7 @@ namespace gpufs {
 struct RequestInfo {
   uint64_t unique = 0;  // without the resend bit
   uint32_t opcode = 0;
+  uint32_t ioctl_cmd = 0;  // FUSE_IOCTL's command (0 for other opcodes)
   bool resent = false;     // re-sent by the kernel after a takeover
   bool half_done = false;  // the dead worker began it (fs/fuse_replay.h)
   int journal_slot = -1;   // its reply is journaled there (-1: not journaled)

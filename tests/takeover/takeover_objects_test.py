@@ -1,0 +1,90 @@
+"""Objects written as a whole across a takeover (host store): an object
+publish (GPUFS_IOC_ALLOC_OBJECT, writes, GPUFS_IOC_SEAL_OBJECT, as `gpufs
+import` does) whose worker is killed after it carried out one of those
+ioctls and before the kernel got the reply succeeds once, with the whole
+object there and visible at once: a re-sent SEAL_OBJECT the dead worker
+carried out (answered or begun) is answered as done and the kernel is told
+of the name, and a re-sent ALLOC_OBJECT gets the object the dead worker
+made (fs/fuse_replay.h, docs/TAKEOVER.md)."""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from takeover_util import GPUFS_BIN, TIMEOUT_S, TakeoverCase  # noqa: E402
+
+FUSE_IOCTL = 39
+MEMBERS = 24
+
+
+def safetensors_file(path):
+    """A safetensors file of MEMBERS float32 tensors, each of its own values."""
+    header, data, tensors = {}, b"", {}
+    for i in range(MEMBERS):
+        values = struct.pack(f"<{i + 1}f", *[float(i * 100 + j) for j in range(i + 1)])
+        header[f"layer{i:02d}.weight"] = {"dtype": "F32", "shape": [i + 1],
+                                          "data_offsets": [len(data), len(data) + len(values)]}
+        tensors[f"layer{i:02d}.weight"] = values
+        data += values
+    head = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(head)) + head + data)
+    return tensors
+
+
+class ObjectTakeoverTest(TakeoverCase):
+    def publish_killed_at(self, hook):
+        m = self.mount(env={"GPUFS_TEST_KILL_BEFORE_REPLY": hook})
+        src = os.path.join(self.tmp, "model.safetensors")
+        tensors = safetensors_file(src)
+        dest = os.path.join(m.mnt, "model")
+        done = subprocess.run([GPUFS_BIN, "import", src, dest], capture_output=True, text=True,
+                              timeout=TIMEOUT_S)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr + m.log()[-3000:])
+        self.assertEqual(m.worker()["restarts"], 1)
+        self.assertEqual(sorted(os.listdir(dest)), sorted(tensors))
+        for name, values in tensors.items():
+            with open(os.path.join(dest, name), "rb") as f:
+                self.assertEqual(f.read(), values, name)
+            meta = json.loads(os.getxattr(os.path.join(dest, name), "user.gpufs.meta"))
+            self.assertEqual(meta["state"], "sealed", name)
+        # Nothing of the staging left beside the object.
+        self.assertEqual(sorted(os.listdir(m.mnt)), [".gpufs", "model"])
+        return m
+
+    def replayed(self, m, phrase):
+        return m.log().count(f"(opcode {FUSE_IOCTL}) {phrase}")
+
+    def test_a_seal_object_carried_out_and_unanswered_is_answered_from_the_journal(self):
+        m = self.publish_killed_at("seal_object")
+        self.assertEqual(self.replayed(
+            m, "was carried out by the last worker; an ioctl: carried out again, checked"), 1,
+            m.log())
+        self.assertIn("the last worker published the object: answered as done", m.log())
+
+    def test_a_half_done_seal_object_of_a_published_object_is_answered_as_done(self):
+        m = self.publish_killed_at("seal_object:begun")
+        self.assertEqual(self.replayed(
+            m, "was begun by the last worker: carried out again, checked"), 1, m.log())
+        self.assertIn("the last worker published the object: answered as done", m.log())
+
+    def test_an_alloc_object_carried_out_and_unanswered_gives_the_same_object(self):
+        m = self.publish_killed_at("alloc_object")
+        self.assertEqual(self.replayed(
+            m, "was carried out by the last worker; an ioctl: carried out again, checked"), 1,
+            m.log())
+        self.assertIn("the last worker made is given again", m.log())
+
+    def test_a_half_done_alloc_object_gives_the_same_object(self):
+        m = self.publish_killed_at("alloc_object:begun")
+        self.assertEqual(self.replayed(
+            m, "was begun by the last worker: carried out again, checked"), 1, m.log())
+        self.assertIn("the last worker made is given again", m.log())
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
