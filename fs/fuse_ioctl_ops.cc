@@ -129,6 +129,7 @@ void SealObject(fuse_req_t req, HandleId handle, const void* in_buf, size_t in_b
                                      (seal.flags & GPUFS_SEAL_REPLACE) != 0, CallerOf(req));
   if (!sealed.ok()) return ReplyError(req, "ioctl SEAL_OBJECT", sealed);
   Namespace& ns = Ns(req);
+  AwaitKernelNotes(req);  // the name is new to the kernel, which may remember a miss
   fuse_reply_ioctl(req, 0, nullptr, 0);
   // After the producer has its answer: the checksums, and what it replaced.
   ns.SumSealed();

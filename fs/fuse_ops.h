@@ -18,6 +18,7 @@
 namespace gpufs {
 class Exporter;
 class FdServer;
+class KernelInvalidator;
 }
 
 namespace gpufs::fuse_ops {
@@ -35,6 +36,7 @@ struct Server {
   FdServer* fd_server;  // may be null
   ReadAhead* read_ahead;
   Exporter* exporter;
+  KernelInvalidator* invalidator;  // set before the loop starts
 };
 
 // --- shared by the adapters (fs/fuse_request.cc) -------------------------------
@@ -44,6 +46,12 @@ takeover::WorkerLink& Link(fuse_req_t req);
 FdServer* Fds(fuse_req_t req);
 ReadAhead& Ahead(fuse_req_t req);
 Exporter& Exp(fuse_req_t req);
+// Before the reply to a request whose change the kernel does not see by
+// itself (SEAL_OBJECT's publish of a name): the kernel's cached entries
+// for what the core changed are dropped first (KernelInvalidator::
+// AwaitSent, bounded by the entry timeout), so the caller's next lookup
+// finds the new name, not a remembered miss.
+void AwaitKernelNotes(fuse_req_t req);
 
 // Records a new handle for the next worker (takeover/open_file_table.h),
 // tagged with this request's id and the caller's pid, before the reply that

@@ -324,6 +324,7 @@ void OnIoctlReplayed(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* arg
       Ns(req).StagedObjectPublished(fi->fh, name)) {
     GPUFS_LOG(INFO) << "re-sent SEAL_OBJECT " << ThisRequest().unique
                     << ": the last worker published the object: answered as done";
+    AwaitKernelNotes(req);
     return (void)fuse_reply_ioctl(req, 0, nullptr, 0);
   }
   original.ioctl(req, ino, cmd, arg, fi, flags, in_buf, in_bufsz, out_bufsz);

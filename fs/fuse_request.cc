@@ -5,10 +5,12 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
 #include "fs/fuse_ops.h"
+#include "fs/kernel_invalidator.h"
 #include "fs/fuse_takeover.h"
 #include "util/log.h"
 
@@ -24,6 +26,15 @@ ReadAhead& Ahead(fuse_req_t req) {
   return *static_cast<Server*>(fuse_req_userdata(req))->read_ahead;
 }
 Exporter& Exp(fuse_req_t req) { return *static_cast<Server*>(fuse_req_userdata(req))->exporter; }
+
+void AwaitKernelNotes(fuse_req_t req) {
+  KernelInvalidator* inv = static_cast<Server*>(fuse_req_userdata(req))->invalidator;
+  constexpr auto kBound = std::chrono::milliseconds(static_cast<int>(kAttrTimeout * 1000));
+  if (inv != nullptr && !inv->AwaitSent(kBound)) {
+    GPUFS_LOG(WARN) << "the kernel's cached entries were not all dropped within "
+                    << kBound.count() << " ms; replying anyway";
+  }
+}
 
 Status RecordNewHandle(fuse_req_t req, takeover::HandleRecord rec) {
   rec.unique = ThisRequest().unique;

@@ -103,7 +103,7 @@ int ServeFuse(Namespace& ns, takeover::WorkerLink& link, const FuseOptions& opti
   fuse_lowlevel_ops ops = MakeOps();
   static Server server;  // outlives the loop threads, which may outlive this call
   static auto* read_ahead = new ReadAhead();  // like the server: loop threads may outlive this call
-  server = Server{&ns, &link, options.fd_server, read_ahead, options.exporter};
+  server = Server{&ns, &link, options.fd_server, read_ahead, options.exporter, nullptr};
   fuse_session* se = fuse_session_new(&args, &ops, sizeof ops, &server);
   fuse_opt_free_args(&args);
   if (se == nullptr) {
@@ -120,9 +120,11 @@ int ServeFuse(Namespace& ns, takeover::WorkerLink& link, const FuseOptions& opti
   // Lives until _exit when the worker is replaced: loop threads may use it.
   auto* invalidator = new KernelInvalidator(se);
   ns.SetInvalidator(invalidator);
+  server.invalidator = invalidator;
   int rc = ServeTakeover(se, link, options.threads, on_ready);
   if (rc == 0) {
     ns.SetInvalidator(nullptr);  // the loop threads are joined: nobody calls it any more
+    server.invalidator = nullptr;
     delete invalidator;
     GPUFS_LOG(INFO) << "unmounted; reads answered from chunks fetched ahead: " << read_ahead->hits()
                     << " (" << read_ahead->fetches() << " fetches)";

@@ -6,6 +6,7 @@
 #include <fuse_lowlevel.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <utility>
 
 #include "util/log.h"
@@ -55,12 +56,26 @@ void KernelInvalidator::Push(Note note) {
   {
     std::lock_guard lock(mu_);
     queue_.push_back(std::move(note));
+    ++pushed_;
   }
   cv_.notify_one();
 }
 
+bool KernelInvalidator::AwaitSent(std::chrono::milliseconds bound) {
+  std::unique_lock lock(mu_);
+  const uint64_t target = pushed_;
+  return sent_cv_.wait_for(lock, bound, [&] { return sent_ >= target; });
+}
+
 void KernelInvalidator::Run() {
   std::unique_lock lock(mu_);
+  // Test hook (never set in production): GPUFS_TEST_HOLD_KERNEL_NOTES=1
+  // makes the sender send nothing, as one stuck on a directory lock would.
+  if (const char* hold = std::getenv("GPUFS_TEST_HOLD_KERNEL_NOTES"); hold && *hold == '1') {
+    GPUFS_LOG(WARN) << "test hook: kernel cache notes are held, never sent";
+    cv_.wait(lock, [this] { return stop_; });
+    return;
+  }
   for (;;) {
     cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stop_ and nothing left to send
@@ -81,6 +96,8 @@ void KernelInvalidator::Run() {
                       << " failed: errno " << -rc;
     }
     lock.lock();
+    ++sent_;
+    sent_cv_.notify_all();
   }
 }
 

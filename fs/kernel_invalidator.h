@@ -6,6 +6,7 @@
 // same core lock (an unlink in flight), which would deadlock.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -53,6 +54,15 @@ class KernelInvalidator final : public Invalidator {
   void InvalidateEntry(uint64_t parent, std::string_view name) override;
   void InvalidateInode(uint64_t ino) override;
 
+  // Waits until every note queued before the call has been sent, or for
+  // `bound`; false if the bound passed first. For a reply whose effect the
+  // kernel does not see by itself (an ioctl that publishes a name): sent
+  // after the notes, it finds no stale entry. Not under the core's lock
+  // (see the class comment); the bound keeps a sender that waits for a
+  // directory lock from holding the reply for longer than a cached entry
+  // lives anyway.
+  bool AwaitSent(std::chrono::milliseconds bound);
+
  private:
   struct Note {
     uint64_t ino = 0;  // the parent for an entry
@@ -64,7 +74,10 @@ class KernelInvalidator final : public Invalidator {
   fuse_session* const session_;
   std::mutex mu_;
   std::condition_variable cv_;
+  std::condition_variable sent_cv_;
   std::deque<Note> queue_;  // GUARDED_BY(mu_)
+  uint64_t pushed_ = 0;     // GUARDED_BY(mu_): notes queued so far
+  uint64_t sent_ = 0;       // GUARDED_BY(mu_): notes sent (or given up) so far
   bool stop_ = false;       // GUARDED_BY(mu_)
   std::thread sender_;
 };

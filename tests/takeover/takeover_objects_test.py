@@ -5,7 +5,9 @@ ioctls and before the kernel got the reply succeeds once, with the whole
 object there and visible at once: a re-sent SEAL_OBJECT the dead worker
 carried out (answered or begun) is answered as done and the kernel is told
 of the name, and a re-sent ALLOC_OBJECT gets the object the dead worker
-made (fs/fuse_replay.h, docs/TAKEOVER.md)."""
+made (fs/fuse_replay.h, docs/TAKEOVER.md). And, with one worker: a name an
+object is published at is visible as soon as the publish returns, even to a
+process whose kernel remembered it as missing just before."""
 
 import json
 import os
@@ -84,6 +86,25 @@ class ObjectTakeoverTest(TakeoverCase):
         self.assertEqual(self.replayed(
             m, "was begun by the last worker: carried out again, checked"), 1, m.log())
         self.assertIn("the last worker made is given again", m.log())
+
+
+class PublishedNameTest(TakeoverCase):
+    def test_a_published_name_is_seen_at_once_though_the_kernel_remembered_a_miss(self):
+        # The notes that drop the kernel's cached entries are held (as by a
+        # sender stuck on a directory lock): the publish's answer waits for
+        # them as long as the kernel keeps a miss (1 s), never less.
+        m = self.mount(env={"GPUFS_TEST_HOLD_KERNEL_NOTES": "1"})
+        src = os.path.join(self.tmp, "model.safetensors")
+        tensors = safetensors_file(src)
+        for i in range(3):
+            dest = os.path.join(m.mnt, f"model{i}")
+            self.assertFalse(os.path.exists(dest))  # the kernel now remembers the miss
+            done = subprocess.run([GPUFS_BIN, "import", src, dest], capture_output=True,
+                                  text=True, timeout=TIMEOUT_S)
+            self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+            self.assertEqual(sorted(os.listdir(dest)), sorted(tensors))
+        self.assertIn("test hook: kernel cache notes are held", m.log())
+        self.assertIn("were not all dropped within 1000 ms; replying anyway", m.log())
 
 
 if __name__ == "__main__":
