@@ -115,7 +115,7 @@ struct FetchRequest {
 
 struct FetchOptions {
   uint64_t chunk_bytes = 8 << 20;  // one request to one source
-  size_t window = 4;               // requests in flight per source
+  size_t window = 4;               // requests in flight per source, at most (see Job::Source)
   // A source that has not completed a chunk for this long (from connecting
   // on) is dropped: its ranges go to the other sources.
   std::chrono::milliseconds stall_timeout{3000};

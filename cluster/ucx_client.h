@@ -2,8 +2,10 @@
 // (protocol in ucx_server.h), into a FetchSink.
 //
 // A fetch splits the buffer into chunks (FetchOptions::chunk_bytes) and
-// keeps up to `window` requests in flight per source, handing the next
-// queued chunk to whichever source has room: faster sources take more, so
+// keeps up to `window` requests in flight per source (one at first, more
+// while its chunks complete well within stall_timeout: on a slow link the
+// ranges in flight would share it and none complete in time), handing the
+// next queued chunk to whichever source has room: faster sources take more, so
 // the split follows each path's speed. Every landed chunk is checksummed at
 // once (SegmentVerifier), on a thread of its own so that the network
 // thread goes on receiving meanwhile. A source that fails — its connection resets, it

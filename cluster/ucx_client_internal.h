@@ -32,12 +32,19 @@ struct UcxClient::Job {
     std::span<std::byte> buffer;
     void* receive = nullptr;  // the UCX receive request while kReceiving
     bool orphaned = false;    // its source failed while it was receiving
+    Clock::time_point requested;  // when its request went out
   };
   struct Source {
     SourceAddress address;
     ucp_ep_h ep = nullptr;
     Status failure;  // non-OK once dropped
     size_t in_flight = 0;
+    // Requests it may have in flight now: from 1 up to the options' window
+    // while its ranges complete well within the stall timeout, back to 1
+    // when one takes half of it. A slow link then has one range in flight
+    // at a time, so it stalls only below chunk size / stall timeout, not
+    // window times that (ranges in flight share the link).
+    size_t window = 1;
     uint64_t bytes = 0;
     Clock::time_point last_progress;
     bool failed() const { return !failure.ok(); }

@@ -82,7 +82,7 @@ void UcxClient::Schedule(Job& job) {
     size_t best = job.sources.size();
     for (size_t i = 0; i < job.sources.size(); ++i) {
       const Job::Source& s = job.sources[i];
-      if (s.failed() || s.ep == nullptr || s.in_flight >= job.options.window) continue;
+      if (s.failed() || s.ep == nullptr || s.in_flight >= s.window) continue;
       if (best == job.sources.size() || s.in_flight < job.sources[best].in_flight) best = i;
     }
     if (best == job.sources.size()) break;
@@ -121,6 +121,7 @@ void UcxClient::SendRequest(Job& job, size_t source, size_t c) {
   chunk.source = source;
   chunk.orphaned = false;
   chunk.request_id = next_request_id_++;
+  chunk.requested = Clock::now();
   in_flight_[chunk.request_id] = {job.id, c};
   if (src.in_flight == 0) src.last_progress = Clock::now();  // idle until now: not a stall
   ++src.in_flight;
@@ -303,6 +304,12 @@ void UcxClient::Arrived(Job& job, size_t c) {
   if (!chunk.orphaned && src.in_flight > 0) --src.in_flight;
   src.bytes += chunk.size;
   src.last_progress = Clock::now();
+  const auto took = src.last_progress - chunk.requested;
+  if (took * 2 >= job.options.stall_timeout) {
+    src.window = 1;
+  } else if (took * 4 < job.options.stall_timeout) {
+    src.window = std::min(src.window + 1, job.options.window);
+  }
   in_flight_.erase(chunk.request_id);
   if (job.finishing) {
     DropChunk(job, c, false);

@@ -388,8 +388,7 @@ class ClusterMemoryTierTest : public ClusterMountTest {
 TEST_F(ClusterMemoryTierTest, LinkCutMidFetchCompletesFromAnotherSourceOrFailsInTime) {
   // Sources capped at 640 Mbit/s, so that C's fetch of 192 MiB lasts about
   // a second and B's link is cut while bytes are on the way: C completes
-  // from A. (Not much lower: a source counts as stalled when none of its
-  // ranges in flight, 4 x 8 MiB, completes within --cluster-timeout.)
+  // from A.
   constexpr int64_t kBytes = 192 << 20;
   MakeModel("a", "m", kBytes, 31);
   const std::string want = ReadFile(M("a") + "/m/w");
@@ -453,6 +452,25 @@ TEST_F(ClusterMemoryTierTest, LinkCutMidFetchCompletesFromAnotherSourceOrFailsIn
   ASSERT_OK(lab_->SetRate("b", "off"));
   ASSERT_TRUE(Eventually([&] { return ReadFile(M("c") + "/solo/w") == want_solo; },
                          milliseconds(20000)));
+}
+
+// A slow but steady source is no stalled one: at 120 Mbit/s (15 MB/s) an
+// 8 MiB range takes about 0.6 s, within --cluster-timeout 1, but four ranges
+// in flight at once, sharing the link, would take 2.2 s before the first
+// completes. The fetch keeps one range in flight on such a link and ends
+// with the right bytes.
+TEST_F(ClusterMemoryTierTest, ASlowButSteadySourceIsNotDropped) {
+  constexpr int64_t kBytes = 32 << 20;
+  MakeModel("a", "slow", kBytes, 41);
+  const std::string want = ReadFile(M("a") + "/slow/w");
+  ASSERT_EQ(Sh(bin_ + " publish " + M("a") + "/slow").status, 0);
+  ASSERT_TRUE(Eventually([&] { return ::access((M("c") + "/slow").c_str(), F_OK) == 0; }));
+  ASSERT_OK(lab_->SetRate("a", "120mbit"));
+  Shell fetched = Sh(bin_ + " cluster fetch -q " + M("c") + "/slow");
+  ASSERT_OK(lab_->SetRate("a", "off"));
+  ASSERT_EQ(fetched.status, 0) << fetched.output << Log("c");
+  EXPECT_TRUE(ReadFile(M("c") + "/slow/w") == want);
+  EXPECT_EQ(Log("c").find("dropping source"), std::string::npos) << Log("c");
 }
 
 }  // namespace
