@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "fs/fuse_ops.h"
-#include "fs/kernel_invalidator.h"
 #include "fs/fuse_takeover.h"
+#include "fs/kernel_invalidator.h"
 #include "util/log.h"
 
 namespace gpufs::fuse_ops {
