@@ -119,8 +119,7 @@ inline const ColumnXattr* FindColumnXattr(std::string_view name) {
 
 // Heads of the multi-row INSERTs of CreateMembers (meta/sqlite_catalog_members.cc),
 // ids given, followed by " VALUES (?, ...), ..." for as many rows as it
-// writes at once; and the multi-row UPDATE of UpdateBlobs, whose rows
-// ("VALUES" then the same list) come between the two parts.
+// writes at once.
 constexpr char kInsertBlobRowsHead[] =
     "INSERT INTO blobs (id, device, size, state, owner_uid, closed, checksum)";
 constexpr int kBlobRowColumns = 7;
@@ -130,10 +129,14 @@ constexpr char kInsertEntryRowsHead[] =
 constexpr int kEntryRowColumns = 13;
 constexpr char kInsertXattrRowsHead[] = "INSERT INTO xattrs (entry, name, value)";
 constexpr int kXattrRowColumns = 3;
-constexpr char kUpdateBlobRowsHead[] =
-    "UPDATE blobs SET device = v.column2, size = v.column3, state = v.column4,"
-    " owner_uid = v.column5, closed = v.column6, checksum = v.column7 FROM (";
-constexpr char kUpdateBlobRowsTail[] = ") AS v WHERE blobs.id = v.column1";
+// UpdateBlobs of a run of consecutive ids that differ in size alone: every
+// column but size in one statement, then the sizes that differ.
+constexpr char kUpdateBlobRangeSql[] =
+    "UPDATE blobs SET device = ?, state = ?, owner_uid = ?, closed = ?, checksum = ?"
+    " WHERE id BETWEEN ? AND ?";
+constexpr char kBlobSizesInRangeSql[] =
+    "SELECT id, size FROM blobs WHERE id BETWEEN ? AND ? ORDER BY id";
+constexpr char kUpdateBlobSizeSql[] = "UPDATE blobs SET size = ? WHERE id = ?";
 
 constexpr char kBumpGenerationSql[] =
     "INSERT INTO settings (key, value) VALUES ('generation', 1)"

@@ -4,11 +4,12 @@
 // Design note: a statement per row made CreateMembers of a 201-member model
 // about 800 INSERTs (a blob, an entry and two attribute rows per member);
 // with dtype and shape in the entry's row (meta/schema.cc, version 5) and
-// rows written kMaxRows to a statement, it is a few dozen statements, and
-// the seal's UPDATEs likewise. The ids are taken here, inside the write
+// rows written kMaxRows to a statement, it is a few dozen statements. The ids are taken here, inside the write
 // transaction, from what AUTOINCREMENT has handed out (sqlite_sequence,
 // which the inserts raise) and from what the deferred log has, so an id is
-// still never given twice.
+// still never given twice. The seal's UPDATEs go one statement per run of
+// members alike but in size (every column of the run at once, then the
+// sizes that differ, which at a seal are none).
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -16,8 +17,8 @@
 #include <cerrno>
 #include <map>
 #include <set>
+#include <span>
 #include <string>
-#include <unordered_set>
 
 #include "meta/catalog_rows.h"
 #include "meta/catalog_sql.h"
@@ -34,9 +35,8 @@ namespace {
 constexpr size_t kMaxRows = 64;
 constexpr size_t kRowSizes = 7;  // 64, 32, ..., 1
 
-// "head VALUES (?, ...), ..." for `rows` rows of `columns`; for UpdateBlobs,
-// "head VALUES ... tail".
-std::string RowsSql(const char* head, int columns, size_t rows, const char* tail = "") {
+// "head VALUES (?, ...), ..." for `rows` rows of `columns`.
+std::string RowsSql(const char* head, int columns, size_t rows) {
   std::string one = "(?";
   for (int c = 1; c < columns; ++c) one += ", ?";
   one += ')';
@@ -46,15 +46,14 @@ std::string RowsSql(const char* head, int columns, size_t rows, const char* tail
     if (r != 0) sql += ", ";
     sql += one;
   }
-  sql += tail;
   return sql;
 }
 
 // The statement texts of one kind, by rows: [i] holds kMaxRows >> i rows.
 using RowsSqls = std::array<std::string, kRowSizes>;
-RowsSqls MakeRowsSqls(const char* head, int columns, const char* tail = "") {
+RowsSqls MakeRowsSqls(const char* head, int columns) {
   RowsSqls sqls;
-  for (size_t i = 0; i < kRowSizes; ++i) sqls[i] = RowsSql(head, columns, kMaxRows >> i, tail);
+  for (size_t i = 0; i < kRowSizes; ++i) sqls[i] = RowsSql(head, columns, kMaxRows >> i);
   return sqls;
 }
 
@@ -119,6 +118,65 @@ Status NameTaken(Db& db, const std::vector<MemberRows>& rows, size_t from, size_
     if (taken) return Error(EEXIST, "name " + e.name + " is taken");
   }
   return Error(EEXIST, "a name among the members is taken");
+}
+
+// UpdateBlobs: runs shorter than this go a statement per row.
+constexpr size_t kMinRun = 8;
+
+bool SameButSize(const Blob& a, const Blob& b) {
+  return a.device == b.device && a.state == b.state && a.owner_uid == b.owner_uid &&
+         a.closed == b.closed && a.checksum == b.checksum;
+}
+
+// Inside a write transaction: `run` (consecutive ids, alike but in size)
+// stored as UpdateBlobRow of each would; ENOENT ("blob N: ...") for an id
+// with no row.
+Status UpdateBlobRun(Db& db, std::span<const Blob> run) {
+  const BlobId first = run.front().id;
+  const BlobId last = run.back().id;
+  {
+    GPUFS_ASSIGN_OR_RETURN(Statement stmt, db.GetCachedStatement(kUpdateBlobRangeSql));
+    const Blob& like = run.front();
+    stmt.BindText(0, like.device);
+    stmt.BindInt64(1, static_cast<int>(like.state));
+    stmt.BindInt64(2, like.owner_uid);
+    stmt.BindInt64(3, like.closed ? 1 : 0);
+    if (like.checksum) {
+      stmt.BindInt64(4, static_cast<int64_t>(*like.checksum));
+    } else {
+      stmt.BindNull(4);
+    }
+    stmt.BindInt64(5, I64(first));
+    stmt.BindInt64(6, I64(last));
+    GPUFS_RETURN_IF_ERROR(stmt.Run());
+  }
+  const bool whole = static_cast<size_t>(db.Changes()) == run.size();
+  std::vector<bool> found(run.size(), false);
+  std::vector<size_t> resized;
+  {
+    GPUFS_ASSIGN_OR_RETURN(Statement stmt, db.GetCachedStatement(kBlobSizesInRangeSql));
+    stmt.BindInt64(0, I64(first));
+    stmt.BindInt64(1, I64(last));
+    while (true) {
+      GPUFS_ASSIGN_OR_RETURN(StepResult step, stmt.Step());
+      if (step == StepResult::kDone) break;
+      const size_t at = static_cast<size_t>(stmt.ColumnInt64(0)) - first;
+      found[at] = true;
+      if (static_cast<uint64_t>(stmt.ColumnInt64(1)) != run[at].size) resized.push_back(at);
+    }
+  }
+  if (!whole) {
+    for (size_t at = 0; at < run.size(); ++at) {
+      if (!found[at]) return Error(ENOENT, "blob " + std::to_string(run[at].id) + ": no such blob");
+    }
+  }
+  for (size_t at : resized) {
+    GPUFS_ASSIGN_OR_RETURN(Statement stmt, db.GetCachedStatement(kUpdateBlobSizeSql));
+    stmt.BindInt64(0, I64(run[at].size));
+    stmt.BindInt64(1, I64(run[at].id));
+    GPUFS_RETURN_IF_ERROR(stmt.Run());
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -239,42 +297,26 @@ Result<std::vector<Entry>> SqliteCatalog::CreateMembers(const std::vector<NewMem
 }
 
 Status SqliteCatalog::UpdateBlobs(const std::vector<Blob>& blobs) {
-  static const RowsSqls kUpdateRows =
-      MakeRowsSqls(kUpdateBlobRowsHead, kBlobRowColumns, kUpdateBlobRowsTail);
   auto update = [&]() -> Status {
     for (const Blob& blob : blobs) GPUFS_RETURN_IF_ERROR(ValidateBlob(blob));
     Transaction txn(*db_);
     GPUFS_RETURN_IF_ERROR(txn.Begin());
-    // A blob named twice is updated twice, in order, as by UpdateBlob each.
-    std::unordered_set<BlobId> ids(blobs.size());
-    for (const Blob& blob : blobs) ids.insert(blob.id);
-    if (ids.size() != blobs.size()) {
-      for (const Blob& blob : blobs) {
-        Status updated = UpdateBlobRow(*db_, blob);
-        if (!updated.ok()) return updated.Prepend("blob " + std::to_string(blob.id));
+    for (size_t i = 0; i < blobs.size();) {
+      size_t j = i + 1;
+      while (j < blobs.size() && blobs[j].id == blobs[j - 1].id + 1 &&
+             SameButSize(blobs[j], blobs[i])) {
+        ++j;
       }
-      return txn.Commit();
+      if (j - i >= kMinRun) {
+        GPUFS_RETURN_IF_ERROR(UpdateBlobRun(*db_, std::span(blobs).subspan(i, j - i)));
+      } else {
+        for (size_t k = i; k < j; ++k) {
+          Status updated = UpdateBlobRow(*db_, blobs[k]);
+          if (!updated.ok()) return updated.Prepend("blob " + std::to_string(blobs[k].id));
+        }
+      }
+      i = j;
     }
-    GPUFS_RETURN_IF_ERROR(ForRows(
-        *db_, kUpdateRows, blobs.size(),
-        [&](Statement& stmt, size_t from, size_t n) {
-          for (size_t r = 0; r < n; ++r) {
-            const int at = static_cast<int>(r) * kBlobRowColumns;
-            stmt.BindInt64(at, I64(blobs[from + r].id));
-            BindBlobFields(stmt, at + 1, blobs[from + r]);
-          }
-        },
-        [&](Status s, size_t from, size_t n) -> Status {
-          if (!s.ok()) return s;
-          if (static_cast<size_t>(db_->Changes()) == n) return Status::Ok();
-          for (size_t r = 0; r < n; ++r) {  // which one is missing
-            const BlobId id = blobs[from + r].id;
-            Result<std::optional<Blob>> found = FindBlob(*db_, id);
-            if (!found.ok()) return found.status();
-            if (!*found) return Error(ENOENT, "blob " + std::to_string(id) + ": no such blob");
-          }
-          return Error(EIO, "fewer blob rows changed than named");
-        }));
     return txn.Commit();
   };
   return Annotated(update(), [&] { return "update " + std::to_string(blobs.size()) + " blobs"; });

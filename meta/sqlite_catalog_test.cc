@@ -245,6 +245,21 @@ TEST_P(SqliteCatalogContractTest, UpdateBlobsUpdatesEveryRowOrNone) {
   blobs.back().id = 999999;
   EXPECT_EQ(catalog_->UpdateBlobs(blobs).code(), ENOENT);
   EXPECT_EQ(catalog_->GetBlob(blobs[0].id)->size, 20u);
+  // A row missing inside a run of consecutive ids: ENOENT naming it, and
+  // none of the others changed.
+  std::vector<Blob> run;
+  for (int i = 0; i < 20; ++i) run.push_back(*catalog_->CreateBlob(MakeBlob(5)));
+  ASSERT_TRUE(catalog_->DeleteBlob(run[9].id).ok());
+  for (Blob& b : run) b.state = BlobState::kLost;
+  Status missing = catalog_->UpdateBlobs(run);
+  EXPECT_EQ(missing.code(), ENOENT);
+  EXPECT_NE(missing.message().find(std::to_string(run[9].id)), std::string::npos)
+      << missing.ToString();
+  EXPECT_EQ(catalog_->GetBlob(run[0].id)->state, BlobState::kSealed);
+  run.erase(run.begin() + 9);
+  ASSERT_TRUE(catalog_->UpdateBlobs(run).ok());
+  EXPECT_EQ(catalog_->GetBlob(run[0].id)->state, BlobState::kLost);
+  EXPECT_EQ(catalog_->GetBlob(run[18].id)->size, 5u);
   // A blob named twice: updated in order, the last one stays.
   blobs.resize(2);
   blobs[1] = blobs[0];
