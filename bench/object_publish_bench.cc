@@ -2,7 +2,7 @@
 // written as a whole (GPUFS_IOC_ALLOC_OBJECT, then GPUFS_IOC_SEAL_OBJECT),
 // step by step, with no mount and no GPU.
 //
-//   build-ci/bench/gpufs-object-publish-bench [--members 201,723] [--runs 31]
+//   build/bench/gpufs-object-publish-bench [--members 201,723] [--runs 31] [--traces]
 //
 // The core is built as the daemon builds it (a CachingCatalog over an
 // exclusive SqliteCatalog in a temporary directory, under the Namespace's
@@ -143,16 +143,23 @@ class Bench {
 int Main(int argc, char** argv) {
   std::vector<size_t> counts = {201, 723};
   int runs = 31;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool print_traces = false;
+  for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--runs") {
+    if (flag == "--traces") {  // the daemon's trace lines, to stderr
+      print_traces = true;
+      --i;
+    } else if (i + 1 == argc) {
+      std::fprintf(stderr, "%s needs a value\n", flag.c_str());
+      return 2;
+    } else if (flag == "--runs") {
       runs = std::max(1, std::atoi(argv[i + 1]));
     } else if (flag == "--members") {
       counts.clear();
       std::stringstream list(argv[i + 1]);
       for (std::string one; std::getline(list, one, ',');) counts.push_back(std::stoul(one));
     } else {
-      std::fprintf(stderr, "usage: %s [--members 201,723] [--runs 31]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--members 201,723] [--runs 31] [--traces]\n", argv[0]);
       return 2;
     }
   }
@@ -189,6 +196,7 @@ int Main(int argc, char** argv) {
                             : line.find("trace: SEAL_OBJECT") != std::string::npos ? "s."
                                                                                    : nullptr;
         if (which == nullptr) continue;
+        if (print_traces) std::fprintf(stderr, "%s\n", line.c_str());
         for (const auto& [step, ms] : ParseTrace(line)) samples[which + step].push_back(ms);
       }
     }
