@@ -203,8 +203,8 @@ Result<std::vector<Entry>> SqliteCatalog::CreateMembers(const std::vector<NewMem
     GPUFS_ASSIGN_OR_RETURN(uint64_t entry_id, LastId(*db_, "entries"));
     GPUFS_ASSIGN_OR_RETURN(uint64_t blob_id, LastId(*db_, "blobs"));
     if (deferred_) {
-      entry_id = std::max(entry_id, deferred_->NextEntryId() - 1);
-      blob_id = std::max(blob_id, deferred_->NextBlobId() - 1);
+      entry_id = std::max(entry_id, deferred_->PeekEntryId() - 1);
+      blob_id = std::max(blob_id, deferred_->PeekBlobId() - 1);
     }
     std::vector<MemberRows> rows(members.size());
     std::vector<ExtraXattr> extra;
