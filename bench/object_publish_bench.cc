@@ -116,8 +116,8 @@ class Bench {
 
   // One save; false on a failure (printed).
   bool SaveOnce(const std::string& manifest, const std::string& name) {
-    auto h = ns_->Create(root_, kRootEntryId, "." + name + ".saving", 0644,
-                         O_RDWR | O_CREAT | O_EXCL);
+    auto h =
+        ns_->Create(root_, kRootEntryId, "." + name + ".saving", 0644, O_RDWR | O_CREAT | O_EXCL);
     if (!Check(h.status(), "create")) return false;
     std::span<const std::byte> bytes{reinterpret_cast<const std::byte*>(manifest.data()),
                                      manifest.size()};
@@ -192,7 +192,7 @@ int Main(int argc, char** argv) {
       pread(log_fd, log.data(), log.size(), 0);
       std::istringstream lines(log);
       for (std::string line; std::getline(lines, line);) {
-        const char* which = line.find("trace: ALLOC_OBJECT") != std::string::npos   ? "a."
+        const char* which = line.find("trace: ALLOC_OBJECT") != std::string::npos  ? "a."
                             : line.find("trace: SEAL_OBJECT") != std::string::npos ? "s."
                                                                                    : nullptr;
         if (which == nullptr) continue;
@@ -203,9 +203,9 @@ int Main(int argc, char** argv) {
     results.push_back(std::move(samples));
   }
   // The steps in the order a save takes them (then any the trace adds).
-  std::vector<std::string> order = {"parse",        "a.checks",   "a.manifest", "a.catalog",
-                                    "a.allocate",   "a.hold+export", "a.total", "s.checks",
-                                    "s.seal",       "s.catalog",  "s.total",    "save"};
+  std::vector<std::string> order = {"parse",      "a.checks",      "a.manifest", "a.catalog",
+                                    "a.allocate", "a.hold+export", "a.total",    "s.checks",
+                                    "s.seal",     "s.catalog",     "s.total",    "save"};
   for (const auto& [step, ignored] : results.front()) {
     if (std::find(order.begin(), order.end(), step) == order.end()) order.push_back(step);
   }
@@ -217,9 +217,10 @@ int Main(int argc, char** argv) {
     for (auto& samples : results) std::printf(" %9.3f", Median(samples[step]));
     std::printf("\n");
   }
-  std::printf("(columns: members; median of %d runs; a. = ALLOC_OBJECT, s. = SEAL_OBJECT steps;"
-              " parse = DecodeManifest alone; save = stage, alloc, seal, checksums, release)\n",
-              runs);
+  std::printf(
+      "(columns: members; median of %d runs; a. = ALLOC_OBJECT, s. = SEAL_OBJECT steps;"
+      " parse = DecodeManifest alone; save = stage, alloc, seal, checksums, release)\n",
+      runs);
   return 0;
 }
 

@@ -4,12 +4,12 @@
 // Design note: a statement per row made CreateMembers of a 201-member model
 // about 800 INSERTs (a blob, an entry and two attribute rows per member);
 // with dtype and shape in the entry's row (meta/schema.cc, version 5) and
-// rows written kMaxRows to a statement, it is a few dozen statements. The ids are taken here, inside the write
-// transaction, from what AUTOINCREMENT has handed out (sqlite_sequence,
-// which the inserts raise) and from what the deferred log has, so an id is
-// still never given twice. The seal's UPDATEs go one statement per run of
-// members alike but in size (every column of the run at once, then the
-// sizes that differ, which at a seal are none).
+// rows written kMaxRows to a statement, it is a few dozen statements. The
+// ids are taken here, inside the write transaction, after the highest that
+// AUTOINCREMENT (sqlite_sequence, which the inserts raise) and the deferred
+// log have handed out, so an id is still never given twice. The seal's
+// UPDATEs go one statement per run of members alike but in size (every
+// column of the run at once, then the sizes that differ: at a seal, none).
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -91,8 +91,8 @@ void BindOptionalBlob(Statement& stmt, int index, const std::string* value) {
   }
 }
 
-// One member as its rows will hold it: the entry (ids set), its blob, its
-// column attributes and where its other attributes start in `extra`.
+// One member as its rows will hold it: the entry (ids set), its blob and
+// its column attributes (null: absent); the others go to xattrs rows.
 struct MemberRows {
   Entry entry;
   const Blob* blob;
@@ -117,7 +117,7 @@ Status NameTaken(Db& db, const std::vector<MemberRows>& rows, size_t from, size_
     GPUFS_ASSIGN_OR_RETURN(std::optional<Entry> taken, FindChild(db, e.parent, e.name));
     if (taken) return Error(EEXIST, "name " + e.name + " is taken");
   }
-  return Error(EEXIST, "a name among the members is taken");
+  return Error(EEXIST, "the members' rows collide with rows of the catalog");
 }
 
 // UpdateBlobs: runs shorter than this go a statement per row.
@@ -291,9 +291,8 @@ Result<std::vector<Entry>> SqliteCatalog::CreateMembers(const std::vector<NewMem
       deferred_->SawBlobId(created->back().blob);
     }
   }
-  return Annotated(std::move(created), [&] {
-    return "create " + std::to_string(members.size()) + " members";
-  });
+  return Annotated(std::move(created),
+                   [&] { return "create " + std::to_string(members.size()) + " members"; });
 }
 
 Status SqliteCatalog::UpdateBlobs(const std::vector<Blob>& blobs) {

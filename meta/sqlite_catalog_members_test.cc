@@ -80,9 +80,9 @@ TEST_P(SqliteCatalogContractTest, DtypeAndShapeBehaveAsEveryOtherAttribute) {
   }
   ASSERT_TRUE(catalog_->SetXattr(m.id, "user.a", "", 0).ok());  // empty values are values
   EXPECT_EQ(*catalog_->GetXattr(m.id, "user.a"), "");
-  EXPECT_EQ(*catalog_->ListXattrs(m.id), (std::vector<std::string>{"user.a", "user.gpufs.dtype",
-                                                                   "user.gpufs.shape",
-                                                                   "user.other"}));
+  EXPECT_EQ(
+      *catalog_->ListXattrs(m.id),
+      (std::vector<std::string>{"user.a", "user.gpufs.dtype", "user.gpufs.shape", "user.other"}));
   EXPECT_EQ(*catalog_->EntriesWithXattr("user.gpufs.shape"), std::vector<EntryId>{m.id});
   ASSERT_TRUE(catalog_->RemoveXattr(m.id, "user.gpufs.dtype").ok());
   EXPECT_EQ(catalog_->GetXattr(m.id, "user.gpufs.dtype").status().code(), ENODATA);
