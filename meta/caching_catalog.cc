@@ -159,6 +159,7 @@ Result<std::vector<Entry>> CachingCatalog::CreateMembers(const std::vector<NewMe
       attrs[name] = value;
       names.push_back(name);
     }
+    std::sort(names.begin(), names.end());  // ListXattrs answers in name order
     xattr_lists_[e.id] = std::move(names);
     Touch(e.parent, e.ctime_ns);
   }

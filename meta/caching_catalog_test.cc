@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <sys/xattr.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -92,7 +93,8 @@ class Differential {
     ++step_;
     auto pick = [&](uint64_t n) { return std::uniform_int_distribution<uint64_t>(0, n - 1)(rng); };
     static const char* kNames[] = {"a", "b", "c", "d", "e"};
-    static const char* kAttrs[] = {"user.x", "user.y", "user.gpufs.device"};
+    static const char* kAttrs[] = {"user.x", "user.y", "user.gpufs.device", "user.gpufs.dtype",
+                                   "user.gpufs.shape"};
     // Mostly the newest ids, so that calls meet the same rows often.
     auto some_id = [&](uint64_t beyond) {
       return pick(2) ? pick(max_id_ + beyond) : max_id_ - pick(std::min<uint64_t>(max_id_, 6));
@@ -119,11 +121,11 @@ class Differential {
     entry.atime_ns = now + 1;
     entry.mtime_ns = now + 2;
     entry.ctime_ns = now + 3;
-    std::string attr = kAttrs[pick(3)];
+    std::string attr = kAttrs[pick(5)];
     std::string where = " id " + std::to_string(id) + " parent " + std::to_string(parent) + " " +
                         name + " blob " + std::to_string(blob_id);
 
-    switch (pick(25)) {
+    switch (pick(27)) {
       case 0:
       case 1:
       case 2: {
@@ -194,6 +196,37 @@ class Differential {
       case 22: Same("has children" + where, [&](Catalog& c) { return c.HasChildren(parent); }); break;
       case 23: Same("remove" + where, [&](Catalog& c) { return c.Remove(id, now); }); break;
       case 24: Same("entry of blob" + where, [&](Catalog& c) { return c.EntryOfBlob(blob_id); }); break;
+      case 25: {  // an object's members, each with some attributes in any order
+        std::vector<Catalog::NewMember> members(1 + pick(3));
+        for (Catalog::NewMember& m : members) {
+          m.entry = entry;
+          m.entry.kind = EntryKind::kBlob;
+          m.entry.name = kNames[pick(5)];
+          m.blob = blob;
+          for (const char* a : kAttrs) {
+            if (pick(2)) m.xattrs.emplace_back(a, "m" + std::to_string(step_));
+          }
+          std::shuffle(m.xattrs.begin(), m.xattrs.end(), rng);
+        }
+        Same("create members" + where, [&](Catalog& c) { return c.CreateMembers(members); });
+        for (const Catalog::NewMember& m : members) {
+          auto made = plain_->Lookup(parent, m.entry.name);
+          if (made.ok()) {
+            max_id_ = std::max(max_id_, made->id);
+            max_blob_ = std::max(max_blob_, made->blob);
+          }
+        }
+        break;
+      }
+      case 26: {  // a seal's run of blobs, alike but in size
+        std::vector<Blob> run(1 + pick(12), blob);
+        for (size_t i = 0; i < run.size(); ++i) {
+          run[i].id = blob_id + i;
+          run[i].size = pick(3) ? blob.size : pick(5000);
+        }
+        Same("update blobs" + where, [&](Catalog& c) { return c.UpdateBlobs(run); });
+        break;
+      }
     }
   }
 
@@ -203,7 +236,8 @@ class Differential {
       Same("final get " + std::to_string(id), [&](Catalog& c) { return c.GetEntry(id); });
       Same("final count " + std::to_string(id), [&](Catalog& c) { return c.CountChildObjects(id); });
       Same("final xattrs " + std::to_string(id), [&](Catalog& c) { return c.ListXattrs(id); });
-      for (const char* attr : {"user.x", "user.y", "user.gpufs.device"}) {
+      for (const char* attr :
+           {"user.x", "user.y", "user.gpufs.device", "user.gpufs.dtype", "user.gpufs.shape"}) {
         Same("final xattr " + std::to_string(id), [&](Catalog& c) { return c.GetXattr(id, attr); });
       }
       for (const char* name : {"a", "b", "c", "d", "e"}) {

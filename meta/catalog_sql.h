@@ -2,6 +2,8 @@
 // tables that meta/schema.cc creates. Internal to meta/sqlite_catalog*.cc.
 #pragma once
 
+#include <string_view>
+
 namespace gpufs::catalog_internal {
 
 // Column lists shared by the queries and by EntryFromRow / BlobFromRow.
@@ -81,6 +83,60 @@ constexpr char kUpsertXattrSql[] =
     " ON CONFLICT (entry, name) DO UPDATE SET value = excluded.value";
 constexpr char kDeleteXattrSql[] = "DELETE FROM xattrs WHERE entry = ? AND name = ?";
 constexpr char kDeleteXattrsOfEntrySql[] = "DELETE FROM xattrs WHERE entry = ?";
+
+// Attributes kept in columns of their entry's row (NULL: absent) instead of
+// rows of xattrs: every member of a saved model carries both, and an object
+// of hundreds of members is made in one go (CreateMembers). Served exactly
+// as attributes in xattrs are; the names are proto/xattr_names.h's kDtype
+// and kShape (meta/sqlite_catalog_test.cc checks that they agree).
+struct ColumnXattr {
+  std::string_view name;
+  const char* get_sql;    // the value (NULL: absent) of entry ?; no row: no entry
+  const char* set_sql;    // value ?1 for entry ?2
+  const char* clear_sql;  // absent for entry ?, changing a row only when present
+  const char* with_sql;   // ids of the entries that carry it, in id order
+};
+inline constexpr ColumnXattr kColumnXattrs[] = {
+    {"user.gpufs.dtype", "SELECT dtype FROM entries WHERE id = ?",
+     "UPDATE entries SET dtype = ? WHERE id = ?",
+     "UPDATE entries SET dtype = NULL WHERE id = ? AND dtype IS NOT NULL",
+     "SELECT id FROM entries WHERE dtype IS NOT NULL ORDER BY id"},
+    {"user.gpufs.shape", "SELECT shape FROM entries WHERE id = ?",
+     "UPDATE entries SET shape = ? WHERE id = ?",
+     "UPDATE entries SET shape = NULL WHERE id = ? AND shape IS NOT NULL",
+     "SELECT id FROM entries WHERE shape IS NOT NULL ORDER BY id"},
+};
+// Which of kColumnXattrs an entry carries, in that order; no row: no entry.
+constexpr char kColumnXattrsPresentSql[] =
+    "SELECT dtype IS NOT NULL, shape IS NOT NULL FROM entries WHERE id = ?";
+// The kColumnXattrs entry for `name`, or null for an attribute in xattrs.
+inline const ColumnXattr* FindColumnXattr(std::string_view name) {
+  for (const ColumnXattr& c : kColumnXattrs) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+// Heads of the multi-row INSERTs of CreateMembers (meta/sqlite_catalog_members.cc),
+// ids given, followed by " VALUES (?, ...), ..." for as many rows as it
+// writes at once.
+constexpr char kInsertBlobRowsHead[] =
+    "INSERT INTO blobs (id, device, size, state, owner_uid, closed, checksum)";
+constexpr int kBlobRowColumns = 7;
+constexpr char kInsertEntryRowsHead[] =
+    "INSERT INTO entries (id, parent, name, kind, mode, uid, gid, atime_ns, mtime_ns, ctime_ns,"
+    " blob, dtype, shape)";
+constexpr int kEntryRowColumns = 13;
+constexpr char kInsertXattrRowsHead[] = "INSERT INTO xattrs (entry, name, value)";
+constexpr int kXattrRowColumns = 3;
+// UpdateBlobs of a run of consecutive ids that differ in size alone: every
+// column but size in one statement, then the sizes that differ.
+constexpr char kUpdateBlobRangeSql[] =
+    "UPDATE blobs SET device = ?, state = ?, owner_uid = ?, closed = ?, checksum = ?"
+    " WHERE id BETWEEN ? AND ?";
+constexpr char kBlobSizesInRangeSql[] =
+    "SELECT id, size FROM blobs WHERE id BETWEEN ? AND ? ORDER BY id";
+constexpr char kUpdateBlobSizeSql[] = "UPDATE blobs SET size = ? WHERE id = ?";
 
 constexpr char kBumpGenerationSql[] =
     "INSERT INTO settings (key, value) VALUES ('generation', 1)"

@@ -85,6 +85,9 @@ class DeferredRows {
 
   EntryId NextEntryId() { return next_entry_id_++; }
   BlobId NextBlobId() { return next_blob_id_++; }
+  // The ids NextEntryId and NextBlobId would give now, left to them.
+  EntryId PeekEntryId() const { return next_entry_id_; }
+  BlobId PeekBlobId() const { return next_blob_id_; }
   void SawEntryId(EntryId id);
   void SawBlobId(BlobId id);
 

@@ -1,8 +1,10 @@
 // The catalog's schema, its version and its migrations.
 //
-// Schema (version 4, see kMigrations):
+// Schema (version 5, see kMigrations):
 //   entries  one row per object or member; `id` is the inode number; (parent,
-//            name) places it in the tree; a member's `blob` links its bytes.
+//            name) places it in the tree; a member's `blob` links its bytes;
+//            `dtype` and `shape` hold the attributes user.gpufs.dtype and
+//            user.gpufs.shape (NULL: absent), which are never rows of xattrs.
 //   blobs    where bytes live (the device), whether they are sealed, and
 //            the checksum of a sealed GPU blob's bytes. Kept apart from entries so that O_TRUNC can link a new
 //            blob while readers of the old one keep it until DeleteBlob.
@@ -95,6 +97,18 @@ CREATE INDEX entries_objects_by_parent ON entries(parent) WHERE kind = 1;
 ALTER TABLE blobs DROP COLUMN arena;
 ALTER TABLE blobs DROP COLUMN offset;
 ALTER TABLE blobs ADD COLUMN checksum INTEGER;
+)sql",
+    // 5: user.gpufs.dtype and user.gpufs.shape move from rows of xattrs to
+    // columns of their entry (four rows per member of a model become two).
+    R"sql(
+ALTER TABLE entries ADD COLUMN dtype BLOB;
+ALTER TABLE entries ADD COLUMN shape BLOB;
+UPDATE entries SET
+  dtype = (SELECT value FROM xattrs WHERE entry = entries.id AND name = 'user.gpufs.dtype'),
+  shape = (SELECT value FROM xattrs WHERE entry = entries.id AND name = 'user.gpufs.shape')
+  WHERE id IN (SELECT entry FROM xattrs
+               WHERE name IN ('user.gpufs.dtype', 'user.gpufs.shape'));
+DELETE FROM xattrs WHERE name IN ('user.gpufs.dtype', 'user.gpufs.shape');
 )sql",
 };
 

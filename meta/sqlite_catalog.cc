@@ -302,65 +302,6 @@ Result<Entry> SqliteCatalog::CreateEntry(const Entry& entry, const std::optional
                    [&] { return "create " + std::to_string(entry.parent) + "/" + entry.name; });
 }
 
-Result<std::vector<Entry>> SqliteCatalog::CreateMembers(const std::vector<NewMember>& members) {
-  auto made = [&]() -> Result<std::vector<Entry>> {
-    GPUFS_RETURN_IF_ERROR(Settle());  // creates of the log first: parents, names
-    Transaction txn(*db_);
-    GPUFS_RETURN_IF_ERROR(txn.Begin());
-    std::vector<Entry> out;
-    out.reserve(members.size());
-    std::map<EntryId, int64_t> parents;  // -> the latest ctime among its new members
-    for (const NewMember& m : members) {
-      if (m.entry.kind != EntryKind::kBlob) return Error(EINVAL, "a member is a blob entry");
-      GPUFS_RETURN_IF_ERROR(ValidateName(m.entry.name));
-      if (auto [it, first] = parents.emplace(m.entry.parent, m.entry.ctime_ns); first) {
-        GPUFS_RETURN_IF_ERROR(CheckParent(*db_, m.entry.parent));
-      } else {
-        it->second = std::max(it->second, m.entry.ctime_ns);
-      }
-      Blob row = m.blob;
-      row.id = 0;
-      GPUFS_ASSIGN_OR_RETURN(Blob inserted, InsertBlob(*db_, row));
-      Entry stored = m.entry;
-      stored.id = 0;
-      stored.mode = ModeForKind(stored.kind, stored.mode);
-      stored.blob = inserted.id;
-      Result<EntryId> id = InsertEntry(*db_, stored);
-      if (!id.ok()) {
-        if (id.status().code() == EEXIST) return Error(EEXIST, "name " + m.entry.name + " is taken");
-        return id.status();
-      }
-      stored.id = *id;
-      for (const auto& [name, value] : m.xattrs) {
-        GPUFS_ASSIGN_OR_RETURN(Statement stmt, db_->GetCachedStatement(kInsertXattrSql));
-        stmt.BindInt64(0, I64(stored.id));
-        stmt.BindText(1, name);
-        stmt.BindBlob(2, value);
-        GPUFS_RETURN_IF_ERROR(stmt.Run());
-      }
-      out.push_back(std::move(stored));
-    }
-    for (const auto& [parent, ctime] : parents) {
-      GPUFS_RETURN_IF_ERROR(TouchEntry(*db_, parent, ctime));
-    }
-    GPUFS_RETURN_IF_ERROR(txn.Commit());
-    return out;
-  };
-  Result<std::vector<Entry>> created = made();
-  if (created.ok()) {
-    if (attached_) *attached_ += created->size();
-    if (deferred_) {
-      for (const Entry& e : *created) {
-        deferred_->SawEntryId(e.id);
-        deferred_->SawBlobId(e.blob);
-      }
-    }
-  }
-  return Annotated(std::move(created), [&] {
-    return "create " + std::to_string(members.size()) + " members";
-  });
-}
-
 // CreateEntry's checks, answered from the pending creates and SQLite, then
 // the rows to the log.
 Result<Entry> SqliteCatalog::DeferCreate(const Entry& entry, const std::optional<Blob>& blob) {
@@ -482,8 +423,10 @@ Status SqliteCatalog::Batch(const std::function<Status()>& body) {
 Result<std::vector<EntryId>> SqliteCatalog::EntriesWithXattr(std::string_view name) {
   auto list = [&]() -> Result<std::vector<EntryId>> {
     GPUFS_RETURN_IF_ERROR(Settle());
-    GPUFS_ASSIGN_OR_RETURN(Statement stmt, db_->GetCachedStatement(kEntriesWithXattrSql));
-    stmt.BindText(0, name);
+    const ColumnXattr* column = FindColumnXattr(name);
+    GPUFS_ASSIGN_OR_RETURN(Statement stmt, db_->GetCachedStatement(column ? column->with_sql
+                                                                         : kEntriesWithXattrSql));
+    if (!column) stmt.BindText(0, name);
     return ListIds(stmt);
   };
   return Annotated(list(), [&] { return "entries with " + std::string(name); });

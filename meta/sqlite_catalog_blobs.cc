@@ -2,7 +2,9 @@
 // transaction (see meta/sqlite_catalog.cc for the rules all methods follow).
 #include <sys/xattr.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <iterator>
 
 #include "meta/catalog_rows.h"
 #include "meta/catalog_sql.h"
@@ -59,10 +61,28 @@ Status DoDeleteBlob(Db& db, BlobId id) {
 }
 
 // --- xattr operations ------------------------------------------------------------
+// An attribute is a row of xattrs, or, for kColumnXattrs, a column of its
+// entry's row; both answer with the same errors (ENOENT: no entry, ENODATA:
+// no attribute, EEXIST: XATTR_CREATE of one present).
+
+// Inside a transaction: the column attribute of `id`, nullopt when absent.
+Result<std::optional<std::string>> GetColumnXattr(Db& db, const ColumnXattr& column, EntryId id) {
+  GPUFS_ASSIGN_OR_RETURN(Statement stmt, db.GetCachedStatement(column.get_sql));
+  stmt.BindInt64(0, I64(id));
+  GPUFS_ASSIGN_OR_RETURN(bool found, StepOnce(stmt));
+  if (!found) return Error(ENOENT, "no such entry");
+  if (stmt.ColumnIsNull(0)) return std::optional<std::string>();
+  return std::optional<std::string>(stmt.ColumnBlob(0));
+}
 
 Result<std::string> DoGetXattr(Db& db, EntryId id, std::string_view name) {
   Transaction txn(db, Transaction::Mode::kDeferred);
   GPUFS_RETURN_IF_ERROR(txn.Begin());
+  if (const ColumnXattr* column = FindColumnXattr(name)) {
+    GPUFS_ASSIGN_OR_RETURN(std::optional<std::string> value, GetColumnXattr(db, *column, id));
+    if (!value) return Error(ENODATA, "no such attribute");
+    return std::move(*value);
+  }
   GPUFS_ASSIGN_OR_RETURN(Statement stmt, db.GetCachedStatement(kGetXattrSql));
   stmt.BindInt64(0, I64(id));
   stmt.BindText(1, name);
@@ -72,12 +92,28 @@ Result<std::string> DoGetXattr(Db& db, EntryId id, std::string_view name) {
   return Error(ENODATA, "no such attribute");
 }
 
+// Inside a write transaction.
+Status SetColumnXattr(Db& db, const ColumnXattr& column, EntryId id, std::string_view value,
+                      int flags) {
+  GPUFS_ASSIGN_OR_RETURN(std::optional<std::string> current, GetColumnXattr(db, column, id));
+  if (flags == XATTR_REPLACE && !current) return Error(ENODATA, "no such attribute");
+  if (flags == XATTR_CREATE && current) return Error(EEXIST, "attribute exists");
+  GPUFS_ASSIGN_OR_RETURN(Statement stmt, db.GetCachedStatement(column.set_sql));
+  stmt.BindBlob(0, value);
+  stmt.BindInt64(1, I64(id));
+  return stmt.Run();
+}
+
 Status DoSetXattr(Db& db, EntryId id, std::string_view name, std::string_view value, int flags) {
   if ((flags & ~(XATTR_CREATE | XATTR_REPLACE)) != 0 || flags == (XATTR_CREATE | XATTR_REPLACE)) {
     return Error(EINVAL, "bad flags " + std::to_string(flags));
   }
   Transaction txn(db);
   GPUFS_RETURN_IF_ERROR(txn.Begin());
+  if (const ColumnXattr* column = FindColumnXattr(name)) {
+    GPUFS_RETURN_IF_ERROR(SetColumnXattr(db, *column, id, value, flags));
+    return txn.Commit();
+  }
   GPUFS_RETURN_IF_ERROR(RequireEntry(db, id).status());
   if (flags == XATTR_REPLACE) {
     GPUFS_ASSIGN_OR_RETURN(Statement stmt, db.GetCachedStatement(kReplaceXattrSql));
@@ -108,15 +144,25 @@ Status DoSetXattr(Db& db, EntryId id, std::string_view name, std::string_view va
 Result<std::vector<std::string>> DoListXattrs(Db& db, EntryId id) {
   Transaction txn(db, Transaction::Mode::kDeferred);
   GPUFS_RETURN_IF_ERROR(txn.Begin());
-  GPUFS_RETURN_IF_ERROR(RequireEntry(db, id).status());
+  std::vector<std::string> names;
+  {
+    GPUFS_ASSIGN_OR_RETURN(Statement stmt, db.GetCachedStatement(kColumnXattrsPresentSql));
+    stmt.BindInt64(0, I64(id));
+    GPUFS_ASSIGN_OR_RETURN(bool found, StepOnce(stmt));
+    if (!found) return Error(ENOENT, "no such entry");
+    for (size_t i = 0; i < std::size(kColumnXattrs); ++i) {
+      if (stmt.ColumnInt64(static_cast<int>(i)) != 0) names.emplace_back(kColumnXattrs[i].name);
+    }
+  }
+  const size_t columns = names.size();
   GPUFS_ASSIGN_OR_RETURN(Statement stmt, db.GetCachedStatement(kListXattrsSql));
   stmt.BindInt64(0, I64(id));
-  std::vector<std::string> names;
   while (true) {
     GPUFS_ASSIGN_OR_RETURN(StepResult step, stmt.Step());
     if (step == StepResult::kDone) break;
     names.push_back(stmt.ColumnText(0));
   }
+  if (columns != 0) std::sort(names.begin(), names.end());  // both parts are sorted
   return names;
 }
 
@@ -124,9 +170,11 @@ Status DoRemoveXattr(Db& db, EntryId id, std::string_view name) {
   Transaction txn(db);
   GPUFS_RETURN_IF_ERROR(txn.Begin());
   GPUFS_RETURN_IF_ERROR(RequireEntry(db, id).status());
-  GPUFS_ASSIGN_OR_RETURN(Statement stmt, db.GetCachedStatement(kDeleteXattrSql));
+  const ColumnXattr* column = FindColumnXattr(name);
+  GPUFS_ASSIGN_OR_RETURN(Statement stmt,
+                         db.GetCachedStatement(column ? column->clear_sql : kDeleteXattrSql));
   stmt.BindInt64(0, I64(id));
-  stmt.BindText(1, name);
+  if (!column) stmt.BindText(1, name);
   GPUFS_RETURN_IF_ERROR(stmt.Run());
   if (db.Changes() == 0) return Error(ENODATA, "no such attribute");
   return txn.Commit();
@@ -194,20 +242,6 @@ Result<Blob> SqliteCatalog::GetBlob(BlobId id) {
 Status SqliteCatalog::UpdateBlob(const Blob& blob) {
   return Annotated(UpdateRows(&blob, nullptr),
                    [&] { return "update blob " + std::to_string(blob.id); });
-}
-
-Status SqliteCatalog::UpdateBlobs(const std::vector<Blob>& blobs) {
-  auto update = [&]() -> Status {
-    for (const Blob& blob : blobs) GPUFS_RETURN_IF_ERROR(ValidateBlob(blob));
-    Transaction txn(*db_);
-    GPUFS_RETURN_IF_ERROR(txn.Begin());
-    for (const Blob& blob : blobs) {
-      Status updated = UpdateBlobRow(*db_, blob);
-      if (!updated.ok()) return updated.Prepend("blob " + std::to_string(blob.id));
-    }
-    return txn.Commit();
-  };
-  return Annotated(update(), [&] { return "update " + std::to_string(blobs.size()) + " blobs"; });
 }
 
 Status SqliteCatalog::UpdateBlobAndEntryAttrs(const Blob& blob, const Entry& entry) {

@@ -127,6 +127,75 @@ PRAGMA user_version = 3;
   EXPECT_EQ((*again)->GetBlob(5)->checksum, 0xfedcba9876543210ull);
 }
 
+// Version 4 kept dtype and shape as rows of xattrs; version 5 moves them
+// into their entry's row, and they read back exactly as before, beside the
+// attributes that stay rows.
+TEST(SqliteCatalogOpen, SchemaFourMovesDtypeAndShapeKeepingEveryAttribute) {
+  meta_test::TempDir dir;
+  const std::string path = dir.path() + "/catalog.db";
+  {
+    auto db = Db::Open(path);
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE((*db)->Execute(R"sql(
+CREATE TABLE blobs (id INTEGER PRIMARY KEY AUTOINCREMENT, device TEXT NOT NULL,
+  size INTEGER NOT NULL, state INTEGER NOT NULL CHECK (state IN (0, 1, 2)),
+  owner_uid INTEGER NOT NULL, closed INTEGER NOT NULL, checksum INTEGER);
+CREATE TABLE entries (id INTEGER PRIMARY KEY AUTOINCREMENT, parent INTEGER NOT NULL,
+  name TEXT NOT NULL, kind INTEGER NOT NULL CHECK (kind IN (1, 2)), mode INTEGER NOT NULL,
+  uid INTEGER NOT NULL, gid INTEGER NOT NULL, atime_ns INTEGER NOT NULL,
+  mtime_ns INTEGER NOT NULL, ctime_ns INTEGER NOT NULL, blob INTEGER REFERENCES blobs(id));
+CREATE UNIQUE INDEX entries_by_name ON entries(parent, name) WHERE parent != 0;
+CREATE INDEX entries_by_parent ON entries(parent, id);
+CREATE UNIQUE INDEX entries_by_blob ON entries(blob) WHERE blob IS NOT NULL;
+CREATE TABLE xattrs (entry INTEGER NOT NULL REFERENCES entries(id) ON DELETE CASCADE,
+  name TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (entry, name)) WITHOUT ROWID;
+CREATE TABLE settings (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE INDEX entries_objects_by_parent ON entries(parent) WHERE kind = 1;
+INSERT INTO entries VALUES (1, 0, '', 1, 16877, 0, 0, 1, 1, 1, NULL);
+INSERT INTO entries VALUES (2, 1, 'm', 1, 16877, 0, 0, 1, 1, 1, NULL);
+INSERT INTO blobs VALUES (5, 'cuda:0', 4096, 1, 1000, 0, NULL);
+INSERT INTO blobs VALUES (6, 'cuda:0', 16, 1, 1000, 0, NULL);
+INSERT INTO entries VALUES (3, 2, 'w', 2, 33188, 1000, 100, 1, 1, 1, 5);
+INSERT INTO entries VALUES (4, 2, 'b', 2, 33188, 1000, 100, 1, 1, 1, 6);
+INSERT INTO xattrs VALUES (2, 'user.gpufs.type', 'Model');
+INSERT INTO xattrs VALUES (3, 'user.a', 'first');
+INSERT INTO xattrs VALUES (3, 'user.gpufs.dtype', 'float32');
+INSERT INTO xattrs VALUES (3, 'user.gpufs.shape', '32,32');
+INSERT INTO xattrs VALUES (3, 'user.z', 'last');
+INSERT INTO xattrs VALUES (4, 'user.gpufs.dtype', 'uint8');
+PRAGMA user_version = 4;
+)sql")
+                    .ok());
+  }
+  auto catalog = SqliteCatalog::Open(path, meta_test::kUid, meta_test::kGid, 0755);
+  ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
+  Catalog& c = **catalog;
+  EXPECT_EQ(*c.GetXattr(3, "user.gpufs.dtype"), "float32");
+  EXPECT_EQ(*c.GetXattr(3, "user.gpufs.shape"), "32,32");
+  EXPECT_EQ(*c.GetXattr(3, "user.a"), "first");
+  EXPECT_EQ(*c.ListXattrs(3), (std::vector<std::string>{"user.a", "user.gpufs.dtype",
+                                                        "user.gpufs.shape", "user.z"}));
+  EXPECT_EQ(*c.GetXattr(4, "user.gpufs.dtype"), "uint8");
+  EXPECT_EQ(c.GetXattr(4, "user.gpufs.shape").status().code(), ENODATA);
+  EXPECT_EQ(*c.ListXattrs(4), std::vector<std::string>{"user.gpufs.dtype"});
+  EXPECT_EQ(*c.ListXattrs(2), std::vector<std::string>{"user.gpufs.type"});
+  EXPECT_EQ(*c.EntriesWithXattr("user.gpufs.dtype"), (std::vector<EntryId>{3, 4}));
+  EXPECT_EQ(c.GetBlob(5)->size, 4096u);
+  catalog->reset();
+  // No dtype or shape row is left in xattrs; the schema is the latest.
+  auto db = Db::Open(path);
+  ASSERT_TRUE(db.ok());
+  auto rows = (*db)->Prepare(
+      "SELECT COUNT(*) FROM xattrs WHERE name IN ('user.gpufs.dtype', 'user.gpufs.shape')");
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(*rows->Step(), StepResult::kRow);
+  EXPECT_EQ(rows->ColumnInt64(0), 0);
+  auto version = (*db)->Prepare("PRAGMA user_version");
+  ASSERT_TRUE(version.ok());
+  ASSERT_EQ(*version->Step(), StepResult::kRow);
+  EXPECT_EQ(version->ColumnInt64(0), SqliteCatalog::SchemaVersion());
+}
+
 TEST(SqliteCatalogOpen, MissingDirectoryFailsClearly) {
   meta_test::TempDir dir;
   const std::string path = dir.path() + "/no/such/dir/catalog.db";

@@ -242,7 +242,11 @@ Result<std::unique_ptr<Db>> Db::Open(const std::string& path, Locking locking) {
       GPUFS_LOG(WARN) << context << ": journal_mode is '" << mode << "', not 'wal'";
     }
   }
-  Status status = db->Execute("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON");
+  // temp_store=MEMORY: statement journals (a multi-row INSERT that may fail
+  // on a UNIQUE index keeps one) stay in memory instead of spilling to a
+  // temporary file in the middle of a transaction.
+  Status status = db->Execute(
+      "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY");
   if (!status.ok()) return status.Prepend(context);
   return db;
 }

@@ -100,8 +100,8 @@ enum class Locking { kShared, kExclusive };
 class Db {
  public:
   // Opens `path`, creating the file if it is missing, and sets
-  // journal_mode=WAL, synchronous=NORMAL, foreign_keys=ON and a busy timeout
-  // of kBusyTimeoutMs. Errors name the path (ENOENT when its directory is
+  // journal_mode=WAL, synchronous=NORMAL, foreign_keys=ON, temp_store=MEMORY
+  // and a busy timeout of kBusyTimeoutMs. Errors name the path (ENOENT when its directory is
   // missing, EACCES, EIO for a file that is not a database...).
   static Result<std::unique_ptr<Db>> Open(const std::string& path,
                                           Locking locking = Locking::kShared);

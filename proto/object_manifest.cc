@@ -1,6 +1,14 @@
+// DecodeManifest reads the JSON in two ways: a scanner of the subset that
+// EncodeManifest writes, which builds the manifest without a JSON tree (it
+// was most of an ALLOC_OBJECT's manifest step: about 2 us a member), and the
+// general parser, which decides every text the scanner does not take whole
+// and gives every error. The scanner takes a text only when the general
+// parser would accept it with the same result; otherwise it steps aside.
 #include "proto/object_manifest.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <string_view>
 #include <unordered_set>
 
 #include "proto/dtypes.h"
@@ -49,9 +57,175 @@ std::string EncodeManifest(const ObjectManifest& manifest) {
   return j.dump();
 }
 
+namespace {
+
+// The subset: objects, arrays, strings of printable ASCII without escapes,
+// unsigned integers without sign, fraction or exponent; the manifest's keys
+// only, each once. Every accessor answers false for anything else.
+class Scanner {
+ public:
+  explicit Scanner(std::string_view text) : p_(text.data()), end_(text.data() + text.size()) {}
+
+  bool Take(char c) {
+    SkipSpace();
+    if (p_ == end_ || *p_ != c) return false;
+    ++p_;
+    return true;
+  }
+  bool String(std::string_view* out) {
+    if (!Take('"')) return false;
+    const char* start = p_;
+    for (; p_ != end_; ++p_) {
+      const unsigned char c = static_cast<unsigned char>(*p_);
+      if (c == '"') {
+        *out = std::string_view(start, static_cast<size_t>(p_ - start));
+        ++p_;
+        return true;
+      }
+      if (c == '\\' || c < 0x20 || c >= 0x7f) return false;
+    }
+    return false;
+  }
+  bool Unsigned(uint64_t* out) {
+    SkipSpace();
+    const char* start = p_;
+    uint64_t value = 0;
+    for (; p_ != end_ && *p_ >= '0' && *p_ <= '9'; ++p_) {
+      const uint64_t digit = static_cast<uint64_t>(*p_ - '0');
+      if (value > (UINT64_MAX - digit) / 10) return false;
+      value = value * 10 + digit;
+    }
+    const size_t digits = static_cast<size_t>(p_ - start);
+    if (digits == 0 || (digits > 1 && *start == '0')) return false;
+    if (p_ != end_ && (*p_ == '.' || *p_ == 'e' || *p_ == 'E')) return false;
+    *out = value;
+    return true;
+  }
+  // After an item of a list closed by `close`: true and *more when another
+  // follows, true and !*more at the end.
+  bool Next(char close, bool* more) {
+    if (Take(',')) return *more = true;
+    *more = false;
+    return Take(close);
+  }
+  bool AtEnd() {
+    SkipSpace();
+    return p_ == end_;
+  }
+
+ private:
+  void SkipSpace() {
+    while (p_ != end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
+  }
+  const char* p_;
+  const char* end_;
+};
+
+bool ScanMember(Scanner& in, ManifestMember* m) {
+  if (!in.Take('{')) return false;
+  bool name = false, size = false, more = !in.Take('}');
+  while (more) {
+    std::string_view key, value;
+    if (!in.String(&key) || !in.Take(':')) return false;
+    if (key == "name" && !name) {
+      if (!in.String(&value)) return false;
+      m->name = value;
+      name = true;
+    } else if (key == "size" && !size) {
+      if (!in.Unsigned(&m->size)) return false;
+      size = true;
+    } else if (key == "dtype" && !m->dtype) {
+      if (!in.String(&value)) return false;
+      m->dtype = std::string(value);
+    } else if (key == "shape" && !m->shape) {
+      if (!in.Take('[')) return false;
+      m->shape.emplace();
+      for (bool dims = !in.Take(']'); dims;) {
+        uint64_t d = 0;
+        if (!in.Unsigned(&d) || !in.Next(']', &dims)) return false;
+        m->shape->push_back(d);
+      }
+    } else {
+      return false;
+    }
+    if (!in.Next('}', &more)) return false;
+  }
+  return name && size;
+}
+
+// The manifest, when the scanner takes `text` and it passes every check
+// DecodeManifest makes; nullopt otherwise (the general parser decides).
+std::optional<ObjectManifest> ScanManifest(std::string_view text) {
+  Scanner in(text);
+  ObjectManifest manifest;
+  bool version = false, fields = false, members = false, more = false;
+  if (!in.Take('{')) return std::nullopt;
+  more = !in.Take('}');
+  while (more) {
+    std::string_view key, value;
+    if (!in.String(&key) || !in.Take(':')) return std::nullopt;
+    if (key == "version" && !version) {
+      uint64_t v = 0;
+      if (!in.Unsigned(&v) || v != 1) return std::nullopt;
+      version = true;
+    } else if (key == "type" && !manifest.type) {
+      if (!in.String(&value) || value.empty()) return std::nullopt;
+      manifest.type = std::string(value);
+    } else if (key == "fields" && !fields) {
+      if (!in.Take('{')) return std::nullopt;
+      for (bool items = !in.Take('}'); items;) {
+        std::string_view name;
+        if (!in.String(&name) || !in.Take(':') || !in.String(&value)) return std::nullopt;
+        // As the general parser's checks of "user." + name.
+        const size_t full = xattr::kUserPrefix.size() + name.size();
+        if (name.empty() || full > xattr::kNameMax || value.size() > xattr::kValueMax ||
+            name.starts_with(xattr::kGpufsPrefix.substr(xattr::kUserPrefix.size()))) {
+          return std::nullopt;
+        }
+        manifest.fields.emplace_back(name, value);
+        if (!in.Next('}', &items)) return std::nullopt;
+      }
+      fields = true;
+    } else if (key == "members" && !members) {
+      if (!in.Take('[')) return std::nullopt;
+      for (bool items = !in.Take(']'); items;) {
+        ManifestMember& m = manifest.members.emplace_back();
+        if (!ScanMember(in, &m) || !in.Next(']', &items)) return std::nullopt;
+      }
+      members = true;
+    } else {
+      return std::nullopt;
+    }
+    if (!in.Next('}', &more)) return std::nullopt;
+  }
+  if (!in.AtEnd() || !version || !members) return std::nullopt;
+  // The general parser keeps fields in name order, and a name once.
+  std::sort(manifest.fields.begin(), manifest.fields.end());
+  for (size_t i = 1; i < manifest.fields.size(); ++i) {
+    if (manifest.fields[i].first == manifest.fields[i - 1].first) return std::nullopt;
+  }
+  if (manifest.members.size() > kMaxObjectMembers) return std::nullopt;
+  std::unordered_set<std::string_view> names(manifest.members.size());
+  for (const ManifestMember& m : manifest.members) {
+    if (!CheckName(m.name).ok() || !names.insert(m.name).second) return std::nullopt;
+    if (m.dtype) {
+      if (!CheckDtype(*m.dtype).ok() || !CheckTensorSize(*m.dtype, m.shape, m.size).ok()) {
+        return std::nullopt;
+      }
+    } else if (m.shape) {
+      return std::nullopt;
+    }
+  }
+  if (!LayOut(&manifest).ok()) return std::nullopt;
+  return manifest;
+}
+
+}  // namespace
+
 Result<ObjectManifest> DecodeManifest(std::string_view text) {
   auto bad = [](const std::string& why) { return Error(EINVAL, "object manifest: " + why); };
   if (text.size() > kMaxManifestBytes) return bad("larger than 256 MiB");
+  if (std::optional<ObjectManifest> scanned = ScanManifest(text)) return std::move(*scanned);
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
   if (!j.contains("version") || !j["version"].is_number_unsigned() || j["version"] != 1) {

@@ -59,5 +59,94 @@ TEST(ObjectManifest, BadManifestsSayWhatIsWrong) {
   EXPECT_NE(why.message().find("member 'a' is named twice"), std::string::npos) << why.ToString();
 }
 
+// DecodeManifest scans the JSON EncodeManifest writes without a JSON tree,
+// and hands any other text to the general parser: both must answer alike.
+// A key the manifest does not know (ignored by the general parser) makes
+// the scanner step aside, so each text is compared with itself so marked.
+void ExpectSameAsTheGeneralParser(const std::string& text) {
+  SCOPED_TRACE(text);
+  const size_t open = text.find('{');  // every text here has a key after it
+  ASSERT_NE(open, std::string::npos);
+  std::string general = text;
+  general.insert(open + 1, R"("zz-unknown": null, )");
+  auto fast = DecodeManifest(text);
+  auto slow = DecodeManifest(general);
+  ASSERT_EQ(fast.ok(), slow.ok()) << fast.status().ToString() << " / " << slow.status().ToString();
+  if (!fast.ok()) {
+    EXPECT_EQ(fast.status().code(), slow.status().code());
+    return;
+  }
+  EXPECT_EQ(fast->type, slow->type);
+  EXPECT_EQ(fast->fields, slow->fields);
+  EXPECT_EQ(fast->bytes, slow->bytes);
+  ASSERT_EQ(fast->members.size(), slow->members.size());
+  for (size_t i = 0; i < fast->members.size(); ++i) {
+    const ManifestMember& a = fast->members[i];
+    const ManifestMember& b = slow->members[i];
+    EXPECT_EQ(a.name, b.name);
+    EXPECT_EQ(a.size, b.size);
+    EXPECT_EQ(a.dtype, b.dtype);
+    EXPECT_EQ(a.shape, b.shape);
+    EXPECT_EQ(a.offset, b.offset);
+  }
+}
+
+TEST(ObjectManifest, TheScannerAnswersAsTheGeneralParser) {
+  ObjectManifest m;
+  m.type = "transformers.StateDict";
+  m.fields = {{"zeta", "last"}, {"alpha", "first"}, {"mid", ""}};
+  for (int i = 0; i < 300; ++i) {
+    ManifestMember one;
+    one.name = "model.layers." + std::to_string(i) + ".mlp.up_proj.weight";
+    if (i % 3 != 0) {
+      one.dtype = i % 2 ? "bfloat16" : "float32";
+      one.shape = std::vector<uint64_t>{4, static_cast<uint64_t>(i)};
+      one.size = (i % 2 ? 2u : 4u) * 4u * static_cast<uint64_t>(i);
+    } else {
+      one.size = static_cast<uint64_t>(i) * 1000;
+    }
+    m.members.push_back(std::move(one));
+  }
+  const std::string encoded = EncodeManifest(m);
+  ExpectSameAsTheGeneralParser(encoded);
+  auto back = DecodeManifest(encoded);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->fields.front().first, "alpha");  // in name order, as the general parser keeps them
+  for (const std::string& text : {
+           std::string(R"({"version":1,"members":[]})"),
+           std::string(R"( { "version" : 1 ,
+               "members" : [ { "size" : 4 , "name" : "a" , "shape" : [ 1 ] , "dtype" : "float32" } ] } )"),
+           std::string(R"({"version":1,"members":[{"name":"a","size":4,"size":8}]})"),
+           std::string(R"({"version":1,"version":1,"members":[]})"),
+           std::string(R"({"version":1,"members":[],"fields":{"b":"2","a":"1","b":"3"}})"),
+           std::string(R"({"version":1,"members":[{"name":"a","size":18446744073709551615}]})"),
+           std::string(R"({"version":1,"members":[{"name":"a","size":18446744073709551616}]})"),
+           std::string(R"({"version":1,"members":[{"name":"a","size":1.0}]})"),
+           std::string(R"({"version":1,"members":[{"name":"a","size":1e2}]})"),
+           std::string(R"({"version":1,"members":[{"name":"a","size":-1}]})"),
+           std::string(R"({"version":1,"members":[{"name":"a","size":01}]})"),
+           std::string(R"({"version":1,"members":[{"name":"\u00e9t\u00e9","size":1}]})"),
+           std::string("{\"version\":1,\"members\":[{\"name\":\"\xc3\xa9t\xc3\xa9\",\"size\":1}]}"),
+           std::string("{\"version\":1,\"members\":[{\"name\":\"\xff\",\"size\":1}]}"),
+           std::string("{\"version\":1,\"members\":[{\"name\":\"a\tb\",\"size\":1}]}"),
+           std::string(R"({"version":1,"members":[{"name":"a\u0062","size":1}]})"),
+           std::string(R"({"version":1,"members":[{"name":"a","size":1},{"name":"a","size":1}]})"),
+           std::string(R"({"version":1,"members":[{"name":"a","size":3,"dtype":"float32"}]})"),
+           std::string(R"({"version":1,"members":[{"name":"a","size":4,"shape":[1]}]})"),
+           std::string(R"({"version":1,"members":[{"name":"a","size":4,"dtype":"f33"}]})"),
+           std::string(R"({"version":1,"type":"","members":[]})"),
+           std::string(R"({"version":1,"fields":{"gpufs.x":"1"},"members":[]})"),
+           std::string(R"({"version":1,"fields":{"":"1"},"members":[]})"),
+           std::string(R"({"version":1,"fields":{"a":1},"members":[]})"),
+           std::string(R"({"version":1,"members":[]} x)"),
+           std::string(R"({"version":1,"members":[],})"),
+           std::string(R"({"version":1,"members":[{"name":"a","size":1,}]})"),
+           std::string(R"({"version":2,"members":[]})"),
+           std::string(R"({"version":1})"),
+       }) {
+    ExpectSameAsTheGeneralParser(text);
+  }
+}
+
 }  // namespace
 }  // namespace gpufs::proto
