@@ -141,11 +141,13 @@ LockRecord ReadLockRecord(int fd) {
 
 // The fd socket's directory of a daemon that is gone (what the supervisor
 // removes when it exits, and cannot when killed with -9): its socket, then
-// the directory. Only a directory gpufsd made (gpufs-sock-XXXXXX); one that
-// is gone already (a clean exit) is no news.
+// the directory. Only a directory gpufsd made (gpufs-sock-XXXXXX, ours, not
+// a link); one that is gone already (a clean exit) is no news.
 void RemoveDeadSocketDir(const std::string& dir) {
   const size_t slash = dir.rfind('/');
   if (slash == std::string::npos || dir.compare(slash + 1, 11, "gpufs-sock-") != 0) return;
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) return;
   ::unlink((dir + "/fd.sock").c_str());
   if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
     GPUFS_LOG(WARN) << "remove the last daemon's " << dir << ": " << std::strerror(errno);
