@@ -162,6 +162,32 @@ TEST_F(PutE2E, KillNineMidPutLeavesNothingAfterARemount) {
   EXPECT_EQ(UsedBytes(mount_.mnt()), 0u);
 }
 
+// The same across a worker takeover: a put that declared its explicit seal
+// to one worker and is killed while the next one serves the mount leaves
+// nothing either (the declaration travels with the open file's record).
+TEST_F(PutE2E, KillNineMidPutAfterAWorkerRestartLeavesNothing) {
+  ASSERT_EQ(Sh("mkdir " + P("o")).status, 0);
+  std::string fifo = L("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Child put({"put", fifo, P("o/k9")});
+  int w = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(w, 0);
+  WriteFd(w, RandomBytes(8 << 20, 6));  // put has declared the seal and written most of it
+  ShResult restarted = Gpufs("restart " + mount_.mnt());
+  ASSERT_EQ(restarted.status, 0) << restarted.output;
+  WriteFd(w, RandomBytes(8 << 20, 7));  // written on through the new worker
+  std::string during = Names("o");
+  EXPECT_NE(during.find(".k9.putting-" + std::to_string(put.pid())), std::string::npos) << during;
+  ASSERT_EQ(::kill(put.pid(), SIGKILL), 0);
+  EXPECT_EQ(put.Wait(), -1);
+  ::close(w);
+  ASSERT_TRUE(mount_.Stop());
+  ASSERT_TRUE(mount_.Start());
+  EXPECT_EQ(Names("o"), "");
+  EXPECT_EQ(UsedBytes(mount_.mnt()), 0u);
+  EXPECT_NE(mount_.Log().find("let go without GPUFS_IOC_SEAL"), std::string::npos) << mount_.Log();
+}
+
 // Hidden members of puts whose process is gone, sealed but never renamed
 // (killed between the seal and the rename, or left by an older gpufs), are
 // removed by the next put of the same target; others are left alone.

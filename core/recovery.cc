@@ -172,6 +172,11 @@ Status Namespace::Adopt(const std::vector<AdoptedHandle>& adopted) {
         handle.blob->size = std::max(it->second, rec->size);
       }
       if (a.mapped) handle.blob->mapped++;
+      // Its writer said it would seal it: released unsealed, it goes (as
+      // it would have under the last worker), never sealed by the release.
+      if (a.explicit_seal && rec->state == BlobState::kUnsealed) {
+        handle.blob->needs_explicit_seal = true;
+      }
     }
     AddHandle(std::move(handle), a.id);
   }

@@ -136,6 +136,8 @@ struct AdoptedHandle {
   bool append = false;
   bool mapped = false;
   bool object = false;  // an open object (opendir): blob is 0
+  // Its writer declared it would seal the blob (ALLOC, EXPLICIT_SEAL).
+  bool explicit_seal = false;
 };
 
 // What a Namespace of a takeover start is built with

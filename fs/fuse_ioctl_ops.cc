@@ -191,6 +191,7 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
                               Ns(req).AllocDevice(handle, alloc.size, caller,
                                                   ThisRequest().half_done));
       if (!info) return;
+      Link(req).HandleExplicitSeal(handle);  // a later worker discards it too
       alloc.info = *info;
       fuse_reply_ioctl(req, 0, &alloc, sizeof alloc);
       return;
@@ -206,6 +207,7 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
     case GPUFS_IOC_EXPLICIT_SEAL: {
       Status declared = Ns(req).DeclareExplicitSeal(handle);
       if (!declared.ok()) return ReplyError(req, "ioctl EXPLICIT_SEAL", declared);
+      Link(req).HandleExplicitSeal(handle);  // a later worker discards it too
       fuse_reply_ioctl(req, 0, nullptr, 0);
       return;
     }

@@ -114,13 +114,14 @@ bool WaitGone(pid_t pid, std::chrono::milliseconds limit) {
   return r > 0;
 }
 
-// What the lock file says: "SUPERVISOR [WORKER [MAJOR:MINOR MOUNTPOINT]]",
-// the rest once the supervisor has mounted and started a worker (the mount
-// point escaped as in mountinfo, so that it is one field).
+// What the lock file says: "SUPERVISOR [WORKER [MAJOR:MINOR MOUNTPOINT
+// [SOCKETDIR]]]", the rest once the supervisor has mounted and started a
+// worker (paths escaped as in mountinfo, so that each is one field).
 struct LockRecord {
   long supervisor = 0;
   long worker = 0;
   std::optional<MountEntry> mount;  // its dev and mountpoint
+  std::string socket_dir;           // the fd socket's fresh directory, if gpufsd made one
 };
 
 LockRecord ReadLockRecord(int fd) {
@@ -128,13 +129,29 @@ LockRecord ReadLockRecord(int fd) {
   ssize_t n = ::pread(fd, text, sizeof text - 1, 0);
   LockRecord rec;
   std::istringstream in(std::string(text, n > 0 ? static_cast<size_t>(n) : 0));
-  std::string dev, at;
-  in >> rec.supervisor >> rec.worker >> dev >> at;
+  std::string dev, at, socket_dir;
+  in >> rec.supervisor >> rec.worker >> dev >> at >> socket_dir;
   unsigned maj = 0, min = 0;
   if (!at.empty() && std::sscanf(dev.c_str(), "%u:%u", &maj, &min) == 2) {
     rec.mount = MountEntry{makedev(maj, min), UnescapeMountField(at), "fuse.gpufs"};
   }
+  if (!socket_dir.empty()) rec.socket_dir = UnescapeMountField(socket_dir);
   return rec;
+}
+
+// The fd socket's directory of a daemon that is gone (what the supervisor
+// removes when it exits, and cannot when killed with -9): its socket, then
+// the directory. Only a directory gpufsd made (gpufs-sock-XXXXXX, ours, not
+// a link); one that is gone already (a clean exit) is no news.
+void RemoveDeadSocketDir(const std::string& dir) {
+  const size_t slash = dir.rfind('/');
+  if (slash == std::string::npos || dir.compare(slash + 1, 11, "gpufs-sock-") != 0) return;
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) return;
+  ::unlink((dir + "/fd.sock").c_str());
+  if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
+    GPUFS_LOG(WARN) << "remove the last daemon's " << dir << ": " << std::strerror(errno);
+  }
 }
 
 // Whether process `pid` still has `mount` (the same device at the same
@@ -206,6 +223,7 @@ Result<UniqueFd> LockState(const std::string& dir, const std::string& mountpoint
                     << old.worker << ") to finish exiting";
     WaitGone(static_cast<pid_t>(old.worker), kExitWait);
   }
+  if (!old.socket_dir.empty()) RemoveDeadSocketDir(old.socket_dir);
   std::string me = std::to_string(getpid());
   if (::ftruncate(fd.get(), 0) != 0 || ::pwrite(fd.get(), me.data(), me.size(), 0) < 0) {
     return PosixError("write " + path, errno);
@@ -214,7 +232,7 @@ Result<UniqueFd> LockState(const std::string& dir, const std::string& mountpoint
 }
 
 void RecordWorker(int lock_fd, pid_t worker, std::optional<dev_t> mount,
-                  const std::string& mountpoint) {
+                  const std::string& mountpoint, const std::string& socket_dir) {
   std::string line = std::to_string(getpid()) + " " + std::to_string(worker);
   if (mount) {
     line += ' ';
@@ -223,6 +241,10 @@ void RecordWorker(int lock_fd, pid_t worker, std::optional<dev_t> mount,
     line += std::to_string(minor(*mount));
     line += ' ';
     line += EscapeMountField(mountpoint);
+    if (!socket_dir.empty()) {
+      line += ' ';
+      line += EscapeMountField(socket_dir);
+    }
   }
   if (::ftruncate(lock_fd, 0) != 0 || ::pwrite(lock_fd, line.data(), line.size(), 0) < 0) {
     GPUFS_LOG(WARN) << "recording worker " << worker

@@ -26,15 +26,17 @@ Status ProtectStateDir(const std::string& dir);
 // moment ago) is waited for, for a bounded time, so a remount right after
 // either works. EBUSY otherwise, saying whether the holder serves
 // `mountpoint` itself (umount it first) or another mount point (which needs
-// a state directory of its own).
+// a state directory of its own). The fd socket's directory a holder that
+// died left behind (a supervisor killed with -9 cannot remove it) goes.
 Result<UniqueFd> LockState(const std::string& dir, const std::string& mountpoint);
 // Adds the worker's pid and the mount to the lock file ("SUPERVISOR WORKER
-// MAJOR:MINOR MOUNTPOINT", the mount point escaped as in mountinfo): if the
-// supervisor dies, the next LockState waits for that worker to be gone too;
-// while the supervisor outlives its unmounted mount, the next one sees that
-// the mount is gone and waits for it to exit.
+// MAJOR:MINOR MOUNTPOINT [SOCKETDIR]", paths escaped as in mountinfo): if the
+// supervisor dies, the next LockState waits for that worker to be gone too
+// and removes `socket_dir` (the directory gpufsd made for the fd socket;
+// empty: none); while the supervisor outlives its unmounted mount, the next
+// one sees that the mount is gone and waits for it to exit.
 void RecordWorker(int lock_fd, pid_t worker, std::optional<dev_t> mount,
-                  const std::string& mountpoint);
+                  const std::string& mountpoint, const std::string& socket_dir = "");
 // A mount whose server died ("Transport endpoint is not connected") is taken
 // away so a new one can take its place; a live FUSE mount is EBUSY.
 Status ClearStaleMount(const std::string& mountpoint);

@@ -15,7 +15,7 @@
 // bumped to odd last (release); a close bumps it to even again. A handle's
 // record is therefore in the table from before the kernel gets the reply
 // that names it until after the close was done in the catalog. Flags only
-// grow (kHandleMapped), with one atomic OR.
+// grow (kHandleMapped, kHandleExplicitSeal), with one atomic OR.
 //
 // A slot with fh 0 holds the live size of blob `blob`: it exists while a
 // handle in the table holds the blob, and a write that changes the size

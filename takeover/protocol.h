@@ -59,6 +59,9 @@ inline constexpr uint32_t kHandleAppend = 2;
 inline constexpr uint32_t kHandleMapped = 4;
 inline constexpr uint32_t kHandleStats = 8;  // the /.gpufs/stats file (no blob)
 inline constexpr uint32_t kHandleObject = 16;  // an open object (opendir; no blob)
+// Its writer is to seal it (GPUFS_IOC_ALLOC or GPUFS_IOC_EXPLICIT_SEAL):
+// released unsealed, its blob is discarded, by whichever worker then serves.
+inline constexpr uint32_t kHandleExplicitSeal = 32;
 
 // One open file handle as the kernel knows it (the fh of a FUSE open/create).
 // `unique` is the FUSE request that opened it: a re-sent OPEN/CREATE with the

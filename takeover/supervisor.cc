@@ -173,7 +173,7 @@ class Supervisor {
     if (pid < 0) std::exit(Fail("fork: " + std::string(std::strerror(errno))));
     worker_ = pid;
     channel_ = std::move(pair->first);
-    RecordWorker(lock_.get(), pid, mount_dev_, config_.mountpoint);
+    RecordWorker(lock_.get(), pid, mount_dev_, config_.mountpoint, config_.socket_dir);
     // A worker that dies during the handover shows up as SIGCHLD.
     Status sent = registry_->SendHandover(channel_.get(), generation_, me);
     if (!sent.ok())

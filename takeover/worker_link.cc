@@ -84,7 +84,8 @@ std::optional<AdoptedState> WorkerLink::TakeAdoptedState() {
   for (const HandleRecord& rec : handover_.handles) {
     adopted.handles.push_back({rec.fh, rec.entry, rec.blob, (rec.flags & kHandleWritable) != 0,
                                (rec.flags & kHandleAppend) != 0, (rec.flags & kHandleMapped) != 0,
-                               (rec.flags & kHandleObject) != 0});
+                               (rec.flags & kHandleObject) != 0,
+                               (rec.flags & kHandleExplicitSeal) != 0});
   }
   adopted.unsealed_sizes = std::move(handover_.sizes);
   handover_.sizes.clear();
@@ -111,6 +112,11 @@ Status WorkerLink::HandleOpened(const HandleRecord& rec) {
 void WorkerLink::HandleMapped(uint64_t fh) {
   if (!table_.AddFlags(fh, kHandleMapped)) {
     GPUFS_LOG(ERROR) << "handle " << fh << " mapped but not in the open file table";
+  }
+}
+void WorkerLink::HandleExplicitSeal(uint64_t fh) {
+  if (!table_.AddFlags(fh, kHandleExplicitSeal)) {
+    GPUFS_LOG(ERROR) << "handle " << fh << " declared its seal but is not in the open file table";
   }
 }
 void WorkerLink::HandleClosed(uint64_t fh) {

@@ -61,6 +61,9 @@ class WorkerLink {
   Status HandleOpened(const HandleRecord& rec);
   // The handle took an IPC handle (GPUFS_IOC_MAP/ALLOC).
   void HandleMapped(uint64_t fh);
+  // The handle's writer is to seal its blob (GPUFS_IOC_ALLOC/EXPLICIT_SEAL),
+  // before the reply: a later worker discards the blob if it is let go unsealed.
+  void HandleExplicitSeal(uint64_t fh);
   void HandleClosed(uint64_t fh);
   // Before the reply to a write that changed an unsealed blob's size.
   void BlobSizeChanged(uint64_t blob, uint64_t size);

@@ -1,6 +1,7 @@
 // `mount -t gpufs` through the mount.gpufs helper, `umount`, and the
 // background daemon of `gpufs mount`.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -189,6 +190,44 @@ TEST_F(TempDirs, SocketDirectoryGoesWithTheMount) {
   auto missing = Sh(env + GpufsBin() + " mount " + root_ + "/none --state " + state_);
   EXPECT_NE(missing.status, 0);
   EXPECT_TRUE(entries().empty());
+}
+
+// A supervisor killed with -9 cannot remove its fd socket's directory; the
+// next mount of its state directory does, so kill -9 and remount cycles
+// leave nothing in $TMPDIR either.
+TEST_F(TempDirs, ADeadSupervisorsSocketDirectoryGoesWithTheNextMount) {
+  const std::string tmp = root_ + "/tmp";
+  std::filesystem::create_directories(tmp);
+  auto entries = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(tmp)) {
+      names.push_back(e.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  const std::string mount = "TMPDIR=" + tmp + " " + GpufsBin() + " mount " + mnt_ + " --state " +
+                            state_ + " --store host";
+  std::vector<std::string> last;
+  for (int cycle = 0; cycle < 3; ++cycle) {
+    auto mounted = Sh(mount);
+    ASSERT_EQ(mounted.status, 0) << "cycle " << cycle << ": " << mounted.output;
+    std::vector<std::string> now = entries();
+    ASSERT_EQ(now.size(), 1u) << "cycle " << cycle;  // the dead one's went, this one's is there
+    EXPECT_NE(now, last) << "cycle " << cycle;
+    last = now;
+    pid_t supervisor = DaemonPid();
+    ASSERT_GT(supervisor, 0);
+    ASSERT_EQ(::kill(supervisor, SIGKILL), 0);
+    ASSERT_TRUE(test_support::WaitForExit(supervisor, std::chrono::seconds(10)));
+    EXPECT_EQ(entries(), last) << "cycle " << cycle;  // left behind by the killed supervisor
+  }
+  ASSERT_EQ(Sh(mount).status, 0);
+  EXPECT_EQ(entries().size(), 1u);
+  pid_t daemon = DaemonPid();
+  ASSERT_EQ(Sh("umount " + mnt_).status, 0);
+  ASSERT_TRUE(test_support::WaitForExit(daemon, std::chrono::seconds(10)));
+  EXPECT_TRUE(entries().empty()) << entries().front();
 }
 
 TEST_F(TempDirs, CliPutGetLsStatRm) {
