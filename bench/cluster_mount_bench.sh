@@ -9,7 +9,10 @@
 # tag_bw) + 50 ms, and that read alone (after the fetch returned).
 #
 #   bench/cluster_mount_bench.sh [--build DIR] [--size MiB] [--rounds N] [--warm]
+#                                [--host-tier memory|files]
 #
+# --host-tier: the tier both mounts keep the object in (default memory;
+# files is what a mount without a GPU takes by default).
 # --warm: just before each fetch, writes and removes 2 x SIZE MiB in
 # /dev/shm, so that the pages the fetch is given are ones the machine has
 # backed already. A VM that hands freed memory back to its host (the
@@ -25,14 +28,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BUILD=build SIZE=2048 ROUNDS=3 WARM=0
+BUILD=build SIZE=2048 ROUNDS=3 WARM=0 TIER=memory
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) BUILD=$2; shift 2 ;;
     --size) SIZE=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
     --warm) WARM=1; shift ;;
-    *) sed -n 2,24p "$0" >&2; exit 2 ;;
+    --host-tier) TIER=$2; shift 2 ;;
+    *) sed -n 2,28p "$0" >&2; exit 2 ;;
   esac
 done
 GPUFS=$(realpath "$BUILD/bin/gpufs")
@@ -72,7 +76,7 @@ wait_port etcd 2379
 CAP=$(( SIZE * (ROUNDS + 2) ))M  # a keeps every round's object
 for n in a b; do
   mkdir -p "$DIR/mnt-$n"
-  in_ns "$n" "$GPUFS" mount "$DIR/mnt-$n" --state "$DIR/state-$n" --store host --host-tier memory \
+  in_ns "$n" "$GPUFS" mount "$DIR/mnt-$n" --state "$DIR/state-$n" --store host --host-tier "$TIER" \
     --capacity "$CAP" --cluster "etcd://$E:2379/$TAG" --node "$n" --listen "$("$NETNS" addr "$n"):0"
 done
 
