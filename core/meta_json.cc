@@ -255,21 +255,22 @@ std::string BuildStatsJson(const StatsView& view) {
   j["open_members"] = std::move(open);
   json per_tier = json::object();
   for (const auto& [device, bytes] : view.member_bytes_per_tier) per_tier[device] = bytes;
+  const TierCounters& t = view.tiers;
   json routes = json::object();
-  for (const auto& r : view.routes) {
-    routes[r.route] = {{"moves", r.moves},
-                       {"bytes", r.bytes},
-                       {"seconds", r.seconds},
-                       {"gb_per_s", r.seconds > 0 ? r.bytes / r.seconds / 1e9 : 0.0}};
+  for (const auto& [route, r] : t.routes) {
+    routes[route] = {{"moves", r.moves},
+                     {"bytes", r.bytes},
+                     {"seconds", r.seconds},
+                     {"gb_per_s", r.seconds > 0 ? r.bytes / r.seconds / 1e9 : 0.0}};
   }
-  j["tiers"] = {{"spills", view.spills},
+  j["tiers"] = {{"spills", t.spills},
                 {"routes", std::move(routes)},
-                {"spilled_bytes", view.spilled_bytes},
-                {"fault_backs", view.fault_backs},
-                {"fault_back_bytes", view.fault_back_bytes},
-                {"persisted", view.persisted},
-                {"persisted_bytes", view.persisted_bytes},
-                {"checksum_failures", view.checksum_failures},
+                {"spilled_bytes", t.spilled_bytes},
+                {"fault_backs", t.fault_backs},
+                {"fault_back_bytes", t.fault_back_bytes},
+                {"persisted", t.persisted},
+                {"persisted_bytes", t.persisted_bytes},
+                {"checksum_failures", t.checksum_failures},
                 {"member_bytes", std::move(per_tier)}};
   j["copies"] = {
       {"live", view.copies_live}, {"bytes", view.copy_bytes}, {"made", view.copies_made}};

@@ -70,14 +70,7 @@ struct StatsView {
   WorkerInfo worker;
   // Tiers: moves between tiers since the daemon started, and the
   // bytes of members per tier ("cuda:0", "host", "disk").
-  uint64_t spills = 0, spilled_bytes = 0, fault_backs = 0, fault_back_bytes = 0;
-  uint64_t persisted = 0, persisted_bytes = 0, checksum_failures = 0;
-  struct Route {
-    std::string route;  // "cuda:0->host"
-    uint64_t moves = 0, bytes = 0;
-    double seconds = 0;
-  };
-  std::vector<Route> routes;
+  TierCounters tiers;
   std::vector<std::pair<std::string, uint64_t>> member_bytes_per_tier;
   // Readers' private copies (live now, their bytes, made so far) and
   // sealed GPU blobs whose bytes no longer match their checksum.

@@ -18,23 +18,6 @@
 
 namespace gpufs {
 
-// Tiers (core/tiers.h): GPUs ("cuda:N") above "host" above "disk".
-// Moves between tiers so far; /.gpufs/stats shows them as "tiers".
-struct TierCounters {
-  uint64_t spills = 0, spilled_bytes = 0;          // blobs moved down
-  uint64_t fault_backs = 0, fault_back_bytes = 0;  // blobs brought back up to map them
-  uint64_t persisted = 0, persisted_bytes = 0;     // disk copies written behind
-  uint64_t checksum_failures = 0;                  // disk copies that did not match
-  // Per route ("cuda:0->host", "host->disk", "disk->cuda:0", ... and
-  // "cuda:0->disk (persist)" for write-behind copies): what moved and how
-  // long the copies took, for throughput figures.
-  struct Route {
-    uint64_t moves = 0, bytes = 0;
-    double seconds = 0;
-  };
-  std::map<std::string, Route> routes;
-};
-
 namespace ns {
 
 // A blob that at least one handle holds. Lives in active_ while held.

@@ -71,17 +71,7 @@ void Namespace::AddStatsDetail(StatsView* view, bool recount) {
   } else {
     AddLiveUsage(view);
   }
-  const TierCounters counters = tiers_.Counters();
-  view->spills = counters.spills;
-  view->spilled_bytes = counters.spilled_bytes;
-  view->fault_backs = counters.fault_backs;
-  view->fault_back_bytes = counters.fault_back_bytes;
-  view->persisted = counters.persisted;
-  view->persisted_bytes = counters.persisted_bytes;
-  view->checksum_failures = counters.checksum_failures;
-  for (const auto& [route, r] : counters.routes) {
-    view->routes.push_back({route, r.moves, r.bytes, r.seconds});
-  }
+  view->tiers = tiers_.Counters();
 
   // Open members, one row per (pid, member).
   std::map<std::tuple<uint32_t, EntryId>, StatsView::OpenMember> open;
