@@ -288,6 +288,9 @@ Status Namespace::AllocateForProducer(ActiveBlob& blob, const SharingKey& key, u
   rec = next;
   blob.size = size;
   blob.closed_in_catalog = false;  // the row just written has no close mark
+  // As a write's growth: a worker taking over learns the size from the open
+  // file table (a re-sent ALLOC then finds it made; a seal keeps it).
+  if (on_unsealed_size_) on_unsealed_size_(rec.id, size);
   return Status::Ok();
 }
 

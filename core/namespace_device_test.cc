@@ -42,11 +42,22 @@ class DeviceTest : public ::testing::Test {
     options.stores.push_back(std::move(*host));
     options.stores.push_back(std::move(device));
     options.default_device = "host";
+    options.on_unsealed_size = [this](uint64_t blob, uint64_t size) {
+      std::lock_guard lock(sizes_mu_);
+      unsealed_sizes_[blob] = size;
+    };
     auto ns = Namespace::Open(std::move(options));
     ASSERT_TRUE(ns.ok()) << ns.status().ToString();
     ns_ = std::move(*ns);
   }
   void TearDown() override { ns_.reset(); }
+  // The live size last reported for `blob` (what the open file table keeps
+  // for the next worker), 0 if none.
+  uint64_t ReportedSize(uint64_t blob) {
+    std::lock_guard lock(sizes_mu_);
+    auto it = unsealed_sizes_.find(blob);
+    return it == unsealed_sizes_.end() ? 0 : it->second;
+  }
 
   uint64_t Put(uint64_t parent, const std::string& name, const std::string& data) {
     auto h = ns_->Create(caller_, parent, name, 0644, O_WRONLY);
@@ -71,6 +82,8 @@ class DeviceTest : public ::testing::Test {
   std::unique_ptr<Namespace> ns_;
   HostBulkStore* host_ = nullptr;
   DeviceLikeStore* dev_ = nullptr;
+  std::mutex sizes_mu_;
+  std::map<uint64_t, uint64_t> unsealed_sizes_;
 };
 
 TEST_F(DeviceTest, MigrateBlobBothWaysKeepsBytes) {
@@ -151,6 +164,7 @@ TEST_F(DeviceTest, AllocThenSealKeepsAllocWithoutSealDiscards) {
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   EXPECT_EQ(info->exported.size, 4096u);
   EXPECT_TRUE(info->writable);
+  EXPECT_EQ(ReportedSize(info->blob), 4096u);  // a worker taking over knows the size
   EXPECT_EQ(ns_->AllocDevice(made->handle, 4096).status().code(), EEXIST);
   // A re-sent ALLOC (a new worker, after the last one died before its
   // answer) gets the same memory again, and nothing more is allocated.
