@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,14 @@ void WriteFd(int fd, const std::string& data) {
   }
 }
 
+// The bytes of members the mount holds, over every tier (/.gpufs/stats).
+uint64_t UsedBytes(const std::string& mnt) {
+  auto stats = nlohmann::json::parse(ReadFile(mnt + "/.gpufs/stats"));
+  uint64_t used = 0;
+  for (const auto& d : stats["devices"]) used += d["used"].get<uint64_t>();
+  return used;
+}
+
 class PutE2E : public MountedTest {
  protected:
   ShResult Gpufs(const std::string& args) { return Sh(GpufsBin() + " " + args); }
@@ -95,17 +104,41 @@ class PutE2E : public MountedTest {
   // write returns once put has read all but a pipe's worth), then sends
   // SIGINT while put waits for more. Returns the exit status.
   int InterruptedPut(const std::string& target, size_t bytes, std::string* err) {
+    int w = -1;
+    std::unique_ptr<Child> put = FifoPut(target, &w);
+    WriteFd(w, RandomBytes(bytes, 7));
+    EXPECT_EQ(::kill(put->pid(), SIGINT), 0);
+    int status = put->Wait();  // the FIFO stays open: put must stop on the signal, not on EOF
+    ::close(w);
+    *err = put->err();
+    return status;
+  }
+  // `gpufs put FIFO TARGET` running, and in *w the FIFO's write end (its
+  // open returns once put opened the FIFO).
+  std::unique_ptr<Child> FifoPut(const std::string& target, int* w) {
     std::string fifo = L("fifo");
     EXPECT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-    Child put({"put", fifo, target});
-    int w = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);  // returns when put opened it
-    EXPECT_GE(w, 0);
-    WriteFd(w, RandomBytes(bytes, 7));
-    EXPECT_EQ(::kill(put.pid(), SIGINT), 0);
-    int status = put.Wait();  // the FIFO stays open: put must stop on the signal, not on EOF
+    auto put = std::make_unique<Child>(std::vector<std::string>{"put", fifo, target});
+    *w = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
+    EXPECT_GE(*w, 0);
+    return put;
+  }
+  // kill -9 of `put`, which writes `target` in object `rel` through `w`,
+  // while its hidden member is listed: after a remount nothing of it is
+  // listed and the mount holds no bytes.
+  void KillNineLeavesNothingAfterARemount(Child& put, int w, const std::string& rel,
+                                          const std::string& target) {
+    std::string during = Names(rel);
+    EXPECT_NE(during.find("." + target + ".putting-" + std::to_string(put.pid())),
+              std::string::npos)
+        << during;
+    ASSERT_EQ(::kill(put.pid(), SIGKILL), 0);
+    EXPECT_EQ(put.Wait(), -1);
     ::close(w);
-    *err = put.err();
-    return status;
+    ASSERT_TRUE(mount_.Stop());
+    ASSERT_TRUE(mount_.Start());
+    EXPECT_EQ(Names(rel), "");
+    EXPECT_EQ(UsedBytes(mount_.mnt()), 0u);
   }
 };
 
@@ -131,35 +164,17 @@ TEST_F(PutE2E, SigintMidPutOfANewMemberLeavesNothing) {
   EXPECT_NE(::stat(P("o/new").c_str(), &st), 0);
 }
 
-// The bytes of members the mount holds, over every tier (/.gpufs/stats).
-uint64_t UsedBytes(const std::string& mnt) {
-  auto stats = nlohmann::json::parse(ReadFile(mnt + "/.gpufs/stats"));
-  uint64_t used = 0;
-  for (const auto& d : stats["devices"]) used += d["used"].get<uint64_t>();
-  return used;
-}
 
 // kill -9 of a put while it writes: its hidden member is discarded, not
 // sealed at the release of its descriptor, so after a remount nothing of it
 // is listed and its bytes are free.
 TEST_F(PutE2E, KillNineMidPutLeavesNothingAfterARemount) {
   ASSERT_EQ(Sh("mkdir " + P("o")).status, 0);
-  std::string fifo = L("fifo");
-  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  Child put({"put", fifo, P("o/k9")});
-  int w = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
-  ASSERT_GE(w, 0);
+  int w = -1;
+  std::unique_ptr<Child> put = FifoPut(P("o/k9"), &w);
   WriteFd(w, RandomBytes(16 << 20, 5));  // returns once put has read all but a pipe's worth
-  std::string during = Names("o");
-  EXPECT_NE(during.find(".k9.putting-" + std::to_string(put.pid())), std::string::npos) << during;
   EXPECT_GT(UsedBytes(mount_.mnt()), 0u);
-  ASSERT_EQ(::kill(put.pid(), SIGKILL), 0);
-  EXPECT_EQ(put.Wait(), -1);
-  ::close(w);
-  ASSERT_TRUE(mount_.Stop());
-  ASSERT_TRUE(mount_.Start());
-  EXPECT_EQ(Names("o"), "");
-  EXPECT_EQ(UsedBytes(mount_.mnt()), 0u);
+  KillNineLeavesNothingAfterARemount(*put, w, "o", "k9");
 }
 
 // The same across a worker takeover: a put that declared its explicit seal
@@ -167,24 +182,13 @@ TEST_F(PutE2E, KillNineMidPutLeavesNothingAfterARemount) {
 // nothing either (the declaration travels with the open file's record).
 TEST_F(PutE2E, KillNineMidPutAfterAWorkerRestartLeavesNothing) {
   ASSERT_EQ(Sh("mkdir " + P("o")).status, 0);
-  std::string fifo = L("fifo");
-  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  Child put({"put", fifo, P("o/k9")});
-  int w = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
-  ASSERT_GE(w, 0);
+  int w = -1;
+  std::unique_ptr<Child> put = FifoPut(P("o/k9"), &w);
   WriteFd(w, RandomBytes(8 << 20, 6));  // put has declared the seal and written most of it
   ShResult restarted = Gpufs("restart " + mount_.mnt());
   ASSERT_EQ(restarted.status, 0) << restarted.output;
   WriteFd(w, RandomBytes(8 << 20, 7));  // written on through the new worker
-  std::string during = Names("o");
-  EXPECT_NE(during.find(".k9.putting-" + std::to_string(put.pid())), std::string::npos) << during;
-  ASSERT_EQ(::kill(put.pid(), SIGKILL), 0);
-  EXPECT_EQ(put.Wait(), -1);
-  ::close(w);
-  ASSERT_TRUE(mount_.Stop());
-  ASSERT_TRUE(mount_.Start());
-  EXPECT_EQ(Names("o"), "");
-  EXPECT_EQ(UsedBytes(mount_.mnt()), 0u);
+  KillNineLeavesNothingAfterARemount(*put, w, "o", "k9");
   EXPECT_NE(mount_.Log().find("let go without GPUFS_IOC_SEAL"), std::string::npos) << mount_.Log();
 }
 

@@ -371,11 +371,11 @@ bool Namespace::StagedObjectPublished(HandleId id, std::string_view name) {
   std::lock_guard lock(mu_);
   auto handle = FindHandle(id);
   if (!handle.ok() || !(*handle)->blob || !(*handle)->writable) return false;
-  if ((*handle)->pending && !(*handle)->pending->sealed) return false;
-  // Published, maybe by a worker that died before the kernel heard of the
-  // name: the kernel may still remember it as missing.
+  // The publish's transaction marked the staging member. Maybe a worker
+  // that died before the kernel heard of the name published it: the kernel
+  // may still remember the name as missing.
   auto mark = catalog_->GetXattr((*handle)->entry, kPublishedInXattr);
-  if (!mark.ok()) return (*handle)->pending != nullptr;
+  if (!mark.ok()) return false;
   const EntryId parent = std::strtoull(mark->c_str(), nullptr, 10);
   NotifyEntry(parent, name);
   return true;

@@ -116,17 +116,11 @@ void AllocObject(fuse_req_t req, HandleId handle, const void* in_buf, size_t in_
 }
 
 void SealObject(fuse_req_t req, HandleId handle, const void* in_buf, size_t in_bufsz) {
-  if (in_bufsz < sizeof(gpufs_seal_object)) {
-    return ReplyError(req, "ioctl SEAL_OBJECT", Error(EINVAL, "short buffer"));
-  }
-  gpufs_seal_object seal{};
-  std::memcpy(&seal, in_buf, sizeof seal);
-  const size_t len = strnlen(seal.name, sizeof seal.name);
-  if (len == sizeof seal.name) {
-    return ReplyError(req, "ioctl SEAL_OBJECT", Error(ENAMETOOLONG, "name not NUL-terminated"));
-  }
-  Status sealed = Ns(req).SealObject(handle, std::string_view(seal.name, len),
-                                     (seal.flags & GPUFS_SEAL_REPLACE) != 0, CallerOf(req));
+  uint32_t flags = 0;
+  Result<std::string_view> name = SealObjectName(in_buf, in_bufsz, &flags);
+  if (!name.ok()) return ReplyError(req, "ioctl SEAL_OBJECT", name.status());
+  Status sealed = Ns(req).SealObject(handle, *name, (flags & GPUFS_SEAL_REPLACE) != 0,
+                                     CallerOf(req));
   if (!sealed.ok()) return ReplyError(req, "ioctl SEAL_OBJECT", sealed);
   Namespace& ns = Ns(req);
   AwaitKernelNotes(req);  // the name is new to the kernel, which may remember a miss
@@ -137,6 +131,15 @@ void SealObject(fuse_req_t req, HandleId handle, const void* in_buf, size_t in_b
 }
 
 }  // namespace
+
+Result<std::string_view> SealObjectName(const void* in_buf, size_t in_bufsz, uint32_t* flags) {
+  if (in_bufsz < sizeof(gpufs_seal_object)) return Error(EINVAL, "short buffer");
+  const auto* seal = static_cast<const gpufs_seal_object*>(in_buf);
+  std::memcpy(flags, &seal->flags, sizeof *flags);
+  const size_t len = strnlen(seal->name, sizeof seal->name);
+  if (len == sizeof seal->name) return Error(ENAMETOOLONG, "name not NUL-terminated");
+  return std::string_view(seal->name, len);
+}
 
 void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info* fi,
              unsigned flags, const void* in_buf, size_t in_bufsz, size_t out_bufsz) {

@@ -46,6 +46,10 @@ takeover::WorkerLink& Link(fuse_req_t req);
 FdServer* Fds(fuse_req_t req);
 ReadAhead& Ahead(fuse_req_t req);
 Exporter& Exp(fuse_req_t req);
+// The object name of a GPUFS_IOC_SEAL_OBJECT request (`in_buf`), and its
+// flags in *flags; EINVAL for a short buffer, ENAMETOOLONG for a name
+// without its NUL.
+Result<std::string_view> SealObjectName(const void* in_buf, size_t in_bufsz, uint32_t* flags);
 // Before the reply to a request whose change the kernel does not see by
 // itself (SEAL_OBJECT's publish of a name): the kernel's cached entries
 // for what the core changed are dropped first (KernelInvalidator::

@@ -315,13 +315,12 @@ void OnRenameReplayed(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_
 void OnIoctlReplayed(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* arg,
                      fuse_file_info* fi, unsigned flags, const void* in_buf, size_t in_bufsz,
                      size_t out_bufsz) {
-  gpufs_seal_object seal{};
-  if (HalfDone() && cmd == GPUFS_IOC_SEAL_OBJECT && fi != nullptr && in_bufsz >= sizeof seal) {
-    std::memcpy(&seal, in_buf, sizeof seal);
+  uint32_t seal_flags = 0;
+  Result<std::string_view> name = Error(EINVAL, "not a half-done SEAL_OBJECT");
+  if (HalfDone() && cmd == GPUFS_IOC_SEAL_OBJECT && fi != nullptr) {
+    name = SealObjectName(in_buf, in_bufsz, &seal_flags);
   }
-  const std::string_view name(seal.name, strnlen(seal.name, sizeof seal.name));
-  if (!name.empty() && name.size() < sizeof seal.name &&
-      Ns(req).StagedObjectPublished(fi->fh, name)) {
+  if (name.ok() && !name->empty() && Ns(req).StagedObjectPublished(fi->fh, *name)) {
     GPUFS_LOG(INFO) << "re-sent SEAL_OBJECT " << ThisRequest().unique
                     << ": the last worker published the object: answered as done";
     AwaitKernelNotes(req);

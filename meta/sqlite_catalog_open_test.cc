@@ -14,6 +14,21 @@ namespace {
 
 using namespace meta_test;
 
+// The tables and indices schemas 3 and 4 had alike (blobs differed).
+constexpr char kOldTables[] = R"sql(
+CREATE TABLE entries (id INTEGER PRIMARY KEY AUTOINCREMENT, parent INTEGER NOT NULL,
+  name TEXT NOT NULL, kind INTEGER NOT NULL CHECK (kind IN (1, 2)), mode INTEGER NOT NULL,
+  uid INTEGER NOT NULL, gid INTEGER NOT NULL, atime_ns INTEGER NOT NULL,
+  mtime_ns INTEGER NOT NULL, ctime_ns INTEGER NOT NULL, blob INTEGER REFERENCES blobs(id));
+CREATE UNIQUE INDEX entries_by_name ON entries(parent, name) WHERE parent != 0;
+CREATE INDEX entries_by_parent ON entries(parent, id);
+CREATE UNIQUE INDEX entries_by_blob ON entries(blob) WHERE blob IS NOT NULL;
+CREATE TABLE xattrs (entry INTEGER NOT NULL REFERENCES entries(id) ON DELETE CASCADE,
+  name TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (entry, name)) WITHOUT ROWID;
+CREATE TABLE settings (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE INDEX entries_objects_by_parent ON entries(parent) WHERE kind = 1;
+)sql";
+
 TEST_P(SqliteCatalogContractTest, EverythingSurvivesReopen) {
   Entry dir = Create(kRootEntryId, "dir");
   Entry file = Create(dir.id, "file", EntryKind::kBlob, MakeBlob(10));
@@ -91,17 +106,7 @@ CREATE TABLE blobs (id INTEGER PRIMARY KEY AUTOINCREMENT, device TEXT NOT NULL,
   size INTEGER NOT NULL, state INTEGER NOT NULL CHECK (state IN (0, 1, 2)),
   owner_uid INTEGER NOT NULL, arena INTEGER NOT NULL, offset INTEGER NOT NULL,
   closed INTEGER NOT NULL);
-CREATE TABLE entries (id INTEGER PRIMARY KEY AUTOINCREMENT, parent INTEGER NOT NULL,
-  name TEXT NOT NULL, kind INTEGER NOT NULL CHECK (kind IN (1, 2)), mode INTEGER NOT NULL,
-  uid INTEGER NOT NULL, gid INTEGER NOT NULL, atime_ns INTEGER NOT NULL,
-  mtime_ns INTEGER NOT NULL, ctime_ns INTEGER NOT NULL, blob INTEGER REFERENCES blobs(id));
-CREATE UNIQUE INDEX entries_by_name ON entries(parent, name) WHERE parent != 0;
-CREATE INDEX entries_by_parent ON entries(parent, id);
-CREATE UNIQUE INDEX entries_by_blob ON entries(blob) WHERE blob IS NOT NULL;
-CREATE TABLE xattrs (entry INTEGER NOT NULL REFERENCES entries(id) ON DELETE CASCADE,
-  name TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (entry, name)) WITHOUT ROWID;
-CREATE TABLE settings (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE INDEX entries_objects_by_parent ON entries(parent) WHERE kind = 1;
+)sql" + std::string(kOldTables) + R"sql(
 INSERT INTO entries VALUES (1, 0, '', 1, 16877, 0, 0, 1, 1, 1, NULL);
 INSERT INTO blobs VALUES (5, 'cuda:0', 4096, 1, 1000, 3, 512, 0);
 INSERT INTO entries VALUES (2, 1, 'w', 2, 33188, 1000, 100, 1, 1, 1, 5);
@@ -140,17 +145,7 @@ TEST(SqliteCatalogOpen, SchemaFourMovesDtypeAndShapeKeepingEveryAttribute) {
 CREATE TABLE blobs (id INTEGER PRIMARY KEY AUTOINCREMENT, device TEXT NOT NULL,
   size INTEGER NOT NULL, state INTEGER NOT NULL CHECK (state IN (0, 1, 2)),
   owner_uid INTEGER NOT NULL, closed INTEGER NOT NULL, checksum INTEGER);
-CREATE TABLE entries (id INTEGER PRIMARY KEY AUTOINCREMENT, parent INTEGER NOT NULL,
-  name TEXT NOT NULL, kind INTEGER NOT NULL CHECK (kind IN (1, 2)), mode INTEGER NOT NULL,
-  uid INTEGER NOT NULL, gid INTEGER NOT NULL, atime_ns INTEGER NOT NULL,
-  mtime_ns INTEGER NOT NULL, ctime_ns INTEGER NOT NULL, blob INTEGER REFERENCES blobs(id));
-CREATE UNIQUE INDEX entries_by_name ON entries(parent, name) WHERE parent != 0;
-CREATE INDEX entries_by_parent ON entries(parent, id);
-CREATE UNIQUE INDEX entries_by_blob ON entries(blob) WHERE blob IS NOT NULL;
-CREATE TABLE xattrs (entry INTEGER NOT NULL REFERENCES entries(id) ON DELETE CASCADE,
-  name TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (entry, name)) WITHOUT ROWID;
-CREATE TABLE settings (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE INDEX entries_objects_by_parent ON entries(parent) WHERE kind = 1;
+)sql" + std::string(kOldTables) + R"sql(
 INSERT INTO entries VALUES (1, 0, '', 1, 16877, 0, 0, 1, 1, 1, NULL);
 INSERT INTO entries VALUES (2, 1, 'm', 1, 16877, 0, 0, 1, 1, 1, NULL);
 INSERT INTO blobs VALUES (5, 'cuda:0', 4096, 1, 1000, 0, NULL);

@@ -19,6 +19,15 @@ namespace {
 
 class TempDirs : public ::testing::Test {
  protected:
+  // The names in directory `dir`, sorted.
+  static std::vector<std::string> SortedNames(const std::string& dir) {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      names.push_back(e.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
   void SetUp() override {
     char tmpl[] = "/tmp/gpufs-helper-XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
@@ -162,13 +171,7 @@ TEST_F(TempDirs, RefusedMountNamesTheHolderAndLeavesItsLogAlone) {
 TEST_F(TempDirs, SocketDirectoryGoesWithTheMount) {
   const std::string tmp = root_ + "/tmp";
   std::filesystem::create_directories(tmp);
-  auto entries = [&] {
-    std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(tmp)) {
-      names.push_back(e.path().filename().string());
-    }
-    return names;
-  };
+  auto entries = [&] { return SortedNames(tmp); };
   const std::string env = "TMPDIR=" + tmp + " ";
   ASSERT_EQ(Sh(env + GpufsBin() + " mount " + mnt_ + " --state " + state_ + " --store host").status,
             0);
@@ -198,14 +201,7 @@ TEST_F(TempDirs, SocketDirectoryGoesWithTheMount) {
 TEST_F(TempDirs, ADeadSupervisorsSocketDirectoryGoesWithTheNextMount) {
   const std::string tmp = root_ + "/tmp";
   std::filesystem::create_directories(tmp);
-  auto entries = [&] {
-    std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(tmp)) {
-      names.push_back(e.path().filename().string());
-    }
-    std::sort(names.begin(), names.end());
-    return names;
-  };
+  auto entries = [&] { return SortedNames(tmp); };
   const std::string mount = "TMPDIR=" + tmp + " " + GpufsBin() + " mount " + mnt_ + " --state " +
                             state_ + " --store host";
   std::vector<std::string> last;
