@@ -95,7 +95,9 @@ uint64_t UsedBytes(const std::string& mnt) {
 
 class PutE2E : public MountedTest {
  protected:
-  ShResult Gpufs(const std::string& args) { return Sh(GpufsBin() + " " + args); }
+  // Without GPUFS_TRACE: the output is what a user sees, also when a GPU
+  // check runs with traces on.
+  ShResult Gpufs(const std::string& args) { return Sh("env -u GPUFS_TRACE " + GpufsBin() + " " + args); }
   // The names in object `rel`, hidden ones included.
   std::string Names(const std::string& rel) {
     return Sh("ls -A " + P(rel) + " | grep -v '^.gpufs$' | tr '\\n' ' '").output;

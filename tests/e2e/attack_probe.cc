@@ -138,6 +138,7 @@ struct Mapped {
   int member = -1;
   double us = 0;  // open to mapped
   double import_us = 0;  // fd in hand to mapped
+  double open_us = 0, ioctl_us = 0, fd_us = 0;  // the steps before it
 };
 
 // Opens and maps PATH with `access` (1 read, 3 read-write).
@@ -145,11 +146,13 @@ bool MapRaw(const Driver& d, const char* path, unsigned long long access, Mapped
   using Clock = std::chrono::steady_clock;
   auto t0 = Clock::now();
   m->member = ::open(path, O_RDONLY | O_CLOEXEC);
+  auto t_open = Clock::now();
   if (m->member < 0 || ::ioctl(m->member, GPUFS_IOC_MAP, &m->info) != 0) {
     std::perror("attack-probe: open/GPUFS_IOC_MAP");
     return false;
   }
   if (m->info.handle_type != GPUFS_HANDLE_VMM_FD) return Fail("not a VMM blob") == 0;
+  auto t_ioctl = Clock::now();
   int fd = FetchFd(m->member, m->info, path);
   if (fd < 0) return Fail("no fd") == 0;
   auto t1 = Clock::now();
@@ -164,6 +167,9 @@ bool MapRaw(const Driver& d, const char* path, unsigned long long access, Mapped
   auto t2 = Clock::now();
   m->us = std::chrono::duration<double, std::micro>(t2 - t0).count();
   m->import_us = std::chrono::duration<double, std::micro>(t2 - t1).count();
+  m->open_us = std::chrono::duration<double, std::micro>(t_open - t0).count();
+  m->ioctl_us = std::chrono::duration<double, std::micro>(t_ioctl - t_open).count();
+  m->fd_us = std::chrono::duration<double, std::micro>(t1 - t_ioctl).count();
   ::close(fd);
   return true;
 }
@@ -238,10 +244,10 @@ int main(int argc, char** argv) {
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     std::printf(
         "copybench %s bytes=%llu private_copy=%d cold_map_us=%.1f import_map_us=%.1f d2d_us=%.1f "
-        "ratio=%.2f\n",
+        "ratio=%.2f (open_us=%.1f ioctl_us=%.1f fd_us=%.1f)\n",
         path, static_cast<unsigned long long>(m.info.size),
         (m.info.flags & GPUFS_INFO_PRIVATE_COPY) ? 1 : 0, m.us, m.import_us, d2d_us,
-        m.us / (m.import_us + d2d_us));
+        m.us / (m.import_us + d2d_us), m.open_us, m.ioctl_us, m.fd_us);
     return 0;
   }
   return Fail("unknown command " + cmd);
