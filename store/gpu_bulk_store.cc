@@ -132,6 +132,10 @@ void* GpuBulkStore::AllocationBaseForTesting(uint64_t alloc) const {
   return it == allocs_.end() ? nullptr : it->second->base();
 }
 
+void GpuBulkStore::AwaitPoolForTesting() const {
+  if (pool_) pool_->AwaitMadeForTesting();
+}
+
 uint64_t GpuBulkStore::Units(uint64_t bytes) const {
   if (bytes == 0) return alignment_;
   if (bytes > kMax - (alignment_ - 1)) return kMax;

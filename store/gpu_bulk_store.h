@@ -211,6 +211,9 @@ class GpuBulkStore final : public BulkStore {
   // Tests only: the device address of allocation `alloc` (PlaceForTesting::alloc),
   // or nullptr if there is none. Valid until its last blob is freed.
   void* AllocationBaseForTesting(uint64_t alloc) const;
+  // Tests only: returns once the VMM pool's thread is idle (see
+  // VmmPool::AwaitMadeForTesting); at once without a pool.
+  void AwaitPoolForTesting() const;
 
  private:
   struct Allocation;  // one device allocation: a blob's own, a pack or a group

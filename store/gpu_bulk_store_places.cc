@@ -43,12 +43,31 @@ Result<GpuBulkStore::Place> GpuBulkStore::AcquirePlace(uint32_t owner, uint64_t 
 Status GpuBulkStore::MakeMemory(Allocation* alloc, uint64_t bytes, bool pooled,
                                 bool producer_fills, bool zero) {
   if (ipc_ == GpuIpcMode::kVmm) {
-    if (pooled && pool_) {
-      alloc->vmm = pool_->Take(bytes, producer_fills);
-      alloc->filling = producer_fills;
+    if (pool_) {
+      // The pool keeps ready memory only within the room left besides this
+      // allocation (counted in used_ or not yet, by the caller: either way
+      // no more than the capacity is held).
+      uint64_t spare = 0;
+      {
+        std::lock_guard lock(mu_);
+        const uint64_t room = RoomLocked(0);
+        spare = room > bytes ? room - bytes : 0;
+      }
+      if (pooled) {
+        alloc->vmm = pool_->Take(bytes, producer_fills, spare);
+        alloc->filling = producer_fills;
+      }
+      pool_->Trim(spare);
     }
     if (!alloc->vmm) {
       Result<std::unique_ptr<VmmMemory>> made = VmmMemory::Create(ordinal_, bytes, zero);
+      if (!made.ok() && made.status().code() == ENOSPC && pool_ && pool_->Trim(0) > 0) {
+        // The device is out of memory (another process took it): the pool's
+        // ready allocations are spare, this one is not.
+        GPUFS_LOG(WARN) << "gpu store " << device_ << ": the device is out of memory for "
+                           << bytes << " bytes; released the ready allocations and tried again";
+        made = VmmMemory::Create(ordinal_, bytes, zero);
+      }
       if (!made.ok()) {
         // Not shared yet: its fill ends here, or the pool's count of fills
         // in progress would stay one too high and defer refills for good.

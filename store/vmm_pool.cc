@@ -2,6 +2,8 @@
 
 #include <pthread.h>
 
+#include <algorithm>
+
 #include "util/log.h"
 #include "util/step_trace.h"
 
@@ -23,8 +25,9 @@ VmmPool::~VmmPool() {
   thread_.join();
 }
 
-std::unique_ptr<VmmMemory> VmmPool::Take(uint64_t bytes, bool producer_fills) {
+std::unique_ptr<VmmMemory> VmmPool::Take(uint64_t bytes, bool producer_fills, uint64_t spare) {
   std::lock_guard lock(mu_);
+  limit_ = spare;
   std::unique_ptr<VmmMemory> got;
   auto it = ready_.find(bytes);
   if (it != ready_.end() && !it->second.empty()) {
@@ -33,7 +36,7 @@ std::unique_ptr<VmmMemory> VmmPool::Take(uint64_t bytes, bool producer_fills) {
     ready_bytes_ -= bytes;
   }
   const bool have_one = (it != ready_.end() && !it->second.empty()) || coming_[bytes] > 0;
-  if (!have_one && ready_bytes_ + bytes <= budget_) {
+  if (!have_one && ready_bytes_ + bytes <= std::min(budget_, spare)) {
     ready_bytes_ += bytes;  // reserved for the one being made
     ++coming_[bytes];
     deferred_.push_back(bytes);
@@ -42,7 +45,7 @@ std::unique_ptr<VmmMemory> VmmPool::Take(uint64_t bytes, bool producer_fills) {
   if (!producer_fills || filling_ != 1) StartDeferredLocked();  // a second Take, or none filling
   if (!got && StepTrace::Enabled()) {
     GPUFS_LOG(INFO) << "trace: VMM pool: none of " << bytes << " bytes ready ("
-                    << (coming_[bytes] > 0 ? "one is being made" : "over the pool's budget")
+                    << (coming_[bytes] > 0 ? "one is being made" : "over the pool's budget or room")
                     << ", " << ready_bytes_ << " of " << budget_ << " bytes ready or coming)";
   }
   return got;
@@ -52,6 +55,35 @@ void VmmPool::Filled() {
   std::lock_guard lock(mu_);
   if (filling_ > 0) --filling_;
   if (filling_ == 0) StartDeferredLocked();
+}
+
+uint64_t VmmPool::Trim(uint64_t keep) {
+  std::vector<std::unique_ptr<VmmMemory>> released;
+  uint64_t bytes = 0;
+  {
+    std::lock_guard lock(mu_);
+    limit_ = keep;
+    // The largest first: the fewest teardowns for the room wanted.
+    for (auto it = ready_.rbegin(); it != ready_.rend() && ready_bytes_ > keep; ++it) {
+      while (!it->second.empty() && ready_bytes_ > keep) {
+        released.push_back(std::move(it->second.back()));
+        it->second.pop_back();
+        ready_bytes_ -= it->first;
+        bytes += it->first;
+      }
+    }
+    std::erase_if(ready_, [](const auto& size) { return size.second.empty(); });
+  }
+  if (bytes > 0) {
+    GPUFS_LOG(DEBUG) << "vmm pool: released " << bytes << " bytes of ready allocations to keep "
+                     << keep;
+  }
+  return bytes;  // `released` goes here, without the lock
+}
+
+void VmmPool::AwaitMadeForTesting() {
+  std::unique_lock lock(mu_);
+  made_cv_.wait(lock, [&] { return wanted_.empty() && !making_; });
 }
 
 uint64_t VmmPool::ready_bytes() {
@@ -80,13 +112,22 @@ void VmmPool::Run() {
       if (stop_) return;
       bytes = wanted_.front();
       wanted_.pop_front();
+      making_ = true;
     }
     Result<std::unique_ptr<VmmMemory>> made = VmmMemory::Create(ordinal_, bytes);
+    std::unique_ptr<VmmMemory> unwanted;  // released after the lock
     std::lock_guard lock(mu_);
     if (--coming_[bytes] == 0) coming_.erase(bytes);
+    making_ = false;
+    made_cv_.notify_all();
     if (!made.ok()) {
       ready_bytes_ -= bytes;
       GPUFS_LOG(DEBUG) << "vmm pool: " << made.status().ToString();
+      continue;
+    }
+    if (ready_bytes_ > limit_) {  // the store's room shrank while it was made
+      ready_bytes_ -= bytes;
+      unwanted = std::move(*made);
       continue;
     }
     ready_[bytes].push_back(std::move(*made));

@@ -9,7 +9,11 @@
 // a burst of takes of one size leaves one behind, not one per take.
 // Ready allocations are never shared or reused once taken: a freed blob's
 // memory is never handed out again by gpufs (mappers may still hold it).
-// Ready memory is device memory outside the store's `used`.
+// Ready memory is device memory outside the store's `used`, kept within
+// the room the store has left (its capacity less its used bytes, as the
+// store says at each Take and Trim): a store that fills up takes the pool's
+// memory back, so that gpufs never holds more device memory than its
+// capacity, and a device out of memory frees the pool before anything fails.
 //
 // A refill waits while exactly one taken allocation is being filled (a lone
 // producer importing and writing it): making, zeroing and exporting the next
@@ -23,6 +27,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -47,8 +52,16 @@ class VmmPool {
   // way one of that size is made ready again, unless one is ready or being
   // made already, if the budget allows.
   // `producer_fills`: a producer will import and write the allocation; the
-  // caller reports the end of that fill with one Filled().
-  std::unique_ptr<VmmMemory> Take(uint64_t bytes, bool producer_fills);
+  // caller reports the end of that fill with one Filled(). `spare`: the
+  // room the store has left besides this allocation; no refill beyond it.
+  std::unique_ptr<VmmMemory> Take(uint64_t bytes, bool producer_fills,
+                                  uint64_t spare = UINT64_MAX);
+
+  // Releases ready allocations until at most `keep` bytes are ready or
+  // coming, and keeps to `keep` until a later Take or Trim says otherwise
+  // (one being made that would pass it is released when made). Returns the
+  // bytes released. Their teardown runs in the caller, without the lock.
+  uint64_t Trim(uint64_t keep);
 
   // A producer's fill of a taken allocation ended (its blob sealed, or dropped).
   void Filled();
@@ -59,6 +72,9 @@ class VmmPool {
 
   // Sizes whose making waits for a fill to end.
   size_t DeferredForTesting();
+  // Returns once the thread makes nothing and nothing is wanted of it
+  // (deferred sizes are not wanted until their fill ends).
+  void AwaitMadeForTesting();
 
  private:
   void Run();
@@ -68,12 +84,15 @@ class VmmPool {
   const uint64_t budget_;
   std::mutex mu_;
   std::condition_variable cv_;
+  std::condition_variable made_cv_;  // the thread finished making one
+  bool making_ = false;              // GUARDED_BY(mu_)
   bool stop_ = false;                                                  // GUARDED_BY(mu_)
   std::deque<uint64_t> wanted_;                                        // GUARDED_BY(mu_)
   std::deque<uint64_t> deferred_;  // GUARDED_BY(mu_): wanted once the fill ends
   int filling_ = 0;                // GUARDED_BY(mu_): producer fills not yet Filled
   std::map<uint64_t, std::vector<std::unique_ptr<VmmMemory>>> ready_;  // GUARDED_BY(mu_)
   uint64_t ready_bytes_ = 0;  // GUARDED_BY(mu_), incl. in making
+  uint64_t limit_ = UINT64_MAX;  // GUARDED_BY(mu_): the store's room, as last said
   std::map<uint64_t, int> coming_;  // GUARDED_BY(mu_): of each size, asked for and not yet made
   std::thread thread_;
 };

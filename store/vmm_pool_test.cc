@@ -56,6 +56,19 @@ TEST(VmmPoolTest, TheBudgetBoundsWhatIsWanted) {
   EXPECT_EQ(small.DeferredForTesting(), 0u);
 }
 
+TEST(VmmPoolTest, TheStoresRoomBoundsWhatIsWanted) {
+  VmmPool pool(0, 64 * kMiB);
+  pool.Take(4 * kMiB, true, /*spare=*/2 * kMiB);  // no room beside the store's blobs
+  EXPECT_EQ(pool.DeferredForTesting(), 0u);
+  pool.Filled();
+  pool.Take(4 * kMiB, true, /*spare=*/4 * kMiB);
+  EXPECT_EQ(pool.DeferredForTesting(), 1u);
+  pool.Filled();
+  pool.AwaitMadeForTesting();  // made (a GPU) or failed to be (none)
+  pool.Trim(0);
+  EXPECT_EQ(pool.ready_bytes(), 0u);  // nothing held once the store has no room
+}
+
 TEST(VmmPoolTest, ABurstOfOneSizeWantsOneNotOnePerTake) {
   VmmPool pool(0, 1024 * kMiB);
   for (int i = 0; i < 32; ++i) {

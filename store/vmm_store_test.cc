@@ -203,6 +203,45 @@ TEST_P(VmmStoreTest, EmptyBlobsHaveNoPlaceUntilTheyGrowOrAreExported) {
   EXPECT_EQ(store_->dedicated_count() + store_->pack_count(), 0u);
 }
 
+// The VMM pool's ready allocations are device memory beside the blobs: they
+// stay within the room the capacity leaves, and a store filling up takes
+// them back, so the store never holds more than its capacity.
+TEST_P(VmmStoreTest, ThePoolKeepsWithinTheRoomTheCapacityLeaves) {
+  if (GetParam() != GpuIpcMode::kVmm) GTEST_SKIP() << "the pool is a VMM store feature";
+  constexpr uint64_t kMiB = 1 << 20, kCapacity = 64 * kMiB;
+  GpuStoreOptions options;
+  options.capacity = kCapacity;
+  options.pool_budget = kCapacity;  // only the room bounds it
+  auto opened = GpuBulkStore::Open(options);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  GpuBulkStore& store = **opened;
+  auto held = [&] {
+    store.AwaitPoolForTesting();
+    const StoreUsage usage = store.Usage();
+    return usage.used + usage.ready;
+  };
+  auto put = [&](BlobId id, uint64_t bytes) {
+    ASSERT_TRUE(store.Allocate(id, SharingKey{}, bytes).ok());
+    ASSERT_TRUE(store.Seal(id, bytes).ok());  // the fill ends: the pool refills
+  };
+  put(1, 16 * kMiB);
+  EXPECT_LE(held(), kCapacity);
+  EXPECT_EQ(store.Usage().ready, 16 * kMiB);  // one of that size made ready
+  put(2, 16 * kMiB);  // takes the ready one; one more fits beside it
+  EXPECT_LE(held(), kCapacity);
+  EXPECT_EQ(store.Usage().ready, 16 * kMiB);
+  // 24 MiB more leave no room for the ready 16 MiB: it is released.
+  put(3, 24 * kMiB);
+  EXPECT_EQ(store.Usage().used, 56 * kMiB);
+  EXPECT_LE(held(), kCapacity);
+  EXPECT_EQ(store.Usage().ready, 0u);
+  store.Free(3);
+  put(4, 8 * kMiB);  // room again: the pool may refill, within it
+  EXPECT_LE(held(), kCapacity);
+  for (BlobId id : {1, 2, 4}) store.Free(id);
+  EXPECT_EQ(store.Usage().used, 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, VmmStoreTest,
                          ::testing::Values(GpuIpcMode::kVmm, GpuIpcMode::kLegacy));
 
