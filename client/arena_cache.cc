@@ -7,6 +7,7 @@
 #include <utility>
 
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -272,6 +273,9 @@ Result<Arena*> ArenaCache::Acquire(const struct gpufs_ipc_info& info, int member
   Status status = Open(*api, arena, info, member_fd, std::move(pushed));
   if (status.ok()) {
     status = CheckRange(*arena, info);
+    // A private copy mapped while its bytes land: nobody sees the arena (the
+    // cache's lock is held) until they all have.
+    if (status.ok() && (info.flags & GPUFS_INFO_COPY_PENDING) != 0) status = AwaitCopy(member_fd);
     if (!status.ok()) (void)Close(*api, arena);
   }
   if (!status.ok()) {
@@ -289,6 +293,17 @@ Result<Arena*> ArenaCache::Acquire(const struct gpufs_ipc_info& info, int member
     }
   }
   return arena;
+}
+
+Status ArenaCache::AwaitCopy(int member_fd) {
+  if (member_fd < 0) return Error(EPROTO, "a private copy still being made, with no member to wait on");
+  int r;
+  do {
+    r = ::ioctl(member_fd, GPUFS_IOC_COPY_WAIT);
+  } while (r < 0 && errno == EINTR);
+  trace::Mark("copy-wait");
+  if (r < 0) return PosixError("ioctl GPUFS_IOC_COPY_WAIT (the private copy)", errno);
+  return Status::Ok();
 }
 
 namespace {

@@ -90,6 +90,8 @@ class ArenaCache {
   // fgetxattr(member_fd, GPUFS_XATTR_SOCKET)); it is imported and mapped
   // read-only, or read-write when info.flags has GPUFS_INFO_WRITABLE. An
   // arena already open needs no fd: `pushed` is then just closed.
+  // A private copy still being made (GPUFS_INFO_COPY_PENDING) is waited for
+  // (GPUFS_IOC_COPY_WAIT on member_fd) once mapped, before it is returned.
   Result<Arena*> Acquire(const struct gpufs_ipc_info& info, int member_fd, UniqueFd pushed = {});
 
   // The warm path of gpufs_map: the read-only VMM arena mapped from the
@@ -143,6 +145,8 @@ class ArenaCache {
   int size() const;
 
  private:
+  // GPUFS_IOC_COPY_WAIT on the member: the copy's bytes have all landed.
+  static Status AwaitCopy(int member_fd);
   mutable std::mutex mu_;
   std::map<ArenaKey, std::unique_ptr<Arena>> arenas_;  // guarded by mu_
   std::map<std::pair<dev_t, ino_t>, Arena*> by_member_;  // guarded by mu_

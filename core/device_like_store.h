@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "store/bulk_store.h"
@@ -89,7 +90,9 @@ class DeviceLikeStore final : public BulkStore {
     return out;
   }
   // A copy of the blob's bytes as blob `copy`, exported as memory of its own.
-  Result<IpcExport> ExportCopy(BlobId id, BlobId copy) override {
+  // With `queue_copies`, a queued copy comes back pending until AwaitCopy
+  // (its bytes are all there at once here).
+  Result<IpcExport> ExportCopy(BlobId id, BlobId copy, bool queued = false) override {
     GPUFS_ASSIGN_OR_RETURN(IpcExport original, Export(id));
     std::vector<std::byte> bytes(original.size);
     GPUFS_RETURN_IF_ERROR(inner_->Read(id, 0, bytes));
@@ -100,6 +103,8 @@ class DeviceLikeStore final : public BulkStore {
     sizes_[copy] = bytes.size();
     copies_made++;
     IpcExport out = original;
+    out.copy_pending = queued && queue_copies;
+    if (out.copy_pending) pending_copies.insert(copy);
     std::memcpy(out.handle, &copy, sizeof copy);
     out.memory = (1ull << 40) + copy;
     return out;
@@ -115,7 +120,15 @@ class DeviceLikeStore final : public BulkStore {
     return inner_->ScribbleForTesting(id, bytes);
   }
   bool vmm = false;
+  Status AwaitCopy(BlobId copy) override {
+    std::lock_guard lock(mu_);
+    if (pending_copies.erase(copy) > 0) copies_awaited++;
+    return Status::Ok();
+  }
   int copies_made = 0;  // GUARDED_BY(mu_)
+  bool queue_copies = false;
+  std::set<BlobId> pending_copies;  // GUARDED_BY(mu_)
+  int copies_awaited = 0;           // GUARDED_BY(mu_)
   // Tests only, set before use: called when an Allocate finds the store
   // full, and at the start of each Checksums pass (in its thread).
   std::function<void()> on_full;

@@ -31,7 +31,7 @@ void Namespace::DropCopy(const PrivateCopy& copy) {
 }
 
 Result<MappedBlob> Namespace::ExportFor(const Blob& rec, const Entry& entry, const Caller& caller,
-                                        std::optional<PrivateCopy>* copy) {
+                                        std::optional<PrivateCopy>* copy, bool queued) {
   BulkStore* store = StoreFor(rec.device);
   if (store == nullptr) return Error(ENODEV, "no store for " + rec.device);
   auto no_device_memory = [&]() -> Status {
@@ -66,6 +66,10 @@ Result<MappedBlob> Namespace::ExportFor(const Blob& rec, const Entry& entry, con
   StepTrace trace("private copy for a map");
   if (*copy && (*copy)->device == rec.device) {  // mapped before through this file
     mapped.exported = (*copy)->exported;
+    if (!queued && mapped.exported.copy_pending) {
+      GPUFS_RETURN_IF_ERROR(store->AwaitCopy((*copy)->id));
+      mapped.exported.copy_pending = false;
+    }
     return mapped;
   }
   BlobId id = 0;
@@ -78,7 +82,7 @@ Result<MappedBlob> Namespace::ExportFor(const Blob& rec, const Entry& entry, con
   Status room = tiers_.WithRoom(
       rec.device, rec.size + kGranule,
       [&]() -> Status {
-        made = store->ExportCopy(rec.id, id);
+        made = store->ExportCopy(rec.id, id, queued);
         return made.status();
       },
       rec.size + kGranule);
@@ -104,7 +108,27 @@ Result<MappedBlob> Namespace::ExportFor(const Blob& rec, const Entry& entry, con
   return mapped;
 }
 
-Result<MappedBlob> Namespace::MapHandle(HandleId id, const Caller& caller) {
+Status Namespace::AwaitCopy(HandleId id) {
+  BulkStore* store = nullptr;
+  BlobId copy = 0;
+  {
+    std::lock_guard lock(mu_);
+    GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
+    if (!handle->copy) {
+      return Error(EIO, PathOf(handle->entry) +
+                            ": this open file has no private copy in flight (its worker was "
+                            "replaced since the map?); map it again");
+    }
+    store = StoreFor(handle->copy->device);
+    copy = handle->copy->id;
+  }
+  if (store == nullptr) return Error(ENODEV, "no store for the private copy");
+  // The handle (and so the copy) lives while its file is open: this request
+  // comes through that file.
+  return store->AwaitCopy(copy);
+}
+
+Result<MappedBlob> Namespace::MapHandle(HandleId id, const Caller& caller, bool queued) {
   std::shared_ptr<ActiveBlob> blob;
   EntryId entry_id = 0;
   {
@@ -140,7 +164,7 @@ Result<MappedBlob> Namespace::MapHandle(HandleId id, const Caller& caller) {
       GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
       copy = handle->copy;
     }
-    mapped = ExportFor(rec, entry, caller, &copy);
+    mapped = ExportFor(rec, entry, caller, &copy, queued);
     std::lock_guard lock(mu_);
     GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
     if (copy && (!handle->copy || handle->copy->id != copy->id)) {

@@ -37,16 +37,16 @@
 // under mu_: store work (copies, seal, export, ALLOC's allocation, moves
 // between tiers, making room), done under the blob's io_mu only, and frees,
 // queued under mu_ and done once it is dropped (FreeQueuedOnExit); so
-// lookups and getattr never wait behind the device. One exception is left:
-// the zero-byte Allocate of a new blob (Create, O_TRUNC replace) runs under
-// mu_ (on ENOSPC, Create and Open drop mu_, make room and try again).
+// lookups and getattr never wait behind the device. One exception: a new
+// blob's zero-byte Allocate (Create, O_TRUNC) runs under mu_ (on ENOSPC,
+// they drop mu_, make room and try again).
 // Spilling holds the io_mu of the blob that needs room and takes those of
 // cold blobs, which no handle holds (core/spiller.cc says why that cannot
 // cycle). Nothing waits on a timer; the only condition waits are the
 // persister's queue and WaitPersisted.
 //
 // A facade; its parts live in files named after them (the sections below
-// name theirs): namespace.cc the tree, blobs.cc the data path and sealing.
+// say which).
 #pragma once
 
 #include <atomic>
@@ -196,11 +196,12 @@ class Namespace {
   // counted in the store's capacity and freed when that file is released
   // (NamespaceOptions::reader_copies off: EACCES instead). A map holds its
   // member open, so nothing mapped is freed or moved.
-  //
-  // GPUFS_IOC_MAP: the memory of the handle's blob, which must be sealed
-  // and in device memory (a spilled member is brought back first; ENODEV
-  // for one in host memory). An unsealed blob answers EBUSY at once.
-  Result<MappedBlob> MapHandle(HandleId handle, const Caller& caller = {});
+  // GPUFS_IOC_MAP: the memory of the handle's sealed blob (a spilled one is
+  // brought back first; ENODEV in host memory; EBUSY unsealed, at once).
+  // `queued`: a private copy may come back still being copied
+  // (copy_pending; zeros until its bytes land): AwaitCopy waits for it.
+  Result<MappedBlob> MapHandle(HandleId handle, const Caller& caller = {}, bool queued = false);
+  Status AwaitCopy(HandleId handle);  // EIO: the copy failed
   // user.gpufs.ipc_handle: the shared memory of member `ino`, for a caller
   // who may write it (EACCES for anyone else: the attribute has no open file
   // that a private copy could live with). Nothing holds the member after it.
@@ -366,7 +367,7 @@ class Namespace {
   // What `caller` gets of sealed `rec` (io_mu held): the shared allocation,
   // or a private copy made once into `*copy` (null: EACCES).
   Result<MappedBlob> ExportFor(const Blob& rec, const Entry& entry, const Caller& caller,
-                               std::optional<PrivateCopy>* copy);
+                               std::optional<PrivateCopy>* copy, bool queued = false);
   // Objects (core/objects_save.cc): an object's staging handle is released
   // unsealed, the object and its members go.
   void DiscardPendingObject(Handle& handle);
@@ -462,7 +463,7 @@ class Namespace {
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   bool reader_copies_ = true;
   uint64_t generation_ = 0;
-  bool takeover_ = false;  // takeover (see NamespaceOptions)
+  bool takeover_ = false;  // see NamespaceOptions
   AdoptedState adopted_;   // emptied once adopted, in Open
   std::function<void(uint64_t, uint64_t)> on_unsealed_size_;
   WorkerInfo worker_;
@@ -480,16 +481,15 @@ class Namespace {
   std::vector<EntryId> replaced_;                         // detached objects ReapReplaced removes
   std::vector<std::pair<EntryId, BlobId>> unsummed_;      // SumSealed's
   ns::CopyCounters copies_;
-  uint64_t next_copy_ = 0;  // store ids of copies, see NewCopyId
-  uint64_t checksum_mismatches_ = 0;
+  uint64_t next_copy_ = 0, checksum_mismatches_ = 0;  // store ids of copies (kFirstCopyId +)
 
   // With their own synchronization:
   std::mutex sum_pass_mu_;  // held by a SumSealed pass throughout; before mu_
   std::atomic<Invalidator*> invalidator_{nullptr};
   std::atomic<RemoteObjects*> remote_objects_{nullptr};  // cluster mode (core/remote.cc)
   RemoteInodes remote_inodes_{kRemoteInoBase};  // the inodes those are shown under; a leaf lock
-  // Tiers::mu_ (taken under mu_, never the other way) and the persister
-  // thread; declared last, so it stops first.
+  // Tiers::mu_ (under mu_, never the other way) and the persister thread;
+  // declared last, so it stops first.
   std::unique_ptr<TierHost> tier_side_;
   Tiers tiers_;
 

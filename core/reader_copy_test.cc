@@ -124,6 +124,35 @@ TEST_F(ReaderCopyTest, TheAttributeGivesSharedMemoryToWritersOnly) {
   EXPECT_EQ(Stats()["copies"]["made"], 0);
 }
 
+// A map that asks for it (GPUFS_MAP_QUEUED_COPY) may get a copy still being
+// made, which AwaitCopy (GPUFS_IOC_COPY_WAIT) waits for; a map that does
+// not ask never gets one pending, also when its file's copy is.
+TEST_F(ReaderCopyTest, AQueuedCopyComesPendingAndIsWaitedFor) {
+  const uint64_t m = Put(kRootEntryId, "m", "the original bytes", alice_, 0644);
+  dev_->queue_copies = true;
+  auto h = ns_->Open(bob_, m, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  auto queued = ns_->MapHandle(h->handle, bob_, /*queued=*/true);
+  ASSERT_TRUE(queued.ok()) << queued.status().ToString();
+  EXPECT_TRUE(queued->private_copy);
+  EXPECT_TRUE(queued->exported.copy_pending);
+  // Mapped again through the same file without asking: the same copy, whole.
+  auto again = ns_->MapHandle(h->handle, bob_);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->exported.copy_pending);
+  EXPECT_EQ(again->exported.memory, queued->exported.memory);
+  EXPECT_TRUE(ns_->AwaitCopy(h->handle).ok());  // nothing left in flight: at once
+  EXPECT_EQ(dev_->copies_awaited, 1);
+  EXPECT_EQ(dev_->copies_made, 1);
+  // The writer shares, pending never; a file with no copy has none to wait for.
+  auto owner = Map(m, alice_);
+  ASSERT_TRUE(owner.ok());
+  EXPECT_FALSE(owner->second.exported.copy_pending);
+  EXPECT_EQ(ns_->AwaitCopy(owner->first).code(), EIO);
+  EXPECT_TRUE(ns_->Release(owner->first).ok());
+  EXPECT_TRUE(ns_->Release(h->handle).ok());
+}
+
 // ALLOC on a mount without a GPU (host and disk tiers) says so, and leaves
 // the member where it was: it never lands on the disk tier.
 TEST(AllocWithoutAGpu, IsEnodevAndMovesNothing) {

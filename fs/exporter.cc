@@ -12,6 +12,7 @@ Result<gpufs_ipc_info> Exporter::Info(const MappedBlob& mapped, HandleId handle,
   gpufs_ipc_info info = MakeIpcInfo(exported, mapped.blob, generation_);
   if (mapped.writable) info.flags |= GPUFS_INFO_WRITABLE;
   if (mapped.private_copy) info.flags |= GPUFS_INFO_PRIVATE_COPY;
+  if (mapped.exported.copy_pending) info.flags |= GPUFS_INFO_COPY_PENDING;
   if (exported.handle_type != IpcExport::kVmmFd) return info;
   if (!exported.fd) return Error(EIO, "a VMM export without its fd");
   GPUFS_ASSIGN_OR_RETURN(Token token, tokens_->Issue(TokenGrant{.handle = handle,

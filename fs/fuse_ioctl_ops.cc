@@ -1,6 +1,6 @@
 // The ioctl adapter (include/gpufs/uapi.h): on an open member GPUFS_IOC_MAP,
-// MAP_PUSH, ALLOC, SEAL, EXPLICIT_SEAL, ALLOC_OBJECT, SEAL_OBJECT and
-// VERIFY; on an open object GPUFS_IOC_MAP_OBJECT and PUBLISH. Anything else is ENOTTY.
+// MAP_PUSH, COPY_WAIT, ALLOC, SEAL, EXPLICIT_SEAL, ALLOC_OBJECT, SEAL_OBJECT
+// and VERIFY; on an open object GPUFS_IOC_MAP_OBJECT and PUBLISH. Anything else is ENOTTY.
 // What leaves the daemon is made by the Exporter (fs/exporter.h).
 #include <cstdio>
 #include <cstring>
@@ -175,9 +175,10 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
         return ReplyError(req, "ioctl MAP_PUSH", Error(EINVAL, "short buffer"));
       }
       gpufs_map_push push{};
-      std::memcpy(push.cookie, in_buf, sizeof push.cookie);
-      auto info =
-          InfoOrReply(req, "ioctl MAP_PUSH", handle, caller, Ns(req).MapHandle(handle, caller));
+      std::memcpy(&push, in_buf, sizeof push);
+      const bool queued = (push.info.flags & GPUFS_MAP_QUEUED_COPY) != 0;
+      auto info = InfoOrReply(req, "ioctl MAP_PUSH", handle, caller,
+                              Ns(req).MapHandle(handle, caller, queued));
       if (!info) return;
       push.info = *info;
       if (!PushOrReply(req, "ioctl MAP_PUSH", push.cookie, &push.info)) return;
@@ -211,6 +212,12 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
       Status declared = Ns(req).DeclareExplicitSeal(handle);
       if (!declared.ok()) return ReplyError(req, "ioctl EXPLICIT_SEAL", declared);
       Link(req).HandleExplicitSeal(handle);  // a later worker discards it too
+      fuse_reply_ioctl(req, 0, nullptr, 0);
+      return;
+    }
+    case GPUFS_IOC_COPY_WAIT: {
+      Status copied = Ns(req).AwaitCopy(handle);
+      if (!copied.ok()) return ReplyError(req, "ioctl COPY_WAIT", copied);
       fuse_reply_ioctl(req, 0, nullptr, 0);
       return;
     }

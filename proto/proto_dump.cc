@@ -33,7 +33,8 @@ int main(int argc, char** argv) {
                   {"GPUFS_IOC_SEAL", GPUFS_IOC_SEAL},
                   {"GPUFS_IOC_MAP_PUSH", GPUFS_IOC_MAP_PUSH},
                   {"GPUFS_IOC_EXPLICIT_SEAL", GPUFS_IOC_EXPLICIT_SEAL},
-                  {"GPUFS_IOC_PUBLISH", GPUFS_IOC_PUBLISH}};
+                  {"GPUFS_IOC_PUBLISH", GPUFS_IOC_PUBLISH},
+                  {"GPUFS_IOC_COPY_WAIT", GPUFS_IOC_COPY_WAIT}};
     for (const auto& i : ioctls) std::printf("{\"name\": \"%s\", \"value\": %lu}\n", i.name, i.value);
     return 0;
   }

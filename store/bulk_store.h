@@ -139,6 +139,9 @@ struct IpcExport {
   // Names the allocation among this store's: the same for blobs that share
   // one (a pack, an object's members), so one fd serves all of them.
   uint64_t memory = 0;
+  // A private copy whose bytes are still being copied (ExportCopy's
+  // `queued`): BulkStore::AwaitCopy says when they are all there.
+  bool copy_pending = false;
 };
 
 // A member of an object allocated as a whole (BulkStore::AllocateGroup):
@@ -309,10 +312,23 @@ class BulkStore {
   // export names the copy's memory, with `id`'s offset and size. ENOSPC
   // when there is no room (nothing changed); EOPNOTSUPP for stores without
   // device memory.
-  virtual Result<IpcExport> ExportCopy(BlobId id, BlobId copy) {
+  // `queued`: the caller may hand the export out before the copy ends; the
+  // store may then return once the copy is queued, with copy_pending set,
+  // where the copy's memory reads as zeros until the copy's bytes land
+  // (never as anyone else's bytes), and the source is kept, and not
+  // overwritten, until the copy ends. AwaitCopy(copy) waits for the end.
+  virtual Result<IpcExport> ExportCopy(BlobId id, BlobId copy, bool queued = false) {
     (void)id;
     (void)copy;
+    (void)queued;
     return Error(EOPNOTSUPP, "store " + device() + " has no device memory to copy");
+  }
+  // Returns once the bytes of private copy `copy` (ExportCopy) are all
+  // there, at once for a copy made whole or not known; EIO when the copy
+  // failed (its bytes are not to be used).
+  virtual Status AwaitCopy(BlobId copy) {
+    (void)copy;
+    return Status::Ok();
   }
 
   // The other blobs of the object allocated as a whole that `id` belongs to

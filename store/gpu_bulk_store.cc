@@ -84,6 +84,8 @@ GpuBulkStore::~GpuBulkStore() {
   std::map<uint64_t, std::unique_ptr<Allocation>> allocs;
   {
     std::lock_guard lock(mu_);
+    for (const auto& alloc : allocs_) AwaitCopiesFromLocked(alloc.first);
+    in_flight_.clear();
     allocs.swap(allocs_);
     if (!blobs_.empty()) {
       GPUFS_LOG(DEBUG) << "gpu store " << device_ << ": closing with " << blobs_.size()
@@ -283,6 +285,7 @@ void GpuBulkStore::Free(BlobId id) {
   std::vector<Place> places;
   {
     std::lock_guard lock(mu_);
+    if (in_flight_.contains(id)) (void)AwaitCopyLocked(id);  // a copy still landing in it
     auto it = blobs_.find(id);
     if (it == blobs_.end()) {
       if (lost_.erase(id) > 0) {

@@ -60,6 +60,8 @@
 
 namespace gpufs {
 
+class CudaEvent;  // store/cuda_util.h
+
 // How blobs are exported (see the file comment).
 enum class GpuIpcMode {
   // CUDA VMM physical allocations exported as POSIX fds (vmm_memory.h).
@@ -183,8 +185,10 @@ class GpuBulkStore final : public BulkStore {
   Result<IpcExport> Export(BlobId id) override;
   // See BulkStore::ExportCopy: one D2D copy of the whole allocation into a
   // fresh one (pooled by size), not reported to the fd sink (a copy dies
-  // with this daemon; its importer keeps its memory).
-  Result<IpcExport> ExportCopy(BlobId id, BlobId copy) override;
+  // with this daemon; its importer keeps its memory). Queued when asked and
+  // the copy's memory came zeroed (from the pool), else made whole.
+  Result<IpcExport> ExportCopy(BlobId id, BlobId copy, bool queued = false) override;
+  Status AwaitCopy(BlobId copy) override;
   std::vector<BlobId> GroupOf(BlobId id) override;
   // On the device: one kernel for all blobs (store/sum64_kernel.h).
   Result<std::vector<uint64_t>> Checksums(std::span<const BlobId> ids,
@@ -324,6 +328,22 @@ class GpuBulkStore final : public BulkStore {
   const GpuIpcMode ipc_;
   const uint64_t pack_max_;        // kVmm: alignment / 4 (bytes of the largest packed blob); else 0
   std::unique_ptr<VmmPool> pool_;  // kVmm only
+
+  // ---- Private copies still in flight (gpu_bulk_store_copies.cc)
+  struct CopyInFlight {
+    uint64_t source = 0;                // the allocation read from
+    std::shared_ptr<CudaEvent> done;    // recorded after the copy
+    std::optional<Status> result;       // once waited for
+  };
+  // Waits for the copies reading allocation `alloc` (before any range of it
+  // is zeroed or it goes) or, AwaitCopyLocked, for copy `copy` (before its
+  // memory goes). Under mu_: a wait is at most one copy's time.
+  void AwaitCopiesFromLocked(uint64_t alloc);
+  Status AwaitCopyLocked(BlobId copy);
+  // A D2D copy queued on this thread's stream, `done` recorded after it.
+  Status QueueDeviceToDevice(std::byte* dst, const std::byte* src, uint64_t bytes,
+                             std::shared_ptr<CudaEvent>* done) const;
+  std::map<BlobId, CopyInFlight> in_flight_;  // GUARDED_BY(mu_), by copy
 
   mutable std::mutex mu_;
   std::unordered_map<BlobId, BlobRecord> blobs_;            // GUARDED_BY(mu_)

@@ -11,12 +11,12 @@
 
 namespace gpufs {
 
-Result<IpcExport> GpuBulkStore::ExportCopy(BlobId id, BlobId copy) {
+Result<IpcExport> GpuBulkStore::ExportCopy(BlobId id, BlobId copy, bool queued) {
   StepTrace trace("private copy");
   GPUFS_RETURN_IF_ERROR(PlaceEmpty(id));
   const std::string what = "gpu store " + device_ + ": a private copy of " + Describe(id);
   std::byte* source = nullptr;
-  uint64_t bytes = 0, offset = 0, size = 0;
+  uint64_t bytes = 0, offset = 0, size = 0, source_alloc = 0;
   {
     std::lock_guard lock(mu_);
     BlobRecord* rec = FindLocked(id);
@@ -26,6 +26,7 @@ Result<IpcExport> GpuBulkStore::ExportCopy(BlobId id, BlobId copy) {
     const Allocation* alloc = FindAllocLocked(rec->place.alloc);
     if (alloc == nullptr) return Error(EIO, what + ": its allocation is gone");
     source = alloc->base();
+    source_alloc = alloc->id;
     bytes = alloc->bytes();
     offset = rec->place.offset;
     size = rec->size;
@@ -43,8 +44,15 @@ Result<IpcExport> GpuBulkStore::ExportCopy(BlobId id, BlobId copy) {
   Status made = MakeMemory(alloc.get(), bytes, /*pooled=*/true, /*producer_fills=*/true,
                            /*zero=*/false);  // the copy overwrites every byte
   trace.Step("memory");
-  if (made.ok()) made = DeviceToDevice(alloc->base(), source, bytes);
-  trace.Step("d2d");
+  // Queued only into zeroed memory: whoever maps it before the copy ends
+  // sees zeros or the blob's bytes, nothing of an earlier allocation's.
+  std::shared_ptr<CudaEvent> done;
+  if (made.ok() && queued && alloc->zeroed) {
+    made = QueueDeviceToDevice(alloc->base(), source, bytes, &done);
+  } else if (made.ok()) {
+    made = DeviceToDevice(alloc->base(), source, bytes);
+  }
+  trace.Step(done ? "d2d queued" : "d2d");
   {
     std::lock_guard lock(mu_);
     if (!made.ok()) {
@@ -63,6 +71,7 @@ Result<IpcExport> GpuBulkStore::ExportCopy(BlobId id, BlobId copy) {
                                     .retired = {}});
     allocs_.emplace(alloc->id, std::move(alloc));
     ++dedicated_count_;
+    if (done) in_flight_.emplace(copy, CopyInFlight{.source = source_alloc, .done = done, .result = {}});
   }
   auto out = Export(copy);  // kLegacy: its cudaIpc handle
   trace.Step("export");
@@ -72,7 +81,61 @@ Result<IpcExport> GpuBulkStore::ExportCopy(BlobId id, BlobId copy) {
   }
   out->offset = offset;
   out->size = size;
+  out->copy_pending = done != nullptr;
   return out;
+}
+
+Status GpuBulkStore::QueueDeviceToDevice(std::byte* dst, const std::byte* src, uint64_t bytes,
+                                         std::shared_ptr<CudaEvent>* done) const {
+  GPUFS_RETURN_IF_ERROR(Enter());
+  GPUFS_ASSIGN_OR_RETURN(cudaStream_t stream, gpu_bulk_store_internal::ThreadStream(ordinal_));
+  GPUFS_ASSIGN_OR_RETURN(CudaEvent event, CudaEvent::Create());
+  Status queued = CudaError("cudaMemcpyAsync(DeviceToDevice)",
+                            cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+  if (queued.ok()) queued = CudaError("cudaEventRecord", cudaEventRecord(event.get(), stream));
+  if (!queued.ok()) {
+    // Whatever was queued ends before the memory can go.
+    Status synced = CudaError("cudaStreamSynchronize", cudaStreamSynchronize(stream));
+    (void)synced;
+    return queued;
+  }
+  *done = std::make_shared<CudaEvent>(std::move(event));
+  return Status::Ok();
+}
+
+Status GpuBulkStore::AwaitCopy(BlobId copy) {
+  std::lock_guard lock(mu_);
+  return AwaitCopyLocked(copy);
+}
+
+Status GpuBulkStore::AwaitCopyLocked(BlobId copy) {
+  auto it = in_flight_.find(copy);
+  if (it == in_flight_.end()) return Status::Ok();
+  CopyInFlight& flight = it->second;
+  if (!flight.result) {
+    Status synced = Enter();
+    if (synced.ok()) {
+      synced = CudaError("cudaEventSynchronize", cudaEventSynchronize(flight.done->get()));
+    }
+    flight.result = synced;
+  }
+  Status result = flight.result->ok()
+                      ? Status::Ok()
+                      : Error(EIO, "gpu store " + device_ + ": the private copy " +
+                                       Describe(copy) + " failed: " + flight.result->ToString());
+  in_flight_.erase(it);
+  return result;
+}
+
+void GpuBulkStore::AwaitCopiesFromLocked(uint64_t alloc) {
+  for (auto& [copy, flight] : in_flight_) {
+    if (flight.source != alloc || flight.result) continue;
+    Status synced = Enter();
+    if (synced.ok()) {
+      synced = CudaError("cudaEventSynchronize", cudaEventSynchronize(flight.done->get()));
+    }
+    flight.result = synced;  // AwaitCopy reports it
+  }
 }
 
 Result<std::vector<uint64_t>> GpuBulkStore::Checksums(std::span<const BlobId> ids,

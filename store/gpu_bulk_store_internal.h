@@ -50,6 +50,7 @@ struct GpuBulkStore::Allocation {
   SharingKey key;
   uint64_t memory_id = 0;  // kVmm: BlobMemory::id when re-imported (else derived)
   bool filling = false;    // taken from the pool, its blob not sealed yet (VmmPool::Filled)
+  bool zeroed = false;     // all zero when made (MakeMemory): no earlier bytes in it
 };
 
 namespace gpu_bulk_store_internal {

@@ -56,6 +56,7 @@ Status GpuBulkStore::MakeMemory(Allocation* alloc, uint64_t bytes, bool pooled,
       if (pooled) {
         alloc->vmm = pool_->Take(bytes, producer_fills, spare);
         alloc->filling = producer_fills;
+        alloc->zeroed = alloc->vmm != nullptr;  // the pool's are made zeroed
       }
       pool_->Trim(spare);
     }
@@ -78,13 +79,17 @@ Status GpuBulkStore::MakeMemory(Allocation* alloc, uint64_t bytes, bool pooled,
         return made.status();
       }
       alloc->vmm = std::move(*made);
+      alloc->zeroed = zero;
     }
     return Status::Ok();
   }
   GPUFS_ASSIGN_OR_RETURN(alloc->memory, DeviceMemory::Allocate(ordinal_, bytes));
   // An allocation is all its mapper sees: zero it whole, so no earlier
   // blob's bytes show in the padding.
-  return zero ? Zero(alloc->memory.get(), bytes) : Status::Ok();
+  if (!zero) return Status::Ok();
+  GPUFS_RETURN_IF_ERROR(Zero(alloc->memory.get(), bytes));
+  alloc->zeroed = true;
+  return Status::Ok();
 }
 
 void GpuBulkStore::EndFillLocked(Allocation* alloc) {
@@ -103,6 +108,7 @@ void GpuBulkStore::ReleasePlaceLocked(const Place& place, Dropped* dropped) {
     return;
   }
   Allocation& alloc = *it->second;
+  AwaitCopiesFromLocked(alloc.id);  // a reader's copy still reading it
   if (alloc.ranges) alloc.ranges->Free(place.offset, place.reserved);
   if (alloc.blobs > 0) --alloc.blobs;
   if (alloc.blobs > 0) {
@@ -144,6 +150,7 @@ void GpuBulkStore::ReleasePlaces(const std::vector<Place>& places) {
       std::lock_guard lock(mu_);
       const Allocation* alloc = FindAllocLocked(places[i].alloc);
       shared = alloc != nullptr && alloc->shared();
+      if (shared) AwaitCopiesFromLocked(alloc->id);  // before the range is zeroed
     }
     // The other blobs' mappers reach this range, and a pack gives it to the
     // next blob of the key: its bytes must go.

@@ -80,6 +80,16 @@
  * member never gets the shared one: an importer can always map an fd
  * writable). What the caller writes into it reaches nobody else. */
 #define GPUFS_INFO_PRIVATE_COPY 4u
+/* A private copy still being made (only where the request asked with
+ * GPUFS_MAP_QUEUED_COPY): import and map it, then GPUFS_IOC_COPY_WAIT on
+ * the member before reading it. Until then it reads as zeros or the
+ * member's bytes, never anything else. */
+#define GPUFS_INFO_COPY_PENDING 8u
+/* In info.flags of a GPUFS_IOC_MAP_PUSH request: the caller waits for a
+ * private copy itself (GPUFS_IOC_COPY_WAIT), so the daemon may answer as
+ * soon as the copy is under way and the caller imports and maps the copy
+ * while its bytes land. Other requests and daemons ignore it. */
+#define GPUFS_MAP_QUEUED_COPY 0x100u
 
 /* Where a daemon running as root registers its fd socket: a symbolic link
  * named MAJOR:MINOR (decimal, of the mount's st_dev) to the socket. Trust it
@@ -164,7 +174,7 @@ struct gpufs_alloc {
  * connection to the fd socket named by `cookie` (see the top). */
 struct gpufs_map_push {
   uint8_t cookie[GPUFS_TOKEN_BYTES]; /* in: as in the connection's gpufs_fd_hello */
-  struct gpufs_ipc_info info;        /* out */
+  struct gpufs_ipc_info info;        /* out; in: flags may have GPUFS_MAP_QUEUED_COPY */
 };
 
 /* Handle of a sealed GPU blob (one that spilled off its GPU is brought back
@@ -327,5 +337,11 @@ struct gpufs_publish {
   uint64_t version; /* out: the version published */
 };
 #define GPUFS_IOC_PUBLISH _IOWR('G', 10, struct gpufs_publish)
+
+/* GPUFS_IOC_COPY_WAIT, on the member a map answered with
+ * GPUFS_INFO_COPY_PENDING: returns once the private copy's bytes are all
+ * there (at once when they are). EIO: the copy failed, or the worker that
+ * made it was replaced (the bytes are not to be used: unmap, map again). */
+#define GPUFS_IOC_COPY_WAIT _IO('G', 11)
 
 #endif /* GPUFS_UAPI_H_ */

@@ -11,13 +11,15 @@
 //                         exit 0 when it did (the caller checks whose memory
 //                         it reached)
 //   read PATH BYTE        maps PATH the same way, read-only; exit 0 when every
-//                         byte is BYTE
+//                         byte is BYTE (read-queued: as copybench's `queued`)
 //   oversize PATH         gets PATH's fd as above and asks the driver to map
 //                         2 MiB more than the allocation it was given; exit 0
 //                         when the driver refuses (nothing past the
 //                         allocation is reachable)
-//   copybench PATH        a cold map as above (the daemon makes a private copy
-//                         when the caller may not write PATH), against the
+//   copybench PATH [queued]  a cold map as above (the daemon makes a private copy
+//                         when the caller may not write PATH; `queued`: asked
+//                         with GPUFS_IOC_MAP_PUSH and GPUFS_MAP_QUEUED_COPY, the
+//                         copy imported while its bytes land), against the
 //                         same process's import + map of an allocation of that
 //                         size and a D2D copy of the member's bytes: prints
 //                         microseconds and the ratio
@@ -132,28 +134,84 @@ int FetchFd(int member, const gpufs_ipc_info& info, const std::string& path) {
   return fd;
 }
 
+// As the two steps above, in one: a connection that said hello, then
+// GPUFS_IOC_MAP_PUSH asking for a queued private copy (GPUFS_MAP_QUEUED_COPY):
+// the fd is waiting on the connection when the ioctl returns.
+int PushFd(int member, const std::string& sock, gpufs_ipc_info* info) {
+  int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, sock.c_str(), sizeof addr.sun_path - 1);
+  if (::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
+  gpufs_fd_hello hello{};
+  hello.magic = GPUFS_FD_HELLO_MAGIC;
+  hello.version = GPUFS_UAPI_VERSION;
+  for (size_t i = 0; i < sizeof hello.cookie; ++i) hello.cookie[i] = static_cast<uint8_t>(rand());
+  if (::send(s, &hello, sizeof hello, 0) != sizeof hello) return -1;
+  gpufs_map_push push{};
+  std::memcpy(push.cookie, hello.cookie, sizeof push.cookie);
+  push.info.flags = GPUFS_MAP_QUEUED_COPY;
+  if (::ioctl(member, GPUFS_IOC_MAP_PUSH, &push) != 0 || !(push.info.flags & GPUFS_INFO_FD_SENT)) {
+    std::perror("attack-probe: GPUFS_IOC_MAP_PUSH");
+    return -1;
+  }
+  *info = push.info;
+  gpufs_fd_reply reply{};
+  iovec iov{&reply, sizeof reply};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  int fd = -1;
+  if (::recvmsg(s, &msg, 0) > 0 && reply.error == 0) {
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_type == SCM_RIGHTS) std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+    }
+  }
+  ::close(s);
+  return fd;
+}
+
 struct Mapped {
   gpufs_ipc_info info{};
   CUdeviceptr base = 0;
   int member = -1;
   double us = 0;  // open to mapped
-  double import_us = 0;  // fd in hand to mapped
+  double import_us = 0;  // fd in hand to mapped (not counting a copy's wait)
   double open_us = 0, ioctl_us = 0, fd_us = 0;  // the steps before it
 };
 
-// Opens and maps PATH with `access` (1 read, 3 read-write).
-bool MapRaw(const Driver& d, const char* path, unsigned long long access, Mapped* m) {
+// Opens and maps PATH with `access` (1 read, 3 read-write); `queued`: the
+// fastest way uapi.h gives a reader, its copy mapped while its bytes land.
+bool MapRaw(const Driver& d, const char* path, unsigned long long access, Mapped* m,
+            bool queued = false) {
   using Clock = std::chrono::steady_clock;
+  std::string sock;
+  if (queued) {  // the socket's path beforehand, as a client that mapped before knows it
+    char buf[256] = {};
+    std::string root(path);
+    root = root.substr(0, root.rfind('/'));
+    if (::getxattr(root.c_str(), GPUFS_XATTR_SOCKET, buf, sizeof buf - 1) <= 0) {
+      return Fail("no fd socket named on " + root) == 0;
+    }
+    sock = buf;
+  }
   auto t0 = Clock::now();
   m->member = ::open(path, O_RDONLY | O_CLOEXEC);
   auto t_open = Clock::now();
-  if (m->member < 0 || ::ioctl(m->member, GPUFS_IOC_MAP, &m->info) != 0) {
+  int fd = -1;
+  if (queued) {
+    if (m->member >= 0) fd = PushFd(m->member, sock, &m->info);
+    if (fd < 0) return Fail("open/GPUFS_IOC_MAP_PUSH/fd") == 0;
+  } else if (m->member < 0 || ::ioctl(m->member, GPUFS_IOC_MAP, &m->info) != 0) {
     std::perror("attack-probe: open/GPUFS_IOC_MAP");
     return false;
   }
   if (m->info.handle_type != GPUFS_HANDLE_VMM_FD) return Fail("not a VMM blob") == 0;
   auto t_ioctl = Clock::now();
-  int fd = FetchFd(m->member, m->info, path);
+  if (!queued) fd = FetchFd(m->member, m->info, path);
   if (fd < 0) return Fail("no fd") == 0;
   auto t1 = Clock::now();
   CUhandle h = 0;
@@ -164,9 +222,13 @@ bool MapRaw(const Driver& d, const char* path, unsigned long long access, Mapped
   }
   AccessDesc desc{1, 0, access};
   if (d.SetAccess(m->base, m->info.alloc_size, &desc, 1) != 0) return Fail("set access") == 0;
+  auto t_mapped = Clock::now();  // a queued copy's bytes may still be landing
+  if ((m->info.flags & GPUFS_INFO_COPY_PENDING) && ::ioctl(m->member, GPUFS_IOC_COPY_WAIT) != 0) {
+    return Fail("GPUFS_IOC_COPY_WAIT") == 0;
+  }
   auto t2 = Clock::now();
   m->us = std::chrono::duration<double, std::micro>(t2 - t0).count();
-  m->import_us = std::chrono::duration<double, std::micro>(t2 - t1).count();
+  m->import_us = std::chrono::duration<double, std::micro>(t_mapped - t1).count();
   m->open_us = std::chrono::duration<double, std::micro>(t_open - t0).count();
   m->ioctl_us = std::chrono::duration<double, std::micro>(t_ioctl - t_open).count();
   m->fd_us = std::chrono::duration<double, std::micro>(t1 - t_ioctl).count();
@@ -187,21 +249,25 @@ int main(int argc, char** argv) {
       d.PrimaryCtxRetain(&ctx, dev) != 0 || d.CtxSetCurrent(ctx) != 0) {
     return Fail("no CUDA driver or device");
   }
-  if (cmd == "attack" || cmd == "read") {
+  if (cmd == "attack" || cmd == "read" || cmd == "read-queued") {
     if (argc < 4) return Fail("want BYTE");
     const auto byte = static_cast<unsigned char>(std::strtoul(argv[3], nullptr, 0));
     Mapped m;
-    if (!MapRaw(d, path, cmd == "attack" ? 3 : 1, &m)) return 1;
+    if (!MapRaw(d, path, cmd == "attack" ? 3 : 1, &m, cmd == "read-queued")) return 1;
     const bool copy = (m.info.flags & GPUFS_INFO_PRIVATE_COPY) != 0;
     const CUdeviceptr blob = m.base + m.info.offset;
-    if (cmd == "read") {
+    if (cmd != "attack") {
       std::vector<unsigned char> bytes(m.info.size);
       if (d.MemcpyDtoH(bytes.data(), blob, bytes.size()) != 0) return Fail("read");
       for (size_t i = 0; i < bytes.size(); ++i) {
         if (bytes[i] != byte) return Fail("byte " + std::to_string(i) + " differs");
       }
+      const bool pending = (m.info.flags & GPUFS_INFO_COPY_PENDING) != 0;
       std::printf("read %llu bytes of 0x%02x (%s)\n", static_cast<unsigned long long>(m.info.size),
-                  byte, copy ? "a private copy" : "the shared memory");
+                  byte,
+                  !copy     ? "the shared memory"
+                  : pending ? "a private copy, queued and waited for"
+                            : "a private copy");
       return 0;
     }
     const bool wrote = d.MemsetD8(blob, byte, m.info.size) == 0 && d.Synchronize() == 0;
@@ -231,7 +297,8 @@ int main(int argc, char** argv) {
   }
   if (cmd == "copybench") {
     Mapped m;
-    if (!MapRaw(d, path, 1, &m)) return 1;
+    const bool queued = argc > 3 && std::string(argv[3]) == "queued";
+    if (!MapRaw(d, path, 1, &m, queued)) return 1;
     // The same process: a D2D copy of the member's size, its cost alone.
     CUdeviceptr a = 0, b = 0;
     if (d.MemAlloc(&a, m.info.size) != 0 || d.MemAlloc(&b, m.info.size) != 0) return Fail("alloc");
@@ -243,9 +310,9 @@ int main(int argc, char** argv) {
     const double d2d_us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     std::printf(
-        "copybench %s bytes=%llu private_copy=%d cold_map_us=%.1f import_map_us=%.1f d2d_us=%.1f "
+        "copybench %s%s bytes=%llu private_copy=%d cold_map_us=%.1f import_map_us=%.1f d2d_us=%.1f "
         "ratio=%.2f (open_us=%.1f ioctl_us=%.1f fd_us=%.1f)\n",
-        path, static_cast<unsigned long long>(m.info.size),
+        path, queued ? " queued" : "", static_cast<unsigned long long>(m.info.size),
         (m.info.flags & GPUFS_INFO_PRIVATE_COPY) ? 1 : 0, m.us, m.import_us, d2d_us,
         m.us / (m.import_us + d2d_us), m.open_us, m.ioctl_us, m.fd_us);
     return 0;
