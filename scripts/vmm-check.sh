@@ -154,7 +154,13 @@ check "nobody in its own PID namespace too" \
 traced() { local want=$1; shift; local out; out=$(GPUFS_TRACE=1 "$@" 2>&1) && grep -qE "$want" <<< "$out"; }
 check "a map's fd comes with its open: no ioctl, no request to the socket (found in /run/gpufs)" \
   traced ' open [0-9.]+ fd-pushed ' "$probe" check "$mnt/sec/pub" 0x41
-check "nobody's too" traced ' open [0-9.]+ fd-pushed ' nobody "$probe" check "$mnt/sec/pub" 0x41
+fill "$mnt/sec/all" 65536 O && chmod 666 "$mnt/sec/all"   # 0x4f, everyone may write it
+check "nobody's map of a member it may write comes with its open too" \
+  traced ' open [0-9.]+ fd-pushed ' nobody "$probe" check "$mnt/sec/all" 0x4f
+# A reader's private copy comes with the ioctl instead, queued while its
+# bytes land (GPUFS_MAP_QUEUED_COPY), waited for before the map returns.
+check "nobody's map of a member it may only read asks with the ioctl, for a queued copy" \
+  traced ' socket [0-9.]+ fd-pushed ' nobody "$probe" check "$mnt/sec/pub" 0x41
 check "nobody's in its own PID namespace comes with the ioctl" \
   traced ' socket [0-9.]+ fd-pushed ' unshare --pid --fork --mount-proc setpriv --reuid=65534 --regid=65534 --clear-groups "$probe" check "$mnt/sec/pub" 0x41
 

@@ -26,6 +26,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/ioctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/xattr.h>
@@ -146,8 +147,11 @@ int PushFd(int member, const std::string& sock, gpufs_ipc_info* info) {
   gpufs_fd_hello hello{};
   hello.magic = GPUFS_FD_HELLO_MAGIC;
   hello.version = GPUFS_UAPI_VERSION;
-  for (size_t i = 0; i < sizeof hello.cookie; ++i) hello.cookie[i] = static_cast<uint8_t>(rand());
-  if (::send(s, &hello, sizeof hello, 0) != sizeof hello) return -1;
+  // Random, as uapi.h asks: the cookie names this connection alone.
+  if (::getrandom(hello.cookie, sizeof hello.cookie, 0) != sizeof hello.cookie ||
+      ::send(s, &hello, sizeof hello, 0) != sizeof hello) {
+    return -1;
+  }
   gpufs_map_push push{};
   std::memcpy(push.cookie, hello.cookie, sizeof push.cookie);
   push.info.flags = GPUFS_MAP_QUEUED_COPY;
