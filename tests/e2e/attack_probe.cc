@@ -94,72 +94,22 @@ bool LoadDriver(Driver* d) {
          Sym(lib, "cuMemAlloc_v2", &d->MemAlloc) && Sym(lib, "cuCtxSynchronize", &d->Synchronize);
 }
 
-// The member's fd of device memory, as uapi.h says: GPUFS_IOC_MAP, then the
-// token on the fd socket named in info.handle (or the root's xattr).
-int FetchFd(int member, const gpufs_ipc_info& info, const std::string& path) {
-  std::string sock(reinterpret_cast<const char*>(info.handle), strnlen(reinterpret_cast<const char*>(info.handle), sizeof info.handle));
-  if (sock.empty()) {
-    char buf[256] = {};
-    if (::fgetxattr(member, GPUFS_XATTR_SOCKET, buf, sizeof buf - 1) <= 0) return -1;
-    sock = buf;
-  }
-  (void)path;
+// A SOCK_SEQPACKET connection to the fd socket at `path`, or -1.
+int Connect(const std::string& path) {
   int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, sock.c_str(), sizeof addr.sun_path - 1);
-  if (::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
-  gpufs_fd_request req{};
-  req.magic = GPUFS_FD_MAGIC;
-  req.version = GPUFS_UAPI_VERSION;
-  std::memcpy(req.token, info.token, sizeof req.token);
-  if (::send(s, &req, sizeof req, 0) != sizeof req) return -1;
-  gpufs_fd_reply reply{};
-  iovec iov{&reply, sizeof reply};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  if (::recvmsg(s, &msg, 0) < 0 || reply.error != 0) {
-    std::fprintf(stderr, "attack-probe: fd socket: %s\n", reply.message);
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  if (s >= 0 && ::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     ::close(s);
     return -1;
   }
-  int fd = -1;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_type == SCM_RIGHTS) std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
-  }
-  ::close(s);
-  return fd;
+  return s;
 }
 
-// As the two steps above, in one: a connection that said hello, then
-// GPUFS_IOC_MAP_PUSH asking for a queued private copy (GPUFS_MAP_QUEUED_COPY):
-// the fd is waiting on the connection when the ioctl returns.
-int PushFd(int member, const std::string& sock, gpufs_ipc_info* info) {
-  int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, sock.c_str(), sizeof addr.sun_path - 1);
-  if (::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
-  gpufs_fd_hello hello{};
-  hello.magic = GPUFS_FD_HELLO_MAGIC;
-  hello.version = GPUFS_UAPI_VERSION;
-  // Random, as uapi.h asks: the cookie names this connection alone.
-  if (::getrandom(hello.cookie, sizeof hello.cookie, 0) != sizeof hello.cookie ||
-      ::send(s, &hello, sizeof hello, 0) != sizeof hello) {
-    return -1;
-  }
-  gpufs_map_push push{};
-  std::memcpy(push.cookie, hello.cookie, sizeof push.cookie);
-  push.info.flags = GPUFS_MAP_QUEUED_COPY;
-  if (::ioctl(member, GPUFS_IOC_MAP_PUSH, &push) != 0 || !(push.info.flags & GPUFS_INFO_FD_SENT)) {
-    std::perror("attack-probe: GPUFS_IOC_MAP_PUSH");
-    return -1;
-  }
-  *info = push.info;
+// The struct gpufs_fd_reply waiting on connection `s` and the fd it carries
+// (-1 when it says an error); closes `s`.
+int ReceiveFd(int s) {
   gpufs_fd_reply reply{};
   iovec iov{&reply, sizeof reply};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
@@ -169,13 +119,65 @@ int PushFd(int member, const std::string& sock, gpufs_ipc_info* info) {
   msg.msg_control = control;
   msg.msg_controllen = sizeof control;
   int fd = -1;
-  if (::recvmsg(s, &msg, 0) > 0 && reply.error == 0) {
+  if (::recvmsg(s, &msg, 0) < 0 || reply.error != 0) {
+    std::fprintf(stderr, "attack-probe: fd socket: %s\n", reply.message);
+  } else {
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
       if (c->cmsg_type == SCM_RIGHTS) std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
     }
   }
   ::close(s);
   return fd;
+}
+
+// The member's fd of device memory, as uapi.h says: GPUFS_IOC_MAP, then the
+// token on the fd socket named in info.handle (or the root's xattr).
+int FetchFd(int member, const gpufs_ipc_info& info) {
+  std::string sock(reinterpret_cast<const char*>(info.handle),
+                   strnlen(reinterpret_cast<const char*>(info.handle), sizeof info.handle));
+  if (sock.empty()) {
+    char buf[256] = {};
+    if (::fgetxattr(member, GPUFS_XATTR_SOCKET, buf, sizeof buf - 1) <= 0) return -1;
+    sock = buf;
+  }
+  const int s = Connect(sock);
+  if (s < 0) return -1;
+  gpufs_fd_request req{};
+  req.magic = GPUFS_FD_MAGIC;
+  req.version = GPUFS_UAPI_VERSION;
+  std::memcpy(req.token, info.token, sizeof req.token);
+  if (::send(s, &req, sizeof req, 0) != sizeof req) {
+    ::close(s);
+    return -1;
+  }
+  return ReceiveFd(s);
+}
+
+// As the two steps above, in one: a connection that said hello, then
+// GPUFS_IOC_MAP_PUSH asking for a queued private copy (GPUFS_MAP_QUEUED_COPY):
+// the fd is waiting on the connection when the ioctl returns.
+int PushFd(int member, const std::string& sock, gpufs_ipc_info* info) {
+  const int s = Connect(sock);
+  if (s < 0) return -1;
+  gpufs_fd_hello hello{};
+  hello.magic = GPUFS_FD_HELLO_MAGIC;
+  hello.version = GPUFS_UAPI_VERSION;
+  gpufs_map_push push{};
+  // Random, as uapi.h asks: the cookie names this connection alone.
+  if (::getrandom(hello.cookie, sizeof hello.cookie, 0) != sizeof hello.cookie ||
+      ::send(s, &hello, sizeof hello, 0) != sizeof hello) {
+    ::close(s);
+    return -1;
+  }
+  std::memcpy(push.cookie, hello.cookie, sizeof push.cookie);
+  push.info.flags = GPUFS_MAP_QUEUED_COPY;
+  if (::ioctl(member, GPUFS_IOC_MAP_PUSH, &push) != 0 || !(push.info.flags & GPUFS_INFO_FD_SENT)) {
+    std::perror("attack-probe: GPUFS_IOC_MAP_PUSH");
+    ::close(s);
+    return -1;
+  }
+  *info = push.info;
+  return ReceiveFd(s);
 }
 
 struct Mapped {
@@ -215,7 +217,7 @@ bool MapRaw(const Driver& d, const char* path, unsigned long long access, Mapped
   }
   if (m->info.handle_type != GPUFS_HANDLE_VMM_FD) return Fail("not a VMM blob") == 0;
   auto t_ioctl = Clock::now();
-  if (!queued) fd = FetchFd(m->member, m->info, path);
+  if (!queued) fd = FetchFd(m->member, m->info);
   if (fd < 0) return Fail("no fd") == 0;
   auto t1 = Clock::now();
   CUhandle h = 0;
@@ -284,7 +286,7 @@ int main(int argc, char** argv) {
     const int member = ::open(path, O_RDONLY | O_CLOEXEC);
     if (member < 0 || ::ioctl(member, GPUFS_IOC_MAP, &info) != 0) return Fail("open/GPUFS_IOC_MAP");
     if (info.handle_type != GPUFS_HANDLE_VMM_FD) return Fail("not a VMM blob");
-    const int fd = FetchFd(member, info, path);
+    const int fd = FetchFd(member, info);
     if (fd < 0) return Fail("no fd");
     CUhandle h = 0;
     CUdeviceptr base = 0;
