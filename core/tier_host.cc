@@ -3,6 +3,7 @@
 // user's move, Migrate, which places members and has Tiers move their blobs.
 #include "core/namespace.h"
 #include "proto/names.h"
+#include "proto/tier_id.h"
 #include "proto/xattr_names.h"
 
 namespace gpufs {
@@ -188,7 +189,7 @@ Result<std::vector<EntryId>> Namespace::BlobsUnder(EntryId ino) {
 
 Status Namespace::Migrate(uint64_t ino, const std::string& device) {
   if (IsControl(ino)) return Error(EPERM, "/.gpufs is read-only");
-  if (!proto::IsDeviceName(device)) {
+  if (!TierId::Parse(device).ok()) {
     return Error(EINVAL, "device '" + device + "': want host, disk or cuda:N");
   }
   if (!stores_.contains(device)) {
