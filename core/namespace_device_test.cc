@@ -41,7 +41,7 @@ class DeviceTest : public ::testing::Test {
     options.catalog = std::move(*catalog);
     options.stores.push_back(std::move(*host));
     options.stores.push_back(std::move(device));
-    options.default_device = "host";
+    options.default_device = TierId::Host();
     options.on_unsealed_size = [this](uint64_t blob, uint64_t size) {
       std::lock_guard lock(sizes_mu_);
       unsealed_sizes_[blob] = size;
@@ -238,7 +238,7 @@ TEST(DeviceMemoryWithoutAGpu, AllocIsENODEVAndTheMemberStaysInHostMemory) {
   options.catalog = std::move(*catalog);
   options.stores.push_back(std::move(*host));
   options.stores.push_back(std::move(*disk));
-  options.default_device = "host";
+  options.default_device = TierId::Host();
   auto ns = Namespace::Open(std::move(options));
   ASSERT_TRUE(ns.ok()) << ns.status().ToString();
   const Caller caller{1000, 1000, 1, {}};

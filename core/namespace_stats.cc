@@ -124,7 +124,7 @@ void Namespace::AddLiveUsage(StatsView* view) {
   // Open blobs whose rows lag behind: a writer's live size, a device.
   for (const auto& [id, blob] : active_) {
     const uint64_t size = blob->size.load();
-    const std::string& device = blob->rec.device;
+    const TierId& device = blob->rec.device;
     auto row = catalog_->GetBlob(id);
     if (!row.ok() || (row->size == size && row->device == device)) continue;
     const UsageFigures was = UsageCatalog::Contribution(*row);
@@ -148,7 +148,7 @@ void Namespace::AddLiveUsage(StatsView* view) {
     for (const auto& [device, t] : usage[i].tiers) out.bytes_per_tier[device] = t.bytes;
   }
   std::map<std::string, uint64_t> member_bytes;
-  for (const auto& [device, store] : stores_) member_bytes[device] = 0;
+  for (const auto& [device, store] : stores_) member_bytes[device.Name()] = 0;
   for (const auto& [device, t] : tiers) member_bytes[device] = t.bytes;
   view->member_bytes_per_tier.assign(member_bytes.begin(), member_bytes.end());
 }
@@ -167,10 +167,10 @@ void Namespace::AddRecountedUsage(StatsView* view) {
       auto blob = catalog_->GetBlob(entry->blob);
       if (!blob.ok()) continue;
       uint64_t size = blob->size;
-      std::string tier = blob->device;
+      std::string tier = blob->device.Name();
       if (auto it = active_.find(blob->id); it != active_.end()) {
         size = it->second->size.load();
-        tier = it->second->rec.device;
+        tier = it->second->rec.device.Name();
       }
       usage.bytes += size;
       usage.blobs++;
@@ -178,13 +178,13 @@ void Namespace::AddRecountedUsage(StatsView* view) {
     }
   });
   std::map<std::string, uint64_t> per_tier;
-  for (const auto& [device, store] : stores_) per_tier[device] = 0;
+  for (const auto& [device, store] : stores_) per_tier[device.Name()] = 0;
   if (auto blobs = catalog_->ListBlobs(); blobs.ok()) {
     for (const Blob& blob : *blobs) {
       if (blob.state == BlobState::kLost) continue;
       auto it = active_.find(blob.id);
       const Blob& rec = it != active_.end() ? it->second->rec : blob;
-      per_tier[rec.device] += it != active_.end() ? it->second->size.load() : blob.size;
+      per_tier[rec.device.Name()] += it != active_.end() ? it->second->size.load() : blob.size;
     }
   }
   view->member_bytes_per_tier.assign(per_tier.begin(), per_tier.end());

@@ -44,7 +44,6 @@ Status ValidateName(std::string_view name) {
 }
 
 Status ValidateBlob(const Blob& blob) {
-  if (blob.device.empty()) return Error(EINVAL, "blob has no device");
   int state = static_cast<int>(blob.state);
   if (state < static_cast<int>(BlobState::kUnsealed) ||
       state > static_cast<int>(BlobState::kLost)) {
@@ -69,10 +68,14 @@ Entry EntryFromRow(const Statement& row) {
   return entry;
 }
 
-Blob BlobFromRow(const Statement& row) {
+Result<Blob> BlobFromRow(const Statement& row) {
   Blob blob;
   blob.id = static_cast<BlobId>(row.ColumnInt64(0));
-  blob.device = row.ColumnText(1);
+  auto device = TierId::Parse(row.ColumnText(1));
+  if (!device.ok()) {
+    return Error(EIO, "blob " + std::to_string(blob.id) + ": " + device.status().message());
+  }
+  blob.device = *device;
   blob.size = static_cast<uint64_t>(row.ColumnInt64(2));
   blob.state = static_cast<BlobState>(row.ColumnInt64(3));
   blob.owner_uid = static_cast<uint32_t>(row.ColumnInt64(4));
@@ -82,7 +85,7 @@ Blob BlobFromRow(const Statement& row) {
 }
 
 void BindBlobFields(Statement& stmt, int first, const Blob& blob) {
-  stmt.BindText(first, blob.device);
+  stmt.BindText(first, blob.device.Name());
   stmt.BindInt64(first + 1, I64(blob.size));
   stmt.BindInt64(first + 2, static_cast<int>(blob.state));
   stmt.BindInt64(first + 3, blob.owner_uid);
@@ -191,7 +194,8 @@ Result<std::optional<Blob>> FindBlob(Db& db, BlobId id) {
   stmt.BindInt64(0, I64(id));
   GPUFS_ASSIGN_OR_RETURN(bool found, StepOnce(stmt));
   if (!found) return std::optional<Blob>();
-  return std::optional<Blob>(BlobFromRow(stmt));
+  GPUFS_ASSIGN_OR_RETURN(Blob blob, BlobFromRow(stmt));
+  return std::optional<Blob>(std::move(blob));
 }
 
 Result<Blob> InsertBlob(Db& db, const Blob& blob) {

@@ -126,9 +126,9 @@ TEST_F(DeferredRowsTest, MissingRowsAreStillENOENT) {
   nobody.id = file_.id + 100;
   EXPECT_EQ(catalog_->UpdateEntryAttrs(nobody).code(), ENOENT);
   EXPECT_EQ(catalog_->UpdateBlobAndEntryAttrs(Closed(1), nobody).code(), ENOENT);
-  Blob nameless = Closed(1);
-  nameless.device.clear();
-  EXPECT_EQ(catalog_->UpdateBlob(nameless).code(), EINVAL);
+  Blob stateless = Closed(1);
+  stateless.state = static_cast<BlobState>(99);
+  EXPECT_EQ(catalog_->UpdateBlob(stateless).code(), EINVAL);
   // Nothing of the refused calls is pending.
   EXPECT_EQ(catalog_->GetBlob(file_.blob)->size, 0u);
 }

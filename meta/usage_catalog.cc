@@ -61,7 +61,7 @@ UsageFigures UsageCatalog::Contribution(const Blob& blob) {
   UsageFigures usage;
   usage.blobs = 1;
   usage.bytes = blob.size;
-  if (blob.state != BlobState::kLost) usage.tiers[blob.device] = {1, blob.size};
+  if (blob.state != BlobState::kLost) usage.tiers[blob.device.Name()] = {1, blob.size};
   return usage;
 }
 

@@ -32,8 +32,8 @@ void AddBlob(UsageFigures* usage, const Blob& blob) {
   usage->blobs += 1;
   usage->bytes += blob.size;
   if (blob.state == BlobState::kLost) return;
-  usage->tiers[blob.device].blobs += 1;
-  usage->tiers[blob.device].bytes += blob.size;
+  usage->tiers[blob.device.Name()].blobs += 1;
+  usage->tiers[blob.device.Name()].bytes += blob.size;
 }
 
 Recount CountFromScratch(Catalog& catalog) {
@@ -44,8 +44,8 @@ Recount CountFromScratch(Catalog& catalog) {
   for (const Blob& blob : *blobs) {
     rows[blob.id] = blob;
     if (blob.state == BlobState::kLost) continue;
-    out.tiers[blob.device].blobs += 1;
-    out.tiers[blob.device].bytes += blob.size;
+    out.tiers[blob.device.Name()].blobs += 1;
+    out.tiers[blob.device.Name()].bytes += blob.size;
   }
   std::function<UsageFigures(const Entry&, EntryId)> walk = [&](const Entry& entry, EntryId top) {
     UsageFigures usage;
@@ -105,7 +105,7 @@ class UsageCatalogTest : public ::testing::Test {
   }
   static Blob NewBlob(std::string device, uint64_t size, BlobState state = BlobState::kSealed) {
     Blob blob;
-    blob.device = std::move(device);
+    blob.device = *TierId::Parse(device);
     blob.size = size;
     blob.state = state;
     return blob;
@@ -184,7 +184,7 @@ TEST_F(UsageCatalogTest, FiguresOfASmallTree) {
   // y spills to host, then is lost.
   auto row = catalog_->GetBlob(y.blob);
   ASSERT_TRUE(row.ok());
-  row->device = "host";
+  row->device = TierId::Host();
   ASSERT_TRUE(catalog_->UpdateBlob(*row).ok());
   EXPECT_EQ(Show(UsageOf(b.id)), Show(UsageFigures{2, 57, {{"host", {1, 50}}}}));
   row->state = BlobState::kLost;
@@ -336,7 +336,7 @@ TEST_F(UsageCatalogTest, RandomChangesMatchACountFromScratch) {
               row.size = pick(1 << 20);
               break;  // written, flushed
             case 1:
-              row.device = devices[pick(devices.size())];
+              row.device = *TierId::Parse(devices[pick(devices.size())]);
               break;  // migrate, spill
             case 2:
               row.state = static_cast<BlobState>(pick(3));

@@ -1,7 +1,10 @@
 #include "proto/tier_id.h"
 
+#include <array>
 #include <charconv>
+#include <mutex>
 #include <ostream>
+#include <unordered_map>
 
 namespace gpufs {
 namespace {
@@ -46,9 +49,26 @@ Result<TierId> TierId::Parse(std::string_view name) {
   return Gpu(ordinal);
 }
 
-std::string TierId::Name() const {
-  char buffer[16];
-  return std::string(NameInto(*this, buffer));
+const std::string& TierId::Name() const {
+  static const std::string host = "host";
+  static const std::string disk = "disk";
+  if (is_host()) return host;
+  if (is_disk()) return disk;
+  // The first GPUs' names are made once; a larger ordinal's on first use,
+  // kept in a node map (its strings never move) under a lock.
+  static constexpr uint32_t kMade = 64;
+  static const std::array<std::string, kMade> made = [] {
+    std::array<std::string, kMade> names;
+    for (uint32_t i = 0; i < kMade; ++i) names[i] = std::string(kGpuPrefix) + std::to_string(i);
+    return names;
+  }();
+  if (ordinal_ < kMade) return made[ordinal_];
+  static std::mutex mu;
+  static std::unordered_map<uint32_t, std::string> more;
+  std::lock_guard lock(mu);
+  auto [it, added] = more.try_emplace(ordinal_);
+  if (added) it->second = std::string(kGpuPrefix) + std::to_string(ordinal_);
+  return it->second;
 }
 
 std::strong_ordering TierId::operator<=>(const TierId& other) const {

@@ -38,8 +38,9 @@ class TierId {
   // "cuda:x", "cuda:-1", "cuda:01", "gpu0", an ordinal past kMaxOrdinal).
   static Result<TierId> Parse(std::string_view name);
 
-  // The canonical name: Parse(id.Name()) == id.
-  std::string Name() const;
+  // The canonical name: Parse(id.Name()) == id. Interned: the reference
+  // stays valid for the life of the program.
+  const std::string& Name() const;
   Kind kind() const { return kind_; }
   bool is_gpu() const { return kind_ == Kind::kGpu; }
   bool is_host() const { return kind_ == Kind::kHost; }

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "proto/tier_id.h"
 #include "util/status.h"
 #include "util/unique_fd.h"
 
@@ -174,7 +175,7 @@ class BulkStore {
   virtual ~BulkStore() = default;
 
   // "host" or "cuda:N".
-  virtual const std::string& device() const = 0;
+  virtual TierId device() const = 0;
   virtual StoreUsage Usage() const = 0;
 
   // Called once, before any other call, with every blob the catalog places in
@@ -298,7 +299,7 @@ class BulkStore {
   // stores without device memory.
   virtual Result<IpcExport> Export(BlobId id) {
     (void)id;
-    return Error(EOPNOTSUPP, "store " + device() + " has no device memory to export");
+    return Error(EOPNOTSUPP, "store " + device().Name() + " has no device memory to export");
   }
 
   // A private copy of the allocation that holds sealed blob `id`, for a
@@ -312,7 +313,7 @@ class BulkStore {
   virtual Result<IpcExport> ExportCopy(BlobId id, BlobId copy) {
     (void)id;
     (void)copy;
-    return Error(EOPNOTSUPP, "store " + device() + " has no device memory to copy");
+    return Error(EOPNOTSUPP, "store " + device().Name() + " has no device memory to copy");
   }
 
   // The other blobs of the object allocated as a whole that `id` belongs to

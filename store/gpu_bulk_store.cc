@@ -63,7 +63,8 @@ Result<std::unique_ptr<GpuBulkStore>> GpuBulkStore::Open(const GpuStoreOptions& 
 GpuBulkStore::GpuBulkStore(const GpuStoreOptions& options, uint64_t alignment, uint64_t capacity,
                            std::array<uint8_t, 16> uuid)
     : ordinal_(options.ordinal),
-      device_("cuda:" + std::to_string(options.ordinal)),
+      tier_(TierId::Gpu(static_cast<uint32_t>(options.ordinal))),
+      device_(tier_.Name()),
       uuid_(uuid),
       capacity_(capacity),
       default_capacity_(!options.capacity.has_value()),

@@ -103,9 +103,10 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
     GPUFS_LOG(INFO) << "store host: " << FormatSize(capacity) << " under " << config.host_dir;
     out.stores.push_back(std::move(host));
   }
-  out.default_device = "host";
+  out.default_device = TierId::Host();
   if (!config.disk_dir.empty()) {
-    uint64_t disk_capacity = tier_capacity(TierId::Disk()).value_or(DiskRoom(config.disk_dir).value_or(0));
+    uint64_t disk_capacity =
+        tier_capacity(TierId::Disk()).value_or(DiskRoom(config.disk_dir).value_or(0));
     GPUFS_ASSIGN_OR_RETURN(auto disk, HostBulkStore::Open(config.disk_dir, disk_capacity));
     disk->ServeAsDiskTier();
     GPUFS_LOG(INFO) << "store disk: " << FormatSize(disk_capacity) << " under " << config.disk_dir;
@@ -141,15 +142,17 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
       GPUFS_LOG(INFO) << "store " << gpu->device() << ": " << FormatSize(gpu->Usage().capacity);
       out.stores.push_back(std::move(gpu));
     }
-    out.default_device = "cuda:" + std::to_string(devices.front());
+    out.default_device = TierId::Gpu(static_cast<uint32_t>(devices.front()));
   }
 #else
   (void)gpus;
 #endif
   for (const auto& [tier, bytes] : config.tier_capacity) {
     bool served = false;
-    for (const auto& store : out.stores) served = served || store->device() == tier.Name();
-    if (!served) return Error(ENODEV, "--capacity " + tier.Name() + ": this daemon serves no such tier");
+    for (const auto& store : out.stores) served = served || store->device() == tier;
+    if (!served) {
+      return Error(ENODEV, "--capacity " + tier.Name() + ": this daemon serves no such tier");
+    }
   }
   return out;
 }

@@ -38,7 +38,7 @@ struct StoreConfig {
 
 struct OpenedStores {
   std::vector<std::unique_ptr<BulkStore>> stores;  // "host" first, then "cuda:N"...
-  std::string default_device;                      // where new blobs go
+  TierId default_device;                           // where new blobs go
 };
 
 // Tiers: GPUs above "host" above "disk". The host tier is either
