@@ -107,7 +107,7 @@ class GpuBulkStore final : public BulkStore {
   GpuBulkStore& operator=(const GpuBulkStore&) = delete;
 
   // "cuda:N", N the ordinal.
-  TierId device() const override { return tier_; }
+  TierId device() const override { return device_; }
   StoreUsage Usage() const override;
 
   // Releases all device memory the store holds. A live blob with an allocation
@@ -310,8 +310,7 @@ class GpuBulkStore final : public BulkStore {
   std::string Describe(BlobId id) const;
 
   const int ordinal_;
-  const TierId tier_;
-  const std::string device_;  // tier_.Name(), for messages and the fd sink
+  const TierId device_;
   const std::array<uint8_t, 16> uuid_;
   uint64_t capacity_;  // GUARDED_BY(mu_) (grows once, in Recover, by re-imported bytes)
   const bool default_capacity_;
