@@ -133,7 +133,8 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
       options.ipc = config.ipc == "legacy" ? GpuIpcMode::kLegacy : GpuIpcMode::kVmm;
       auto opened = GpuBulkStore::Open(options);
       if (!opened.ok() && config.ipc == "auto" && opened.status().code() == ENODEV) {
-        GPUFS_LOG(WARN) << "cuda:" << ordinal << ": " << opened.status().ToString()
+        GPUFS_LOG(WARN) << TierId::Gpu(static_cast<uint32_t>(ordinal)) << ": "
+                        << opened.status().ToString()
                         << "; using legacy CUDA IPC, one allocation per blob";
         options.ipc = GpuIpcMode::kLegacy;
         opened = GpuBulkStore::Open(options);
