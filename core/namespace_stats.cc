@@ -31,8 +31,7 @@ namespace {
 // Bounds the work of one stats read on a huge namespace.
 constexpr size_t kMaxObjects = 1000;
 
-void SubtractTiers(std::map<std::string, TierUsage>* tiers,
-                   const std::map<std::string, TierUsage>& gone) {
+void SubtractTiers(std::map<TierId, TierUsage>* tiers, const std::map<TierId, TierUsage>& gone) {
   for (const auto& [device, g] : gone) {
     auto it = tiers->find(device);
     if (it == tiers->end()) continue;
@@ -42,8 +41,7 @@ void SubtractTiers(std::map<std::string, TierUsage>* tiers,
   }
 }
 
-void AddTiers(std::map<std::string, TierUsage>* tiers,
-              const std::map<std::string, TierUsage>& more) {
+void AddTiers(std::map<TierId, TierUsage>* tiers, const std::map<TierId, TierUsage>& more) {
   for (const auto& [device, m] : more) {
     (*tiers)[device].blobs += m.blobs;
     (*tiers)[device].bytes += m.bytes;
@@ -118,8 +116,7 @@ void Namespace::AddLiveUsage(StatsView* view) {
   });
   auto per_tier = usage_->BlobsPerTier();
   if (!per_tier.ok()) GPUFS_LOG(WARN) << "stats: " << per_tier.status().ToString();
-  std::map<std::string, TierUsage> tiers =
-      per_tier.ok() ? *per_tier : std::map<std::string, TierUsage>{};
+  std::map<TierId, TierUsage> tiers = per_tier.ok() ? *per_tier : std::map<TierId, TierUsage>{};
 
   // Open blobs whose rows lag behind: a writer's live size, a device.
   for (const auto& [id, blob] : active_) {
@@ -145,11 +142,11 @@ void Namespace::AddLiveUsage(StatsView* view) {
     StatsView::ObjectUsage& out = view->objects[i];
     out.bytes = usage[i].bytes;
     out.blobs = usage[i].blobs;
-    for (const auto& [device, t] : usage[i].tiers) out.bytes_per_tier[device] = t.bytes;
+    for (const auto& [device, t] : usage[i].tiers) out.bytes_per_tier[device.Name()] = t.bytes;
   }
   std::map<std::string, uint64_t> member_bytes;
   for (const auto& [device, store] : stores_) member_bytes[device.Name()] = 0;
-  for (const auto& [device, t] : tiers) member_bytes[device] = t.bytes;
+  for (const auto& [device, t] : tiers) member_bytes[device.Name()] = t.bytes;
   view->member_bytes_per_tier.assign(member_bytes.begin(), member_bytes.end());
 }
 
