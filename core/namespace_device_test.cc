@@ -98,6 +98,12 @@ TEST_F(DeviceTest, MigrateBlobBothWaysKeepsBytes) {
   EXPECT_EQ(Cat(m), "migrating bytes");
   EXPECT_EQ(dev_->Usage().blobs, 0u);
   EXPECT_EQ(ns_->Migrate(m, "cuda:5").code(), ENODEV);
+  // Only a tier's canonical name is one (TierId::Parse).
+  for (const char* bad : {"cuda:", "cuda:x", "cuda:00", "gpu0", ""}) {
+    Status refused = ns_->Migrate(m, bad);
+    EXPECT_EQ(refused.code(), EINVAL) << bad;
+    EXPECT_EQ(refused.message(), "device '" + std::string(bad) + "': want host, disk or cuda:N");
+  }
 }
 
 TEST_F(DeviceTest, ObjectPlacementAppliesToMembersOldAndNew) {

@@ -246,6 +246,27 @@ TEST_F(DeferredRowsTest, AnIdHandedOutIsNeverHandedOutAgain) {
   EXPECT_GT(next->id, lost);
 }
 
+// The catalog keeps a blob's tier as its name; a row whose name TierId
+// does not take reads as EIO naming it, not as some other tier.
+TEST_F(DeferredRowsTest, ABlobRowNamingNoTierReadsAsEio) {
+  catalog_.reset();
+  {
+    auto db = Db::Open(path_);
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE(
+        (*db)
+            ->Execute("UPDATE blobs SET device = 'gpu0' WHERE id = " + std::to_string(file_.blob))
+            .ok());
+  }
+  Reopen(Locking::kExclusive);
+  auto blob = catalog_->GetBlob(file_.blob);
+  ASSERT_FALSE(blob.ok());
+  EXPECT_EQ(blob.status().code(), EIO);
+  EXPECT_NE(blob.status().message().find("tier 'gpu0'"), std::string::npos)
+      << blob.status().ToString();
+  EXPECT_EQ(catalog_->ListBlobs().status().code(), EIO);
+}
+
 TEST_F(DeferredRowsTest, ManyUpdatesNeverOverrunTheLog) {
   const uint64_t n = 3 * DeferredRows::kSlots + 5;
   InAKilledProcess([&](SqliteCatalog& c) {
