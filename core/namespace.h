@@ -400,9 +400,7 @@ class Namespace {
   Result<Entry> ObjectEntry(uint64_t ino);
   Result<Entry> ChildEntry(uint64_t parent, std::string_view name);
   std::string PathOf(EntryId id);
-  // The tier user.gpufs.device on `id` names if this daemon serves it (mu_
-  // held): the catalog keeps the name, parsed here.
-  std::optional<TierId> PlacementOf(EntryId id);
+  std::optional<TierId> PlacementOf(EntryId id);  // user.gpufs.device on `id`, if served
   TierId DeviceFor(EntryId parent);  // the nearest object's placement, or the default
   // Where ALLOC gets device memory: the default device if a GPU, else the
   // first GPU served; ENODEV without one.
