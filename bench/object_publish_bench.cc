@@ -104,7 +104,7 @@ class Bench {
     options.catalog = std::make_unique<CachingCatalog>(std::move(*catalog));
     options.stores.push_back(std::move(*host));
     options.stores.push_back(std::move(device));
-    options.default_device = "cuda:0";
+    options.default_device = TierId::Gpu(0);
     auto ns = Namespace::Open(std::move(options));
     if (!ns.ok()) {
       std::fprintf(stderr, "open: %s\n", ns.status().ToString().c_str());

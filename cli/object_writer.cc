@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gpufs/uapi.h"
+#include "proto/tier_id.h"
 #include "util/unique_fd.h"
 
 #ifdef GPUFS_HAVE_CUDA
@@ -61,7 +62,8 @@ class LibWriter final : public ObjectWriter {
     return Gpufs(gpufs_object_commit(&w_, replace ? GPUFS_SEAL_REPLACE : 0));
   }
   std::string device() const override {
-    return w_.base != nullptr ? "cuda:" + std::to_string(w_.device) : "host";
+    return (w_.base != nullptr ? TierId::Gpu(static_cast<uint32_t>(w_.device)) : TierId::Host())
+        .Name();
   }
 
  private:
@@ -140,7 +142,7 @@ class MountWriter final : public ObjectWriter {
     committed_ = true;
     return Status::Ok();
   }
-  std::string device() const override { return "host"; }
+  std::string device() const override { return TierId::Host().Name(); }
 
  private:
   MountWriter() = default;

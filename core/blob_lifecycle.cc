@@ -11,9 +11,9 @@ namespace gpufs {
 
 // A new unlinked blob in `device`'s store, allocated and recorded. Swept at
 // start-up if the daemon stops before it is linked.
-Result<Blob> Namespace::NewBlob(const std::string& device, uint32_t owner, const SharingKey& key) {
+Result<Blob> Namespace::NewBlob(const TierId& device, uint32_t owner, const SharingKey& key) {
   BulkStore* store = StoreFor(device);
-  if (store == nullptr) return Error(ENODEV, "no store for device " + device);
+  if (store == nullptr) return Error(ENODEV, "no store for device " + device.Name());
   Blob blob;
   blob.device = device;
   blob.state = BlobState::kUnsealed;
@@ -30,7 +30,7 @@ Result<Blob> Namespace::NewBlob(const std::string& device, uint32_t owner, const
 
 // Links a new empty blob to `entry` in place of its current one, which lives
 // on for whoever holds it.
-Status Namespace::ReplaceBlob(const Entry& entry, const std::string& device, uint32_t owner,
+Status Namespace::ReplaceBlob(const Entry& entry, const TierId& device, uint32_t owner,
                               BlobState state) {
   GPUFS_ASSIGN_OR_RETURN(Blob blob, NewBlob(device, owner, SharingKeyOf(entry)));
   if (state == BlobState::kSealed) {
@@ -71,11 +71,11 @@ void Namespace::FreeBlob(const Blob& blob) {
   const bool had_disk_copy = tiers_.Forget(blob.id);
   doomed_.emplace_back(blob.device, blob.id);
   // Its disk copy goes too (unless the disk copy is where it lives).
-  if (had_disk_copy && blob.device != "disk") doomed_.emplace_back("disk", blob.id);
+  if (had_disk_copy && !blob.device.is_disk()) doomed_.emplace_back(TierId::Disk(), blob.id);
 }
 
 void Namespace::FreeQueued() {
-  std::vector<std::pair<std::string, BlobId>> doomed, unretire;
+  std::vector<std::pair<TierId, BlobId>> doomed, unretire;
   {
     std::lock_guard lock(mu_);
     doomed.swap(doomed_);

@@ -35,7 +35,7 @@ Result<OpenResult> Namespace::Create(const Caller& caller, uint64_t parent, std:
                                      uint32_t mode, int flags) {
   auto created = CreateOnce(caller, parent, name, mode, flags);
   if (created.ok() || created.status().code() != ENOSPC) return created;
-  std::string device;
+  TierId device;
   {
     std::lock_guard lock(mu_);
     device = DeviceFor(parent);
@@ -47,7 +47,7 @@ Result<OpenResult> Namespace::Create(const Caller& caller, uint64_t parent, std:
 Result<OpenResult> Namespace::Open(const Caller& caller, uint64_t ino, int flags) {
   auto opened = OpenOnce(caller, ino, flags);
   if (opened.ok() || opened.status().code() != ENOSPC || !(flags & O_TRUNC)) return opened;
-  std::string device;
+  TierId device;
   {
     std::lock_guard lock(mu_);
     auto entry = catalog_->GetEntry(ino);
@@ -67,9 +67,10 @@ Result<OpenResult> Namespace::CreateOnce(const Caller& caller, uint64_t parent,
   GPUFS_ASSIGN_OR_RETURN(Entry parent_entry, ObjectEntry(parent));
   // Built only for an error: each ancestor is a catalog read.
   auto path = [&] { return PathOf(parent) + "/" + std::string(name); };
-  std::string device = DeviceFor(parent);
+  TierId device = DeviceFor(parent);
   BulkStore* store = StoreFor(device);
-  if (store == nullptr) return Error(ENODEV, "create " + path() + ": no store for " + device);
+  if (store == nullptr)
+    return Error(ENODEV, "create " + path() + ": no store for " + device.Name());
   int64_t now = Now();
   Entry entry = NewEntry(caller, parent_entry, name, EntryKind::kBlob, mode, now);
   Blob blob;
@@ -114,7 +115,7 @@ Result<OpenResult> Namespace::OpenOnce(const Caller& caller, uint64_t ino, int f
     bool replace = (flags & O_TRUNC) && (blob.state != BlobState::kUnsealed || size > 0);
     if (replace) {
       if (entry.parent == 0) return Error(ENOENT, PathOf(ino) + " was removed");
-      std::string device = stores_.contains(blob.device) ? blob.device : DeviceFor(entry.parent);
+      TierId device = stores_.contains(blob.device) ? blob.device : DeviceFor(entry.parent);
       GPUFS_RETURN_IF_ERROR(ReplaceBlob(entry, device, caller.uid, BlobState::kUnsealed)
                                 .Prepend("replace " + PathOf(ino)));
       GPUFS_ASSIGN_OR_RETURN(entry, catalog_->GetEntry(ino));
@@ -147,7 +148,7 @@ Result<size_t> Namespace::Read(HandleId id, uint64_t offset, std::span<std::byte
   }
   std::shared_lock io(blob->io_mu);
   if (blob->rec.state == BlobState::kLost) {
-    return Error(EIO, "blob " + std::to_string(blob->rec.id) + " on " + blob->rec.device +
+    return Error(EIO, "blob " + std::to_string(blob->rec.id) + " on " + blob->rec.device.Name() +
                           " lost its bytes; replace or remove it");
   }
   uint64_t size = blob->size.load();
@@ -373,7 +374,7 @@ void Namespace::UnholdLocked(ActiveBlob& blob, EntryId entry_id, bool mapped) {
   if (--entry_opens_[entry_id] == 0) entry_opens_.erase(entry_id);
   Blob& rec = blob.rec;
   if (blob.handles == 0) {
-    for (const std::string& device : blob.retired) doomed_.emplace_back(device, rec.id);
+    for (const TierId& device : blob.retired) doomed_.emplace_back(device, rec.id);
     blob.retired.clear();
     if (blob.reshared_while_mapped) unretire_.emplace_back(rec.device, rec.id);  // sharing.cc
     const BlobId id = rec.id;

@@ -37,7 +37,7 @@ void Namespace::CountMismatchLocked(EntryId entry, std::string_view where, uint6
 void Namespace::TakeChecksum(ActiveBlob& blob) {
   Blob& rec = blob.rec;
   rec.checksum.reset();
-  if (!IsGpuTier(rec.device)) return;
+  if (!rec.device.is_gpu()) return;
   auto sum = Sum64Of(StoreFor(rec.device), rec.id, blob.size.load());
   if (!sum.ok()) {
     GPUFS_LOG(WARN) << "blob " << rec.id << ": no checksum taken: " << sum.status().ToString();
@@ -101,7 +101,7 @@ void Namespace::SumSealed() {
     // waiting for this pass (AwaitChecksums); such a blob goes back to the
     // queue for the next pass.
     std::vector<std::shared_lock<std::shared_mutex>> io;
-    std::map<std::string, std::vector<size_t>> by_device;
+    std::map<TierId, std::vector<size_t>> by_device;
     for (size_t i = 0; i < pinned.size(); ++i) {
       std::shared_lock<std::shared_mutex> held(pinned[i].blob->io_mu, std::try_to_lock);
       if (!held.owns_lock()) {
@@ -110,7 +110,7 @@ void Namespace::SumSealed() {
       }
       io.push_back(std::move(held));
       const Blob& rec = pinned[i].blob->rec;
-      if (IsGpuTier(rec.device) && rec.state == BlobState::kSealed && !rec.checksum) {
+      if (rec.device.is_gpu() && rec.state == BlobState::kSealed && !rec.checksum) {
         by_device[rec.device].push_back(i);
       }
     }
@@ -171,7 +171,7 @@ Result<VerifyResult> Namespace::Verify(HandleId id) {
   result.recorded = *rec.checksum;
   if (!result.ok()) {
     std::lock_guard lock(mu_);
-    CountMismatchLocked(entry, "on " + rec.device, result.computed, result.recorded);
+    CountMismatchLocked(entry, "on " + rec.device.Name(), result.computed, result.recorded);
   }
   return result;
 }

@@ -33,7 +33,7 @@ std::string Namespace::StatsJsonRecounted() { return StatsJsonOf(/*recount=*/tru
 
 std::string Namespace::StatsJsonOf(bool recount) {
   std::vector<std::pair<std::string, StoreUsage>> usage;
-  for (const auto& [device, store] : stores_) usage.emplace_back(device, store->Usage());
+  for (const auto& [device, store] : stores_) usage.emplace_back(device.Name(), store->Usage());
   StatsView view;
   if (RemoteObjects* remote = remote_objects_.load()) view.cluster = remote->CountersJson();
   {
@@ -41,7 +41,7 @@ std::string Namespace::StatsJsonOf(bool recount) {
     view.generation = generation_;
     view.worker = worker_;
     if (view.worker.pid == 0) view.worker.pid = static_cast<int32_t>(getpid());
-    view.default_device = default_device_;
+    view.default_device = default_device_.Name();
     view.stores = usage;
     view.open_handles = handles_.size();
     view.active_blobs = active_.size();

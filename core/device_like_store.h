@@ -25,9 +25,9 @@ namespace gpufs {
 // blob and place it names.
 class DeviceLikeStore final : public BulkStore {
  public:
-  explicit DeviceLikeStore(std::unique_ptr<HostBulkStore> inner, std::string name = "cuda:0")
-      : name_(std::move(name)), inner_(std::move(inner)) {}
-  const std::string& device() const override { return name_; }
+  explicit DeviceLikeStore(std::unique_ptr<HostBulkStore> inner, TierId name = TierId::Gpu(0))
+      : name_(name), inner_(std::move(inner)) {}
+  TierId device() const override { return name_; }
   StoreUsage Usage() const override { return inner_->Usage(); }
   Result<std::vector<BlobId>> Recover(std::span<const StoredBlob> live) override {
     return inner_->Recover(live);
@@ -143,7 +143,7 @@ class DeviceLikeStore final : public BulkStore {
     sizes_[id] = size;
   }
 
-  std::string name_;
+  TierId name_;
   std::mutex mu_;
   std::map<BlobId, uint64_t> sizes_;
   std::map<BlobId, Group> groups_;

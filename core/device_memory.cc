@@ -33,9 +33,9 @@ void Namespace::DropCopy(const PrivateCopy& copy) {
 Result<MappedBlob> Namespace::ExportFor(const Blob& rec, const Entry& entry, const Caller& caller,
                                         std::optional<PrivateCopy>* copy, bool queued) {
   BulkStore* store = StoreFor(rec.device);
-  if (store == nullptr) return Error(ENODEV, "no store for " + rec.device);
+  if (store == nullptr) return Error(ENODEV, "no store for " + rec.device.Name());
   auto no_device_memory = [&]() -> Status {
-    return Error(ENODEV, "the blob is in " + rec.device +
+    return Error(ENODEV, "the blob is in " + rec.device.Name() +
                              " memory; move it to a GPU first (setfattr -n user.gpufs.device "
                              "-v cuda:0, or gpufs migrate)");
   };
@@ -213,9 +213,9 @@ Result<MappedBlob> Namespace::MapEntry(uint64_t ino, const Caller& caller) {
   if (back.ok()) {
     std::shared_lock io(blob->io_mu);
     const Blob rec = blob->rec;
-    if (rec.state != BlobState::kSealed || !IsGpuTier(rec.device)) {
+    if (rec.state != BlobState::kSealed || !rec.device.is_gpu()) {
       mapped = Error(ENODATA, path + " has no IPC handle: it is " +
-                                  (rec.state == BlobState::kSealed ? "in " + rec.device
+                                  (rec.state == BlobState::kSealed ? "in " + rec.device.Name()
                                                                    : std::string("not sealed")));
     } else {
       mapped = ExportFor(rec, entry, caller, nullptr);
@@ -255,8 +255,7 @@ Result<MappedBlob> Namespace::AllocDevice(HandleId id, uint64_t size, const Call
   }
   if (rec.state != BlobState::kUnsealed) return Error(EPERM, path + " is sealed");
   if (int failed = blob->broken.load()) return Error(failed, path + " had a failed write");
-  const bool made_before = again && size > 0 && blob->size.load() == size &&
-                          IsGpuTier(rec.device);
+  const bool made_before = again && size > 0 && blob->size.load() == size && rec.device.is_gpu();
   if (made_before) {
     GPUFS_LOG(INFO) << "ALLOC re-sent: the " << size << " bytes of " << path
                     << " the last worker allocated are given again";
@@ -283,9 +282,9 @@ Result<MappedBlob> Namespace::AllocDevice(HandleId id, uint64_t size, const Call
 Status Namespace::AllocateForProducer(ActiveBlob& blob, const SharingKey& key, uint64_t size) {
   Blob& rec = blob.rec;
   Blob next = rec;
-  if (!IsGpuTier(rec.device)) {
+  if (!rec.device.is_gpu()) {
     // The producer wants device memory: the default GPU, or the first one.
-    GPUFS_ASSIGN_OR_RETURN(std::string device, DeviceForDeviceMemory());
+    GPUFS_ASSIGN_OR_RETURN(TierId device, DeviceForDeviceMemory());
     BulkStore* gpu = StoreFor(device);
     GPUFS_RETURN_IF_ERROR(
         tiers_.WithRoom(device, size, [&] { return gpu->Allocate(rec.id, key, size); }));
@@ -356,7 +355,7 @@ Status Namespace::SealHandle(HandleId id) {
   blob->rec.checksum.reset();  // taken after the answer (SumSealed)
   std::lock_guard lock(mu_);
   Status recorded = RecordSealLocked(*blob, entry);
-  if (recorded.ok() && IsGpuTier(blob->rec.device)) unsummed_.emplace_back(entry, blob->rec.id);
+  if (recorded.ok() && blob->rec.device.is_gpu()) unsummed_.emplace_back(entry, blob->rec.id);
   trace.Step("catalog");
   return recorded;
 }

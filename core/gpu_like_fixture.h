@@ -47,7 +47,7 @@ class GpuLikeTest : public ::testing::Test {
     options.catalog = std::move(*catalog);
     options.stores.push_back(std::move(*host));
     options.stores.push_back(std::move(device));
-    options.default_device = "cuda:0";
+    options.default_device = TierId::Gpu(0);
     options.reader_copies = reader_copies;
     if (takeover) options.adopted = AdoptedState{};
     auto ns = Namespace::Open(std::move(options));

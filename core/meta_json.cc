@@ -65,7 +65,7 @@ Status Build(const MetaSource& source, const Entry& entry, int depth, size_t* bu
     j["typename"] = "Blob";
     GPUFS_ASSIGN_OR_RETURN(Blob blob, source.blob(entry.blob));
     j["size"] = blob.size;
-    j["device"] = blob.device;
+    j["device"] = blob.device.Name();
     j["state"] = StateName(blob.state);
     j["dtype"] = dtype.empty() ? json(nullptr) : json(dtype);
     if (has_shape) {

@@ -11,7 +11,7 @@
 
 namespace gpufs {
 
-Status Tiers::MigrateBlob(EntryId entry_id, const std::string& device, MoveKind kind) {
+Status Tiers::MigrateBlob(EntryId entry_id, const TierId& device, MoveKind kind) {
   FreeQueuedOnExit free_queued{host_};
   BulkStore* target = StoreFor(device);
   GPUFS_ASSIGN_OR_RETURN(std::optional<TierHost::Pin> pinned,
@@ -23,7 +23,7 @@ Status Tiers::MigrateBlob(EntryId entry_id, const std::string& device, MoveKind 
   // The route's time (stats): from when the target holds room for the blob
   // (room made by spilling others is not this move's copy) to the switch.
   auto copy_started = started;
-  std::string from;
+  TierId from;
   uint64_t moved_bytes = 0;
   bool skipped = false;
   Status moved = [&]() -> Status {
@@ -43,8 +43,8 @@ Status Tiers::MigrateBlob(EntryId entry_id, const std::string& device, MoveKind 
     // only switches the catalog; moving off "disk" checks the copy's CRC
     // and leaves it there.
     const std::optional<uint32_t> disk_copy = DiskCopyOf(rec.id);
-    const bool to_copy = device == "disk" && disk_copy.has_value();
-    const bool verify = rec.device == "disk" && disk_copy.has_value();
+    const bool to_copy = device.is_disk() && disk_copy.has_value();
+    const bool verify = rec.device.is_disk() && disk_copy.has_value();
     std::optional<uint64_t> new_checksum;
     if (!to_copy) {
       GPUFS_RETURN_IF_ERROR(WithRoom(
@@ -56,8 +56,8 @@ Status Tiers::MigrateBlob(EntryId entry_id, const std::string& device, MoveKind 
                                                  .target = target,
                                                  .id = rec.id,
                                                  .size = rec.size,
-                                                 .source_is_gpu = IsGpuTier(rec.device),
-                                                 .target_is_gpu = IsGpuTier(device),
+                                                 .source_is_gpu = rec.device.is_gpu(),
+                                                 .target_is_gpu = device.is_gpu(),
                                                  .checksum = verify}));
       if (verify && crc != *disk_copy) {
         {
@@ -70,10 +70,11 @@ Status Tiers::MigrateBlob(EntryId entry_id, const std::string& device, MoveKind 
         return Error(EIO, "the disk copy of " + path + " is damaged (checksum mismatch)");
       }
       GPUFS_RETURN_IF_ERROR(target->Seal(rec.id, rec.size));
-      if (IsGpuTier(device) && rec.state == BlobState::kSealed) {
+      if (device.is_gpu() && rec.state == BlobState::kSealed) {
         if (rec.checksum) {  // back onto a GPU: are these the bytes sealed?
-          GPUFS_RETURN_IF_ERROR(host_.CheckChecksum(
-              target, rec, entry_id, "brought onto " + device + " from " + rec.device));
+          GPUFS_RETURN_IF_ERROR(
+              host_.CheckChecksum(target, rec, entry_id,
+                                  "brought onto " + device.Name() + " from " + rec.device.Name()));
         } else if (auto sum = host_.Sum64Of(target, rec.id, rec.size); sum.ok()) {
           new_checksum = *sum;  // onto a GPU for the first time since its seal
         }
@@ -105,7 +106,7 @@ Status Tiers::MigrateBlob(EntryId entry_id, const std::string& device, MoveKind 
         counters_.fault_backs++;
         counters_.fault_back_bytes += moved_bytes;
       }
-      CountRouteLocked(from + "->" + device, moved_bytes,
+      CountRouteLocked(from.Name() + "->" + device.Name(), moved_bytes,
                        std::chrono::duration<double>(done - copy_started).count());
     }
     const char* why = kind == MoveKind::kSpill       ? " (spilled)"
@@ -115,7 +116,7 @@ Status Tiers::MigrateBlob(EntryId entry_id, const std::string& device, MoveKind 
   }
   Status released = host_.Unpin(pinned->handle);
   if (!released.ok()) GPUFS_LOG(WARN) << "migrate " << path << ": " << released.ToString();
-  return moved.ok() ? moved : moved.Prepend("move " + path + " to " + device);
+  return moved.ok() ? moved : moved.Prepend("move " + path + " to " + device.Name());
 }
 
 }  // namespace gpufs

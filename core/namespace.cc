@@ -37,8 +37,8 @@ Namespace::Namespace(NamespaceOptions options)
       tiers_(stores_, *tier_side_, std::move(options.eviction), options.persist_all) {
   usage_ = static_cast<UsageCatalog*>(catalog_.get());
   for (auto& store : options.stores) {
-    std::string name = store->device();
-    stores_[name] = std::move(store);
+    const TierId device = store->device();
+    stores_[device] = std::move(store);
   }
 }
 
@@ -70,9 +70,9 @@ Entry Namespace::NewEntry(const Caller& caller, const Entry& parent, std::string
 Result<std::unique_ptr<Namespace>> Namespace::Open(NamespaceOptions options) {
   if (!options.catalog) return Error(EINVAL, "namespace needs a catalog");
   std::unique_ptr<Namespace> ns(new Namespace(std::move(options)));
-  if (!ns->stores_.contains("host")) return Error(EINVAL, "namespace needs a host store");
+  if (!ns->stores_.contains(TierId::Host())) return Error(EINVAL, "namespace needs a host store");
   if (!ns->stores_.contains(ns->default_device_)) {
-    return Error(ENODEV, "no store for the default device " + ns->default_device_);
+    return Error(ENODEV, "no store for the default device " + ns->default_device_.Name());
   }
   GPUFS_RETURN_IF_ERROR(ns->Recover());
   {
@@ -219,8 +219,7 @@ Result<Attr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& request, Han
           // Nothing to change.
         } else if (*request.size == 0) {
           // Truncating a sealed (or lost) blob replaces it, like O_TRUNC.
-          std::string device =
-              stores_.contains(blob.device) ? blob.device : DeviceFor(entry.parent);
+          TierId device = stores_.contains(blob.device) ? blob.device : DeviceFor(entry.parent);
           GPUFS_RETURN_IF_ERROR(ReplaceBlob(entry, device, blob.owner_uid, BlobState::kSealed));
         } else {
           return Error(EPERM, PathOf(ino) +
@@ -464,9 +463,9 @@ FsStats Namespace::StatFs() {
   FsStats stats;
   // df shows the tier new blobs go to: every GPU, or the host store (never
   // the disk tier below them).
-  bool gpu = IsGpuTier(default_device_);
+  bool gpu = default_device_.is_gpu();
   for (const auto& [device, store] : stores_) {
-    if (gpu ? !IsGpuTier(device) : device != default_device_) continue;
+    if (gpu ? !device.is_gpu() : device != default_device_) continue;
     StoreUsage usage = store->Usage();
     stats.capacity += usage.capacity;
     stats.free += usage.capacity > usage.used ? usage.capacity - usage.used : 0;

@@ -319,7 +319,7 @@ class Namespace {
   static Entry NewEntry(const Caller& caller, const Entry& parent, std::string_view name,
                         EntryKind kind, uint32_t mode, int64_t now);
   int64_t Now() const;
-  BulkStore* StoreFor(const std::string& device);  // the stores are fixed: no lock
+  BulkStore* StoreFor(const TierId& device);  // the stores are fixed: no lock
 
   // --- called with mu_ NOT held (each takes it where it needs it) -----------
   // Declared before a lock_guard of mu_: frees what FreeBlob queued, after the unlock.
@@ -401,10 +401,11 @@ class Namespace {
   Result<Entry> ObjectEntry(uint64_t ino);
   Result<Entry> ChildEntry(uint64_t parent, std::string_view name);
   std::string PathOf(EntryId id);
-  std::string DeviceFor(EntryId parent);  // the nearest object's placement, or the default
+  std::optional<TierId> PlacementOf(EntryId id);  // user.gpufs.device on `id`, if served
+  TierId DeviceFor(EntryId parent);  // the nearest object's placement, or the default
   // Where ALLOC gets device memory: the default device if a GPU, else the
   // first GPU served; ENODEV without one.
-  Result<std::string> DeviceForDeviceMemory();
+  Result<TierId> DeviceForDeviceMemory();
   Result<std::vector<EntryId>> BlobsUnder(EntryId ino);  // blob entries at and under `ino`
   Result<Handle*> FindHandle(HandleId id);               // a live handle, or EBADF
   Result<OpenResult> AddOpenHandle(const Caller& caller, const Entry& entry, const Blob& blob,
@@ -413,9 +414,8 @@ class Namespace {
   // `use`: a use for the eviction policy (not the daemon's own pins).
   std::shared_ptr<ActiveBlob> Activate(const Blob& blob, bool use = true);
   void HoldObjectMembersLocked(Handle& handle);  // an adopted object map's members
-  Result<Blob> NewBlob(const std::string& device, uint32_t owner, const SharingKey& key);
-  Status ReplaceBlob(const Entry& entry, const std::string& device, uint32_t owner,
-                     BlobState state);
+  Result<Blob> NewBlob(const TierId& device, uint32_t owner, const SharingKey& key);
+  Status ReplaceBlob(const Entry& entry, const TierId& device, uint32_t owner, BlobState state);
   Status RecordSealLocked(ActiveBlob& blob, EntryId entry);  // after the store's Seal; io_mu held
   // At seal: a dtype/shape that does not describe `size` bytes is removed,
   // with a log line; the seal goes on (the status says whether it fitted).
@@ -457,8 +457,8 @@ class Namespace {
 
   // --- state ------------------------------------------------------------------
   // Fixed once Open returns (read without a lock):
-  std::map<std::string, std::unique_ptr<BulkStore>> stores_;
-  std::string default_device_;
+  std::map<TierId, std::unique_ptr<BulkStore>> stores_;
+  TierId default_device_;
   std::string state_dir_, log_path_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   bool reader_copies_ = true;
@@ -476,10 +476,10 @@ class Namespace {
   std::unordered_map<HandleId, Handle> handles_;
   std::unordered_map<BlobId, std::shared_ptr<ActiveBlob>> active_;
   std::unordered_map<EntryId, int> entry_opens_;
-  std::vector<std::pair<std::string, BlobId>> doomed_;    // FreeQueued frees them
-  std::vector<std::pair<std::string, BlobId>> unretire_;  // FreeQueued releases (Reshare kept)
-  std::vector<EntryId> replaced_;                         // detached objects ReapReplaced removes
-  std::vector<std::pair<EntryId, BlobId>> unsummed_;      // SumSealed's
+  std::vector<std::pair<TierId, BlobId>> doomed_;     // FreeQueued frees them
+  std::vector<std::pair<TierId, BlobId>> unretire_;   // FreeQueued releases (Reshare kept)
+  std::vector<EntryId> replaced_;                     // detached objects ReapReplaced removes
+  std::vector<std::pair<EntryId, BlobId>> unsummed_;  // SumSealed's
   ns::CopyCounters copies_;
   uint64_t next_copy_ = 0, checksum_mismatches_ = 0;  // store ids of copies (kFirstCopyId +)
 

@@ -41,7 +41,7 @@ class DeviceTest : public ::testing::Test {
     options.catalog = std::move(*catalog);
     options.stores.push_back(std::move(*host));
     options.stores.push_back(std::move(device));
-    options.default_device = "host";
+    options.default_device = TierId::Host();
     options.on_unsealed_size = [this](uint64_t blob, uint64_t size) {
       std::lock_guard lock(sizes_mu_);
       unsealed_sizes_[blob] = size;
@@ -98,6 +98,12 @@ TEST_F(DeviceTest, MigrateBlobBothWaysKeepsBytes) {
   EXPECT_EQ(Cat(m), "migrating bytes");
   EXPECT_EQ(dev_->Usage().blobs, 0u);
   EXPECT_EQ(ns_->Migrate(m, "cuda:5").code(), ENODEV);
+  // Only a tier's canonical name is one (TierId::Parse).
+  for (const char* bad : {"cuda:", "cuda:x", "cuda:00", "gpu0", ""}) {
+    Status refused = ns_->Migrate(m, bad);
+    EXPECT_EQ(refused.code(), EINVAL) << bad;
+    EXPECT_EQ(refused.message(), "device '" + std::string(bad) + "': want host, disk or cuda:N");
+  }
 }
 
 TEST_F(DeviceTest, ObjectPlacementAppliesToMembersOldAndNew) {
@@ -238,7 +244,7 @@ TEST(DeviceMemoryWithoutAGpu, AllocIsENODEVAndTheMemberStaysInHostMemory) {
   options.catalog = std::move(*catalog);
   options.stores.push_back(std::move(*host));
   options.stores.push_back(std::move(*disk));
-  options.default_device = "host";
+  options.default_device = TierId::Host();
   auto ns = Namespace::Open(std::move(options));
   ASSERT_TRUE(ns.ok()) << ns.status().ToString();
   const Caller caller{1000, 1000, 1, {}};

@@ -21,7 +21,7 @@ struct NamespaceOptions {
   // One store per device; a "host" store must be among them.
   std::vector<std::unique_ptr<BulkStore>> stores;
   // Device new blobs go to unless an enclosing object says otherwise.
-  std::string default_device = "host";
+  TierId default_device = TierId::Host();
   // Shown in /.gpufs/stats ("state_dir", "log"; null when empty): the
   // daemon's state directory and where its log goes (a path or "stderr").
   std::string state_dir;

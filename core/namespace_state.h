@@ -46,7 +46,7 @@ struct ActiveBlob {
   int writers = 0;
   int mapped = 0;  // handles that took an IPC handle (GPUFS_IOC_MAP/ALLOC)
   // Places the blob left by migration while mapped: freed at the last close.
-  std::vector<std::string> retired;
+  std::vector<TierId> retired;
   // Its store kept an old place for mappers at a Reshare (sharing.cc):
   // released at the last close.
   bool reshared_while_mapped = false;
@@ -55,7 +55,7 @@ struct ActiveBlob {
 // `device`'s store as `id` while its handle lives.
 struct PrivateCopy {
   BlobId id = 0;
-  std::string device;
+  TierId device;
   IpcExport exported;
 };
 // A member an object map holds (MapObject).

@@ -31,8 +31,7 @@ namespace {
 // Bounds the work of one stats read on a huge namespace.
 constexpr size_t kMaxObjects = 1000;
 
-void SubtractTiers(std::map<std::string, TierUsage>* tiers,
-                   const std::map<std::string, TierUsage>& gone) {
+void SubtractTiers(std::map<TierId, TierUsage>* tiers, const std::map<TierId, TierUsage>& gone) {
   for (const auto& [device, g] : gone) {
     auto it = tiers->find(device);
     if (it == tiers->end()) continue;
@@ -42,8 +41,7 @@ void SubtractTiers(std::map<std::string, TierUsage>* tiers,
   }
 }
 
-void AddTiers(std::map<std::string, TierUsage>* tiers,
-              const std::map<std::string, TierUsage>& more) {
+void AddTiers(std::map<TierId, TierUsage>* tiers, const std::map<TierId, TierUsage>& more) {
   for (const auto& [device, m] : more) {
     (*tiers)[device].blobs += m.blobs;
     (*tiers)[device].bytes += m.bytes;
@@ -118,13 +116,12 @@ void Namespace::AddLiveUsage(StatsView* view) {
   });
   auto per_tier = usage_->BlobsPerTier();
   if (!per_tier.ok()) GPUFS_LOG(WARN) << "stats: " << per_tier.status().ToString();
-  std::map<std::string, TierUsage> tiers =
-      per_tier.ok() ? *per_tier : std::map<std::string, TierUsage>{};
+  std::map<TierId, TierUsage> tiers = per_tier.ok() ? *per_tier : std::map<TierId, TierUsage>{};
 
   // Open blobs whose rows lag behind: a writer's live size, a device.
   for (const auto& [id, blob] : active_) {
     const uint64_t size = blob->size.load();
-    const std::string& device = blob->rec.device;
+    const TierId& device = blob->rec.device;
     auto row = catalog_->GetBlob(id);
     if (!row.ok() || (row->size == size && row->device == device)) continue;
     const UsageFigures was = UsageCatalog::Contribution(*row);
@@ -145,11 +142,11 @@ void Namespace::AddLiveUsage(StatsView* view) {
     StatsView::ObjectUsage& out = view->objects[i];
     out.bytes = usage[i].bytes;
     out.blobs = usage[i].blobs;
-    for (const auto& [device, t] : usage[i].tiers) out.bytes_per_tier[device] = t.bytes;
+    for (const auto& [device, t] : usage[i].tiers) out.bytes_per_tier[device.Name()] = t.bytes;
   }
   std::map<std::string, uint64_t> member_bytes;
-  for (const auto& [device, store] : stores_) member_bytes[device] = 0;
-  for (const auto& [device, t] : tiers) member_bytes[device] = t.bytes;
+  for (const auto& [device, store] : stores_) member_bytes[device.Name()] = 0;
+  for (const auto& [device, t] : tiers) member_bytes[device.Name()] = t.bytes;
   view->member_bytes_per_tier.assign(member_bytes.begin(), member_bytes.end());
 }
 
@@ -167,10 +164,10 @@ void Namespace::AddRecountedUsage(StatsView* view) {
       auto blob = catalog_->GetBlob(entry->blob);
       if (!blob.ok()) continue;
       uint64_t size = blob->size;
-      std::string tier = blob->device;
+      std::string tier = blob->device.Name();
       if (auto it = active_.find(blob->id); it != active_.end()) {
         size = it->second->size.load();
-        tier = it->second->rec.device;
+        tier = it->second->rec.device.Name();
       }
       usage.bytes += size;
       usage.blobs++;
@@ -178,13 +175,13 @@ void Namespace::AddRecountedUsage(StatsView* view) {
     }
   });
   std::map<std::string, uint64_t> per_tier;
-  for (const auto& [device, store] : stores_) per_tier[device] = 0;
+  for (const auto& [device, store] : stores_) per_tier[device.Name()] = 0;
   if (auto blobs = catalog_->ListBlobs(); blobs.ok()) {
     for (const Blob& blob : *blobs) {
       if (blob.state == BlobState::kLost) continue;
       auto it = active_.find(blob.id);
       const Blob& rec = it != active_.end() ? it->second->rec : blob;
-      per_tier[rec.device] += it != active_.end() ? it->second->size.load() : blob.size;
+      per_tier[rec.device.Name()] += it != active_.end() ? it->second->size.load() : blob.size;
     }
   }
   view->member_bytes_per_tier.assign(per_tier.begin(), per_tier.end());

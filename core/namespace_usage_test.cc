@@ -46,7 +46,7 @@ class NamespaceUsageTest : public ::testing::Test {
     options.stores.push_back(std::move(*host));
     options.stores.push_back(std::move(*disk));
     options.stores.push_back(std::make_unique<DeviceLikeStore>(std::move(*dev)));
-    options.default_device = "cuda:0";
+    options.default_device = TierId::Gpu(0);
     auto ns = Namespace::Open(std::move(options));
     ASSERT_TRUE(ns.ok()) << ns.status().ToString();
     ns_ = std::move(*ns);

@@ -21,7 +21,7 @@ inline constexpr std::string_view kPublishedInXattr = "trusted.gpufs.published_i
 
 struct ns::PendingObject {
   EntryId object = 0;  // the hidden object
-  std::string device;  // where every member lives
+  TierId device;       // where every member lives
   SharingKey key;      // of every member (same object, owner, group and mode)
   uint64_t bytes = 0;  // the layout's end
   struct Member {

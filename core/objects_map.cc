@@ -105,8 +105,8 @@ Result<ObjectMap> Namespace::MapObject(HandleId id, const Caller& caller) {
     }
     std::shared_lock io(h.blob->io_mu);
     const Blob rec = h.blob->rec;
-    if (!IsGpuTier(rec.device)) {
-      out.skipped.push_back({name, ENODEV, "in " + rec.device + " memory"});
+    if (!rec.device.is_gpu()) {
+      out.skipped.push_back({name, ENODEV, "in " + rec.device.Name() + " memory"});
       continue;
     }
     BulkStore* store = StoreFor(rec.device);

@@ -61,7 +61,7 @@ Result<ObjectAllocation> Namespace::AllocationLocked(const PendingObject& pendin
                        .bytes = pending.bytes,
                        .members = pending.members.size(),
                        .map = std::nullopt};
-  if (IsGpuTier(pending.device) && !pending.members.empty()) {
+  if (pending.device.is_gpu() && !pending.members.empty()) {
     auto exported = StoreFor(pending.device)->Export(pending.members.front().blob);
     if (!exported.ok()) return exported.status().Prepend("export object " + PathOf(pending.object));
     exported->offset = 0;
@@ -174,7 +174,7 @@ Result<ObjectAllocation> Namespace::AllocObject(HandleId id, const Caller& calle
     Status dropped = catalog_->Batch([&] { return RemoveSubtreeLocked(pending->object); });
     if (!dropped.ok()) GPUFS_LOG(ERROR) << "drop object " << hidden << ": " << dropped.ToString();
     return allocated.Prepend("allocate object " + hidden + " (" + std::to_string(manifest.bytes) +
-                             " bytes on " + pending->device + ")");
+                             " bytes on " + pending->device.Name() + ")");
   }
   HoldPendingLocked(*pending);
   GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
@@ -356,7 +356,7 @@ Status Namespace::SealObject(HandleId id, std::string_view name, bool replace,
     m.active->rec.state = BlobState::kSealed;
     m.active->rec.size = m.size;
     m.active->rec.checksum.reset();
-    if (IsGpuTier(pending->device)) unsummed_.emplace_back(m.entry, m.blob);
+    if (pending->device.is_gpu()) unsummed_.emplace_back(m.entry, m.blob);
     tiers_.QueuePersist(*catalog_, m.entry, m.blob);
   }
   pending->sealed = true;

@@ -44,7 +44,7 @@ bool ParseDiskCopyRecord(const std::string& text, BlobId* id, uint32_t* crc) {
 }  // namespace
 
 bool Tiers::PersistWanted(Catalog& catalog, EntryId id) const {
-  if (!stores_.contains("disk")) return false;
+  if (!stores_.contains(TierId::Disk())) return false;
   for (int depth = 0; id != 0 && depth < 256; ++depth) {
     auto value = catalog.GetXattr(id, xattr::kPersist);
     if (value.ok()) return *value == "1";
@@ -70,7 +70,7 @@ Status Tiers::PersistOne(EntryId entry_id, BlobId blob_id) {
   if (!pinned) return Status::Ok();  // replaced, gone or not sealed
   const std::shared_ptr<ns::ActiveBlob> blob = pinned->blob;
   const std::string& path = pinned->path;
-  BulkStore* disk = StoreFor("disk");
+  BulkStore* disk = StoreFor(TierId::Disk());
   uint64_t bytes = 0;
   auto started = std::chrono::steady_clock::now();
   Result<uint32_t> copied = [&]() -> Result<uint32_t> {
@@ -79,17 +79,17 @@ Status Tiers::PersistOne(EntryId entry_id, BlobId blob_id) {
     bytes = rec.size;
     BulkStore* source = StoreFor(rec.device);
     // Bytes a writer changed after the seal are not what to keep.
-    if (IsGpuTier(rec.device)) {
-      GPUFS_RETURN_IF_ERROR(host_.CheckChecksum(source, rec, entry_id,
-                                                "on " + rec.device + " (before its disk copy)"));
+    if (rec.device.is_gpu()) {
+      GPUFS_RETURN_IF_ERROR(host_.CheckChecksum(
+          source, rec, entry_id, "on " + rec.device.Name() + " (before its disk copy)"));
     }
-    const bool in_place = rec.device == "disk";  // spilled there already: the bytes are the copy
+    const bool in_place = rec.device.is_disk();  // spilled there already: the bytes are the copy
     if (!in_place) GPUFS_RETURN_IF_ERROR(disk->Allocate(rec.id, rec.owner_uid, rec.size));
     Result<uint32_t> crc = Copy({.source = source,
                                  .target = in_place ? nullptr : disk,
                                  .id = rec.id,
                                  .size = rec.size,
-                                 .source_is_gpu = IsGpuTier(rec.device),
+                                 .source_is_gpu = rec.device.is_gpu(),
                                  .target_is_gpu = false,
                                  .checksum = true});
     if (crc.ok() && !in_place) {
@@ -101,14 +101,14 @@ Status Tiers::PersistOne(EntryId entry_id, BlobId blob_id) {
     Status recorded =
         host_.SetMemberXattr(entry_id, xattr::kDiskCopy, DiskCopyRecord(rec.id, *crc));
     if (!recorded.ok()) {
-      if (!in_place) host_.Drop("disk", rec.id);
+      if (!in_place) host_.Drop(TierId::Disk(), rec.id);
       return recorded;
     }
     // The pin keeps the blob from being freed (and so Forgotten) meanwhile.
     std::lock_guard lock(mu_);
     disk_copies_[rec.id] = *crc;
     CountRouteLocked(
-        rec.device + "->disk (persist)", rec.size,
+        rec.device.Name() + "->disk (persist)", rec.size,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     counters_.persisted++;
     counters_.persisted_bytes += rec.size;
@@ -126,7 +126,7 @@ Status Tiers::PersistOne(EntryId entry_id, BlobId blob_id) {
 
 void Tiers::LoadDiskCopies(Catalog& catalog, const std::vector<Blob>& blobs) {
   std::unordered_map<BlobId, uint32_t> copies;
-  if (stores_.contains("disk")) {
+  if (stores_.contains(TierId::Disk())) {
     for (const Blob& blob : blobs) {
       if (blob.state != BlobState::kSealed) continue;
       auto entry = catalog.EntryOfBlob(blob.id);

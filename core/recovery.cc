@@ -46,7 +46,7 @@ Status Namespace::Recover() {
   }
 
   GPUFS_ASSIGN_OR_RETURN(blobs, catalog_->ListBlobs());
-  std::map<std::string, std::vector<StoredBlob>> live;
+  std::map<TierId, std::vector<StoredBlob>> live;
   for (const auto& [device, store] : stores_) live[device];
   std::vector<BlobId> lost;
   // Persisted blobs (core/persister.cc) keep their disk copies, wherever
@@ -54,8 +54,8 @@ Status Namespace::Recover() {
   tiers_.LoadDiskCopies(*catalog_, blobs);
   for (const Blob& blob : blobs) {
     if (blob.state == BlobState::kLost) continue;
-    if (tiers_.HasDiskCopy(blob.id) && blob.device != "disk") {
-      live["disk"].push_back({blob.id, blob.owner_uid, blob.size});
+    if (tiers_.HasDiskCopy(blob.id) && !blob.device.is_disk()) {
+      live[TierId::Disk()].push_back({blob.id, blob.owner_uid, blob.size});
     }
     if (!stores_.contains(blob.device)) {
       lost.push_back(blob.id);
@@ -70,7 +70,7 @@ Status Namespace::Recover() {
         {blob.id, blob.owner_uid, size, blob.state != BlobState::kUnsealed});
     // A takeover keeps GPU memory: a blob the last worker sealed but had not
     // summed yet gets its checksum now (SumSealed, at the end of Open).
-    if (takeover_ && blob.state == BlobState::kSealed && !blob.checksum && IsGpuTier(blob.device)) {
+    if (takeover_ && blob.state == BlobState::kSealed && !blob.checksum && blob.device.is_gpu()) {
       if (auto entry = catalog_->EntryOfBlob(blob.id); entry.ok()) {
         unsummed_.emplace_back(*entry, blob.id);
       }
@@ -79,15 +79,15 @@ Status Namespace::Recover() {
   std::vector<BlobId> disk_missing;
   for (auto& [device, list] : live) {
     auto missing = stores_[device]->Recover(list);
-    if (!missing.ok()) return missing.status().Prepend("recover store " + device);
-    (device == "disk" ? disk_missing : lost)
-        .insert((device == "disk" ? disk_missing : lost).end(), missing->begin(), missing->end());
+    if (!missing.ok()) return missing.status().Prepend("recover store " + device.Name());
+    (device.is_disk() ? disk_missing : lost)
+        .insert((device.is_disk() ? disk_missing : lost).end(), missing->begin(), missing->end());
   }
   for (BlobId id : disk_missing) {
     tiers_.DropDiskCopy(id);
     auto lived =
         std::find_if(blobs.begin(), blobs.end(), [id](const Blob& b) { return b.id == id; });
-    if (lived != blobs.end() && lived->device == "disk") lost.push_back(id);
+    if (lived != blobs.end() && lived->device.is_disk()) lost.push_back(id);
   }
   // A blob whose place is gone (a GPU after a restart) but whose disk copy
   // is there lives on disk now; its member faults back on map.
@@ -97,7 +97,7 @@ Status Namespace::Recover() {
     auto blob = catalog_->GetBlob(id);
     if (!blob.ok()) return false;
     Blob moved = *blob;
-    moved.device = "disk";
+    moved.device = TierId::Disk();
     if (!catalog_->UpdateBlob(moved).ok()) return false;
     ++from_disk;
     return true;

@@ -56,7 +56,7 @@ TEST(SharingKeyTest, SameCallersShareOthersDoNot) {
 class RecordingStore final : public BulkStore {
  public:
   explicit RecordingStore(std::unique_ptr<HostBulkStore> inner) : inner_(std::move(inner)) {}
-  const std::string& device() const override { return inner_->device(); }
+  TierId device() const override { return inner_->device(); }
   StoreUsage Usage() const override { return inner_->Usage(); }
   Result<std::vector<BlobId>> Recover(std::span<const StoredBlob> live) override {
     return inner_->Recover(live);
@@ -123,7 +123,7 @@ class SharingTest : public ::testing::Test {
     NamespaceOptions options;
     options.catalog = std::move(*catalog);
     options.stores.push_back(std::move(store));
-    options.default_device = "host";
+    options.default_device = TierId::Host();
     auto ns = Namespace::Open(std::move(options));
     ASSERT_TRUE(ns.ok()) << ns.status().ToString();
     ns_ = std::move(*ns);

@@ -1,5 +1,5 @@
-// Spilling (core/tiers.h): GPUs ("cuda:N") above host memory ("host") above
-// the disk under the state directory ("disk"). A store that cannot take a new
+// Spilling (core/tiers.h): GPUs ("cuda:N") above host memory (TierId::Host()) above
+// the disk under the state directory (TierId::Disk()). A store that cannot take a new
 // blob or a blob's growth (ENOSPC) gets room by moving its cold blobs one
 // tier down; a member that was moved down comes back onto its GPU before it
 // is mapped (GPUFS_IOC_MAP, the ipc_handle xattr). Plain reads read it where
@@ -29,15 +29,15 @@
 
 namespace gpufs {
 
-Status Tiers::MakeRoom(const std::string& device, uint64_t need) {
+Status Tiers::MakeRoom(const TierId& device, uint64_t need) {
   BulkStore* store = StoreFor(device);
-  if (store == nullptr) return Error(ENODEV, "no store for " + device);
-  std::vector<std::string> below = TiersBelow(device);
-  if (below.empty()) return Error(ENOSPC, device + " is full and no tier lies below it");
+  if (store == nullptr) return Error(ENODEV, "no store for " + device.Name());
+  std::vector<TierId> below = TiersBelow(device);
+  if (below.empty()) return Error(ENOSPC, device.Name() + " is full and no tier lies below it");
   // The members of an object sealed a moment ago are pinned while their
   // checksums are taken (right after the seal's answer): a save that comes
   // at once would find nothing cold to spill without this wait.
-  if (IsGpuTier(device)) host_.AwaitChecksums();
+  if (device.is_gpu()) host_.AwaitChecksums();
   // Each round moves what the policy chose; a round can fall short when a
   // chosen blob was opened meanwhile, so a few rounds are allowed. Finding
   // the candidates scans the catalog's blobs under Namespace::mu_ (O(blobs)
@@ -73,15 +73,15 @@ Status Tiers::MakeRoom(const std::string& device, uint64_t need) {
       }
     }
     if (victims.empty()) {
-      return Error(ENOSPC, device +
+      return Error(ENOSPC, device.Name() +
                                " is full: every blob on it is open, mapped, pinned or "
                                "still being written");
     }
     size_t moved_any = 0;
     Status last;
     for (const auto& [entry, id] : victims) {
-      Status moved = Error(ENOSPC, "no tier below " + device + " has room");
-      for (const std::string& tier : below) {
+      Status moved = Error(ENOSPC, "no tier below " + device.Name() + " has room");
+      for (const TierId& tier : below) {
         moved = MigrateBlob(entry, tier, MoveKind::kSpill);
         if (moved.code() != ENOSPC) break;
       }
@@ -95,12 +95,13 @@ Status Tiers::MakeRoom(const std::string& device, uint64_t need) {
       }
     }
     if (moved_any == 0) {
-      return last.ok() ? Error(ENOSPC, device + " is full") : last.Prepend(device + " is full");
+      return last.ok() ? Error(ENOSPC, device.Name() + " is full")
+                       : last.Prepend(device.Name() + " is full");
     }
   }
   StoreUsage usage = store->Usage();
   if (usage.capacity >= usage.used && usage.capacity - usage.used >= need) return Status::Ok();
-  return Error(ENOSPC, "could not free " + FormatSize(need) + " on " + device);
+  return Error(ENOSPC, "could not free " + FormatSize(need) + " on " + device.Name());
 }
 
 Status Tiers::FaultBack(EntryId entry, const std::shared_ptr<ns::ActiveBlob>& blob) {
@@ -108,13 +109,13 @@ Status Tiers::FaultBack(EntryId entry, const std::shared_ptr<ns::ActiveBlob>& bl
     // On a GPU already (every map but the first after a spill): no need to
     // know its home, which costs catalog reads up the tree.
     std::shared_lock io(blob->io_mu);
-    if (blob->rec.state != BlobState::kSealed || IsGpuTier(blob->rec.device)) {
+    if (blob->rec.state != BlobState::kSealed || blob->rec.device.is_gpu()) {
       return Status::Ok();
     }
   }
-  std::string home = host_.HomeDevice(entry);
-  if (home.empty()) return Status::Ok();
-  return MigrateBlob(entry, home, MoveKind::kFaultBack);
+  std::optional<TierId> home = host_.HomeDevice(entry);
+  if (!home) return Status::Ok();
+  return MigrateBlob(entry, *home, MoveKind::kFaultBack);
 }
 
 Status Tiers::MoveDownWhileWriting(ns::ActiveBlob& blob, uint64_t new_size) {
@@ -124,7 +125,7 @@ Status Tiers::MoveDownWhileWriting(ns::ActiveBlob& blob, uint64_t new_size) {
   GPUFS_ASSIGN_OR_RETURN(std::string path, host_.PathIfUnmapped(blob));
   BulkStore* source = StoreFor(rec.device);
   auto started = std::chrono::steady_clock::now();
-  for (const std::string& tier : TiersBelow(rec.device)) {
+  for (const TierId& tier : TiersBelow(rec.device)) {
     BulkStore* target = StoreFor(tier);
     Status got =
         WithRoom(tier, new_size, [&] { return target->Allocate(rec.id, rec.owner_uid, new_size); });
@@ -134,12 +135,12 @@ Status Tiers::MoveDownWhileWriting(ns::ActiveBlob& blob, uint64_t new_size) {
                           .target = target,
                           .id = rec.id,
                           .size = size,
-                          .source_is_gpu = IsGpuTier(rec.device),
+                          .source_is_gpu = rec.device.is_gpu(),
                           .target_is_gpu = false})
                         .status();
     if (!copied.ok()) {
       target->Free(rec.id);
-      return copied.Prepend("move " + path + " to " + tier + " while it is written");
+      return copied.Prepend("move " + path + " to " + tier.Name() + " while it is written");
     }
     Blob next = rec;
     next.device = tier;
@@ -149,7 +150,7 @@ Status Tiers::MoveDownWhileWriting(ns::ActiveBlob& blob, uint64_t new_size) {
       counters_.spills++;
       counters_.spilled_bytes += size;
       CountRouteLocked(
-          rec.device + "->" + tier, size,
+          rec.device.Name() + "->" + tier.Name(), size,
           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     }
     host_.FreeQueued();
@@ -158,7 +159,7 @@ Status Tiers::MoveDownWhileWriting(ns::ActiveBlob& blob, uint64_t new_size) {
                     << " instead";
     return Status::Ok();
   }
-  return Error(ENOSPC, "every tier from " + rec.device + " down is full");
+  return Error(ENOSPC, "every tier from " + rec.device.Name() + " down is full");
 }
 
 }  // namespace gpufs

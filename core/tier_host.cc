@@ -3,6 +3,7 @@
 // user's move, Migrate, which places members and has Tiers move their blobs.
 #include "core/namespace.h"
 #include "proto/names.h"
+#include "proto/tier_id.h"
 #include "proto/xattr_names.h"
 
 namespace gpufs {
@@ -11,7 +12,7 @@ class Namespace::TierSide final : public TierHost {
  public:
   explicit TierSide(Namespace* ns) : ns_(*ns) {}
 
-  Result<std::vector<Cold>> ColdBlobs(const std::string& device) override {
+  Result<std::vector<Cold>> ColdBlobs(const TierId& device) override {
     std::lock_guard lock(ns_.mu_);
     GPUFS_ASSIGN_OR_RETURN(auto blobs, ns_.catalog_->ListBlobs());
     std::vector<Cold> cold;
@@ -19,24 +20,25 @@ class Namespace::TierSide final : public TierHost {
       if (blob.device != device || blob.state != BlobState::kSealed) continue;
       if (ns_.active_.contains(blob.id)) continue;  // open or mapped
       auto entry = ns_.catalog_->EntryOfBlob(blob.id);
-      if (!entry.ok() || !PinnedDevice(*entry).empty()) continue;
+      if (!entry.ok() || PinnedDevice(*entry)) continue;
       cold.push_back({*entry, blob.id, blob.size});
     }
     return cold;
   }
 
-  std::string HomeDevice(EntryId id) override {
+  std::optional<TierId> HomeDevice(EntryId id) override {
     std::lock_guard lock(ns_.mu_);
-    std::string home = PinnedDevice(id);
-    if (home.empty()) {
+    std::optional<TierId> home = PinnedDevice(id);
+    if (!home) {
       auto entry = ns_.catalog_->GetEntry(id);
-      if (!entry.ok()) return "";
+      if (!entry.ok()) return std::nullopt;
       home = ns_.DeviceFor(entry->parent);
     }
-    return IsGpuTier(home) ? home : "";
+    if (!home->is_gpu()) return std::nullopt;
+    return home;
   }
 
-  Result<std::optional<Pin>> PinToMove(EntryId entry_id, const std::string& device,
+  Result<std::optional<Pin>> PinToMove(EntryId entry_id, const TierId& device,
                                        MoveKind kind) override {
     std::lock_guard lock(ns_.mu_);
     GPUFS_ASSIGN_OR_RETURN(Entry entry, ns_.catalog_->GetEntry(entry_id));
@@ -55,9 +57,9 @@ class Namespace::TierSide final : public TierHost {
     handle.entry = entry_id;
     handle.blob = ns_.Activate(rec, /*use=*/kind == MoveKind::kUser);
     std::shared_ptr<ActiveBlob> blob = handle.blob;
-    for (const std::string& retired_device : blob->retired) {
+    for (const TierId& retired_device : blob->retired) {
       if (retired_device == device) {
-        return Error(EBUSY, path + ": a process still maps its earlier place on " + device);
+        return Error(EBUSY, path + ": a process still maps its earlier place on " + device.Name());
       }
     }
     HandleId pin = ns_.AddHandle(std::move(handle));
@@ -89,7 +91,7 @@ class Namespace::TierSide final : public TierHost {
     auto entry = ns_.catalog_->EntryOfBlob(blob.rec.id);
     std::string path = entry.ok() ? ns_.PathOf(*entry) : "blob " + std::to_string(blob.rec.id);
     if (blob.mapped > 0) {
-      return Error(ENOSPC, blob.rec.device + " is full and " + path + " is mapped");
+      return Error(ENOSPC, blob.rec.device.Name() + " is full and " + path + " is mapped");
     }
     return path;
   }
@@ -114,7 +116,7 @@ class Namespace::TierSide final : public TierHost {
     // Processes that mapped the old place keep it until they close.
     if (how.old_place_kept) {
       // The disk copy stays.
-    } else if (blob.mapped > 0 && IsGpuTier(old.device)) {
+    } else if (blob.mapped > 0 && old.device.is_gpu()) {
       blob.retired.push_back(old.device);
     } else {
       ns_.doomed_.emplace_back(old.device, old.id);
@@ -127,7 +129,7 @@ class Namespace::TierSide final : public TierHost {
     return ns_.catalog_->SetXattr(entry, name, value, 0);
   }
 
-  void Drop(const std::string& device, BlobId id) override {
+  void Drop(const TierId& device, BlobId id) override {
     std::lock_guard lock(ns_.mu_);
     ns_.doomed_.emplace_back(device, id);
   }
@@ -145,17 +147,16 @@ class Namespace::TierSide final : public TierHost {
 
  private:
   // The member's explicit placement (user.gpufs.device on it or an
-  // enclosing object), or "" when the user never placed it (mu_ held).
-  std::string PinnedDevice(EntryId id) {
+  // enclosing object), or none when the user never placed it (mu_ held).
+  std::optional<TierId> PinnedDevice(EntryId id) {
     for (int depth = 0; id != 0 && depth < 256; ++depth) {
-      auto device = ns_.catalog_->GetXattr(id, xattr::kDevice);
-      if (device.ok() && ns_.stores_.contains(*device)) return *device;
+      if (auto device = ns_.PlacementOf(id)) return device;
       if (id == kRootEntryId) break;
       auto entry = ns_.catalog_->GetEntry(id);
       if (!entry.ok()) break;
       id = entry->parent;
     }
-    return "";
+    return std::nullopt;
   }
 
   Namespace& ns_;
@@ -186,20 +187,20 @@ Result<std::vector<EntryId>> Namespace::BlobsUnder(EntryId ino) {
   return blobs;
 }
 
-Status Namespace::Migrate(uint64_t ino, const std::string& device) {
+Status Namespace::Migrate(uint64_t ino, const std::string& name) {
   if (IsControl(ino)) return Error(EPERM, "/.gpufs is read-only");
-  if (!proto::IsDeviceName(device)) {
-    return Error(EINVAL, "device '" + device + "': want host, disk or cuda:N");
-  }
+  auto parsed = TierId::Parse(name);
+  if (!parsed.ok()) return Error(EINVAL, "device '" + name + "': want host, disk or cuda:N");
+  const TierId device = *parsed;
   if (!stores_.contains(device)) {
-    return Error(ENODEV, "device " + device + " is not served by this daemon");
+    return Error(ENODEV, "device " + name + " is not served by this daemon");
   }
   std::vector<EntryId> blobs;
   {
     std::lock_guard lock(mu_);
     GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
     // The user's placement pins: these members never spill (core/spiller.cc).
-    GPUFS_RETURN_IF_ERROR(catalog_->SetXattr(ino, xattr::kDevice, device, 0));
+    GPUFS_RETURN_IF_ERROR(catalog_->SetXattr(ino, xattr::kDevice, device.Name(), 0));
     (void)entry;
     GPUFS_ASSIGN_OR_RETURN(blobs, BlobsUnder(ino));
   }

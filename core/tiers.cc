@@ -16,7 +16,7 @@ Tiers::Tiers(const Stores& stores, TierHost& host, std::unique_ptr<EvictionPolic
 Tiers::~Tiers() { Stop(); }
 
 void Tiers::Start() {
-  if (!stores_.contains("disk")) return;
+  if (!stores_.contains(TierId::Disk())) return;
   persist_.Start([this](EntryId entry, BlobId blob) {
     Status done = PersistOne(entry, blob);
     if (!done.ok()) GPUFS_LOG(WARN) << "persist blob " << blob << ": " << done.ToString();
@@ -25,21 +25,21 @@ void Tiers::Start() {
 
 void Tiers::Stop() { persist_.Stop(); }
 
-std::vector<std::string> Tiers::TiersBelow(const std::string& device) const {
-  std::vector<std::string> below;
-  if (IsGpuTier(device) && stores_.contains("host")) below.push_back("host");
-  if (device != "disk" && stores_.contains("disk")) below.push_back("disk");
+std::vector<TierId> Tiers::TiersBelow(const TierId& device) const {
+  std::vector<TierId> below;
+  if (device.is_gpu() && stores_.contains(TierId::Host())) below.push_back(TierId::Host());
+  if (!device.is_disk() && stores_.contains(TierId::Disk())) below.push_back(TierId::Disk());
   return below;
 }
 
 HostBuffer Tiers::AllocateIoBuffer(size_t bytes) const {
   for (const auto& [device, store] : stores_) {
-    if (device != "host") return store->AllocateHostBuffer(bytes);
+    if (!device.is_host()) return store->AllocateHostBuffer(bytes);
   }
-  return stores_.at("host")->AllocateHostBuffer(bytes);
+  return stores_.at(TierId::Host())->AllocateHostBuffer(bytes);
 }
 
-BulkStore* Tiers::StoreFor(const std::string& device) const {
+BulkStore* Tiers::StoreFor(const TierId& device) const {
   auto it = stores_.find(device);
   return it == stores_.end() ? nullptr : it->second.get();
 }

@@ -1,6 +1,6 @@
 // Tiers: where sealed blobs live and how they move between the stores a
-// daemon serves, GPUs ("cuda:N") above host memory ("host") above the disk
-// under the state directory ("disk"). The Namespace owns one and calls it.
+// daemon serves, GPUs ("cuda:N") above host memory (TierId::Host()) above the disk
+// under the state directory (TierId::Disk()). The Namespace owns one and calls it.
 //
 // What it owns:
 // - spilling (spiller.cc): a store that is full (ENOSPC) gets room by moving
@@ -60,8 +60,6 @@
 
 namespace gpufs {
 
-inline bool IsGpuTier(const std::string& device) { return device.starts_with("cuda:"); }
-
 // A store may reserve more than the bytes asked for (the VMM store rounds to
 // 2 MiB granules, refuses even an empty blob when full, and grows a blob by
 // moving it to a reservation up to twice its size), so a second round of
@@ -103,15 +101,15 @@ class TierHost {
   // The sealed blobs on `device` that nobody holds (open or mapped) and
   // whose member the user did not place (user.gpufs.device on it or an
   // enclosing object).
-  virtual Result<std::vector<Cold>> ColdBlobs(const std::string& device) = 0;
-  // The GPU a spilled member returns to before it is mapped ("": none, it
-  // stays where it is).
-  virtual std::string HomeDevice(EntryId entry) = 0;
+  virtual Result<std::vector<Cold>> ColdBlobs(const TierId& device) = 0;
+  // The GPU a spilled member returns to before it is mapped (none: it stays
+  // where it is).
+  virtual std::optional<TierId> HomeDevice(EntryId entry) = 0;
   // Pins member `entry`'s blob to move it to `device` (a user's move counts
   // as a use). nullopt: it is there already. EBUSY while it is written, for a
   // spill while anyone holds it, or while a process maps its earlier place
   // on `device`; EIO when its bytes are lost.
-  virtual Result<std::optional<Pin>> PinToMove(EntryId entry, const std::string& device,
+  virtual Result<std::optional<Pin>> PinToMove(EntryId entry, const TierId& device,
                                                MoveKind kind) = 0;
   // Pins sealed blob `blob` of member `entry` for its disk copy. nullopt:
   // the member is gone, links another blob now, or it is not sealed.
@@ -127,7 +125,7 @@ class TierHost {
   virtual Status SwitchPlace(ns::ActiveBlob& blob, const Blob& next, const Switch& how) = 0;
   virtual Status SetMemberXattr(EntryId entry, std::string_view name, const std::string& value) = 0;
   // Queues the free of `id` in `device`'s store, done by FreeQueued.
-  virtual void Drop(const std::string& device, BlobId id) = 0;
+  virtual void Drop(const TierId& device, BlobId id) = 0;
   virtual void FreeQueued() = 0;
   // Checksums (core/checksums.cc): see Namespace::SumSealed, CheckChecksum.
   virtual void SumSealed() = 0;
@@ -140,7 +138,7 @@ class TierHost {
 
 class Tiers {
  public:
-  using Stores = std::map<std::string, std::unique_ptr<BulkStore>>;
+  using Stores = std::map<TierId, std::unique_ptr<BulkStore>>;
   // `stores` (the namespace's, fixed once it is open) and `host` must
   // outlive this. A null `eviction` is LRU.
   Tiers(const Stores& stores, TierHost& host, std::unique_ptr<EvictionPolicy> eviction,
@@ -155,7 +153,7 @@ class Tiers {
 
   // --- the tiers served (fixed; no lock) -----------------------------------
   // The tiers below `device` that this daemon serves, nearest first.
-  std::vector<std::string> TiersBelow(const std::string& device) const;
+  std::vector<TierId> TiersBelow(const TierId& device) const;
   // Host memory for long-lived I/O buffers: pinned when a GPU is served.
   HostBuffer AllocateIoBuffer(size_t bytes) const;
 
@@ -163,12 +161,12 @@ class Tiers {
   // Frees at least `need` bytes in `device`'s store by moving cold blobs one
   // tier down (recursively making room there). ENOSPC when nothing (or not
   // enough) may move.
-  Status MakeRoom(const std::string& device, uint64_t need);
+  Status MakeRoom(const TierId& device, uint64_t need);
   // Runs `attempt`; after ENOSPC from `device`'s store, makes room and runs it
   // again, asking for `need` bytes, then for `worst` plus a granule
   // (kGranule). Defined in core/with_room.h.
   template <typename F>
-  Status WithRoom(const std::string& device, uint64_t need, F attempt, uint64_t worst = 0);
+  Status WithRoom(const TierId& device, uint64_t need, F attempt, uint64_t worst = 0);
   // A write needs `blob` to grow to `new_size` but its tier is full and
   // nothing there may move (io_mu held exclusively): moves the unsealed blob
   // itself to the first tier below with room. ENOSPC when every tier is full
@@ -181,7 +179,7 @@ class Tiers {
   // --- moves (migrator.cc); Namespace::mu_ NOT held -------------------------
   // Copies member `entry`'s blob to `device` under its exclusive io_mu
   // (readers wait, the namespace does not), then switches it over.
-  Status MigrateBlob(EntryId entry, const std::string& device, MoveKind kind = MoveKind::kUser);
+  Status MigrateBlob(EntryId entry, const TierId& device, MoveKind kind = MoveKind::kUser);
 
   // --- persistence (persister.cc) -------------------------------------------
   // A persisted blob has a disk copy: the "disk" store holds its bytes under
@@ -210,7 +208,7 @@ class Tiers {
   Status PersistOne(EntryId entry, BlobId blob);
   bool PersistWanted(Catalog& catalog, EntryId entry) const;
   std::optional<uint32_t> DiskCopyOf(BlobId id);
-  BulkStore* StoreFor(const std::string& device) const;
+  BulkStore* StoreFor(const TierId& device) const;
   // CopyBetweenTiers with the kept bounce buffers.
   Result<uint32_t> Copy(const TierCopy& copy);
   // Bounce buffers of tier copies (kCopyBuffer bytes, pinned when a GPU is

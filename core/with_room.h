@@ -10,7 +10,7 @@
 namespace gpufs {
 
 template <typename F>
-Status Tiers::WithRoom(const std::string& device, uint64_t need, F attempt, uint64_t worst) {
+Status Tiers::WithRoom(const TierId& device, uint64_t need, F attempt, uint64_t worst) {
   Status tried = attempt();
   for (uint64_t ask : {need, std::max(need, worst) + kGranule}) {
     if (tried.code() != ENOSPC || TiersBelow(device).empty()) return tried;

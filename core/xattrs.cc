@@ -67,15 +67,15 @@ Result<std::string> Namespace::GetXattr(uint64_t ino, std::string_view name, con
   GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(ino));
   if (name == xattr::kMeta) return MetaJson(entry, caller);
   if (name == xattr::kDevice) {
-    if (entry.kind == EntryKind::kObject) return DeviceFor(entry.id);
+    if (entry.kind == EntryKind::kObject) return DeviceFor(entry.id).Name();
     GPUFS_ASSIGN_OR_RETURN(Blob blob, catalog_->GetBlob(entry.blob));
-    return blob.device;
+    return blob.device.Name();
   }
   if (name == xattr::kTier) {
     if (entry.kind != EntryKind::kBlob) return Error(ENODATA, PathOf(ino) + " is an object");
     GPUFS_ASSIGN_OR_RETURN(Blob blob, catalog_->GetBlob(entry.blob));
     if (auto it = active_.find(blob.id); it != active_.end()) blob = it->second->rec;
-    return blob.device;
+    return blob.device.Name();
   }
   if (name == xattr::kChecksum) {
     if (entry.kind != EntryKind::kBlob) return Error(ENODATA, PathOf(ino) + " is an object");
@@ -135,7 +135,7 @@ Status Namespace::SetXattr(uint64_t ino, std::string_view name, std::string_view
     if (value != "0" && value != "1") {
       return Error(EINVAL, std::string(name) + " is 1 (write sealed blobs behind to disk) or 0");
     }
-    if (!stores_.contains("disk")) {
+    if (!stores_.contains(TierId::Disk())) {
       return Error(EOPNOTSUPP,
                    "this daemon serves no disk tier (mount with --persist or "
                    "--capacity disk=SIZE)");
@@ -169,7 +169,7 @@ Result<std::vector<std::string>> Namespace::ListXattr(uint64_t ino) {
   std::vector<std::string> names = {std::string(xattr::kDevice), std::string(xattr::kMeta)};
   if (entry.kind == EntryKind::kBlob) {
     GPUFS_ASSIGN_OR_RETURN(Blob rec, catalog_->GetBlob(entry.blob));
-    if (rec.state == BlobState::kSealed && IsGpuTier(rec.device)) {
+    if (rec.state == BlobState::kSealed && rec.device.is_gpu()) {
       names.emplace_back(xattr::kIpcHandle);
     }
     if (rec.checksum) names.emplace_back(xattr::kChecksum);
@@ -223,7 +223,7 @@ Result<std::string> Namespace::MetaJson(const Entry& entry, const Caller& caller
     if (auto it = active_.find(id); it != active_.end()) blob.size = it->second->size.load();
     return blob;
   };
-  source.device_of_object = [this](EntryId id) { return DeviceFor(id); };
+  source.device_of_object = [this](EntryId id) { return DeviceFor(id).Name(); };
   return BuildMetaJson(source, entry);
 }
 

@@ -75,7 +75,8 @@ std::vector<std::string> WorkerArgv(const MountConfig& config) {
   if (!config.tier_capacity.empty()) {
     std::string tiers;
     for (const auto& [tier, bytes] : config.tier_capacity) {
-      tiers += (tiers.empty() ? "" : ",") + tier + "=" + std::to_string(bytes);
+      if (!tiers.empty()) tiers += ',';
+      tiers.append(tier.Name()).append("=").append(std::to_string(bytes));
     }
     argv.insert(argv.end(), {"--capacity", tiers});
   }
@@ -158,7 +159,7 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   store_config.host_dir = config.state_dir + "/host";
   // The disk tier is opt-in (--capacity disk=SIZE, or --persist): without it
   // a bounded host store still answers ENOSPC as it always did.
-  if (config.tier_capacity.contains("disk") || config.persist) {
+  if (config.tier_capacity.contains(TierId::Disk()) || config.persist) {
     store_config.disk_dir = config.state_dir + "/disk";
   }
   store_config.tier_capacity = config.tier_capacity;

@@ -6,7 +6,7 @@
 #include <sstream>
 #include <string_view>
 
-#include "proto/names.h"
+#include "proto/tier_id.h"
 #include "util/size.h"
 
 namespace gpufs {
@@ -128,13 +128,14 @@ Status ParseCapacity(const std::string& value, MountConfig* config) {
   while (std::getline(in, item, ',')) {
     auto eq = item.find('=');
     std::string tier = item.substr(0, eq);
-    if (eq == std::string::npos || !proto::IsDeviceName(tier)) {
+    auto id = TierId::Parse(tier);
+    if (eq == std::string::npos || !id.ok()) {
       return Error(EINVAL,
                    "capacity '" + item + "': want TIER=SIZE, TIER one of cuda:N, host, disk");
     }
     auto bytes = ParseSize(item.substr(eq + 1));
     if (!bytes.ok()) return bytes.status().Prepend("capacity of " + tier);
-    config->tier_capacity[tier] = *bytes;
+    config->tier_capacity[*id] = *bytes;
   }
   return Status::Ok();
 }

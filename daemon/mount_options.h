@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "proto/tier_id.h"
 #include "util/status.h"
 
 namespace gpufs {
@@ -47,7 +48,7 @@ struct MountConfig {
   std::vector<int> devices;
   std::optional<uint64_t> capacity;  // the single-number form: the default store
   // Per tier: "cuda:N", "host", "disk" -> bytes.
-  std::map<std::string, uint64_t> tier_capacity;
+  std::map<TierId, uint64_t> tier_capacity;
   // Mount-wide persistence: every object's sealed blobs are written behind
   // to the disk tier (as user.gpufs.persist=1 on each).
   bool persist = false;

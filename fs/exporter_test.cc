@@ -41,7 +41,7 @@ class ExporterTest : public ::testing::Test {
     options.catalog = std::move(*catalog);
     options.stores.push_back(std::move(*host));
     options.stores.push_back(std::move(device));
-    options.default_device = "cuda:0";
+    options.default_device = TierId::Gpu(0);
     auto ns = Namespace::Open(std::move(options));
     ASSERT_TRUE(ns.ok()) << ns.status().ToString();
     ns_ = std::move(*ns);

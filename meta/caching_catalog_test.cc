@@ -29,7 +29,7 @@ std::string Describe(const Entry& e) {
 }
 
 std::string Describe(const Blob& b) {
-  return std::to_string(b.id) + " " + b.device + " s" + std::to_string(b.size) + " st" +
+  return std::to_string(b.id) + " " + b.device.Name() + " s" + std::to_string(b.size) + " st" +
          std::to_string(static_cast<int>(b.state)) + " o" + std::to_string(b.owner_uid) + " c" +
          std::to_string(b.closed);
 }
@@ -105,7 +105,7 @@ class Differential {
     BlobId blob_id = pick(2) ? pick(max_blob_ + 3) : max_blob_ - pick(std::min<uint64_t>(max_blob_, 6));
     int64_t now = static_cast<int64_t>(step_) * 1000;
     Blob blob;
-    blob.device = pick(2) ? "host" : "cuda:0";
+    blob.device = pick(2) ? TierId::Host() : TierId::Gpu(0);
     blob.size = pick(5000);
     blob.state = static_cast<BlobState>(pick(3));
     blob.owner_uid = static_cast<uint32_t>(pick(3));
@@ -316,7 +316,7 @@ TEST(CachingCatalogTest, RepeatedReadsAreServedFromMemory) {
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   CachingCatalog cache(std::move(*opened));
   Blob blob;
-  blob.device = "host";
+  blob.device = TierId::Host();
   auto made = cache.CreateEntry(ChildOfRoot("m", EntryKind::kBlob), blob);
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   ASSERT_TRUE(cache.Lookup(kRootEntryId, "missing").status().code() == ENOENT);
@@ -337,7 +337,7 @@ TEST(CachingCatalogTest, RepeatedReadsAreServedFromMemory) {
   EXPECT_EQ(cache.GetXattr(made->id, "user.k").status().code(), ENODATA);
   auto got_blob = cache.GetBlob(made->blob);
   ASSERT_TRUE(got_blob.ok());
-  EXPECT_EQ(got_blob->device, "host");
+  EXPECT_EQ(got_blob->device.Name(), "host");
 }
 
 // A directed case the random walk reaches seldom.
@@ -361,7 +361,7 @@ TEST(CachingCatalogTest, DeletedBlobIsGone) {
   ASSERT_TRUE(opened.ok());
   CachingCatalog cache(std::move(*opened));
   Blob blob;
-  blob.device = "host";
+  blob.device = TierId::Host();
   auto made = cache.CreateBlob(blob);
   ASSERT_TRUE(made.ok());
   ASSERT_TRUE(cache.GetBlob(made->id).ok());
@@ -385,7 +385,7 @@ TEST(CachingCatalogTest, ABatchIsAllOrNothing) {
       Entry member = ChildOfRoot("m" + std::to_string(i), EntryKind::kBlob);
       member.parent = object.id;
       Blob blob;
-      blob.device = "cuda:0";
+      blob.device = TierId::Gpu(0);
       blob.size = 100 + i;
       GPUFS_ASSIGN_OR_RETURN(Entry stored, cache->CreateEntry(member, blob));
       GPUFS_RETURN_IF_ERROR(cache->SetXattr(stored.id, "user.gpufs.dtype", "uint8", 0));

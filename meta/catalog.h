@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "proto/tier_id.h"
 #include "store/bulk_store.h"
 #include "util/status.h"
 
@@ -65,7 +66,7 @@ inline void CopyEntryAttrs(Entry& row, const Entry& attrs) {
 
 struct Blob {
   BlobId id = 0;
-  std::string device;  // "host", "cuda:0", ...: which store holds the bytes
+  TierId device;  // which store holds the bytes (stored as its Name())
   uint64_t size = 0;
   BlobState state = BlobState::kUnsealed;
   uint32_t owner_uid = 0;

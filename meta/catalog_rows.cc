@@ -9,6 +9,7 @@
 
 #include "meta/catalog_sql.h"
 #include "meta/sqlite_catalog.h"
+#include "util/log.h"
 
 namespace gpufs::catalog_internal {
 
@@ -44,7 +45,6 @@ Status ValidateName(std::string_view name) {
 }
 
 Status ValidateBlob(const Blob& blob) {
-  if (blob.device.empty()) return Error(EINVAL, "blob has no device");
   int state = static_cast<int>(blob.state);
   if (state < static_cast<int>(BlobState::kUnsealed) ||
       state > static_cast<int>(BlobState::kLost)) {
@@ -69,12 +69,21 @@ Entry EntryFromRow(const Statement& row) {
   return entry;
 }
 
-Blob BlobFromRow(const Statement& row) {
+Result<Blob> BlobFromRow(const Statement& row) {
   Blob blob;
   blob.id = static_cast<BlobId>(row.ColumnInt64(0));
-  blob.device = row.ColumnText(1);
+  auto device = TierId::Parse(row.ColumnText(1));
+  blob.device = device.ok() ? *device : TierId::Host();
   blob.size = static_cast<uint64_t>(row.ColumnInt64(2));
   blob.state = static_cast<BlobState>(row.ColumnInt64(3));
+  if (!device.ok()) {
+    // A row naming no tier (written by hand, or damaged): its bytes cannot
+    // be found, so the blob reads as lost (EIO to its readers), and the
+    // rest of the catalog, and the mount, keep working.
+    GPUFS_LOG(WARN) << "catalog: blob " << blob.id << " names no tier ("
+                    << device.status().message() << "); it is lost";
+    blob.state = BlobState::kLost;
+  }
   blob.owner_uid = static_cast<uint32_t>(row.ColumnInt64(4));
   blob.closed = row.ColumnInt64(5) != 0;
   if (!row.ColumnIsNull(6)) blob.checksum = static_cast<uint64_t>(row.ColumnInt64(6));
@@ -82,7 +91,7 @@ Blob BlobFromRow(const Statement& row) {
 }
 
 void BindBlobFields(Statement& stmt, int first, const Blob& blob) {
-  stmt.BindText(first, blob.device);
+  stmt.BindText(first, blob.device.Name());
   stmt.BindInt64(first + 1, I64(blob.size));
   stmt.BindInt64(first + 2, static_cast<int>(blob.state));
   stmt.BindInt64(first + 3, blob.owner_uid);
@@ -191,7 +200,8 @@ Result<std::optional<Blob>> FindBlob(Db& db, BlobId id) {
   stmt.BindInt64(0, I64(id));
   GPUFS_ASSIGN_OR_RETURN(bool found, StepOnce(stmt));
   if (!found) return std::optional<Blob>();
-  return std::optional<Blob>(BlobFromRow(stmt));
+  GPUFS_ASSIGN_OR_RETURN(Blob blob, BlobFromRow(stmt));
+  return std::optional<Blob>(std::move(blob));
 }
 
 Result<Blob> InsertBlob(Db& db, const Blob& blob) {

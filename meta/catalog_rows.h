@@ -39,7 +39,8 @@ Status ValidateBlob(const Blob& blob);
 // Columns in GPUFS_ENTRY_COLUMNS order.
 Entry EntryFromRow(const Statement& row);
 // Columns in GPUFS_BLOB_COLUMNS order.
-Blob BlobFromRow(const Statement& row);
+// EIO when the row names no tier TierId::Parse takes.
+Result<Blob> BlobFromRow(const Statement& row);
 // Binds device..closed of `blob` to parameters first..first+6.
 void BindBlobFields(Statement& stmt, int first, const Blob& blob);
 

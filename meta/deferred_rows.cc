@@ -113,7 +113,8 @@ Record Encode(bool create, const std::optional<Blob>& blob, const std::optional<
       r.checksum_lo = static_cast<uint32_t>(*blob->checksum);
       r.checksum_hi = static_cast<uint32_t>(*blob->checksum >> 32);
     }
-    std::memcpy(r.device, blob->device.data(), blob->device.size());
+    const std::string& device = blob->device.Name();
+    std::memcpy(r.device, device.data(), device.size());
   }
   if (entry) {
     r.has |= kHasEntry;
@@ -135,12 +136,15 @@ Record Encode(bool create, const std::optional<Blob>& blob, const std::optional<
   return r;
 }
 
-// The inverse of Encode.
-void Decode(const Record& r, std::optional<Blob>& blob, std::optional<Entry>& entry) {
+// The inverse of Encode; false when the record names no tier (it does not
+// check out).
+bool Decode(const Record& r, std::optional<Blob>& blob, std::optional<Entry>& entry) {
   if (r.has & kHasBlob) {
     blob.emplace();
     blob->id = r.blob_id;
-    blob->device.assign(r.device, strnlen(r.device, sizeof r.device));
+    auto device = TierId::Parse(std::string_view(r.device, strnlen(r.device, sizeof r.device)));
+    if (!device.ok()) return false;
+    blob->device = *device;
     blob->size = r.size;
     blob->state = static_cast<BlobState>(r.state);
     blob->owner_uid = r.owner_uid;
@@ -163,6 +167,7 @@ void Decode(const Record& r, std::optional<Blob>& blob, std::optional<Entry>& en
     entry->mtime_ns = r.mtime_ns;
     entry->ctime_ns = r.ctime_ns;
   }
+  return true;
 }
 
 Result<uint64_t> LastId(Db& db, std::string_view table) {
@@ -213,7 +218,7 @@ Result<std::unique_ptr<DeferredRows>> DeferredRows::Open(Db& db) {
     const Record& r = it->second;
     Row row;
     row.kind = r.kind == kCreate ? Row::Kind::kCreate : Row::Kind::kUpdate;
-    Decode(r, row.blob, row.entry);
+    if (!Decode(r, row.blob, row.entry)) break;
     run.push_back(std::move(row));
   }
   if (run.size() < found.size() || unreadable > 0) {
@@ -279,7 +284,7 @@ DeferredRows::~DeferredRows() {
 }
 
 bool DeferredRows::Fits(const Blob* blob, const Entry* entry) {
-  return (blob == nullptr || blob->device.size() <= kMaxDeviceBytes) &&
+  return (blob == nullptr || blob->device.Name().size() <= kMaxDeviceBytes) &&
          (entry == nullptr || entry->name.size() <= kMaxNameBytes);
 }
 

@@ -126,9 +126,9 @@ TEST_F(DeferredRowsTest, MissingRowsAreStillENOENT) {
   nobody.id = file_.id + 100;
   EXPECT_EQ(catalog_->UpdateEntryAttrs(nobody).code(), ENOENT);
   EXPECT_EQ(catalog_->UpdateBlobAndEntryAttrs(Closed(1), nobody).code(), ENOENT);
-  Blob nameless = Closed(1);
-  nameless.device.clear();
-  EXPECT_EQ(catalog_->UpdateBlob(nameless).code(), EINVAL);
+  Blob stateless = Closed(1);
+  stateless.state = static_cast<BlobState>(99);
+  EXPECT_EQ(catalog_->UpdateBlob(stateless).code(), EINVAL);
   // Nothing of the refused calls is pending.
   EXPECT_EQ(catalog_->GetBlob(file_.blob)->size, 0u);
 }
@@ -244,6 +244,28 @@ TEST_F(DeferredRowsTest, AnIdHandedOutIsNeverHandedOutAgain) {
   auto next = catalog_->CreateEntry(NewEntry(kRootEntryId, "y", EntryKind::kBlob), Unsealed());
   ASSERT_TRUE(next.ok());
   EXPECT_GT(next->id, lost);
+}
+
+// The catalog keeps a blob's tier as its name; a row whose name TierId
+// does not take reads as a lost blob (EIO to its readers), never as some
+// other tier's bytes, and the rest of the catalog reads as before.
+TEST_F(DeferredRowsTest, ABlobRowNamingNoTierReadsAsLost) {
+  catalog_.reset();
+  {
+    auto db = Db::Open(path_);
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE(
+        (*db)
+            ->Execute("UPDATE blobs SET device = 'gpu0' WHERE id = " + std::to_string(file_.blob))
+            .ok());
+  }
+  Reopen(Locking::kExclusive);
+  auto blob = catalog_->GetBlob(file_.blob);
+  ASSERT_TRUE(blob.ok()) << blob.status().ToString();
+  EXPECT_EQ(blob->state, BlobState::kLost);
+  auto all = catalog_->ListBlobs();
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_FALSE(all->empty());
 }
 
 TEST_F(DeferredRowsTest, ManyUpdatesNeverOverrunTheLog) {

@@ -262,7 +262,8 @@ Result<std::vector<Blob>> SqliteCatalog::ListBlobs() {
     while (true) {
       GPUFS_ASSIGN_OR_RETURN(StepResult step, stmt.Step());
       if (step == StepResult::kDone) return blobs;
-      blobs.push_back(BlobFromRow(stmt));
+      GPUFS_ASSIGN_OR_RETURN(Blob blob, BlobFromRow(stmt));
+      blobs.push_back(std::move(blob));
       if (deferred_) {
         if (const Blob* pending = deferred_->PendingBlob(blobs.back().id)) blobs.back() = *pending;
       }

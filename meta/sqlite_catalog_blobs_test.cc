@@ -16,7 +16,7 @@ TEST_P(SqliteCatalogContractTest, Blobs) {
   auto first = catalog_->GetBlob(file.blob);
   ASSERT_TRUE(first.ok());
   EXPECT_EQ(first->size, 10u);
-  EXPECT_EQ(first->device, "host");
+  EXPECT_EQ(first->device.Name(), "host");
   EXPECT_EQ(first->state, BlobState::kSealed);
   EXPECT_EQ(*catalog_->EntryOfBlob(file.blob), file.id);
 
@@ -25,7 +25,7 @@ TEST_P(SqliteCatalogContractTest, Blobs) {
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_EQ(old_blob, file.blob);
   EXPECT_GT(second->id, file.blob);
-  EXPECT_EQ(second->device, "cuda:0");
+  EXPECT_EQ(second->device.Name(), "cuda:0");
   EXPECT_EQ(catalog_->GetEntry(file.id)->blob, second->id);
   EXPECT_EQ(*catalog_->EntryOfBlob(second->id), file.id);
   EXPECT_EQ(catalog_->EntryOfBlob(file.blob).status().code(), ENOENT);
@@ -105,7 +105,7 @@ TEST_P(SqliteCatalogContractTest, CreateBlobThenLinkBlob) {
 TEST_P(SqliteCatalogContractTest, UpdateRoundTrips) {
   Entry file = Create(kRootEntryId, "file", EntryKind::kBlob, MakeBlob(10));
   Blob blob = *catalog_->GetBlob(file.blob);
-  blob.device = "cuda:1";
+  blob.device = TierId::Gpu(1);
   blob.size = (uint64_t{1} << 40) + 3;
   blob.state = BlobState::kLost;
   blob.owner_uid = 4242;

@@ -19,9 +19,9 @@ namespace gpufs::meta_test {
 constexpr uint32_t kUid = 1000;
 constexpr uint32_t kGid = 100;
 
-inline Blob MakeBlob(uint64_t size, std::string device = "host") {
+inline Blob MakeBlob(uint64_t size, std::string_view device = "host") {
   Blob blob;
-  blob.device = std::move(device);
+  blob.device = *TierId::Parse(device);
   blob.size = size;
   blob.state = BlobState::kSealed;
   blob.owner_uid = kUid;

@@ -137,7 +137,7 @@ Status UpdateBlobRun(Db& db, std::span<const Blob> run) {
   {
     GPUFS_ASSIGN_OR_RETURN(Statement stmt, db.GetCachedStatement(kUpdateBlobRangeSql));
     const Blob& like = run.front();
-    stmt.BindText(0, like.device);
+    stmt.BindText(0, like.device.Name());
     stmt.BindInt64(1, static_cast<int>(like.state));
     stmt.BindInt64(2, like.owner_uid);
     stmt.BindInt64(3, like.closed ? 1 : 0);

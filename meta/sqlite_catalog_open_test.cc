@@ -118,7 +118,7 @@ PRAGMA user_version = 3;
   ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
   auto blob = (*catalog)->GetBlob(5);
   ASSERT_TRUE(blob.ok()) << blob.status().ToString();
-  EXPECT_EQ(blob->device, "cuda:0");
+  EXPECT_EQ(blob->device.Name(), "cuda:0");
   EXPECT_EQ(blob->size, 4096u);
   EXPECT_EQ(blob->state, BlobState::kSealed);
   EXPECT_EQ(blob->owner_uid, 1000u);

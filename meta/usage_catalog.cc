@@ -15,7 +15,7 @@ constexpr size_t kPage = 1024;
 
 // Adds `delta` to `*to`, or subtracts it; false when a subtraction would go
 // below zero (the figures no longer match the catalog).
-bool ApplyTiers(std::map<std::string, TierUsage>* to, const std::map<std::string, TierUsage>& delta,
+bool ApplyTiers(std::map<TierId, TierUsage>* to, const std::map<TierId, TierUsage>& delta,
                 bool add) {
   for (const auto& [device, d] : delta) {
     if (add) {
@@ -141,7 +141,7 @@ Result<UsageFigures> UsageCatalog::UsageOf(const Entry& entry) {
   return SubtreeOf(entry);
 }
 
-Result<std::map<std::string, TierUsage>> UsageCatalog::BlobsPerTier() {
+Result<std::map<TierId, TierUsage>> UsageCatalog::BlobsPerTier() {
   if (!live_) GPUFS_RETURN_IF_ERROR(Rebuild());
   return tiers_;
 }

@@ -59,7 +59,7 @@ struct UsageFigures {
   uint64_t bytes = 0;  // their sizes
   // Members not lost, by device ("cuda:0", "host", "disk"); a device with
   // none is absent.
-  std::map<std::string, TierUsage> tiers;
+  std::map<TierId, TierUsage> tiers;
   bool operator==(const UsageFigures&) const = default;
 };
 
@@ -74,7 +74,7 @@ class UsageCatalog final : public ForwardingCatalog {
   // member, its own blob (nothing when it links none).
   Result<UsageFigures> UsageOf(const Entry& entry);
   // Every blob row not lost, by device.
-  Result<std::map<std::string, TierUsage>> BlobsPerTier();
+  Result<std::map<TierId, TierUsage>> BlobsPerTier();
   // The top-level entry (a child of the root) at or above `id`; 0 for the
   // root and for entries that are not attached.
   Result<EntryId> TopOf(EntryId id);
@@ -129,7 +129,7 @@ class UsageCatalog final : public ForwardingCatalog {
   // members (their blob), by entry id.
   std::unordered_map<EntryId, UsageFigures> figures_;
   std::unordered_map<EntryId, EntryId> parents_;  // object -> parent (0: detached)
-  std::map<std::string, TierUsage> tiers_;        // every blob row not lost
+  std::map<TierId, TierUsage> tiers_;             // every blob row not lost
 };
 
 }  // namespace gpufs

@@ -25,7 +25,7 @@ namespace {
 struct Recount {
   std::map<EntryId, UsageFigures> usage;  // every attached entry
   std::map<EntryId, EntryId> top;         // every attached entry but the root
-  std::map<std::string, TierUsage> tiers;
+  std::map<TierId, TierUsage> tiers;
 };
 
 void AddBlob(UsageFigures* usage, const Blob& blob) {
@@ -77,7 +77,7 @@ Recount CountFromScratch(Catalog& catalog) {
 std::string Show(const UsageFigures& u) {
   std::string s = "{blobs " + std::to_string(u.blobs) + ", bytes " + std::to_string(u.bytes);
   for (const auto& [device, t] : u.tiers) {
-    s += ", " + device + ": " + std::to_string(t.blobs) + "/" + std::to_string(t.bytes);
+    s += ", " + device.Name() + ": " + std::to_string(t.blobs) + "/" + std::to_string(t.bytes);
   }
   return s + "}";
 }
@@ -105,7 +105,7 @@ class UsageCatalogTest : public ::testing::Test {
   }
   static Blob NewBlob(std::string device, uint64_t size, BlobState state = BlobState::kSealed) {
     Blob blob;
-    blob.device = std::move(device);
+    blob.device = *TierId::Parse(device);
     blob.size = size;
     blob.state = state;
     return blob;
@@ -167,26 +167,26 @@ TEST_F(UsageCatalogTest, FiguresOfASmallTree) {
   Member(b.id, "z", NewBlob("host", 7, BlobState::kLost));
   Entry top_blob = Member(kRootEntryId, "t", NewBlob("disk", 3));
 
-  UsageFigures want_a{3, 157, {{"host", {1, 100}}, {"cuda:0", {1, 50}}}};
+  UsageFigures want_a{3, 157, {{TierId::Host(), {1, 100}}, {TierId::Gpu(0), {1, 50}}}};
   EXPECT_EQ(Show(UsageOf(a.id)), Show(want_a));
-  EXPECT_EQ(Show(UsageOf(top_blob.id)), Show(UsageFigures{1, 3, {{"disk", {1, 3}}}}));
+  EXPECT_EQ(Show(UsageOf(top_blob.id)), Show(UsageFigures{1, 3, {{TierId::Disk(), {1, 3}}}}));
   EXPECT_EQ(*catalog_->TopOf(y.id), a.id);
   EXPECT_EQ(*catalog_->TopOf(top_blob.id), top_blob.id);
   EXPECT_EQ(*catalog_->TopOf(kRootEntryId), 0u);
   EXPECT_EQ(*catalog_->BlobsPerTier(),
-            (std::map<std::string, TierUsage>{
-                {"cuda:0", {1, 50}}, {"disk", {1, 3}}, {"host", {1, 100}}}));
+            (std::map<TierId, TierUsage>{
+                {TierId::Gpu(0), {1, 50}}, {TierId::Disk(), {1, 3}}, {TierId::Host(), {1, 100}}}));
 
   // b moves to the root: a keeps only x.
   ASSERT_TRUE(catalog_->Move(b.id, kRootEntryId, "b", 200).ok());
-  EXPECT_EQ(Show(UsageOf(a.id)), Show(UsageFigures{1, 100, {{"host", {1, 100}}}}));
+  EXPECT_EQ(Show(UsageOf(a.id)), Show(UsageFigures{1, 100, {{TierId::Host(), {1, 100}}}}));
   EXPECT_EQ(*catalog_->TopOf(y.id), b.id);
   // y spills to host, then is lost.
   auto row = catalog_->GetBlob(y.blob);
   ASSERT_TRUE(row.ok());
-  row->device = "host";
+  row->device = TierId::Host();
   ASSERT_TRUE(catalog_->UpdateBlob(*row).ok());
-  EXPECT_EQ(Show(UsageOf(b.id)), Show(UsageFigures{2, 57, {{"host", {1, 50}}}}));
+  EXPECT_EQ(Show(UsageOf(b.id)), Show(UsageFigures{2, 57, {{TierId::Host(), {1, 50}}}}));
   row->state = BlobState::kLost;
   ASSERT_TRUE(catalog_->UpdateBlob(*row).ok());
   EXPECT_EQ(Show(UsageOf(b.id)), Show(UsageFigures{2, 57, {}}));
@@ -230,7 +230,7 @@ TEST_F(UsageCatalogTest, CountsAnExistingCatalogAndLazily) {
   EXPECT_EQ(lazy.rebuilds(), 0u);
   auto p = lazy.Lookup(kRootEntryId, "p");
   ASSERT_TRUE(p.ok());
-  EXPECT_EQ(Show(*lazy.UsageOf(*p)), Show(UsageFigures{1, 4, {{"disk", {1, 4}}}}));
+  EXPECT_EQ(Show(*lazy.UsageOf(*p)), Show(UsageFigures{1, 4, {{TierId::Disk(), {1, 4}}}}));
   EXPECT_EQ(lazy.rebuilds(), 1u);
 }
 
@@ -275,7 +275,7 @@ TEST_F(UsageCatalogTest, AFailedBookkeepingReadMeansACountAfresh) {
   row->size = 500;
   reads->fail_reads = 1;
   ASSERT_TRUE(catalog.UpdateBlob(*row).ok());
-  EXPECT_EQ(Show(*catalog.UsageOf(*a)), Show(UsageFigures{1, 500, {{"host", {1, 500}}}}));
+  EXPECT_EQ(Show(*catalog.UsageOf(*a)), Show(UsageFigures{1, 500, {{TierId::Host(), {1, 500}}}}));
   EXPECT_EQ(catalog.rebuilds(), 2u);
 
   // Detach reads the entry first.
@@ -283,7 +283,7 @@ TEST_F(UsageCatalogTest, AFailedBookkeepingReadMeansACountAfresh) {
   ASSERT_TRUE(catalog.Detach(m->id, 1).ok());
   EXPECT_EQ(Show(*catalog.UsageOf(*a)), Show(UsageFigures{}));
   EXPECT_EQ(catalog.rebuilds(), 3u);
-  EXPECT_EQ(*catalog.BlobsPerTier(), (std::map<std::string, TierUsage>{{"host", {1, 500}}}));
+  EXPECT_EQ(*catalog.BlobsPerTier(), (std::map<TierId, TierUsage>{{TierId::Host(), {1, 500}}}));
 }
 
 // The heart: random changes of every kind, each followed by a full check.
@@ -336,7 +336,7 @@ TEST_F(UsageCatalogTest, RandomChangesMatchACountFromScratch) {
               row.size = pick(1 << 20);
               break;  // written, flushed
             case 1:
-              row.device = devices[pick(devices.size())];
+              row.device = *TierId::Parse(devices[pick(devices.size())]);
               break;  // migrate, spill
             case 2:
               row.state = static_cast<BlobState>(pick(3));

@@ -18,13 +18,4 @@ Status CheckName(std::string_view name) {
   return Status::Ok();
 }
 
-bool IsDeviceName(std::string_view d) {
-  if (d == "host" || d == "disk") return true;
-  if (!d.starts_with("cuda:") || d.size() == 5) return false;
-  for (char c : d.substr(5)) {
-    if (c < '0' || c > '9') return false;
-  }
-  return true;
-}
-
 }  // namespace gpufs::proto

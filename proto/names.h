@@ -1,5 +1,5 @@
 // Names in a gpufs namespace: what a member may be called, the reserved
-// control directory, and device names. Shared by the daemon (which enforces
+// control directory. (Device names: proto/tier_id.h.) Shared by the daemon (which enforces
 // them) and the clients (which check before they create anything).
 //
 // Pure and stateless; thread-safe.
@@ -20,7 +20,5 @@ inline constexpr std::string_view kControlDirName = ".gpufs";
 // '/' or NUL. (The root's ".gpufs" is the daemon's concern: it is a valid
 // name elsewhere.)
 Status CheckName(std::string_view name);
-// "host", "disk" or "cuda:N".
-bool IsDeviceName(std::string_view device);
 
 }  // namespace gpufs::proto

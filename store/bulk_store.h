@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "proto/tier_id.h"
 #include "util/status.h"
 #include "util/unique_fd.h"
 
@@ -71,18 +72,18 @@ class BlobFdSink {
   // `blob`'s bytes now live in the memory behind `fd` (the fd is borrowed for
   // the call) of store `device`, where `memory` says; this replaces any
   // memory named before (a migration to another GPU names the new one first).
-  virtual void BlobAdded(const std::string& device, BlobId blob, int fd,
+  virtual void BlobAdded(const TierId& device, BlobId blob, int fd,
                          const BlobMemory& memory) = 0;
   // Store `device` no longer holds memory of `blob`.
-  virtual void BlobFreed(const std::string& device, BlobId blob) = 0;
+  virtual void BlobFreed(const TierId& device, BlobId blob) = 0;
   // Store `device` keeps blob bytes in the memory behind `fd` (borrowed for
   // the call), which records by itself where each blob is: a slab of the
   // host tier (store/pinned_host_store.h). `memory` names it among that
   // store's memories. Told once, when the memory is made, before any blob
   // in it is reported to the core.
-  virtual void MemoryAdded(const std::string& device, uint64_t memory, int fd) = 0;
+  virtual void MemoryAdded(const TierId& device, uint64_t memory, int fd) = 0;
   // Store `device` released memory `memory`.
-  virtual void MemoryFreed(const std::string& device, uint64_t memory) = 0;
+  virtual void MemoryFreed(const TierId& device, uint64_t memory) = 0;
 };
 
 // Memory of a blob that an earlier worker made and another process kept
@@ -177,7 +178,7 @@ class BulkStore {
   virtual ~BulkStore() = default;
 
   // "host" or "cuda:N".
-  virtual const std::string& device() const = 0;
+  virtual TierId device() const = 0;
   virtual StoreUsage Usage() const = 0;
 
   // Called once, before any other call, with every blob the catalog places in
@@ -301,7 +302,7 @@ class BulkStore {
   // stores without device memory.
   virtual Result<IpcExport> Export(BlobId id) {
     (void)id;
-    return Error(EOPNOTSUPP, "store " + device() + " has no device memory to export");
+    return Error(EOPNOTSUPP, "store " + device().Name() + " has no device memory to export");
   }
 
   // A private copy of the allocation that holds sealed blob `id`, for a
@@ -321,7 +322,7 @@ class BulkStore {
     (void)id;
     (void)copy;
     (void)queued;
-    return Error(EOPNOTSUPP, "store " + device() + " has no device memory to copy");
+    return Error(EOPNOTSUPP, "store " + device().Name() + " has no device memory to copy");
   }
   // Returns once the bytes of private copy `copy` (ExportCopy) are all
   // there, at once for a copy made whole or not known; EIO when the copy

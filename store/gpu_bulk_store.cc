@@ -63,7 +63,7 @@ Result<std::unique_ptr<GpuBulkStore>> GpuBulkStore::Open(const GpuStoreOptions& 
 GpuBulkStore::GpuBulkStore(const GpuStoreOptions& options, uint64_t alignment, uint64_t capacity,
                            std::array<uint8_t, 16> uuid)
     : ordinal_(options.ordinal),
-      device_("cuda:" + std::to_string(options.ordinal)),
+      device_(TierId::Gpu(static_cast<uint32_t>(options.ordinal))),
       uuid_(uuid),
       capacity_(capacity),
       default_capacity_(!options.capacity.has_value()),
@@ -178,11 +178,11 @@ GpuBulkStore::BlobRecord* GpuBulkStore::FindLocked(BlobId id) {
 
 Status GpuBulkStore::MissingLocked(BlobId id, std::string_view what) const {
   if (lost_.contains(id)) {
-    return Error(EIO, "gpu store " + device_ + ": " + std::string(what) + " of " + Describe(id) +
-                          ": its bytes were lost when the previous daemon stopped");
+    return Error(EIO, "gpu store " + device_.Name() + ": " + std::string(what) + " of " +
+                          Describe(id) + ": its bytes were lost when the previous daemon stopped");
   }
-  return Error(ENOENT, "gpu store " + device_ + ": " + std::string(what) + " of " + Describe(id) +
-                           ", which the store does not hold");
+  return Error(ENOENT, "gpu store " + device_.Name() + ": " + std::string(what) + " of " +
+                           Describe(id) + ", which the store does not hold");
 }
 
 // ---- BulkStore
@@ -197,7 +197,7 @@ Status GpuBulkStore::Allocate(BlobId id, const SharingKey& key, uint64_t size) {
     if (!blobs_.emplace(id, BlobRecord{.place = {}, .size = 0, .owner = owner_uid, .sealed = false,
                                        .key = key, .retired = {}})
              .second) {
-      return Error(EEXIST, "gpu store " + device_ + ": " + Describe(id) + " already exists");
+      return Error(EEXIST, "gpu store " + device_.Name() + ": " + Describe(id) + " already exists");
     }
     lost_.erase(id);
     return Status::Ok();
@@ -206,10 +206,10 @@ Status GpuBulkStore::Allocate(BlobId id, const SharingKey& key, uint64_t size) {
   {
     std::lock_guard lock(mu_);
     if (blobs_.contains(id)) {
-      return Error(EEXIST, "gpu store " + device_ + ": " + Describe(id) + " already exists");
+      return Error(EEXIST, "gpu store " + device_.Name() + ": " + Describe(id) + " already exists");
     }
     if (need > RoomLocked(0)) {
-      return FullLocked("gpu store " + device_ + ": allocate " + Describe(id) + " of " +
+      return FullLocked("gpu store " + device_.Name() + ": allocate " + Describe(id) + " of " +
                             std::to_string(size) + " bytes",
                         need);
     }
@@ -229,12 +229,13 @@ Status GpuBulkStore::Allocate(BlobId id, const SharingKey& key, uint64_t size) {
                                                     .key = key,
                                                     .retired = {}})
                             .second) {
-      status = Error(EEXIST, "gpu store " + device_ + ": " + Describe(id) + " already exists");
+      status =
+          Error(EEXIST, "gpu store " + device_.Name() + ": " + Describe(id) + " already exists");
     }
     if (!status.ok()) {
       if (place.ok()) ReleasePlaceLocked(*place, &dropped);
       used_ -= need;
-      return status.Prepend("gpu store " + device_ + ": allocate " + Describe(id) + " of " +
+      return status.Prepend("gpu store " + device_.Name() + ": allocate " + Describe(id) + " of " +
                             std::to_string(size) + " bytes");
     }
     lost_.erase(id);
@@ -252,8 +253,8 @@ Status GpuBulkStore::Write(BlobId id, uint64_t offset,
     if (rec == nullptr) return MissingLocked(id, "write");
     blob = *rec;
   }
-  const std::string what =
-      "gpu store " + device_ + ": write " + Range(offset, src.size()) + " of " + Describe(id);
+  const std::string what = "gpu store " + device_.Name() + ": write " + Range(offset, src.size()) +
+                           " of " + Describe(id);
   if (blob.sealed) return Error(EPERM, what + ": the blob is sealed");
   if (offset > blob.size || src.size() > blob.size - offset) {
     return Error(EINVAL, what + ": past its end (" + std::to_string(blob.size) + " bytes)");
@@ -274,7 +275,7 @@ Status GpuBulkStore::Read(BlobId id, uint64_t offset,
     blob = *rec;
   }
   const std::string what =
-      "gpu store " + device_ + ": read " + Range(offset, dst.size()) + " of " + Describe(id);
+      "gpu store " + device_.Name() + ": read " + Range(offset, dst.size()) + " of " + Describe(id);
   if (offset > blob.size || dst.size() > blob.size - offset) {
     return Error(EINVAL, what + ": past its end (" + std::to_string(blob.size) + " bytes)");
   }
@@ -334,7 +335,8 @@ Status GpuBulkStore::PlaceEmpty(BlobId id) {
     packed = rec->sealed && Packable(key, 0);
     need = packed ? gpu_bulk_store_internal::kPackAlignment : Units(0);
     if (need > RoomLocked(0)) {
-      return FullLocked("gpu store " + device_ + ": a place for empty " + Describe(id), need);
+      return FullLocked("gpu store " + device_.Name() + ": a place for empty " + Describe(id),
+                        need);
     }
     used_ += need;  // reserved now, so that concurrent calls cannot take it
   }
@@ -343,8 +345,8 @@ Status GpuBulkStore::PlaceEmpty(BlobId id) {
   {
     std::lock_guard lock(mu_);
     used_ -= need;
-    GPUFS_RETURN_IF_ERROR(
-        place.status().Prepend("gpu store " + device_ + ": a place for empty " + Describe(id)));
+    GPUFS_RETURN_IF_ERROR(place.status().Prepend("gpu store " + device_.Name() +
+                                                 ": a place for empty " + Describe(id)));
     BlobRecord* rec = FindLocked(id);
     if (rec == nullptr || rec->place.alloc != 0 || rec->size != 0) {  // placed meanwhile
       ReleasePlaceLocked(*place, &dropped);
@@ -386,8 +388,8 @@ Result<IpcExport> GpuBulkStore::Export(BlobId id) {
     if (rec == nullptr) return MissingLocked(id, "export");
     Allocation* found = FindAllocLocked(rec->place.alloc);
     if (found == nullptr) {
-      return Error(
-          EIO, "gpu store " + device_ + ": export " + Describe(id) + ": its allocation is gone");
+      return Error(EIO, "gpu store " + device_.Name() + ": export " + Describe(id) +
+                            ": its allocation is gone");
     }
     out = ExportOfLocked(*found, rec->place, rec->size);
     if (found->vmm || found->exported) {
@@ -400,7 +402,7 @@ Result<IpcExport> GpuBulkStore::Export(BlobId id) {
   }
   GPUFS_RETURN_IF_ERROR(Enter());
   GPUFS_RETURN_IF_ERROR(CudaError("cudaIpcGetMemHandle", cudaIpcGetMemHandle(&handle, base))
-                            .Prepend("gpu store " + device_ + ": export " + Describe(id)));
+                            .Prepend("gpu store " + device_.Name() + ": export " + Describe(id)));
   {
     std::lock_guard lock(mu_);
     auto it = allocs_.find(alloc_id);

@@ -109,7 +109,7 @@ class GpuBulkStore final : public BulkStore {
   GpuBulkStore& operator=(const GpuBulkStore&) = delete;
 
   // "cuda:N", N the ordinal.
-  const std::string& device() const override { return device_; }
+  TierId device() const override { return device_; }
   StoreUsage Usage() const override;
 
   // Releases all device memory the store holds. A live blob with an allocation
@@ -317,7 +317,7 @@ class GpuBulkStore final : public BulkStore {
   std::string Describe(BlobId id) const;
 
   const int ordinal_;
-  const std::string device_;
+  const TierId device_;
   const std::array<uint8_t, 16> uuid_;
   uint64_t capacity_;  // GUARDED_BY(mu_) (grows once, in Recover, by re-imported bytes)
   const bool default_capacity_;

@@ -14,7 +14,7 @@ namespace gpufs {
 Result<IpcExport> GpuBulkStore::ExportCopy(BlobId id, BlobId copy, bool queued) {
   StepTrace trace("private copy");
   GPUFS_RETURN_IF_ERROR(PlaceEmpty(id));
-  const std::string what = "gpu store " + device_ + ": a private copy of " + Describe(id);
+  const std::string what = "gpu store " + device_.Name() + ": a private copy of " + Describe(id);
   std::byte* source = nullptr;
   uint64_t bytes = 0, offset = 0, size = 0, source_alloc = 0;
   {
@@ -121,7 +121,7 @@ Status GpuBulkStore::AwaitCopyLocked(BlobId copy) {
   }
   Status result = flight.result->ok()
                       ? Status::Ok()
-                      : Error(EIO, "gpu store " + device_ + ": the private copy " +
+                      : Error(EIO, "gpu store " + device_.Name() + ": the private copy " +
                                        Describe(copy) + " failed: " + flight.result->ToString());
   in_flight_.erase(it);
   return result;
@@ -148,7 +148,7 @@ Result<std::vector<uint64_t>> GpuBulkStore::Checksums(std::span<const BlobId> id
       BlobRecord* rec = FindLocked(ids[i]);
       if (rec == nullptr) return MissingLocked(ids[i], "checksum");
       if (sizes[i] > rec->size) {
-        return Error(EINVAL, "gpu store " + device_ + ": checksum of " + Describe(ids[i]) +
+        return Error(EINVAL, "gpu store " + device_.Name() + ": checksum of " + Describe(ids[i]) +
                                  " past its " + std::to_string(rec->size) + " bytes");
       }
       ranges[i] = {.data = rec->place.data, .bytes = sizes[i]};
@@ -157,7 +157,7 @@ Result<std::vector<uint64_t>> GpuBulkStore::Checksums(std::span<const BlobId> id
   GPUFS_RETURN_IF_ERROR(Enter());
   GPUFS_ASSIGN_OR_RETURN(cudaStream_t stream, gpu_bulk_store_internal::ThreadStream(ordinal_));
   auto sums = DeviceSum64(ranges.data(), ranges.size(), stream);
-  if (!sums.ok()) return sums.status().Prepend("gpu store " + device_ + ": checksums");
+  if (!sums.ok()) return sums.status().Prepend("gpu store " + device_.Name() + ": checksums");
   return sums;
 }
 

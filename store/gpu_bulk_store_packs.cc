@@ -17,7 +17,7 @@ namespace gpufs {
 
 Status GpuBulkStore::AllocateGroup(std::span<const GroupMember> members, uint64_t bytes,
                                    const SharingKey& key) {
-  const std::string what = "gpu store " + device_ + ": allocate an object of " +
+  const std::string what = "gpu store " + device_.Name() + ": allocate an object of " +
                            std::to_string(members.size()) + " members (" + std::to_string(bytes) +
                            " bytes)";
   uint64_t end = 0;
@@ -125,7 +125,7 @@ Result<GpuBulkStore::Place> GpuBulkStore::AcquirePackPlace(const SharingKey& key
   alloc->ranges.emplace(alignment_, kPackAlignment);
   std::optional<uint64_t> offset = alloc->ranges->Allocate(reserved);
   if (!offset) {  // cannot happen: reserved <= alignment / 4
-    return Error(EIO, "gpu store " + device_ + ": a new pack cannot hold " +
+    return Error(EIO, "gpu store " + device_.Name() + ": a new pack cannot hold " +
                           std::to_string(reserved) + " bytes");
   }
   alloc->blobs = 1;
@@ -141,7 +141,7 @@ Result<GpuBulkStore::Place> GpuBulkStore::AcquirePackPlace(const SharingKey& key
 
 Status GpuBulkStore::Reshare(BlobId id, const SharingKey& key, bool keep_old) {
   const std::string what =
-      "gpu store " + device_ + ": move " + Describe(id) + " to its new sharers";
+      "gpu store " + device_.Name() + ": move " + Describe(id) + " to its new sharers";
   BlobRecord blob;
   {
     std::lock_guard lock(mu_);

@@ -173,7 +173,7 @@ void GpuBulkStore::ReleasePlaces(const std::vector<Place>& places) {
 // ---- Growth and shrink
 
 Status GpuBulkStore::Resize(BlobId id, uint64_t old_size, uint64_t new_size) {
-  const std::string what = "gpu store " + device_ + ": resize " + Describe(id) + " from " +
+  const std::string what = "gpu store " + device_.Name() + ": resize " + Describe(id) + " from " +
                            std::to_string(old_size) + " to " + std::to_string(new_size) + " bytes";
   BlobRecord blob;
   {
@@ -246,8 +246,8 @@ Status GpuBulkStore::Resize(BlobId id, uint64_t old_size, uint64_t new_size) {
 }
 
 Status GpuBulkStore::Seal(BlobId id, uint64_t size) {
-  const std::string what =
-      "gpu store " + device_ + ": seal " + Describe(id) + " at " + std::to_string(size) + " bytes";
+  const std::string what = "gpu store " + device_.Name() + ": seal " + Describe(id) + " at " +
+                           std::to_string(size) + " bytes";
   const uint64_t exact = Units(size);
   BlobRecord blob;
   {

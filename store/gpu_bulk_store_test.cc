@@ -19,7 +19,7 @@ namespace {
 TEST_P(GpuBulkStoreTest, OpenDescribesDevice) {
   auto store = OpenStore(Options(123 * MiB));
   ASSERT_TRUE(store);
-  EXPECT_EQ(store->device(), "cuda:0");
+  EXPECT_EQ(store->device().Name(), "cuda:0");
   EXPECT_EQ(store->alignment(), GetParam() == GpuIpcMode::kVmm ? 2 * MiB : 512u);
   EXPECT_EQ(store->ordinal(), 0);
   cudaDeviceProp prop{};

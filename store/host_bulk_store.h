@@ -63,7 +63,7 @@ class HostBulkStore final : public BulkStore {
   // directory), so a sealed blob survives a crash of the machine. Call
   // before any other call.
   void ServeAsDiskTier() {
-    device_ = "disk";
+    device_ = TierId::Disk();
     durable_ = true;
   }
 
@@ -71,7 +71,7 @@ class HostBulkStore final : public BulkStore {
   HostBulkStore(const HostBulkStore&) = delete;
   HostBulkStore& operator=(const HostBulkStore&) = delete;
 
-  const std::string& device() const override { return device_; }
+  TierId device() const override { return device_; }
   StoreUsage Usage() const override;
 
   // Deletes every entry of `dir` that is not the file of a blob in `live`
@@ -160,8 +160,8 @@ class HostBulkStore final : public BulkStore {
   // closes (and the mapping goes) once no reader holds it.
   void UncacheFd(BlobId id, Doomed* doomed);
 
-  std::string device_ = "host";  // fixed once served
-  bool durable_ = false;         // fsync at Seal (the disk tier)
+  TierId device_ = TierId::Host();  // fixed once served
+  bool durable_ = false;            // fsync at Seal (the disk tier)
   const std::string dir_;
   const UniqueFd dir_fd_;  // also holds the flock
   const uint64_t capacity_;

@@ -77,7 +77,7 @@ class HostBulkStoreTest : public ::testing::Test {
 TEST_F(HostBulkStoreTest, OpenCreatesPrivateDirectory) {
   auto store = OpenStore(1000);
   ASSERT_TRUE(store);
-  EXPECT_EQ(store->device(), "host");
+  EXPECT_EQ(store->device().Name(), "host");
   struct stat st;
   ASSERT_EQ(::stat(dir_.c_str(), &st), 0);
   EXPECT_TRUE(S_ISDIR(st.st_mode));

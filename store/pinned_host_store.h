@@ -96,7 +96,7 @@ class PinnedHostStore final : public BulkStore {
   PinnedHostStore(const PinnedHostStore&) = delete;
   PinnedHostStore& operator=(const PinnedHostStore&) = delete;
 
-  const std::string& device() const override { return device_; }
+  TierId device() const override { return device_; }
   StoreUsage Usage() const override;
 
   // Adopts the slabs in PinnedHostOptions::adopted: each blob of `live`
@@ -184,7 +184,7 @@ class PinnedHostStore final : public BulkStore {
   bool ImportFile(const StoredBlob& blob);
   static uint64_t Units(uint64_t bytes);
 
-  const std::string device_ = "host";
+  const TierId device_ = TierId::Host();
   const PinnedHostOptions options_;
 
   mutable std::mutex mu_;

@@ -36,14 +36,14 @@ bool AllZero(std::span<const std::byte> bytes) {
 // Keeps a duplicate of every slab fd, as the takeover supervisor does.
 class KeepingSink final : public BlobFdSink {
  public:
-  void BlobAdded(const std::string&, BlobId, int, const BlobMemory&) override { ADD_FAILURE(); }
-  void BlobFreed(const std::string&, BlobId) override { ADD_FAILURE(); }
-  void MemoryAdded(const std::string& device, uint64_t memory, int fd) override {
-    EXPECT_EQ(device, "host");
+  void BlobAdded(const TierId&, BlobId, int, const BlobMemory&) override { ADD_FAILURE(); }
+  void BlobFreed(const TierId&, BlobId) override { ADD_FAILURE(); }
+  void MemoryAdded(const TierId& device, uint64_t memory, int fd) override {
+    EXPECT_EQ(device.Name(), "host");
     std::lock_guard lock(mu_);
     kept_[memory] = UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
   }
-  void MemoryFreed(const std::string&, uint64_t memory) override {
+  void MemoryFreed(const TierId&, uint64_t memory) override {
     std::lock_guard lock(mu_);
     kept_.erase(memory);
     ++freed_;

@@ -66,7 +66,7 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
     return Error(ENODEV, "--store gpu: this gpufs was built without CUDA");
 #endif
   }
-  auto tier_capacity = [&](const std::string& tier) -> std::optional<uint64_t> {
+  auto tier_capacity = [&](const TierId& tier) -> std::optional<uint64_t> {
     auto it = config.tier_capacity.find(tier);
     if (it != config.tier_capacity.end()) return it->second;
     return std::nullopt;
@@ -76,7 +76,7 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
   }
   const bool host_in_memory =
       config.host_tier == "memory" || (config.host_tier == "auto" && use_gpu);
-  std::optional<uint64_t> host_capacity = tier_capacity("host");
+  std::optional<uint64_t> host_capacity = tier_capacity(TierId::Host());
   if (!host_capacity && !use_gpu) host_capacity = config.capacity;
   if (host_in_memory) {
     PinnedHostOptions options;
@@ -103,9 +103,10 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
     GPUFS_LOG(INFO) << "store host: " << FormatSize(capacity) << " under " << config.host_dir;
     out.stores.push_back(std::move(host));
   }
-  out.default_device = "host";
+  out.default_device = TierId::Host();
   if (!config.disk_dir.empty()) {
-    uint64_t disk_capacity = tier_capacity("disk").value_or(DiskRoom(config.disk_dir).value_or(0));
+    uint64_t disk_capacity =
+        tier_capacity(TierId::Disk()).value_or(DiskRoom(config.disk_dir).value_or(0));
     GPUFS_ASSIGN_OR_RETURN(auto disk, HostBulkStore::Open(config.disk_dir, disk_capacity));
     disk->ServeAsDiskTier();
     GPUFS_LOG(INFO) << "store disk: " << FormatSize(disk_capacity) << " under " << config.disk_dir;
@@ -124,7 +125,7 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
       }
       GpuStoreOptions options;
       options.ordinal = ordinal;
-      options.capacity = tier_capacity("cuda:" + std::to_string(ordinal));
+      options.capacity = tier_capacity(TierId::Gpu(static_cast<uint32_t>(ordinal)));
       if (!options.capacity) options.capacity = config.capacity;
       options.fd_sink = config.fd_sink;
       options.adopted = config.adopted != nullptr ? &config.adopted->blob_fds : nullptr;
@@ -132,7 +133,8 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
       options.ipc = config.ipc == "legacy" ? GpuIpcMode::kLegacy : GpuIpcMode::kVmm;
       auto opened = GpuBulkStore::Open(options);
       if (!opened.ok() && config.ipc == "auto" && opened.status().code() == ENODEV) {
-        GPUFS_LOG(WARN) << "cuda:" << ordinal << ": " << opened.status().ToString()
+        GPUFS_LOG(WARN) << TierId::Gpu(static_cast<uint32_t>(ordinal)) << ": "
+                        << opened.status().ToString()
                         << "; using legacy CUDA IPC, one allocation per blob";
         options.ipc = GpuIpcMode::kLegacy;
         opened = GpuBulkStore::Open(options);
@@ -141,7 +143,7 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
       GPUFS_LOG(INFO) << "store " << gpu->device() << ": " << FormatSize(gpu->Usage().capacity);
       out.stores.push_back(std::move(gpu));
     }
-    out.default_device = "cuda:" + std::to_string(devices.front());
+    out.default_device = TierId::Gpu(static_cast<uint32_t>(devices.front()));
   }
 #else
   (void)gpus;
@@ -149,7 +151,9 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
   for (const auto& [tier, bytes] : config.tier_capacity) {
     bool served = false;
     for (const auto& store : out.stores) served = served || store->device() == tier;
-    if (!served) return Error(ENODEV, "--capacity " + tier + ": this daemon serves no such tier");
+    if (!served) {
+      return Error(ENODEV, "--capacity " + tier.Name() + ": this daemon serves no such tier");
+    }
   }
   return out;
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "proto/tier_id.h"
 #include "store/bulk_store.h"
 #include "util/status.h"
 
@@ -21,7 +22,7 @@ struct StoreConfig {
   // Tiers: per-tier capacities ("cuda:N", "host", "disk"), which
   // win over `capacity`; and where the disk tier keeps its files (empty: no
   // disk tier).
-  std::map<std::string, uint64_t> tier_capacity;
+  std::map<TierId, uint64_t> tier_capacity;
   std::string disk_dir;
   std::string ipc = "auto";          // auto | vmm | legacy (see GpuIpcMode)
   // What the "host" tier is: "memory" (PinnedHostStore), "files"
@@ -37,7 +38,7 @@ struct StoreConfig {
 
 struct OpenedStores {
   std::vector<std::unique_ptr<BulkStore>> stores;  // "host" first, then "cuda:N"...
-  std::string default_device;                      // where new blobs go
+  TierId default_device;                           // where new blobs go
 };
 
 // Tiers: GPUs above "host" above "disk". The host tier is either

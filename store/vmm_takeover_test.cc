@@ -28,18 +28,18 @@ namespace {
 // supervisor's Registry does; counts the calls.
 class KeepingSink final : public BlobFdSink {
  public:
-  void BlobAdded(const std::string&, BlobId blob, int fd, const BlobMemory& memory) override {
+  void BlobAdded(const TierId&, BlobId blob, int fd, const BlobMemory& memory) override {
     std::lock_guard lock(mu_);
     kept_[blob] = AdoptedBlobFd{UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)), memory};
     ++added_;
   }
-  void BlobFreed(const std::string&, BlobId blob) override {
+  void BlobFreed(const TierId&, BlobId blob) override {
     std::lock_guard lock(mu_);
     kept_.erase(blob);
     ++freed_;
   }
-  void MemoryAdded(const std::string&, uint64_t, int) override {}  // GPU stores add none
-  void MemoryFreed(const std::string&, uint64_t) override {}
+  void MemoryAdded(const TierId&, uint64_t, int) override {}  // GPU stores add none
+  void MemoryFreed(const TierId&, uint64_t) override {}
   // What a new worker receives; the sink keeps its own duplicates.
   AdoptedBlobFds Handover() {
     std::lock_guard lock(mu_);

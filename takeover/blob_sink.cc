@@ -2,14 +2,14 @@
 
 namespace gpufs::takeover {
 
-void SupervisorBlobSink::BlobAdded(const std::string& device, BlobId blob, int fd,
+void SupervisorBlobSink::BlobAdded(const TierId& device, BlobId blob, int fd,
                                    const BlobMemory& memory) {
   std::lock_guard lock(mu_);
   device_of_[blob] = device;
   link_.BlobAdded({blob, memory.bytes, memory.offset, memory.range, memory.id}, fd);
 }
 
-void SupervisorBlobSink::BlobFreed(const std::string& device, BlobId blob) {
+void SupervisorBlobSink::BlobFreed(const TierId& device, BlobId blob) {
   std::lock_guard lock(mu_);
   auto it = device_of_.find(blob);
   if (it != device_of_.end()) {
@@ -21,12 +21,12 @@ void SupervisorBlobSink::BlobFreed(const std::string& device, BlobId blob) {
   link_.BlobFreed(blob);
 }
 
-void SupervisorBlobSink::MemoryAdded(const std::string& device, uint64_t memory, int fd) {
+void SupervisorBlobSink::MemoryAdded(const TierId& device, uint64_t memory, int fd) {
   (void)device;
   link_.MemoryAdded(memory, fd);
 }
 
-void SupervisorBlobSink::MemoryFreed(const std::string& device, uint64_t memory) {
+void SupervisorBlobSink::MemoryFreed(const TierId& device, uint64_t memory) {
   (void)device;
   link_.MemoryFreed(memory);
 }

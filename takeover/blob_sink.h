@@ -21,18 +21,18 @@ namespace gpufs::takeover {
 class SupervisorBlobSink final : public BlobFdSink {
  public:
   explicit SupervisorBlobSink(WorkerLink& link) : link_(link) {}
-  void BlobAdded(const std::string& device, BlobId blob, int fd,
+  void BlobAdded(const TierId& device, BlobId blob, int fd,
                  const BlobMemory& memory) override;
-  void BlobFreed(const std::string& device, BlobId blob) override;
+  void BlobFreed(const TierId& device, BlobId blob) override;
   // Memories are the host tier's alone (one store), so their ids need no
   // device.
-  void MemoryAdded(const std::string& device, uint64_t memory, int fd) override;
-  void MemoryFreed(const std::string& device, uint64_t memory) override;
+  void MemoryAdded(const TierId& device, uint64_t memory, int fd) override;
+  void MemoryFreed(const TierId& device, uint64_t memory) override;
 
  private:
   WorkerLink& link_;
   std::mutex mu_;  // the record and the message stay in one order
-  std::unordered_map<BlobId, std::string> device_of_;  // GUARDED_BY(mu_)
+  std::unordered_map<BlobId, TierId> device_of_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace gpufs::takeover

@@ -55,8 +55,8 @@ class BlobSinkTest : public ::testing::Test {
 
 TEST_F(BlobSinkTest, TheSupervisorKeepsEachBlobsCurrentMemoryWithItsSize) {
   UniqueFd first = MemfdWith("first"), grown = MemfdWith("grown");
-  sink_->BlobAdded("cuda:0", 7, first.get(), {2 << 20, 0, 2 << 20, 1});
-  sink_->BlobAdded("cuda:0", 7, grown.get(), {4 << 20, 0, 4 << 20, 2});  // a Resize moved it
+  sink_->BlobAdded(TierId::Gpu(0), 7, first.get(), {2 << 20, 0, 2 << 20, 1});
+  sink_->BlobAdded(TierId::Gpu(0), 7, grown.get(), {4 << 20, 0, 4 << 20, 2});  // a Resize moved it
   first.reset();
   grown.reset();  // the worker's own copies go with the worker
   Drain();
@@ -64,20 +64,20 @@ TEST_F(BlobSinkTest, TheSupervisorKeepsEachBlobsCurrentMemoryWithItsSize) {
   EXPECT_EQ(ReadAll(registry_.blob_fd(7)), "grown");
   EXPECT_EQ(registry_.blob_bytes(7), 4u << 20);
   EXPECT_EQ(registry_.blob_record(7).memory, 2u);
-  sink_->BlobFreed("cuda:0", 7);
+  sink_->BlobFreed(TierId::Gpu(0), 7);
   Drain();
   EXPECT_EQ(registry_.blobs(), 0u);
 }
 
 TEST_F(BlobSinkTest, AMoveToAnotherGpuKeepsTheTargetsMemory) {
   UniqueFd on0 = MemfdWith("on gpu 0"), on1 = MemfdWith("on gpu 1");
-  sink_->BlobAdded("cuda:0", 9, on0.get(), {2 << 20, 0, 2 << 20, 3});
-  sink_->BlobAdded("cuda:1", 9, on1.get(), {2 << 20, 0, 2 << 20, 4});  // the target first
-  sink_->BlobFreed("cuda:0", 9);                                       // then the source lets go
+  sink_->BlobAdded(TierId::Gpu(0), 9, on0.get(), {2 << 20, 0, 2 << 20, 3});
+  sink_->BlobAdded(TierId::Gpu(1), 9, on1.get(), {2 << 20, 0, 2 << 20, 4});  // the target first
+  sink_->BlobFreed(TierId::Gpu(0), 9);  // then the source lets go
   Drain();
   ASSERT_EQ(registry_.blobs(), 1u);
   EXPECT_EQ(ReadAll(registry_.blob_fd(9)), "on gpu 1");
-  sink_->BlobFreed("cuda:1", 9);
+  sink_->BlobFreed(TierId::Gpu(1), 9);
   Drain();
   EXPECT_EQ(registry_.blobs(), 0u);
 }
@@ -90,7 +90,7 @@ TEST_F(BlobSinkTest, AFreeOfABlobThisWorkerNeverAddedIsForwarded) {
   m.fds.push_back(std::move(kept));
   ASSERT_TRUE(registry_.Apply(std::move(m)).ok());
   ASSERT_EQ(registry_.blobs(), 1u);
-  sink_->BlobFreed("cuda:0", 11);
+  sink_->BlobFreed(TierId::Gpu(0), 11);
   Drain();
   EXPECT_EQ(registry_.blobs(), 0u);
 }
