@@ -33,10 +33,14 @@ std::vector<TierId> Tiers::TiersBelow(const TierId& device) const {
 }
 
 HostBuffer Tiers::AllocateIoBuffer(size_t bytes) const {
+  // Pinned where a GPU's store can pin them; else the host store's (never
+  // the disk tier's by the order of names).
   for (const auto& [device, store] : stores_) {
-    if (!device.is_host()) return store->AllocateHostBuffer(bytes);
+    if (device.is_gpu()) return store->AllocateHostBuffer(bytes);
   }
-  return stores_.at(TierId::Host())->AllocateHostBuffer(bytes);
+  auto host = stores_.find(TierId::Host());
+  return (host != stores_.end() ? host->second : stores_.begin()->second)
+      ->AllocateHostBuffer(bytes);
 }
 
 BulkStore* Tiers::StoreFor(const TierId& device) const {
