@@ -44,7 +44,9 @@ class CliE2E : public MountedTest {
  protected:
   // Without GPUFS_TRACE: the output is what a user sees, also when a GPU
   // check runs with traces on.
-  ShResult Gpufs(const std::string& args) { return Sh("env -u GPUFS_TRACE " + GpufsBin() + " " + args); }
+  ShResult Gpufs(const std::string& args) {
+    return Sh("env -u GPUFS_TRACE " + GpufsBin() + " " + args);
+  }
   // Everything in the namespace, with sizes and attributes, one line each.
   std::string Listing() {
     return Sh("cd " + mount_.mnt() +

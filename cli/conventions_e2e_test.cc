@@ -15,7 +15,9 @@ class ConventionsE2E : public MountedTest {
  protected:
   // Without GPUFS_TRACE: the output is what a user sees, also when a GPU
   // check runs with traces on.
-  ShResult Gpufs(const std::string& args) { return Sh("env -u GPUFS_TRACE " + GpufsBin() + " " + args); }
+  ShResult Gpufs(const std::string& args) {
+    return Sh("env -u GPUFS_TRACE " + GpufsBin() + " " + args);
+  }
   bool Exists(const std::string& path) {
     struct stat st {};
     return ::lstat(path.c_str(), &st) == 0;

@@ -17,7 +17,9 @@ class LsStatE2E : public MountedTest {
  protected:
   // Without GPUFS_TRACE: the output is what a user sees, also when a GPU
   // check runs with traces on.
-  ShResult Gpufs(const std::string& args) { return Sh("env -u GPUFS_TRACE " + GpufsBin() + " " + args); }
+  ShResult Gpufs(const std::string& args) {
+    return Sh("env -u GPUFS_TRACE " + GpufsBin() + " " + args);
+  }
 };
 
 TEST_F(LsStatE2E, LsJsonDescribesObjectsAndBlobs) {

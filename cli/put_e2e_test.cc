@@ -97,7 +97,9 @@ class PutE2E : public MountedTest {
  protected:
   // Without GPUFS_TRACE: the output is what a user sees, also when a GPU
   // check runs with traces on.
-  ShResult Gpufs(const std::string& args) { return Sh("env -u GPUFS_TRACE " + GpufsBin() + " " + args); }
+  ShResult Gpufs(const std::string& args) {
+    return Sh("env -u GPUFS_TRACE " + GpufsBin() + " " + args);
+  }
   // The names in object `rel`, hidden ones included.
   std::string Names(const std::string& rel) {
     return Sh("ls -A " + P(rel) + " | grep -v '^.gpufs$' | tr '\\n' ' '").output;

@@ -296,7 +296,9 @@ Result<Arena*> ArenaCache::Acquire(const struct gpufs_ipc_info& info, int member
 }
 
 Status ArenaCache::AwaitCopy(int member_fd) {
-  if (member_fd < 0) return Error(EPROTO, "a private copy still being made, with no member to wait on");
+  if (member_fd < 0) {
+    return Error(EPROTO, "a private copy still being made, with no member to wait on");
+  }
   int r;
   do {
     r = ::ioctl(member_fd, GPUFS_IOC_COPY_WAIT);
