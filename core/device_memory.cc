@@ -114,6 +114,7 @@ Status Namespace::AwaitCopy(HandleId id) {
   {
     std::lock_guard lock(mu_);
     GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
+    if (!handle->blob) return Error(EISDIR, PathOf(handle->entry) + " is an object, not a member");
     if (!handle->copy) {
       return Error(EIO, PathOf(handle->entry) +
                             ": this open file has no private copy in flight (its worker was "
@@ -291,7 +292,8 @@ Status Namespace::AllocateForProducer(ActiveBlob& blob, const SharingKey& key, u
     next.device = device;
   } else {
     BulkStore* gpu = StoreFor(rec.device);
-    GPUFS_RETURN_IF_ERROR(tiers_.WithRoom(rec.device, size, [&] { return gpu->Resize(rec.id, 0, size); }));
+    GPUFS_RETURN_IF_ERROR(
+        tiers_.WithRoom(rec.device, size, [&] { return gpu->Resize(rec.id, 0, size); }));
   }
   Status recorded;
   {

@@ -341,7 +341,8 @@ struct gpufs_publish {
 /* GPUFS_IOC_COPY_WAIT, on the member a map answered with
  * GPUFS_INFO_COPY_PENDING: returns once the private copy's bytes are all
  * there (at once when they are). EIO: the copy failed, or the worker that
- * made it was replaced (the bytes are not to be used: unmap, map again). */
+ * made it was replaced (the bytes are not to be used: unmap, map again).
+ * EISDIR on an object. */
 #define GPUFS_IOC_COPY_WAIT _IO('G', 11)
 
 #endif /* GPUFS_UAPI_H_ */

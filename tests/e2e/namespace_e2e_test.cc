@@ -293,5 +293,23 @@ TEST_F(NamespaceE2E, UnknownIoctlIsEnotty) {
   ::close(fd);
 }
 
+// GPUFS_IOC_COPY_WAIT on a file that has no private copy in flight (a host
+// member, never mapped): EIO, which tells a client not to use what it
+// mapped; on an object (a directory), not a member: EISDIR.
+TEST_F(NamespaceE2E, CopyWaitWithNoCopyIsEioAndOnAnObjectEisdir) {
+  WriteFile(P("m"), "x");
+  int fd = ::open(P("m").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(::ioctl(fd, GPUFS_IOC_COPY_WAIT), -1);
+  EXPECT_EQ(errno, EIO);
+  ::close(fd);
+  ASSERT_EQ(::mkdir(P("o").c_str(), 0755), 0);
+  int dir = ::open(P("o").c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(dir, 0);
+  EXPECT_EQ(::ioctl(dir, GPUFS_IOC_COPY_WAIT), -1);
+  EXPECT_EQ(errno, EISDIR);
+  ::close(dir);
+}
+
 }  // namespace
 }  // namespace gpufs::e2e
