@@ -145,22 +145,6 @@ Result<Asked> AskToMap(int fd) {
   return Asked{info, UniqueFd()};
 }
 
-// Whether this process may write a file of `st` by its mode bits, as the
-// daemon decides who shares a member's memory (root always; the owner's,
-// group's or others' bits, supplementary groups included).
-bool MayWrite(const struct stat& st) {
-  const uid_t uid = ::geteuid();
-  if (uid == 0) return true;
-  if (st.st_uid == uid) return (st.st_mode & S_IWUSR) != 0;
-  bool in_group = st.st_gid == ::getegid();
-  if (!in_group) {
-    gid_t groups[256];
-    const int n = ::getgroups(256, groups);
-    for (int i = 0; i < n && !in_group; ++i) in_group = groups[i] == st.st_gid;
-  }
-  return (st.st_mode & (in_group ? S_IWGRP : S_IWOTH)) != 0;
-}
-
 // A cold map's open and ask: where the mount's socket is known, the
 // connection is armed for this thread's open of the member (uapi.h,
 // GPUFS_FD_ARM) and the map comes with the open, no ioctl; otherwise, or
@@ -178,17 +162,10 @@ Result<OpenedToMap> OpenToMap(const char* path) {
     socket = FdSocketConnections().SocketFor(st.st_dev);
   }
   trace::Mark("stat");
-  if (socket && !MayWrite(st)) {
-    // A reader who may not write gets a private copy, which an armed open
-    // makes whole before it returns; the ioctl queues it instead
-    // (GPUFS_MAP_QUEUED_COPY), so that this process imports and maps the
-    // copy while its bytes land.
-    GPUFS_ASSIGN_OR_RETURN(out.member, OpenMember(path, O_RDONLY | O_CLOEXEC));
-    trace::Mark("open");
-    GPUFS_ASSIGN_OR_RETURN(out.asked, AskToMap(out.member.get()));
-    return out;
-  }
   if (socket) {
+    // A reader who may not write gets a private copy: both the armed open
+    // and the ioctl ask for it queued, so that this process imports and
+    // maps it while its bytes land (ArenaCache::Acquire waits for them).
     int ioctl_err = -1;
     auto pushed = FdSocketConnections().MapAtOpen(
         *socket, st.st_ino,

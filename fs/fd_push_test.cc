@@ -189,10 +189,12 @@ TEST_F(FdPushTest, ACookieInUseOrASecondHelloDisconnects) {
   EXPECT_EQ(reply.blob_id, 5u);
 }
 
-// What an open handler does for a read-only open of `ino` by `tid`.
+// What an open handler does for a read-only open of `ino` by `tid`;
+// *queued_copy: whether the arm asked for a private copy to come queued.
 Status OpenSeen(FdServer& server, TokenTable& tokens, uint64_t ino, uint32_t tid, uint64_t blob,
-                std::shared_ptr<const UniqueFd> file) {
-  return server.PushAtOpen(ino, tid, [&]() -> Result<gpufs_ipc_info> {
+                std::shared_ptr<const UniqueFd> file, bool* queued_copy = nullptr) {
+  return server.PushAtOpen(ino, tid, [&](bool queued) -> Result<gpufs_ipc_info> {
+    if (queued_copy != nullptr) *queued_copy = queued;
     GPUFS_ASSIGN_OR_RETURN(Token token, tokens.Issue(TokenGrant{.handle = 1,
                                                                 .uid = ::getuid(),
                                                                 .pid = tid,
@@ -210,11 +212,11 @@ TEST_F(FdPushTest, AnArmedOpenBringsTheMapWithNoAsking) {
   const uint32_t me = static_cast<uint32_t>(::gettid());
   for (uint64_t blob : {5u, 6u}) {
     Status at_open;
-    bool asked = false;
+    bool asked = false, queued = false;
     auto got = conns.MapAtOpen(
         server_->path(), /*ino=*/40 + blob,
         [&] {
-          at_open = OpenSeen(*server_, tokens_, 40 + blob, me, blob, file_);
+          at_open = OpenSeen(*server_, tokens_, 40 + blob, me, blob, file_, &queued);
           return Status::Ok();
         },
         [&](const Token&) -> Result<gpufs_ipc_info> {
@@ -224,11 +226,38 @@ TEST_F(FdPushTest, AnArmedOpenBringsTheMapWithNoAsking) {
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     ASSERT_TRUE(at_open.ok()) << at_open.ToString();
     EXPECT_FALSE(asked);
+    EXPECT_TRUE(queued) << "libgpufs arms for a private copy to come queued";
     EXPECT_EQ(got->info.blob_id, blob);
     EXPECT_TRUE(got->info.flags & GPUFS_INFO_FD_SENT);
     ASSERT_TRUE(got->fd.valid());
     EXPECT_EQ(InodeOf(got->fd.get()), InodeOf(file_->get()));
   }
+}
+
+// A raw client's arm without GPUFS_FD_ARM_QUEUED_COPY: its map is asked
+// for whole (a private copy made before the open returns), and its seq
+// comes back as it was sent.
+TEST_F(FdPushTest, AnArmWithoutTheQueuedFlagAsksForAWholeCopy) {
+  auto sock = ConnectFdSocket(server_->path());
+  ASSERT_TRUE(sock.ok()) << sock.status().ToString();
+  Token cookie;
+  cookie.fill(9);
+  gpufs_fd_hello hello = EncodeHello(cookie);
+  const uint32_t me = static_cast<uint32_t>(::gettid());
+  gpufs_fd_arm arm = EncodeArm(77, me, 12);
+  ASSERT_EQ(::send(sock->get(), &hello, sizeof hello, 0), (ssize_t)sizeof hello);
+  ASSERT_EQ(::send(sock->get(), &arm, sizeof arm, 0), (ssize_t)sizeof arm);
+  bool queued = true;
+  ASSERT_TRUE(OpenSeen(*server_, tokens_, 77, me, 8, file_, &queued).ok());
+  EXPECT_FALSE(queued);
+  gpufs_fd_mapped mapped{};
+  UniqueFd fd;
+  auto n = ReceiveMessage(sock->get(), std::as_writable_bytes(std::span(&mapped, 1)), &fd,
+                          MSG_DONTWAIT);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(mapped.seq, 12u);
+  EXPECT_EQ(mapped.info.blob_id, 8u);
+  EXPECT_TRUE(fd.valid());
 }
 
 // An arm names the member and the thread: another member's open, another

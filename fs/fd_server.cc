@@ -285,7 +285,7 @@ Status FdServer::PushAtOpen(uint64_t ino, uint32_t tid, const MapFn& map) {
   }
   if (fd < 0) return Error(ENOENT, "no connection armed for this open");
   // The map runs without the lock: it may wait for the blob (fault back).
-  GPUFS_ASSIGN_OR_RETURN(gpufs_ipc_info info, map());
+  GPUFS_ASSIGN_OR_RETURN(gpufs_ipc_info info, map((seq & GPUFS_FD_ARM_QUEUED_COPY) != 0));
   if (info.handle_type != GPUFS_HANDLE_VMM_FD) return Error(ENOTSUP, "not a VMM blob");
   Token token;
   std::memcpy(token.data(), info.token, token.size());

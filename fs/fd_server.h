@@ -60,9 +60,10 @@ class FdServer {
   // before it is answered: when a connection of tid's process armed itself
   // for that (uapi.h, GPUFS_FD_ARM), runs `map` (GPUFS_IOC_MAP's work for the
   // new open file) and sends the connection a gpufs_fd_mapped with the fd.
-  // ENOENT: nothing armed for it (the common case: one epoll_wait and a
-  // scan of the connections).
-  using MapFn = std::function<Result<gpufs_ipc_info>()>;
+  // `map` is told whether the arm asked for a private copy to come queued
+  // (GPUFS_FD_ARM_QUEUED_COPY). ENOENT: nothing armed for it (the common
+  // case: one epoll_wait and a scan of the connections).
+  using MapFn = std::function<Result<gpufs_ipc_info>(bool queued_copy)>;
   Status PushAtOpen(uint64_t ino, uint32_t tid, const MapFn& map);
 
   // GPUFS_IOC_MAP_OBJECT's fds (uapi.h): sends the connection named by

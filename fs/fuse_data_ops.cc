@@ -35,12 +35,13 @@ namespace {
 void PushMapAtOpen(fuse_req_t req, fuse_ino_t ino, HandleId handle) {
   FdServer* fds = Fds(req);
   if (fds == nullptr) return;
-  Status pushed = fds->PushAtOpen(ino, fuse_req_ctx(req)->pid, [&]() -> Result<gpufs_ipc_info> {
+  auto map = [&](bool queued_copy) -> Result<gpufs_ipc_info> {
     const Caller caller = CallerOf(req);
-    GPUFS_ASSIGN_OR_RETURN(MappedBlob mapped, Ns(req).MapHandle(handle, caller));
+    GPUFS_ASSIGN_OR_RETURN(MappedBlob mapped, Ns(req).MapHandle(handle, caller, queued_copy));
     Link(req).HandleMapped(handle);
     return Exp(req).Info(mapped, handle, caller);
-  });
+  };
+  Status pushed = fds->PushAtOpen(ino, fuse_req_ctx(req)->pid, map);
   // ENOENT: nothing armed, every other open. The rest: the client asks with
   // the ioctl, which says why (ENODEV for a host member, say).
   if (!pushed.ok() && pushed.code() != ENOENT) LogFailure("map at open", pushed, true);

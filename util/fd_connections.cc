@@ -129,7 +129,9 @@ Result<FdConnections::Pushed> FdConnections::MapAtOpen(const std::string& path, 
     return Pushed{};
   }
   Conn* conn = *made;
-  const uint32_t seq = ++conn->seq;
+  // A private copy comes queued: the caller's map waits for its bytes
+  // (GPUFS_INFO_COPY_PENDING) once it has imported and mapped it.
+  const uint32_t seq = (++conn->seq & ~GPUFS_FD_ARM_QUEUED_COPY) | GPUFS_FD_ARM_QUEUED_COPY;
   gpufs_fd_arm arm = EncodeArm(ino, static_cast<uint32_t>(::gettid()), seq);
   if (!SendMessage(conn->sock.get(), std::as_bytes(std::span(&arm, 1)), -1).ok()) {
     conns_.erase(path);  // gone: the open, then the ioctl on a new connection

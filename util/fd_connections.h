@@ -72,7 +72,9 @@ class FdConnections {
   // stat, a daemon without arms, a process in another PID namespace), runs
   // `ask` as Push does. `open`'s failure comes back as it is. When no
   // connection can be made, `open` runs all the same, nothing is asked, and
-  // the result's info.magic is 0.
+  // the result's info.magic is 0. A private copy (the caller may not write
+  // the member) comes queued (GPUFS_FD_ARM_QUEUED_COPY): its info has
+  // GPUFS_INFO_COPY_PENDING, and the caller waits before using its bytes.
   Result<Pushed> MapAtOpen(const std::string& path, uint64_t ino,
                            const std::function<Status()>& open, const Ask& ask);
 

@@ -137,14 +137,20 @@ struct gpufs_fd_hello {
 /* GPUFS_FD_ARM: the sender's next read-only open of member `ino` by thread
  * `tid` (a thread of the process that connected, by gettid(); a process in
  * another PID namespace than the daemon's never matches and asks with the
- * ioctl) brings its map; not answered. ino 0 disarms. */
+ * ioctl) brings its map; not answered. ino 0 disarms. With
+ * GPUFS_FD_ARM_QUEUED_COPY in seq, a private copy (the map of a caller who
+ * may not write the member) comes as GPUFS_MAP_QUEUED_COPY brings it with
+ * the ioctl: its info has GPUFS_INFO_COPY_PENDING, and GPUFS_IOC_COPY_WAIT on
+ * the opened file waits for its bytes; without it the open returns once the
+ * copy is whole. */
+#define GPUFS_FD_ARM_QUEUED_COPY 0x80000000u
 #define GPUFS_FD_ARM_MAGIC 0x4d524147u /* "GARM" */
 struct gpufs_fd_arm {
   uint32_t magic;   /* GPUFS_FD_ARM_MAGIC */
   uint32_t version; /* GPUFS_UAPI_VERSION */
   uint64_t ino;
   uint32_t tid;
-  uint32_t seq;     /* echoed in the struct gpufs_fd_mapped it brings */
+  uint32_t seq;     /* echoed in the struct gpufs_fd_mapped it brings, flag and all */
 };
 #define GPUFS_FD_MAPPED_MAGIC 0x5050414du /* "MAPP" */
 struct gpufs_fd_mapped {

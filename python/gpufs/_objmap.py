@@ -182,22 +182,33 @@ def to_torch(mapping: ObjectMapping, device: Any) -> Dict[str, Any]:
     target = torch.device(device) if device is not None else None
     views = _torch_views(torch, mapping)
     if views is None:  # one storage per member
-        views = [(m.name, m.tensor(torch)) for m in mapping.members]
-    for name, t in views:
-        if target is not None and target.type == "cuda" and target.index is None:
-            target = t.device
-        if target is not None and t.device != target:
+        views = [(m.name, m.tensor(torch), -1) for m in mapping.members]
+    # Whether a tensor moves is decided once per allocation (all its views
+    # are on its device); "cuda" with no index is the first tensor's device.
+    moves: Dict[int, bool] = {}
+    for name, t, a in views:
+        move = moves.get(a) if a >= 0 else None
+        if move is None:
+            if target is not None and target.type == "cuda" and target.index is None:
+                target = t.device
+            move = target is not None and t.device != target
+            if a >= 0:
+                moves[a] = move
+        if move:
             t = t.to(target)
-        _place(out, name, t)
+        if "/" in name:
+            _place(out, name, t)
+        else:
+            out[name] = t
     return out
 
 
-def _torch_views(torch: Any, mapping: ObjectMapping) -> Optional[List[Tuple[str, Any]]]:
-    """(name, tensor) of every mapped member, each a strided view of one
-    storage per allocation (built with one torch call a member: the
-    per-member array interface costs ~15 us each), or None where that is not
-    to be had (an older libgpufs, a dtype torch lacks, an offset its dtype
-    cannot view): the caller builds one storage per member."""
+def _torch_views(torch: Any, mapping: ObjectMapping) -> Optional[List[Tuple[str, Any, int]]]:
+    """(name, tensor, allocation) of every mapped member, each a strided
+    view of one storage per allocation (built with one torch call a member:
+    the per-member array interface costs ~15 us each), or None where that is
+    not to be had (an older libgpufs, a dtype torch lacks, an offset its
+    dtype cannot view): the caller builds one storage per member."""
     found = mapping.ranges()
     if found is None:
         return None
@@ -206,23 +217,25 @@ def _torch_views(torch: Any, mapping: ObjectMapping) -> Optional[List[Tuple[str,
              for base, size, dev in ranges]
     typed: Dict[Tuple[int, Any], Any] = {}
     kinds: Dict[bytes, Tuple[Any, int]] = {}
+    contiguous: Dict[Tuple[int, ...], Tuple[Tuple[int, ...], int]] = {}  # shape -> strides, numel
     views = []
-    c = mapping._map
-    for i in range(c.count):
-        a = alloc_of[i]
+    as_strided = torch.as_strided
+    members = mapping._map.members
+    for i, a in enumerate(alloc_of):
         if a < 0:
             continue
-        m = c.members[i]
-        kind = kinds.get(m.dtype)
+        m = members[i]
+        dtype_name = m.dtype
+        kind = kinds.get(dtype_name)
         if kind is None:
             try:
-                dt = dtypes.by_name(m.dtype.decode() or "uint8")
+                dt = dtypes.by_name(dtype_name.decode() or "uint8")
             except (KeyError, ValueError):
                 return None  # the per-member path says what is wrong with it
             tdt = getattr(torch, dt.torch, None)
             if tdt is None:
                 return None
-            kind = kinds[m.dtype] = (tdt, dt.itemsize)
+            kind = kinds[dtype_name] = (tdt, dt.itemsize)
         tdt, itemsize = kind
         base = typed.get((a, tdt))
         if base is None:
@@ -232,20 +245,25 @@ def _torch_views(torch: Any, mapping: ObjectMapping) -> Optional[List[Tuple[str,
                 return None
             typed[(a, tdt)] = base
         offset = m.ptr - ranges[a][0]
-        if offset % itemsize or m.size % itemsize:
+        size = m.size
+        if offset % itemsize or size % itemsize:
             return None
-        if m.dtype and m.ndim >= 0:  # as MappedMember._described: no dtype, bytes
-            shape = tuple(m.shape[d] for d in range(m.ndim))
+        ndim = m.ndim
+        if dtype_name and ndim >= 0:  # as MappedMember._described: no dtype, bytes
+            shape = tuple(m.shape[:ndim])
         else:
-            shape = (m.size // itemsize,)
-        strides, step = [], 1
-        for d in reversed(shape):
-            strides.append(step)
-            step *= d
-        if step * itemsize != m.size:
+            shape = (size // itemsize,)
+        known = contiguous.get(shape)
+        if known is None:
+            strides, step = [], 1
+            for d in reversed(shape):
+                strides.append(step)
+                step *= d
+            known = contiguous[shape] = (tuple(reversed(strides)), step)
+        strides, numel = known
+        if numel * itemsize != size:
             return None  # a shape that does not describe the bytes: view() says so
-        views.append((m.name.decode(),
-                      torch.as_strided(base, shape, tuple(reversed(strides)), offset // itemsize)))
+        views.append((m.name.decode(), as_strided(base, shape, strides, offset // itemsize), a))
     return views
 
 

@@ -11,15 +11,19 @@
 //                         exit 0 when it did (the caller checks whose memory
 //                         it reached)
 //   read PATH BYTE        maps PATH the same way, read-only; exit 0 when every
-//                         byte is BYTE (read-queued: as copybench's `queued`)
+//                         byte is BYTE (read-queued, read-armed: as copybench's
+//                         `queued`, `armed`)
 //   oversize PATH         gets PATH's fd as above and asks the driver to map
 //                         2 MiB more than the allocation it was given; exit 0
 //                         when the driver refuses (nothing past the
 //                         allocation is reachable)
-//   copybench PATH [queued]  a cold map as above (the daemon makes a private copy
-//                         when the caller may not write PATH; `queued`: asked
-//                         with GPUFS_IOC_MAP_PUSH and GPUFS_MAP_QUEUED_COPY, the
-//                         copy imported while its bytes land), against the
+//   copybench PATH [queued|armed]  a cold map as above (the daemon makes a
+//                         private copy when the caller may not write PATH;
+//                         `queued`: asked with GPUFS_IOC_MAP_PUSH and
+//                         GPUFS_MAP_QUEUED_COPY, the copy imported while its
+//                         bytes land; `armed`: no ioctl, the map comes with the
+//                         open on a connection armed with GPUFS_FD_ARM_QUEUED_COPY,
+//                         as libgpufs maps by path), against the
 //                         same process's import + map of an allocation of that
 //                         size and a D2D copy of the member's bytes: prints
 //                         microseconds and the ratio
@@ -28,6 +32,7 @@
 #include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -180,6 +185,55 @@ int PushFd(int member, const std::string& sock, gpufs_ipc_info* info) {
   return ReceiveFd(s);
 }
 
+// As PushFd with no ioctl: a connection that said hello is armed for this
+// thread's next open of PATH (GPUFS_FD_ARM, a private copy to come queued),
+// PATH is opened, and the struct gpufs_fd_mapped with the fd is waiting on
+// the connection when the open returns. *member: the open file.
+int ArmedFd(const char* path, const std::string& sock, int* member, gpufs_ipc_info* info) {
+  struct stat st;
+  if (::stat(path, &st) != 0) return -1;
+  const int s = Connect(sock);
+  if (s < 0) return -1;
+  gpufs_fd_hello hello{};
+  hello.magic = GPUFS_FD_HELLO_MAGIC;
+  hello.version = GPUFS_UAPI_VERSION;
+  gpufs_fd_arm arm{};
+  arm.magic = GPUFS_FD_ARM_MAGIC;
+  arm.version = GPUFS_UAPI_VERSION;
+  arm.ino = st.st_ino;
+  arm.tid = static_cast<uint32_t>(::gettid());
+  arm.seq = 1 | GPUFS_FD_ARM_QUEUED_COPY;
+  if (::getrandom(hello.cookie, sizeof hello.cookie, 0) != sizeof hello.cookie ||
+      ::send(s, &hello, sizeof hello, 0) != sizeof hello ||
+      ::send(s, &arm, sizeof arm, 0) != sizeof arm) {
+    ::close(s);
+    return -1;
+  }
+  *member = ::open(path, O_RDONLY | O_CLOEXEC);
+  gpufs_fd_mapped mapped{};
+  iovec iov{&mapped, sizeof mapped};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  int fd = -1;
+  if (*member >= 0 && ::recvmsg(s, &msg, MSG_DONTWAIT) == sizeof mapped &&
+      mapped.magic == GPUFS_FD_MAPPED_MAGIC && mapped.seq == arm.seq) {
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_type == SCM_RIGHTS) std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+    }
+    *info = mapped.info;
+  } else {
+    std::fprintf(stderr, "attack-probe: no map came with the armed open\n");
+  }
+  ::close(s);
+  return fd;
+}
+
+enum class Ask { kMap, kQueued, kArmed };
+
 struct Mapped {
   gpufs_ipc_info info{};
   CUdeviceptr base = 0;
@@ -189,11 +243,12 @@ struct Mapped {
   double open_us = 0, ioctl_us = 0, fd_us = 0;  // the steps before it
 };
 
-// Opens and maps PATH with `access` (1 read, 3 read-write); `queued`: the
-// fastest way uapi.h gives a reader, its copy mapped while its bytes land.
+// Opens and maps PATH with `access` (1 read, 3 read-write), asking as `ask`
+// says: kQueued and kArmed map a reader's copy while its bytes land.
 bool MapRaw(const Driver& d, const char* path, unsigned long long access, Mapped* m,
-            bool queued = false) {
+            Ask ask = Ask::kMap) {
   using Clock = std::chrono::steady_clock;
+  const bool queued = ask != Ask::kMap;
   std::string sock;
   if (queued) {  // the socket's path beforehand, as a client that mapped before knows it
     char buf[256] = {};
@@ -205,13 +260,19 @@ bool MapRaw(const Driver& d, const char* path, unsigned long long access, Mapped
     sock = buf;
   }
   auto t0 = Clock::now();
-  m->member = ::open(path, O_RDONLY | O_CLOEXEC);
-  auto t_open = Clock::now();
   int fd = -1;
-  if (queued) {
+  if (ask == Ask::kArmed) {
+    fd = ArmedFd(path, sock, &m->member, &m->info);
+    if (fd < 0) return Fail("armed open/fd") == 0;
+  } else {
+    m->member = ::open(path, O_RDONLY | O_CLOEXEC);
+  }
+  auto t_open = Clock::now();
+  if (ask == Ask::kQueued) {
     if (m->member >= 0) fd = PushFd(m->member, sock, &m->info);
     if (fd < 0) return Fail("open/GPUFS_IOC_MAP_PUSH/fd") == 0;
-  } else if (m->member < 0 || ::ioctl(m->member, GPUFS_IOC_MAP, &m->info) != 0) {
+  } else if (ask == Ask::kMap &&
+             (m->member < 0 || ::ioctl(m->member, GPUFS_IOC_MAP, &m->info) != 0)) {
     std::perror("attack-probe: open/GPUFS_IOC_MAP");
     return false;
   }
@@ -255,11 +316,14 @@ int main(int argc, char** argv) {
       d.PrimaryCtxRetain(&ctx, dev) != 0 || d.CtxSetCurrent(ctx) != 0) {
     return Fail("no CUDA driver or device");
   }
-  if (cmd == "attack" || cmd == "read" || cmd == "read-queued") {
+  if (cmd == "attack" || cmd == "read" || cmd == "read-queued" || cmd == "read-armed") {
     if (argc < 4) return Fail("want BYTE");
     const auto byte = static_cast<unsigned char>(std::strtoul(argv[3], nullptr, 0));
     Mapped m;
-    if (!MapRaw(d, path, cmd == "attack" ? 3 : 1, &m, cmd == "read-queued")) return 1;
+    const Ask ask = cmd == "read-queued" ? Ask::kQueued
+                    : cmd == "read-armed" ? Ask::kArmed
+                                          : Ask::kMap;
+    if (!MapRaw(d, path, cmd == "attack" ? 3 : 1, &m, ask)) return 1;
     const bool copy = (m.info.flags & GPUFS_INFO_PRIVATE_COPY) != 0;
     const CUdeviceptr blob = m.base + m.info.offset;
     if (cmd != "attack") {
@@ -303,8 +367,9 @@ int main(int argc, char** argv) {
   }
   if (cmd == "copybench") {
     Mapped m;
-    const bool queued = argc > 3 && std::string(argv[3]) == "queued";
-    if (!MapRaw(d, path, 1, &m, queued)) return 1;
+    const std::string mode = argc > 3 ? argv[3] : "";
+    const Ask ask = mode == "queued" ? Ask::kQueued : mode == "armed" ? Ask::kArmed : Ask::kMap;
+    if (!MapRaw(d, path, 1, &m, ask)) return 1;
     // The same process: a D2D copy of the member's size, its cost alone.
     CUdeviceptr a = 0, b = 0;
     if (d.MemAlloc(&a, m.info.size) != 0 || d.MemAlloc(&b, m.info.size) != 0) return Fail("alloc");
@@ -318,7 +383,7 @@ int main(int argc, char** argv) {
     std::printf(
         "copybench %s%s bytes=%llu private_copy=%d cold_map_us=%.1f import_map_us=%.1f d2d_us=%.1f "
         "ratio=%.2f (open_us=%.1f ioctl_us=%.1f fd_us=%.1f)\n",
-        path, queued ? " queued" : "", static_cast<unsigned long long>(m.info.size),
+        path, mode.empty() ? "" : (" " + mode).c_str(), static_cast<unsigned long long>(m.info.size),
         (m.info.flags & GPUFS_INFO_PRIVATE_COPY) ? 1 : 0, m.us, m.import_us, d2d_us,
         m.us / (m.import_us + d2d_us), m.open_us, m.ioctl_us, m.fd_us);
     return 0;
