@@ -275,7 +275,10 @@ Result<Arena*> ArenaCache::Acquire(const struct gpufs_ipc_info& info, int member
     status = CheckRange(*arena, info);
     // A private copy mapped while its bytes land: nobody sees the arena (the
     // cache's lock is held) until they all have.
-    if (status.ok() && (info.flags & GPUFS_INFO_COPY_PENDING) != 0) status = AwaitCopy(member_fd);
+    if (status.ok() && (info.flags & GPUFS_INFO_COPY_PENDING) != 0) {
+      status = AwaitCopy(member_fd);
+      trace::Mark("copy-wait");
+    }
     if (!status.ok()) (void)Close(*api, arena);
   }
   if (!status.ok()) {

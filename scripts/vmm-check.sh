@@ -167,10 +167,10 @@ check "a map's fd comes with its open: no ioctl, no request to the socket (found
 fill "$mnt/sec/all" 65536 O && chmod 666 "$mnt/sec/all"   # 0x4f, everyone may write it
 check "nobody's map of a member it may write comes with its open too" \
   traced ' open [0-9.]+ fd-pushed ' nobody "$probe" check "$mnt/sec/all" 0x4f
-# A reader's private copy comes with the ioctl instead, queued while its
-# bytes land (GPUFS_MAP_QUEUED_COPY), waited for before the map returns.
-check "nobody's map of a member it may only read asks with the ioctl, for a queued copy" \
-  traced ' socket [0-9.]+ fd-pushed ' nobody "$probe" check "$mnt/sec/pub" 0x41
+# A reader's private copy comes with its open too (the arm asks for it
+# queued, GPUFS_FD_ARM_QUEUED_COPY), waited for before the map returns.
+check "nobody's map of a member it may only read comes with its open, a private copy" \
+  traced ' open [0-9.]+ fd-pushed ' nobody "$probe" check "$mnt/sec/pub" 0x41
 check "nobody's in its own PID namespace comes with the ioctl" \
   traced ' socket [0-9.]+ fd-pushed ' unshare --pid --fork --mount-proc setpriv --reuid=65534 --regid=65534 --clear-groups "$probe" check "$mnt/sec/pub" 0x41
 
