@@ -156,16 +156,27 @@ def load(path: "os.PathLike[str] | str", *, device: Any = None, framework: Optio
     plain files and directories too).
     """
     path = os.fspath(path)
+    if framework is not None or device is not None:
+        framework = tensors.check(framework, device)
+        if framework in ("torch", "cupy") and _is_dir(path):
+            # The object map answers for the mount itself (off gpufs: None,
+            # as where it is not to be had), so the mount check, a request
+            # of its own, is left to the paths below.
+            whole = _load_whole(path, framework, device)
+            if whole is not None:
+                return whole
     check_on_gpufs(path, force)
     if framework is None and device is None:
         return _load(path)
-    framework = tensors.check(framework, device)
-    if framework in ("torch", "cupy") and stat.S_ISDIR(os.stat(path).st_mode):
-        whole = _load_whole(path, framework, device)
-        if whole is not None:
-            return whole
     with _load(path) as loaded:
         return _convert(loaded, framework, device)
+
+
+def _is_dir(path):
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError:
+        return False  # the paths below say what is wrong with it
 
 
 def _load_whole(path, framework, device):
