@@ -300,9 +300,26 @@ Status CopyPiecesToBlob(const Arena& arena, std::span<const CopyPiece> pieces) {
     GPUFS_RETURN_IF_ERROR(scope.status());
     GPUFS_ASSIGN_OR_RETURN(Stager * s, StagerPool::Instance().Take(*api, arena.device));
     Status status;
+    // The device allocation the last piece came from: a model's tensors
+    // share a few (a framework's pools), so most pieces need no driver call.
+    CUdeviceptr known = 0, known_end = 0;
     for (const CopyPiece& p : pieces) {
       if (p.bytes == 0) continue;
-      if (!CopiesDirectly(*api, p.src, p.bytes)) {
+      const CUdeviceptr at = Address(p.src);
+      bool direct = at >= known && at < known_end && p.bytes <= known_end - at;
+      if (!direct) {
+        CUdeviceptr base = 0;
+        size_t size = 0;
+        if (api->MemGetAddressRange(&base, &size, at) == CUDA_SUCCESS && at - base < size &&
+            p.bytes <= size - (at - base)) {
+          known = base;
+          known_end = base + size;
+          direct = true;
+        } else {
+          direct = CopiesDirectly(*api, p.src, p.bytes);
+        }
+      }
+      if (!direct) {
         staged.push_back(&p);
         continue;
       }
