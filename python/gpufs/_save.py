@@ -128,6 +128,13 @@ def _check_names(mapping, path):
             raise ValueError(f"bad member name {name!r} in object {path}")
 
 
+class _SpecRow(ctypes.Structure):
+    """struct gpufs_object_spec as _lib.GpufsObjectSpec lays it out, its shape
+    pointer an address: set without a ctypes.cast a member."""
+    _fields_ = [(name, ctypes.c_void_p if name == "shape" else kind)
+                for name, kind in _lib.GpufsObjectSpec._fields_]
+
+
 def _save_whole(mapping, path, typename):
     """A flat mapping as one object written as a whole (libgpufs's object
     writer): one allocation, the members copied in together, published in
@@ -152,29 +159,34 @@ def _save_whole(mapping, path, typename):
         synced = set()
         for n, s in zip(names, srcs):
             if s.on_device:
-                key = (builtins.type(mapping[n]).__module__.split(".")[0],
-                       str(getattr(mapping[n], "device", "")))
-                if key not in synced:
-                    _sync(mapping[n])
+                v = mapping[n]
+                key = (builtins.type(v), getattr(v, "device", None))
+                try:
+                    seen = key in synced
+                except TypeError:  # a device that is not hashable: by its name
+                    key = (key[0], str(key[1]))
+                    seen = key in synced
+                if not seen:
+                    _sync(v)
                     synced.add(key)
         count = len(names)
         # Every shape in one array; each spec points into it.
         flat = [d for s in srcs for d in s.shape]
         dims = (ctypes.c_uint64 * max(1, len(flat)))(*flat)
         dims_at = ctypes.addressof(dims)
-        dims_type = ctypes.POINTER(ctypes.c_uint64)
         encoded = [n.encode() for n in names]  # kept alive while the specs point at them
         dtype_names = [s.dtype.name.encode() for s in srcs]
-        specs = (_lib.GpufsObjectSpec * count)()
+        rows = (_SpecRow * count)()
         at = 0
         for i, s in enumerate(srcs):
-            spec = specs[i]
+            spec = rows[i]
             spec.name = encoded[i]
             spec.size = s.nbytes
             spec.dtype = dtype_names[i]
-            spec.shape = ctypes.cast(dims_at + 8 * at, dims_type)
+            spec.shape = dims_at + 8 * at
             spec.ndim = len(s.shape)
             at += len(s.shape)
+        specs = ctypes.cast(rows, ctypes.POINTER(_lib.GpufsObjectSpec))
         writer = _lib.GpufsObjectWriter()
         try:
             _lib.call("gpufs_object_create", os.fsencode(path), specs, count,
