@@ -112,24 +112,34 @@ int Connect(const std::string& path) {
   return s;
 }
 
-// The struct gpufs_fd_reply waiting on connection `s` and the fd it carries
-// (-1 when it says an error); closes `s`.
-int ReceiveFd(int s) {
-  gpufs_fd_reply reply{};
-  iovec iov{&reply, sizeof reply};
+// One message of up to `len` bytes on connection `s` into `buf`, and the fd
+// it carries (-1 when none); the message's length, or -1.
+ssize_t ReceiveWithFd(int s, void* buf, size_t len, int flags, int* fd) {
+  iovec iov{buf, len};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   msg.msg_control = control;
   msg.msg_controllen = sizeof control;
+  *fd = -1;
+  const ssize_t n = ::recvmsg(s, &msg, flags);
+  if (n < 0) return n;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_type == SCM_RIGHTS) std::memcpy(fd, CMSG_DATA(c), sizeof *fd);
+  }
+  return n;
+}
+
+// The struct gpufs_fd_reply waiting on connection `s` and the fd it carries
+// (-1 when it says an error); closes `s`.
+int ReceiveFd(int s) {
+  gpufs_fd_reply reply{};
   int fd = -1;
-  if (::recvmsg(s, &msg, 0) < 0 || reply.error != 0) {
+  if (ReceiveWithFd(s, &reply, sizeof reply, 0, &fd) < 0 || reply.error != 0) {
     std::fprintf(stderr, "attack-probe: fd socket: %s\n", reply.message);
-  } else {
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_type == SCM_RIGHTS) std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
-    }
+    if (fd >= 0) ::close(fd);
+    fd = -1;
   }
   ::close(s);
   return fd;
@@ -211,22 +221,15 @@ int ArmedFd(const char* path, const std::string& sock, int* member, gpufs_ipc_in
   }
   *member = ::open(path, O_RDONLY | O_CLOEXEC);
   gpufs_fd_mapped mapped{};
-  iovec iov{&mapped, sizeof mapped};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
   int fd = -1;
-  if (*member >= 0 && ::recvmsg(s, &msg, MSG_DONTWAIT) == sizeof mapped &&
-      mapped.magic == GPUFS_FD_MAPPED_MAGIC && mapped.seq == arm.seq) {
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_type == SCM_RIGHTS) std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
-    }
+  if (*member >= 0 &&
+      ReceiveWithFd(s, &mapped, sizeof mapped, MSG_DONTWAIT, &fd) == sizeof mapped &&
+      mapped.magic == GPUFS_FD_MAPPED_MAGIC && mapped.seq == arm.seq && fd >= 0) {
     *info = mapped.info;
   } else {
     std::fprintf(stderr, "attack-probe: no map came with the armed open\n");
+    if (fd >= 0) ::close(fd);
+    fd = -1;
   }
   ::close(s);
   return fd;
