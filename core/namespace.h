@@ -248,9 +248,9 @@ class Namespace {
   // detached in that transaction; its subtree goes at ReapReplaced.
   Status SealObject(HandleId handle, std::string_view name, bool replace, const Caller& caller);
   // Removes the objects seals replaced and frees what nobody holds of them,
-  // off the seal's answer (fs calls it after replying). Until then they are
-  // detached, reachable only by those who hold them; a start-up purges any
-  // left.
+  // off the seal's answer (fs calls it after replying), in slices that let
+  // go of the namespace lock between them. Until gone they are detached,
+  // reachable only by those who hold them; a start-up purges any left.
   void ReapReplaced();
   // Whether the object `handle` staged was published as `name` (by
   // SealObject, maybe a dead worker's, whose kernel notes are then sent
@@ -441,6 +441,13 @@ class Namespace {
   // Detaches object `object` and all under it, freeing what nobody holds;
   // purges a detached `object` unless held (run it in a catalog Batch).
   Status RemoveSubtreeLocked(EntryId object);
+  // Blob members `members` of `object` go, the kernel told: those held open
+  // detached (purged at their last close), the rest in one RemoveMembers,
+  // their blobs queued to be freed unless held (core/objects_remove.cc).
+  Status RemoveMembersLocked(EntryId object, const std::vector<Entry>& members);
+  // One slice of a reap: `stack` the objects being emptied, the replaced
+  // one first, each under the one before; run it in a catalog Batch.
+  Status ReapSliceLocked(std::vector<EntryId>* stack);
   // Start-up: the rows of detached object `id` and all under it go, but for
   // entries in `held` (adopted handles'), which stay detached (recovery.cc).
   Status PurgeDetachedLocked(EntryId id, const std::set<EntryId>& held);

@@ -393,45 +393,6 @@ void Namespace::DiscardPendingObject(Handle& handle) {
   ReleasePendingLocked(*pending);
 }
 
-Status Namespace::RemoveSubtreeLocked(EntryId object) {
-  for (EntryId after = 0;;) {
-    GPUFS_ASSIGN_OR_RETURN(auto children, catalog_->ListChildren(object, after, 512));
-    if (children.empty()) break;
-    for (const Entry& child : children) {
-      if (child.kind == EntryKind::kObject) {
-        GPUFS_RETURN_IF_ERROR(RemoveSubtreeLocked(child.id));
-      } else {
-        NotifyEntry(object, child.name);
-        GPUFS_RETURN_IF_ERROR(DetachAndCollect(child.id));
-      }
-      after = child.id;
-    }
-  }
-  GPUFS_ASSIGN_OR_RETURN(Entry entry, catalog_->GetEntry(object));
-  if (entry.parent != 0) {
-    NotifyEntry(entry.parent, entry.name);
-    return DetachAndCollect(object);
-  }
-  // Detached already (a replaced object): purged once nobody holds it.
-  if (entry_opens_.contains(object)) return Status::Ok();
-  return catalog_->Purge(object).status();
-}
-
-void Namespace::ReapReplaced() {
-  FreeQueuedOnExit free_queued(this);
-  std::lock_guard lock(mu_);
-  std::vector<EntryId> replaced;
-  replaced.swap(replaced_);
-  for (EntryId object : replaced) {
-    StepTrace trace("reap a replaced object");
-    Status removed = catalog_->Batch([&] { return RemoveSubtreeLocked(object); });
-    if (!removed.ok()) {
-      GPUFS_LOG(ERROR) << "remove the replaced object " << object << ": " << removed.ToString()
-                       << " (its rows go at the next start)";
-    }
-  }
-}
-
 Status Namespace::RestorePendingObjects() {
   FreeQueuedOnExit free_queued(this);
   std::vector<EntryId> marked;

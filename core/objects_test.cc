@@ -7,9 +7,11 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "core/gpu_like_fixture.h"
+#include "core/invalidator.h"
 #include "proto/xattr_names.h"
 
 namespace gpufs {
@@ -133,6 +135,66 @@ TEST_F(ObjectTest, AReplacedObjectIsDetachedAtTheSealAndGoesAfterOrAtTheNextStar
   EXPECT_EQ(Names(kRootEntryId), std::vector<std::string>{"model"});
   EXPECT_EQ(Cat(Find(Find(kRootEntryId, "model"), "w")), "newer");
   EXPECT_EQ(dev_->Usage().blobs, 1u);
+}
+
+// Who the kernel would hear of: the names removed, per object.
+class RecordingInvalidator : public Invalidator {
+ public:
+  void InvalidateEntry(uint64_t parent, std::string_view name) override {
+    std::lock_guard lock(mu);
+    entries.emplace(parent, std::string(name));
+  }
+  void InvalidateInode(uint64_t) override {}
+  std::mutex mu;
+  std::multiset<std::pair<uint64_t, std::string>> entries;
+};
+
+TEST_F(ObjectTest, AReplacedObjectOfManySlicesGoesWholeButForTheMemberStillOpen) {
+  // More members than a reap removes per hold of the namespace lock.
+  std::vector<std::pair<std::string, std::string>> members;
+  for (int i = 0; i < 150; ++i) {
+    members.emplace_back("w" + std::to_string(i), "v" + std::to_string(i));
+  }
+  ASSERT_TRUE(Save(alice_, kRootEntryId, "model", members).ok());
+  const uint64_t old_model = Find(kRootEntryId, "model");
+  const uint64_t held = Find(old_model, "w140");  // in a later slice than the first
+  auto reader = ns_->Open(bob_, held, O_RDONLY);
+  ASSERT_TRUE(reader.ok());
+  RecordingInvalidator told;
+  ns_->SetInvalidator(&told);
+  ASSERT_TRUE(Save(alice_, kRootEntryId, "model", {{"w", "new"}}, /*replace=*/true).ok());
+  ns_->SetInvalidator(nullptr);
+  EXPECT_EQ(dev_->Usage().blobs, 2u);  // the new member and the one held open
+  EXPECT_EQ(ns_->GetAttr(old_model).status().code(), ENOENT);  // nobody held the object
+  for (int i = 0; i < 150; i += 7) {  // every old name was reported gone
+    EXPECT_EQ(told.entries.count({old_model, "w" + std::to_string(i)}), 1u) << i;
+  }
+  std::string got(4, '\0');
+  auto n = ns_->Read(reader->handle, 0, {reinterpret_cast<std::byte*>(got.data()), got.size()});
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(got.substr(0, *n), "v140");
+  ASSERT_TRUE(ns_->Release(reader->handle).ok());
+  EXPECT_EQ(dev_->Usage().blobs, 1u);  // purged at its last close
+  EXPECT_EQ(ns_->GetAttr(held).status().code(), ENOENT);
+  EXPECT_EQ(Cat(Find(Find(kRootEntryId, "model"), "w")), "new");
+  // The live usage figures followed the removal in slices.
+  auto live = nlohmann::json::parse(ns_->StatsJson());
+  auto recounted = nlohmann::json::parse(ns_->StatsJsonRecounted());
+  EXPECT_EQ(live["objects"], recounted["objects"]);
+  EXPECT_EQ(live["tiers"], recounted["tiers"]);
+}
+
+TEST_F(ObjectTest, AReplacedObjectOfManySlicesLeftUnreapedGoesAtTheNextStart) {
+  std::vector<std::pair<std::string, std::string>> members;
+  for (int i = 0; i < 150; ++i) members.emplace_back("w" + std::to_string(i), "old");
+  ASSERT_TRUE(Save(alice_, kRootEntryId, "model", members).ok());
+  ASSERT_TRUE(
+      Save(alice_, kRootEntryId, "model", {{"w", "new"}}, true, 0644, /*after_answer=*/false).ok());
+  EXPECT_EQ(dev_->Usage().blobs, 151u);
+  Start();  // as after a daemon that died before (or while) reaping it
+  EXPECT_EQ(dev_->Usage().blobs, 1u);
+  EXPECT_EQ(Names(kRootEntryId), std::vector<std::string>{"model"});
+  EXPECT_EQ(Cat(Find(Find(kRootEntryId, "model"), "w")), "new");
 }
 
 TEST_F(ObjectTest, AnObjectReplacesAnObjectInOneStepAndOldReadersKeepTheirBytes) {

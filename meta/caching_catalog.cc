@@ -281,6 +281,21 @@ Result<std::optional<Blob>> CachingCatalog::Remove(EntryId id, int64_t now_ns) {
   return removed;
 }
 
+Result<std::vector<Blob>> CachingCatalog::RemoveMembers(EntryId object,
+                                                       const std::vector<EntryId>& members,
+                                                       int64_t now_ns) {
+  Result<std::vector<Blob>> removed = inner_->RemoveMembers(object, members, now_ns);
+  if (!removed.ok()) {
+    AfterFailedWrite(removed.status());
+    return removed;
+  }
+  for (EntryId id : members) {  // as Remove of each
+    if (Detached(id, now_ns)) ForgetEntry(id);
+  }
+  for (const Blob& blob : *removed) blobs_.erase(blob.id);
+  return removed;
+}
+
 // --- blobs -----------------------------------------------------------------------
 
 Result<Blob> CachingCatalog::LinkNewBlob(EntryId entry, const Blob& blob, BlobId* old_blob) {

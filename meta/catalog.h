@@ -153,6 +153,33 @@ class Catalog {
   // on any error nothing changed.
   virtual Result<std::optional<Blob>> Remove(EntryId id, int64_t now_ns) = 0;
 
+  // Remove of each of `members`, blob members of object `object`, all or
+  // nothing, in one go (a replaced object's hundreds): their entries,
+  // attributes and blob rows deleted, `object` touched with now_ns. Returns
+  // the blob rows deleted (for the stores to free), in no set order. EINVAL
+  // when one is not a blob entry whose parent is `object` (or is named
+  // twice). `object` may be attached or detached. The default does Remove
+  // of each, in a Batch.
+  virtual Result<std::vector<Blob>> RemoveMembers(EntryId object,
+                                                  const std::vector<EntryId>& members,
+                                                  int64_t now_ns) {
+    std::vector<Blob> out;
+    Status removed = Batch([&]() -> Status {
+      for (EntryId id : members) {
+        GPUFS_ASSIGN_OR_RETURN(Entry entry, GetEntry(id));
+        if (entry.parent != object || entry.kind != EntryKind::kBlob || object == 0) {
+          return Error(EINVAL, "entry " + std::to_string(id) + " is no blob member of " +
+                                   std::to_string(object));
+        }
+        GPUFS_ASSIGN_OR_RETURN(std::optional<Blob> blob, Remove(id, now_ns));
+        if (blob) out.push_back(std::move(*blob));
+      }
+      return Status::Ok();
+    });
+    if (!removed.ok()) return removed;
+    return out;
+  }
+
   // Detached entries (to purge at start-up).
   virtual Result<std::vector<EntryId>> ListDetached() = 0;
 

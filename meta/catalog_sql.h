@@ -138,6 +138,18 @@ constexpr char kBlobSizesInRangeSql[] =
     "SELECT id, size FROM blobs WHERE id BETWEEN ? AND ? ORDER BY id";
 constexpr char kUpdateBlobSizeSql[] = "UPDATE blobs SET size = ? WHERE id = ?";
 
+// RemoveMembers: ?1 a JSON array of the members' entry ids (or, for the
+// blobs' delete, of blob ids).
+#define GPUFS_IDS_IN "IN (SELECT value FROM json_each(?1))"
+constexpr char kMembersInSql[] = "SELECT id, parent, kind FROM entries WHERE id " GPUFS_IDS_IN;
+constexpr char kBlobsOfMembersSql[] = "SELECT " GPUFS_BLOB_COLUMNS
+                                      " FROM blobs WHERE id IN"
+                                      " (SELECT blob FROM entries WHERE id " GPUFS_IDS_IN ")";
+constexpr char kDeleteXattrsOfMembersSql[] = "DELETE FROM xattrs WHERE entry " GPUFS_IDS_IN;
+constexpr char kDeleteMembersSql[] = "DELETE FROM entries WHERE id " GPUFS_IDS_IN;
+constexpr char kDeleteBlobsInSql[] = "DELETE FROM blobs WHERE id " GPUFS_IDS_IN;
+#undef GPUFS_IDS_IN
+
 constexpr char kBumpGenerationSql[] =
     "INSERT INTO settings (key, value) VALUES ('generation', 1)"
     " ON CONFLICT (key) DO UPDATE SET value = value + 1";

@@ -45,6 +45,10 @@ class ForwardingCatalog : public Catalog {
     return inner_->Move(id, new_parent, new_name, now_ns);
   }
   Result<std::optional<Blob>> Purge(EntryId id) override { return inner_->Purge(id); }
+  Result<std::vector<Blob>> RemoveMembers(EntryId object, const std::vector<EntryId>& members,
+                                          int64_t now_ns) override {
+    return inner_->RemoveMembers(object, members, now_ns);
+  }
   Result<std::optional<Blob>> Remove(EntryId id, int64_t now_ns) override {
     return inner_->Remove(id, now_ns);
   }

@@ -76,6 +76,9 @@ class SqliteCatalog final : public Catalog {
                        int64_t now_ns) override;
   Result<std::optional<Blob>> Purge(EntryId id) override;
   Result<std::optional<Blob>> Remove(EntryId id, int64_t now_ns) override;
+  // One transaction of a few statements, whatever the count; never deferred.
+  Result<std::vector<Blob>> RemoveMembers(EntryId object, const std::vector<EntryId>& members,
+                                          int64_t now_ns) override;
   Result<std::vector<EntryId>> ListDetached() override;
 
   Result<Blob> LinkNewBlob(EntryId entry, const Blob& blob, BlobId* old_blob) override;

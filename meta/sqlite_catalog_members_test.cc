@@ -1,6 +1,8 @@
 // SqliteCatalog's writes of many rows (meta/sqlite_catalog_members.cc) and
 // the attributes kept in columns of the entry's row (dtype, shape).
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 
@@ -15,6 +17,55 @@ using namespace meta_test;
 
 // The attributes the catalog keeps in columns are the protocol's names.
 static_assert(xattr::kDtype == "user.gpufs.dtype" && xattr::kShape == "user.gpufs.shape");
+
+TEST_P(SqliteCatalogContractTest, RemoveMembersDeletesTheirRowsAsRemoveOfEachOrNothing) {
+  Entry object = Create(kRootEntryId, "model");
+  Entry keep = Create(object.id, "keep", EntryKind::kBlob, MakeBlob(9));
+  std::vector<EntryId> ids;
+  std::vector<BlobId> blob_ids;
+  for (int i = 0; i < 150; ++i) {
+    Entry e = Create(object.id, "w" + std::to_string(i), EntryKind::kBlob, MakeBlob(i));
+    ASSERT_TRUE(catalog_->SetXattr(e.id, "user.gpufs.dtype", "bfloat16", 0).ok());
+    ASSERT_TRUE(catalog_->SetXattr(e.id, "user.note", "x", 0).ok());
+    ids.push_back(e.id);
+    blob_ids.push_back(e.blob);
+  }
+  const uint64_t entries = *catalog_->CountEntries();
+  // Not all blob members of `object`: EINVAL, nothing removed.
+  std::vector<EntryId> bad = ids;
+  bad.push_back(object.id);
+  EXPECT_EQ(catalog_->RemoveMembers(kRootEntryId, bad, 500).status().code(), EINVAL);
+  EXPECT_EQ(catalog_->RemoveMembers(object.id, {ids[0], ids[0]}, 500).status().code(), EINVAL);
+  EXPECT_EQ(catalog_->RemoveMembers(object.id, {ids[0], 4242}, 500).status().code(), EINVAL);
+  EXPECT_EQ(*catalog_->CountEntries(), entries);
+  EXPECT_TRUE(catalog_->Lookup(object.id, "w0").ok());
+
+  auto removed = catalog_->RemoveMembers(object.id, ids, 500);
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  std::vector<BlobId> got;
+  for (const Blob& b : *removed) got.push_back(b.id);
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, blob_ids);
+  for (int i = 0; i < 150; i += 29) {
+    EXPECT_EQ(catalog_->Lookup(object.id, "w" + std::to_string(i)).status().code(), ENOENT);
+    EXPECT_EQ(catalog_->GetEntry(ids[i]).status().code(), ENOENT);
+    EXPECT_EQ(catalog_->GetBlob(blob_ids[i]).status().code(), ENOENT);
+    EXPECT_FALSE(catalog_->GetXattr(ids[i], "user.note").ok());
+  }
+  EXPECT_EQ(*catalog_->CountEntries(), entries - 150);
+  EXPECT_EQ(catalog_->GetEntry(object.id)->mtime_ns, 500);  // touched
+  EXPECT_TRUE(catalog_->Lookup(object.id, "keep").ok());
+  EXPECT_EQ(catalog_->ListBlobs()->size(), 1u);
+  EXPECT_TRUE(catalog_->ListUnlinkedBlobs()->empty());
+  // Members of a detached object go the same way.
+  ASSERT_TRUE(catalog_->Detach(object.id, 600).ok());
+  removed = catalog_->RemoveMembers(object.id, {keep.id}, 700);
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  ASSERT_EQ(removed->size(), 1u);
+  EXPECT_EQ((*removed)[0].size, 9u);
+  EXPECT_TRUE(catalog_->Purge(object.id).ok());
+  EXPECT_TRUE(catalog_->ListBlobs()->empty());
+}
 
 TEST_P(SqliteCatalogContractTest, CreateMembersMakesEveryMemberWithItsAttributesOrNone) {
   Entry object = Create(kRootEntryId, "model");

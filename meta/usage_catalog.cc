@@ -338,6 +338,21 @@ Result<std::optional<Blob>> UsageCatalog::Remove(EntryId id, int64_t now_ns) {
   return removed;
 }
 
+Result<std::vector<Blob>> UsageCatalog::RemoveMembers(EntryId object,
+                                                     const std::vector<EntryId>& members,
+                                                     int64_t now_ns) {
+  Result<std::vector<Blob>> removed = inner_->RemoveMembers(object, members, now_ns);
+  if (!removed.ok() || !live_) return removed;
+  // As Remove of each: every row deleted leaves the devices' figures and
+  // those of `object` and up (nothing counts a detached object's).
+  UsageFigures gone;
+  for (const Blob& blob : *removed) Apply(&gone, Contribution(blob), true);
+  ApplyToTiers(gone, false);
+  ApplyAlong(object, gone, false);
+  for (EntryId id : members) figures_.erase(id);  // a top-level member's own
+  return removed;
+}
+
 Result<Blob> UsageCatalog::LinkNewBlob(EntryId entry, const Blob& blob, BlobId* old_blob) {
   if (!live_) return inner_->LinkNewBlob(entry, blob, old_blob);
   Result<Entry> before = inner_->GetEntry(entry);

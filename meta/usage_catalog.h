@@ -94,6 +94,8 @@ class UsageCatalog final : public ForwardingCatalog {
                        int64_t now_ns) override;
   Result<std::optional<Blob>> Purge(EntryId id) override;
   Result<std::optional<Blob>> Remove(EntryId id, int64_t now_ns) override;
+  Result<std::vector<Blob>> RemoveMembers(EntryId object, const std::vector<EntryId>& members,
+                                          int64_t now_ns) override;
   Result<Blob> LinkNewBlob(EntryId entry, const Blob& blob, BlobId* old_blob) override;
   Result<Blob> CreateBlob(const Blob& blob) override;
   Result<BlobId> LinkBlob(EntryId entry, BlobId blob) override;
