@@ -18,9 +18,36 @@ import torch  # noqa: E402
 import gpufs  # noqa: E402
 from model_bench import llama  # noqa: E402
 
+from gpufs import _save  # noqa: E402
+
+# The Python side of each save: the time between libgpufs's calls (the
+# sources described, the specs built) and each call's own.
+calls = []
+_call = _save._lib.call
+
+
+def timed_call(name, *args, **kwargs):
+    t = time.perf_counter()
+    try:
+        return _call(name, *args, **kwargs)
+    finally:
+        calls.append((name, t, time.perf_counter()))
+
+
+_save._lib.call = timed_call
+
 sd = llama(torch)
 torch.cuda.synchronize()
 for i in range(3):
+    calls.clear()
     t0 = time.perf_counter()
     gpufs.save(sd, os.path.join(sys.argv[1], "traced"))
-    print(f"save {i}: {(time.perf_counter() - t0) * 1e3:.1f} ms", file=sys.stderr, flush=True)
+    end = time.perf_counter()
+    parts, at = [], t0
+    for name, start, stop in calls:
+        parts.append(f"python {(start - at) * 1e3:.2f} {name.replace('gpufs_', '')} "
+                     f"{(stop - start) * 1e3:.2f}")
+        at = stop
+    parts.append(f"python {(end - at) * 1e3:.2f}")
+    print(f"save {i}: {(end - t0) * 1e3:.1f} ms ({', '.join(parts)})", file=sys.stderr,
+          flush=True)

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "client/driver.h"
+#include "client/trace.h"
 
 namespace gpufs::client {
 namespace {
@@ -326,9 +327,11 @@ Status CopyPiecesToBlob(const Arena& arena, std::span<const CopyPiece> pieces) {
       status = Enqueue(*api, p.dst, Address(p.src), p.bytes, s->stream);
       if (!status.ok()) break;
     }
+    trace::Mark("queued");
     CUresult r = api->StreamSynchronize(s->stream);
     if (r != CUDA_SUCCESS) return status.ok() ? CudaError(*api, "cuStreamSynchronize", r) : status;
     StagerPool::Instance().Give(s);
+    trace::Mark("copied");
     GPUFS_RETURN_IF_ERROR(status);
   }
   for (const CopyPiece* p : staged) {

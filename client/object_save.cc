@@ -195,6 +195,7 @@ Status CopyIntoObject(gpufs_object_writer* w, uint32_t count, const uint32_t* me
                       const void* const* srcs, const uint64_t* bytes) {
   ObjectWriter* ow = Of(w);
   if (ow == nullptr) return Error(EINVAL, "not an open object writer");
+  trace::Scope traced("object-copy");
   if (count > 0 && (members == nullptr || srcs == nullptr || bytes == nullptr)) {
     return Error(EINVAL, "members, srcs or bytes is NULL");
   }
@@ -299,6 +300,7 @@ Status CommitObject(gpufs_object_writer* w, uint32_t flags) {
   }
   if (!status.ok()) ::unlink(ow->staging.c_str());
   Close(w, ow);
+  trace::Mark("release");
   return status;
 }
 

@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "core/sharing.h"
 #include "proto/xattr_names.h"
 #include "util/log.h"
+#include "util/step_trace.h"
 
 namespace gpufs {
 
@@ -229,6 +231,9 @@ Result<size_t> Namespace::Write(HandleId id, uint64_t offset, std::span<const st
   }
   BulkStore* store = StoreFor(rec.device);
   uint64_t end = offset + src.size();
+  // A new blob's first bytes (a manifest, a small member): where they go.
+  std::optional<StepTrace> trace;
+  if (size == 0 && StepTrace::Enabled()) trace.emplace("WRITE (first)");
   if (end > size) {
     // Worst case: the store moves the blob to a reservation twice its size.
     Status resized = tiers_.WithRoom(
@@ -241,7 +246,9 @@ Result<size_t> Namespace::Write(HandleId id, uint64_t offset, std::span<const st
     }
     blob->size = end;
   }
+  if (trace) trace->Step("resize");
   Status written = store->Write(rec.id, offset, src);
+  if (trace) trace->Step("write");
   if (!written.ok()) {
     blob->broken = written.code();
     return written;

@@ -87,12 +87,17 @@ Result<IpcExport> GpuBulkStore::ExportCopy(BlobId id, BlobId copy, bool queued) 
 
 Status GpuBulkStore::QueueDeviceToDevice(std::byte* dst, const std::byte* src, uint64_t bytes,
                                          std::shared_ptr<CudaEvent>* done) const {
+  StepTrace trace("queue d2d");
   GPUFS_RETURN_IF_ERROR(Enter());
   GPUFS_ASSIGN_OR_RETURN(cudaStream_t stream, gpu_bulk_store_internal::ThreadStream(ordinal_));
+  trace.Step("stream");
   GPUFS_ASSIGN_OR_RETURN(CudaEvent event, CudaEvent::Create());
+  trace.Step("event");
   Status queued = CudaError("cudaMemcpyAsync(DeviceToDevice)",
                             cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+  trace.Step("memcpy");
   if (queued.ok()) queued = CudaError("cudaEventRecord", cudaEventRecord(event.get(), stream));
+  trace.Step("record");
   if (!queued.ok()) {
     // Whatever was queued ends before the memory can go.
     Status synced = CudaError("cudaStreamSynchronize", cudaStreamSynchronize(stream));
