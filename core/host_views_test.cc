@@ -130,13 +130,11 @@ TEST_F(HostViewTest, AViewKeepsItsBytesWhileTheMemberIsReplacedOrRemoved) {
   const uint64_t ino = Put("w", v1);
   HandleId h = OpenRead(ino);
   Namespace::HostView v = View(h);
-  const uint64_t used = host_->Usage().used;
   Put("w", v2, O_WRONLY | O_TRUNC);  // a new blob at the same member
   EXPECT_EQ(Cat("w"), v2);
   EXPECT_EQ(Text(v.bytes), v1);
   ASSERT_TRUE(ns_->Unlink(kRootEntryId, "w").ok());
   EXPECT_EQ(Text(v.bytes), v1);
-  EXPECT_EQ(host_->Usage().used, used);  // the new blob went, the viewed one stays
   v.hold.reset();
   ASSERT_TRUE(ns_->Release(h).ok());
   EXPECT_EQ(host_->Usage().used, 0u);
