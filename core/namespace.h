@@ -178,9 +178,9 @@ class Namespace {
   // an open blob never spills and keeps its bytes when its member is
   // replaced or removed, and a move (migrate, fault back) leaves the old
   // place until the last hold goes. Read-only: the bytes are the blob's.
-  // Never blocks (a network thread asks): nullopt when the blob is not
-  // sealed, not in host memory or busy (being moved, the namespace lock
-  // taken): Read it then. A hold may outlive the Namespace's callers but
+  // Never waits behind other work (a network thread asks): nullopt when
+  // the blob is not sealed, not in host memory or busy (being moved, the
+  // namespace lock taken): Read it then. A hold may outlive the Namespace's callers but
   // not the Namespace.
   Result<std::optional<HostView>> ViewHostBytes(HandleId handle);
   // Whether the handle holds a sealed blob: its bytes never change, so a
