@@ -57,6 +57,25 @@ ObjectBytes::~ObjectBytes() {
   }
 }
 
+std::optional<ByteSource::InPlaceRange> ObjectBytes::InPlace(uint64_t offset,
+                                                             uint64_t length) const {
+  auto it = std::upper_bound(members_.begin(), members_.end(), offset,
+                             [](uint64_t at, const Member& m) { return at < m.offset; });
+  if (it == members_.begin() || length == 0) return std::nullopt;
+  const Member& m = *std::prev(it);
+  if (offset - m.offset >= m.size || length > m.size - (offset - m.offset)) return std::nullopt;
+  std::shared_ptr<const ObjectBytes> self = weak_from_this().lock();
+  if (!self) return std::nullopt;
+  Result<std::optional<Namespace::HostView>> view = ns_.ViewHostBytes(m.handle);
+  if (!view.ok() || !view->has_value() || (*view)->bytes.size() < m.size) return std::nullopt;
+  struct Hold {
+    std::shared_ptr<const ObjectBytes> self;  // its handles open while the view is read
+    std::shared_ptr<const void> view;         // let go first
+  };
+  auto hold = std::make_shared<const Hold>(Hold{std::move(self), std::move((*view)->hold)});
+  return InPlaceRange{(*view)->bytes.subspan(offset - m.offset, length), std::move(hold)};
+}
+
 Status ObjectBytes::CopyOut(uint64_t offset, std::span<std::byte> dst) const {
   if (offset > size_ || dst.size() > size_ - offset) {
     return Error(EINVAL, "read past the object's " + std::to_string(size_) + " bytes");
@@ -165,6 +184,10 @@ Result<Publication> PreparePublication(Namespace& ns, uint64_t ino, const std::s
     uint32_t crc = 0;
     for (uint64_t at = 0; at < mm.size; at += kReadChunk) {
       const uint64_t n = std::min<uint64_t>(kReadChunk, mm.size - at);
+      if (auto in_place = out.bytes->InPlace(mm.offset + at, n)) {
+        crc = Crc32c(crc, in_place->bytes);
+        continue;
+      }
       GPUFS_RETURN_IF_ERROR(out.bytes->CopyOut(mm.offset + at, {buf.data(), n}));
       crc = Crc32c(crc, {buf.data(), n});
     }
@@ -279,6 +302,11 @@ Status NamespaceReplica::Complete() {
   }
   bytes_ = std::make_shared<ObjectBytes>(ns_, manifest_.size, std::move(held));
   return Status::Ok();
+}
+
+std::optional<ByteSource::InPlaceRange> NamespaceReplica::InPlace(uint64_t offset,
+                                                                  uint64_t length) const {
+  return bytes_ ? bytes_->InPlace(offset, length) : std::nullopt;
 }
 
 Status NamespaceReplica::CopyOut(uint64_t offset, std::span<std::byte> dst) const {

@@ -22,9 +22,13 @@
 namespace gpufs::cluster {
 
 // A sealed local object's bytes, held open (its members cannot go while
-// this lives, whatever is unlinked or replaced meanwhile). Reads through
-// the Namespace (CopyOut): device memory is copied down as any read is.
-class ObjectBytes : public ByteSource {
+// this lives, whatever is unlinked or replaced meanwhile). A range inside
+// one member that lies in host memory (the memory host tier) is sent in
+// place (InPlace: a view of the member's bytes, Namespace::ViewHostBytes,
+// whose hold also keeps this object's handles open); any other range,
+// padding included, is read through the Namespace (CopyOut): device
+// memory is copied down as any read is. Make it with make_shared.
+class ObjectBytes : public ByteSource, public std::enable_shared_from_this<ObjectBytes> {
  public:
   struct Member {
     uint64_t offset = 0, size = 0;
@@ -34,6 +38,7 @@ class ObjectBytes : public ByteSource {
       : ns_(ns), size_(size), members_(std::move(members)) {}
   ~ObjectBytes() override;
   uint64_t size() const override { return size_; }
+  std::optional<InPlaceRange> InPlace(uint64_t offset, uint64_t length) const override;
   Status CopyOut(uint64_t offset, std::span<std::byte> dst) const override;
 
  private:
@@ -67,6 +72,7 @@ class NamespaceReplica : public LocalReplica {
                                                           StagingAllocator staging);
   ~NamespaceReplica() override;
   uint64_t size() const override { return manifest_.size; }
+  std::optional<InPlaceRange> InPlace(uint64_t offset, uint64_t length) const override;
   Status CopyOut(uint64_t offset, std::span<std::byte> dst) const override;
   FetchSink& sink() override { return *sink_; }
   Status Complete() override;

@@ -11,7 +11,8 @@
 // Both ends are written for device memory that the transport cannot touch:
 // a ByteSource without host bytes is read through CopyOut into the
 // transport's staging buffers (a pool, so copying one range overlaps
-// sending the one before: double-buffered), and a FetchSink hands out host
+// sending the one before: double-buffered), unless it hands the range out
+// in place (InPlace: host memory held for the send), and a FetchSink hands out host
 // buffers that it may itself move on (a staging sink copies each landed
 // range to the GPU while the next one is received). Host memory on both
 // ends is the special case with no copy at all.
@@ -23,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,10 +52,25 @@ class ByteSource {
   // Host-addressable bytes [0, size()) that the network may read directly,
   // or nullptr when they live elsewhere (GPU memory): then CopyOut.
   virtual const std::byte* host_data() const { return nullptr; }
+  // [offset, offset + length) where the network may read it in place, for
+  // as long as `hold` lives (the send holds it until it completes), or
+  // nullopt: then CopyOut. For a source whose bytes only sometimes lie in
+  // host memory (a sealed member of the memory host tier, not one being
+  // moved). Called on the network thread: must not block.
+  struct InPlaceRange {
+    std::span<const std::byte> bytes;
+    std::shared_ptr<const void> hold;
+  };
+  virtual std::optional<InPlaceRange> InPlace(uint64_t offset, uint64_t length) const {
+    (void)offset;
+    (void)length;
+    return std::nullopt;
+  }
   // Copies [offset, offset + dst.size()) into `dst`, host memory from the
   // transport's staging pool (pinned when the StagingAllocator gives pinned
   // memory). Runs on the transport's copy thread, never its network thread;
-  // may block for the copy. Only called when host_data() is nullptr.
+  // may block for the copy. Only called when host_data() is nullptr and
+  // InPlace gave nothing.
   virtual Status CopyOut(uint64_t offset, std::span<std::byte> dst) const;
 };
 

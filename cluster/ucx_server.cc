@@ -7,12 +7,14 @@
 namespace gpufs::cluster {
 
 // What a reply's send needs until UCX completes it: the header (UCX may
-// read it late), the source kept alive, the staging slot to free.
+// read it late), the source kept alive, the staging slot to free or the
+// in-place range's hold (released before the source).
 struct UcxServer::SendContext {
   UcxServer* server;
   ReadReply header;
   std::shared_ptr<const ByteSource> keep;
   ssize_t slot;  // -1: none
+  std::shared_ptr<const void> hold;
 };
 
 Result<std::unique_ptr<UcxServer>> UcxServer::Start(ucp_context_h context, ServerOptions options,
@@ -101,6 +103,7 @@ nlohmann::json UcxServer::Stats() const {
           {"refused", refused_.load()},
           {"failed_sends", failed_sends_.load()},
           {"copied_out", copied_.load()},
+          {"sent_in_place", in_place_.load()},
           {"connections", connections_now_.load()},
           {"connections_total", connections_total_.load()}};
 }
@@ -206,6 +209,12 @@ void UcxServer::Serve(Pending& p) {
   }
   if (const std::byte* host = source->host_data())
     return Reply(p.ep, r, 0, host + r.offset, std::move(source), -1);
+  if (std::optional<ByteSource::InPlaceRange> range = source->InPlace(r.offset, r.length)) {
+    if (range->bytes.size() == r.length) {
+      ++in_place_;
+      return Reply(p.ep, r, 0, range->bytes.data(), std::move(source), -1, std::move(range->hold));
+    }
+  }
   waiting_for_staging_.push_back(CopyJob{p.ep, r, std::move(source), 0});
   StartCopies();
 }
@@ -269,8 +278,9 @@ void UcxServer::CopyThread() {
 }
 
 void UcxServer::Reply(ucp_ep_h ep, const ReadRequest& request, int error, const std::byte* data,
-                      std::shared_ptr<const ByteSource> keep, ssize_t slot) {
-  auto* ctx = new SendContext{this, ReadReply{}, std::move(keep), slot};
+                      std::shared_ptr<const ByteSource> keep, ssize_t slot,
+                      std::shared_ptr<const void> hold) {
+  auto* ctx = new SendContext{this, ReadReply{}, std::move(keep), slot, std::move(hold)};
   ctx->header.status = error;
   ctx->header.request_id = request.request_id;
   ctx->header.offset = request.offset;

@@ -6,8 +6,9 @@
 // more than a few KiB go by UCX's rendezvous protocol: the client receives
 // them straight into the buffer it chose (ucp_am_recv_data_nbx), so big
 // ranges are not copied through bounce buffers on the receiving side, and
-// the server sends from the source's own memory (host_data) or, for
-// sources without host bytes (GPU memory), from a staging buffer that its
+// the server sends from the source's own memory (host_data, or the range
+// the source hands out in place, held until the send completes) or, for
+// other ranges (GPU memory, a member being moved), from a staging buffer that its
 // copy thread filled with CopyOut while the previous range was on the
 // wire (a pool of staging buffers: double-buffered at least).
 //
@@ -92,7 +93,8 @@ class UcxServer {
   void Accept(ucp_conn_request_h request);
   void Serve(Pending& p);
   void Reply(ucp_ep_h ep, const ReadRequest& request, int error, const std::byte* data,
-             std::shared_ptr<const ByteSource> keep, ssize_t slot);
+             std::shared_ptr<const ByteSource> keep, ssize_t slot,
+             std::shared_ptr<const void> hold = nullptr);
   void SendDone(SendContext* ctx, ucs_status_t status);
   void StartCopies();
   void CopyThread();
@@ -122,7 +124,8 @@ class UcxServer {
   bool copy_stop_ = false;          // GUARDED_BY(copy_mu_)
   std::thread copy_thread_;
 
-  std::atomic<uint64_t> requests_{0}, bytes_{0}, refused_{0}, failed_sends_{0}, copied_{0};
+  std::atomic<uint64_t> requests_{0}, bytes_{0}, refused_{0}, failed_sends_{0}, copied_{0},
+      in_place_{0};
   std::atomic<uint64_t> connections_total_{0};
   std::atomic<size_t> connections_now_{0};
 };

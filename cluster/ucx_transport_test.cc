@@ -126,7 +126,8 @@ class UcxTransportTest : public testing::LabTest {
 
   // Starts a peer serving the pattern in `node`; its address in *address.
   std::unique_ptr<LabProcess> StartPeer(const std::string& node, std::string* address,
-                                        bool copy_out = false, const ObjectRef& object = kObject) {
+                                        bool copy_out = false, const ObjectRef& object = kObject,
+                                        const char* mode = "--copy-out") {
     std::vector<std::string> argv = {GPUFS_CLUSTER_PEER,
                                      "serve",
                                      "--listen",
@@ -139,7 +140,7 @@ class UcxTransportTest : public testing::LabTest {
                                      std::to_string(kSeed),
                                      "--tls",
                                      "tcp"};
-    if (copy_out) argv.push_back("--copy-out");
+    if (copy_out) argv.push_back(mode);
     auto p = LabProcess::Start(*lab_, node, argv, "peer-" + node + ".log");
     EXPECT_TRUE(p.ok()) << p.status().ToString();
     if (!p.ok()) return nullptr;
@@ -220,6 +221,31 @@ TEST_F(UcxTransportTest, StagesAtBothEnds) {
   Result<std::string> stats = peer->Ask("stats", milliseconds(5000));
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(nlohmann::json::parse(*stats)["server"]["copied_out"], 32);
+}
+
+TEST_F(UcxTransportTest, SendsRangesInPlaceAndLetsEachHoldGoOnceSent) {
+  // The peer hands out the ranges of even 8 MiB units in place and copies
+  // the others out; each in-place range's hold lives until its send is done.
+  std::string b;
+  auto peer = StartPeer("b", &b, /*copy_out=*/true, kObject, "--in-place");
+  ASSERT_TRUE(peer);
+  Buffer dest(kSize);
+  HostBufferSink sink(dest.span());
+  Result<FetchResult> r = client_->Fetch(Request({{"b", b}}), sink, Options());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(MatchesPattern(dest.span(), kSeed));
+  // The last sends complete on the peer's side once our side has taken
+  // their bytes: polled, with a deadline.
+  nlohmann::json s;
+  for (const auto end = Clock::now() + milliseconds(5000);;) {
+    Result<std::string> stats = peer->Ask("stats", milliseconds(5000));
+    ASSERT_TRUE(stats.ok());
+    s = nlohmann::json::parse(*stats);
+    if (s["holds_live"] == 0 || Clock::now() > end) break;
+  }
+  EXPECT_EQ(s["server"]["sent_in_place"], 16) << s.dump();
+  EXPECT_EQ(s["server"]["copied_out"], 16) << s.dump();
+  EXPECT_EQ(s["holds_live"], 0) << s.dump();
 }
 
 // An object's members where they lie in host memory, the padding between

@@ -383,6 +383,7 @@ void Namespace::UnholdLocked(ActiveBlob& blob, EntryId entry_id, bool mapped) {
   if (blob.handles == 0) {
     for (const TierId& device : blob.retired) doomed_.emplace_back(device, rec.id);
     blob.retired.clear();
+    DoomKeptForViewsLocked(blob);  // views outliving the handles free it themselves
     if (blob.reshared_while_mapped) unretire_.emplace_back(rec.device, rec.id);  // sharing.cc
     const BlobId id = rec.id;
     const bool unsealed = rec.state == BlobState::kUnsealed;

@@ -166,6 +166,23 @@ class Namespace {
   // from them is the read's only copy. nullopt when this handle's bytes
   // cannot be read so (not sealed, a GPU store, a control file): use Read.
   Result<std::optional<InPlaceRead>> ReadInPlace(HandleId handle, uint64_t offset, size_t max);
+  // A sealed blob's bytes where they lie in this process's memory (the
+  // memory host tier), for a sender inside the daemon (a cluster peer)
+  // that hands them to the network without copying them first.
+  struct HostView {
+    std::span<const std::byte> bytes;  // the whole blob
+    std::shared_ptr<const void> hold;
+  };
+  // The view of the blob `handle` holds (core/host_views.cc). While `hold`
+  // lives and `handle` stays open, `bytes` stay where they are, unchanged:
+  // an open blob never spills and keeps its bytes when its member is
+  // replaced or removed, and a move (migrate, fault back) leaves the old
+  // place until the last hold goes. Read-only: the bytes are the blob's.
+  // Never waits behind other work (a network thread asks): nullopt when
+  // the blob is not sealed, not in host memory or busy (being moved, the
+  // namespace lock taken): Read it then. A hold may outlive the Namespace's callers but
+  // not the Namespace.
+  Result<std::optional<HostView>> ViewHostBytes(HandleId handle);
   // Whether the handle holds a sealed blob: its bytes never change, so a
   // read of them may be made ahead of the request (fs/read_ahead.h).
   bool HoldsSealedBlob(HandleId handle);
@@ -431,6 +448,12 @@ class Namespace {
   // A handle of `entry` let go of `blob` (`mapped`: it had mapped it): the
   // last one frees what nobody needs any more; `blob` may then be gone.
   void UnholdLocked(ActiveBlob& blob, EntryId entry, bool mapped);
+  // In-place views (core/host_views.cc). A move leaves `old` (a host place):
+  // kept for the views reading it (true), or not viewed (false: free it).
+  bool KeepForViewsLocked(ActiveBlob& blob, const TierId& old);
+  // The places kept for views, queued to be freed once no view is left.
+  void DoomKeptForViewsLocked(ActiveBlob& blob);
+  void ReleaseHostView(const std::shared_ptr<ActiveBlob>& blob);
   void FreeBlob(const Blob& blob);  // queues the free of its bytes and disk copy
   void DropCopy(const PrivateCopy& copy);  // frees a private copy (queued)
   Status MayReplaceLocked(const Caller& caller, const Entry& parent,

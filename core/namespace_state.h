@@ -50,6 +50,13 @@ struct ActiveBlob {
   // Its store kept an old place for mappers at a Reshare (sharing.cc):
   // released at the last close.
   bool reshared_while_mapped = false;
+  // In-place views of its host bytes (Namespace::ViewHostBytes) not let go
+  // yet; only taken under a shared io_mu, so none is added during a move.
+  std::atomic<int> host_views{0};
+  // Host places a move left while views read them (guarded by mu_), freed
+  // when the last view goes; `views_kept` says the list may be non-empty.
+  std::vector<TierId> kept_for_views;
+  std::atomic<bool> views_kept{false};
 };
 // A reader's private copy of a blob's allocation (MapHandle): live in
 // `device`'s store as `id` while its handle lives.

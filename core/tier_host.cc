@@ -62,6 +62,12 @@ class Namespace::TierSide final : public TierHost {
         return Error(EBUSY, path + ": a process still maps its earlier place on " + device.Name());
       }
     }
+    for (const TierId& kept : blob->kept_for_views) {
+      if (kept == device) {
+        return Error(EBUSY, path + ": a peer is still being sent its earlier place on " +
+                                device.Name() + "; move it again once that is done");
+      }
+    }
     HandleId pin = ns_.AddHandle(std::move(handle));
     return std::optional<Pin>(Pin{pin, std::move(blob), std::move(path)});
   }
@@ -118,6 +124,8 @@ class Namespace::TierSide final : public TierHost {
       // The disk copy stays.
     } else if (blob.mapped > 0 && old.device.is_gpu()) {
       blob.retired.push_back(old.device);
+    } else if (ns_.KeepForViewsLocked(blob, old.device)) {
+      // Sends from it in flight (a cluster peer's fetch) keep it until they complete.
     } else {
       ns_.doomed_.emplace_back(old.device, old.id);
     }

@@ -3,12 +3,14 @@
 // stdout; it exits at end of input.
 //
 //   cluster_peer serve --listen ADDR:PORT --object PATH@VERSION --size N --seed S
-//                      [--copy-out] [--tls tcp]
+//                      [--copy-out | --in-place] [--tls tcp]
 //     serves pattern S (tests/cluster/pattern.h) as PATH@VERSION; prints
 //     "listening ADDR:PORT crc32c HEX" when it serves, then answers
-//     "stats" with its server's JSON.
+//     "stats" with its server's JSON and "holds_live" (in-place ranges
+//     whose hold the server has not let go).
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -23,10 +25,14 @@ namespace gpufs::cluster {
 namespace {
 
 // A buffer in host memory, served as it is or, with --copy-out, only
-// through CopyOut (as GPU memory is).
+// through CopyOut (as GPU memory is), or with --in-place, ranges that start
+// in an even 8 MiB unit handed out in place and the others through CopyOut
+// (as a memory host tier's members and the ranges across their ends are).
 class PatternSource : public ByteSource {
  public:
-  PatternSource(uint64_t size, uint64_t seed, bool copy_out) : size_(size), copy_out_(copy_out) {
+  enum class Mode { kHost, kCopyOut, kInPlace };
+  PatternSource(uint64_t size, uint64_t seed, Mode mode)
+      : size_(size), copy_out_(mode != Mode::kHost), in_place_(mode == Mode::kInPlace) {
     void* p = ::mmap(nullptr, std::max<uint64_t>(size, 1), PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) std::abort();
@@ -36,6 +42,14 @@ class PatternSource : public ByteSource {
   ~PatternSource() override { ::munmap(data_, std::max<uint64_t>(size_, 1)); }
   uint64_t size() const override { return size_; }
   const std::byte* host_data() const override { return copy_out_ ? nullptr : data_; }
+  std::optional<InPlaceRange> InPlace(uint64_t offset, uint64_t length) const override {
+    if (!in_place_ || (offset >> 23) % 2 != 0 || offset > size_ || length > size_ - offset)
+      return std::nullopt;
+    ++holds_;
+    std::shared_ptr<const void> hold(data_, [this](const void*) { --holds_; });
+    return InPlaceRange{{data_ + offset, length}, std::move(hold)};
+  }
+  int holds_live() const { return holds_.load(); }
   Status CopyOut(uint64_t offset, std::span<std::byte> dst) const override {
     if (offset > size_ || dst.size() > size_ - offset)
       return Error(ERANGE, "copy-out out of range");
@@ -47,20 +61,21 @@ class PatternSource : public ByteSource {
  private:
   std::byte* data_;
   uint64_t size_;
-  bool copy_out_;
+  bool copy_out_, in_place_;
+  mutable std::atomic<int> holds_{0};
 };
 
 int Usage() {
   std::fprintf(stderr,
                "usage: cluster_peer serve --listen ADDR:PORT --object PATH@VERSION --size N "
-               "--seed S [--copy-out] [--tls T]\n");
+               "--seed S [--copy-out | --in-place] [--tls T]\n");
   return 2;
 }
 
 int Serve(int argc, char** argv) {
   std::string listen, object, tls;
   uint64_t size = 0, seed = 0;
-  bool copy_out = false;
+  PatternSource::Mode mode = PatternSource::Mode::kHost;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -73,7 +88,9 @@ int Serve(int argc, char** argv) {
     else if (a == "--seed")
       seed = std::strtoull(next().c_str(), nullptr, 0);
     else if (a == "--copy-out")
-      copy_out = true;
+      mode = PatternSource::Mode::kCopyOut;
+    else if (a == "--in-place")
+      mode = PatternSource::Mode::kInPlace;
     else if (a == "--tls")
       tls = next();
     else
@@ -82,7 +99,7 @@ int Serve(int argc, char** argv) {
   size_t at = object.rfind('@');
   if (listen.empty() || at == std::string::npos) return Usage();
   ObjectRef ref{object.substr(0, at), std::strtoull(object.c_str() + at + 1, nullptr, 10)};
-  auto source = std::make_shared<PatternSource>(size, seed, copy_out);
+  auto source = std::make_shared<PatternSource>(size, seed, mode);
   UcxTransportOptions options;
   options.ucx.transports = tls;
   options.server.listen = listen;
@@ -101,8 +118,11 @@ int Serve(int argc, char** argv) {
   std::fflush(stdout);
   std::string line;
   while (std::getline(std::cin, line)) {
-    if (line == "stats")
-      std::printf("%s\n", (*transport)->Stats().dump().c_str());
+    if (line == "stats") {
+      nlohmann::json stats = (*transport)->Stats();
+      stats["holds_live"] = source->holds_live();
+      std::printf("%s\n", stats.dump().c_str());
+    }
     else
       std::printf("error unknown command\n");
     std::fflush(stdout);
