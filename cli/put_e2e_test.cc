@@ -11,13 +11,12 @@
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
-#include <chrono>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "tests/support/mount_fixture.h"
+#include "tests/support/wait.h"
 
 extern char** environ;
 
@@ -147,15 +146,10 @@ class PutE2E : public MountedTest {
     EXPECT_EQ(put.Wait(), -1);
     ::close(w);
     if (await_discard) {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      bool discarded = false;
-      while (!(discarded = mount_.Log().find("let go without GPUFS_IOC_SEAL") !=
-                           std::string::npos) &&
-             std::chrono::steady_clock::now() < until) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polls the log
-      }
-      EXPECT_TRUE(discarded) << "the serving daemon did not discard the unsealed member\n"
-                             << mount_.Log();
+      EXPECT_TRUE(test_support::Eventually([&] {
+        return mount_.Log().find("let go without GPUFS_IOC_SEAL") != std::string::npos;
+      })) << "the serving daemon did not discard the unsealed member\n"
+          << mount_.Log();
     }
     ASSERT_TRUE(mount_.Stop());
     ASSERT_TRUE(mount_.Start());

@@ -18,6 +18,7 @@
 
 #include "tests/cluster/lab_fixture.h"
 #include "tests/support/mount_fixture.h"
+#include "tests/support/wait.h"
 
 namespace gpufs::cluster::testing {
 
@@ -32,17 +33,7 @@ using Shell = e2e::ShResult;
 // stdout and stderr together, as e2e::Sh gives them.
 inline Shell Sh(const std::string& command) { return e2e::Sh(command); }
 
-// Polls `ok` until it holds or `limit` passes.
-inline bool Eventually(const std::function<bool()>& ok,
-                       milliseconds limit = milliseconds(10000)) {
-  const auto end = Clock::now() + limit;
-  while (Clock::now() < end) {
-    if (ok()) return true;
-    std::this_thread::yield();
-    ::usleep(20000);  // a poll interval, not a synchronisation
-  }
-  return ok();
-}
+using test_support::Eventually;
 
 class ClusterMountTest : public LabTest {
  protected:

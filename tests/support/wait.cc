@@ -43,4 +43,13 @@ bool WaitForExit(pid_t pid, std::chrono::milliseconds limit, int* status) {
 
 bool WaitReadable(int fd, std::chrono::milliseconds limit) { return PollIn(fd, limit); }
 
+bool Eventually(const std::function<bool()>& ok, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (ok()) return true;
+    ::usleep(20000);  // a poll interval, not a synchronisation
+  }
+  return ok();
+}
+
 }  // namespace gpufs::test_support

@@ -1,10 +1,12 @@
 // Waiting in tests on events, never on sleeps: a process's exit (pidfd), a
-// readable fd (a pipe a daemon writes when ready).
+// readable fd (a pipe a daemon writes when ready), or, where nothing signals
+// it, a condition polled until a deadline.
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <optional>
 
 namespace gpufs::test_support {
@@ -15,5 +17,8 @@ namespace gpufs::test_support {
 bool WaitForExit(pid_t pid, std::chrono::milliseconds limit, int* status = nullptr);
 // Waits until `fd` is readable (data or end of file), at most `limit`.
 bool WaitReadable(int fd, std::chrono::milliseconds limit);
+// Polls `ok` (every 20 ms) until it holds or `limit` passes; its last answer.
+bool Eventually(const std::function<bool()>& ok,
+                std::chrono::milliseconds limit = std::chrono::milliseconds(10000));
 
 }  // namespace gpufs::test_support
