@@ -1,20 +1,22 @@
-#include "client/trace.h"
 #include "client/arena_cache.h"
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <utility>
 
 #include <fcntl.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <utility>
 
 #include "client/driver.h"
+#include "client/trace.h"
 #include "util/fd_connections.h"
 #include "util/fd_protocol.h"
 
@@ -239,10 +241,13 @@ FdConnections& FdSocketConnections() {
 }
 
 Result<Arena*> ArenaCache::Acquire(const struct gpufs_ipc_info& info, int member_fd,
-                                   UniqueFd pushed) {
+                                   UniqueFd pushed, UniqueFd signal) {
   ArenaKey key;
   std::memcpy(key.device_uuid.data(), info.device_uuid, sizeof(info.device_uuid));
-  std::memcpy(key.handle.data(), info.handle, sizeof(info.handle));
+  // (Not a copy's signal, which names no arena.)
+  if ((info.flags & GPUFS_INFO_COPY_SIGNAL) == 0) {
+    std::memcpy(key.handle.data(), info.handle, sizeof(info.handle));
+  }
   key.generation = info.generation;
   if (info.handle_type == GPUFS_HANDLE_VMM_FD) {
     key.vmm_blob = info.blob_id;
@@ -276,8 +281,7 @@ Result<Arena*> ArenaCache::Acquire(const struct gpufs_ipc_info& info, int member
     // A private copy mapped while its bytes land: nobody sees the arena (the
     // cache's lock is held) until they all have.
     if (status.ok() && (info.flags & GPUFS_INFO_COPY_PENDING) != 0) {
-      status = AwaitCopy(member_fd);
-      trace::Mark("copy-wait");
+      status = AwaitCopy(info, member_fd, signal.get());
     }
     if (!status.ok()) (void)Close(*api, arena);
   }
@@ -298,7 +302,51 @@ Result<Arena*> ArenaCache::Acquire(const struct gpufs_ipc_info& info, int member
   return arena;
 }
 
-Status ArenaCache::AwaitCopy(int member_fd) {
+namespace {
+
+// Whether the private copy's signal (GPUFS_INFO_COPY_SIGNAL in `info`, its
+// page `signal_fd`) said done within a bound of the copy's size at a slow
+// D2D rate; false when it did not, or the page does not hold the word: the
+// daemon is then asked, and says also whether the copy failed.
+bool CopySignalled(const struct gpufs_ipc_info& info, int signal_fd) {
+  gpufs_copy_signal signal;
+  static_assert(sizeof signal <= sizeof info.handle);
+  std::memcpy(&signal, info.handle, sizeof signal);
+  struct stat st;
+  if (::fstat(signal_fd, &st) != 0 || signal.offset % sizeof(uint32_t) != 0 ||
+      signal.offset + sizeof(uint32_t) > static_cast<uint64_t>(st.st_size)) {
+    return false;
+  }
+  const size_t bytes = static_cast<size_t>(st.st_size);
+  void* page = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, signal_fd, 0);
+  if (page == MAP_FAILED) return false;
+  const auto* word =
+      reinterpret_cast<const uint32_t*>(static_cast<const std::byte*>(page) + signal.offset);
+  // 2 ms, plus the bytes at 50 GB/s (an H200's D2D is ~2 TB/s): only a copy
+  // that will never end (its worker gone) or a very busy GPU reaches it.
+  const auto bound = std::chrono::microseconds(2000 + info.alloc_size / 50'000);
+  const auto until = std::chrono::steady_clock::now() + bound;
+  bool done = false;
+  for (;;) {
+    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) == signal.value) {
+      done = true;
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= until) break;
+    std::this_thread::yield();
+  }
+  ::munmap(page, bytes);
+  return done;
+}
+
+}  // namespace
+
+Status ArenaCache::AwaitCopy(const struct gpufs_ipc_info& info, int member_fd, int signal_fd) {
+  if ((info.flags & GPUFS_INFO_COPY_SIGNAL) != 0 && signal_fd >= 0 &&
+      CopySignalled(info, signal_fd)) {
+    trace::Mark("copy-signal");
+    return Status::Ok();
+  }
   if (member_fd < 0) {
     return Error(EPROTO, "a private copy still being made, with no member to wait on");
   }

@@ -91,8 +91,11 @@ class ArenaCache {
   // read-only, or read-write when info.flags has GPUFS_INFO_WRITABLE. An
   // arena already open needs no fd: `pushed` is then just closed.
   // A private copy still being made (GPUFS_INFO_COPY_PENDING) is waited for
-  // (GPUFS_IOC_COPY_WAIT on member_fd) once mapped, before it is returned.
-  Result<Arena*> Acquire(const struct gpufs_ipc_info& info, int member_fd, UniqueFd pushed = {});
+  // once mapped, before it is returned: on its signal where the daemon sent
+  // one (GPUFS_INFO_COPY_SIGNAL, the page `signal`), else or when that does
+  // not say done in time, with GPUFS_IOC_COPY_WAIT on member_fd.
+  Result<Arena*> Acquire(const struct gpufs_ipc_info& info, int member_fd, UniqueFd pushed = {},
+                         UniqueFd signal = {});
 
   // The warm path of gpufs_map: the read-only VMM arena mapped from the
   // member `st` describes (same device and inode, and still the same ctime,
@@ -145,8 +148,8 @@ class ArenaCache {
   int size() const;
 
  private:
-  // GPUFS_IOC_COPY_WAIT on the member: the copy's bytes have all landed.
-  static Status AwaitCopy(int member_fd);
+  // The copy's bytes have all landed (see Acquire; signal_fd -1: none).
+  static Status AwaitCopy(const struct gpufs_ipc_info& info, int member_fd, int signal_fd);
   mutable std::mutex mu_;
   std::map<ArenaKey, std::unique_ptr<Arena>> arenas_;  // guarded by mu_
   std::map<std::pair<dev_t, ino_t>, Arena*> by_member_;  // guarded by mu_

@@ -86,6 +86,7 @@ Result<struct gpufs_ipc_info> ReadInfo(int fd) {
 struct Asked {
   struct gpufs_ipc_info info;
   UniqueFd pushed;
+  UniqueFd signal;  // a queued private copy's signal page (GPUFS_INFO_COPY_SIGNAL)
 };
 // GPUFS_IOC_MAP_PUSH on member `fd` for the connection named `cookie`;
 // *err: -1 while the ioctl was not made, then its errno (0: it worked).
@@ -95,8 +96,9 @@ Result<struct gpufs_ipc_info> MapPush(int fd, const Token& cookie, int* err) {
   std::memset(&req, 0, sizeof(req));
   std::memcpy(req.cookie, cookie.data(), sizeof(req.cookie));
   // A private copy may come while its bytes land: ArenaCache::Acquire
-  // imports and maps it meanwhile, and waits (GPUFS_IOC_COPY_WAIT).
-  req.info.flags = GPUFS_MAP_QUEUED_COPY;
+  // imports and maps it meanwhile, and waits (on the copy's signal, or
+  // GPUFS_IOC_COPY_WAIT).
+  req.info.flags = GPUFS_MAP_QUEUED_COPY | GPUFS_MAP_COPY_SIGNAL;
   int r;
   do {
     r = ::ioctl(fd, GPUFS_IOC_MAP_PUSH, &req);
@@ -116,7 +118,8 @@ Result<std::optional<Asked>> PushOutcome(Result<FdConnections::Pushed> pushed, i
   if (pushed.ok()) {
     if (pushed->info.magic == 0) return std::optional<Asked>();  // no connection
     trace::Mark((pushed->info.flags & GPUFS_INFO_FD_SENT) ? "fd-pushed" : "no-push");
-    return std::optional<Asked>(Asked{pushed->info, std::move(pushed->fd)});
+    return std::optional<Asked>(
+        Asked{pushed->info, std::move(pushed->fd), std::move(pushed->signal)});
   }
   if (ioctl_err == 0) return pushed.status();  // the ioctl worked; the fd did not come
   if (ioctl_err > 0 && ioctl_err != ENOTTY) return MapError(fd, ioctl_err);
@@ -142,7 +145,7 @@ Result<Asked> AskToMap(int fd) {
   }
   GPUFS_ASSIGN_OR_RETURN(struct gpufs_ipc_info info, ReadInfo(fd));
   trace::Mark("ioctl");
-  return Asked{info, UniqueFd()};
+  return Asked{info, UniqueFd(), UniqueFd()};
 }
 
 // A cold map's open and ask: where the mount's socket is known, the
@@ -224,7 +227,7 @@ Status MapPath(const char* path, gpufs_buffer* buf) {
   trace::Mark("warm-check");
   GPUFS_ASSIGN_OR_RETURN(OpenedToMap opened, OpenToMap(path));
   return MapInfo(std::move(opened.member), opened.asked.info, 0, buf,
-                 std::move(opened.asked.pushed));
+                 std::move(opened.asked.pushed), std::move(opened.asked.signal));
 }
 
 namespace {
@@ -290,7 +293,8 @@ Status MapPathDescribed(const char* path, gpufs_buffer* buf, gpufs_description* 
           ::close(dup);  // no thread to be had: read it below
         }
       }
-      mapped = MapInfo(std::move(fd), opened.asked.info, 0, buf, std::move(opened.asked.pushed));
+      mapped = MapInfo(std::move(fd), opened.asked.info, 0, buf, std::move(opened.asked.pushed),
+                       std::move(opened.asked.signal));
       if (reader.joinable()) {
         reader.join();
         trace::Mark("description-wait");
@@ -313,7 +317,8 @@ Status MapFd(int fd, gpufs_buffer* buf) {
   UniqueFd own(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
   if (!own.valid()) return PosixError("fcntl F_DUPFD_CLOEXEC", errno);
   GPUFS_ASSIGN_OR_RETURN(Asked asked, AskToMap(own.get()));
-  return MapInfo(std::move(own), asked.info, 0, buf, std::move(asked.pushed));
+  return MapInfo(std::move(own), asked.info, 0, buf, std::move(asked.pushed),
+                 std::move(asked.signal));
 }
 
 Status MapHandle(const char* path, const struct gpufs_ipc_info* given, gpufs_buffer* buf) {
@@ -333,7 +338,7 @@ Status MapHandle(const char* path, const struct gpufs_ipc_info* given, gpufs_buf
   }
   // The live reply is what gets mapped: it is the daemon's word now (the same
   // blob may, say, have moved to another GPU since the handle was read).
-  return MapInfo(std::move(fd), live, 0, buf, std::move(asked.pushed));
+  return MapInfo(std::move(fd), live, 0, buf, std::move(asked.pushed), std::move(asked.signal));
 }
 
 Status IpcInfo(const char* path, struct gpufs_ipc_info* info) {
@@ -413,7 +418,7 @@ Status ShareBuffer(const gpufs_buffer& from, gpufs_buffer* out) {
 }
 
 Status MapInfo(UniqueFd fd, const struct gpufs_ipc_info& info, uint32_t flags, gpufs_buffer* buf,
-               UniqueFd pushed) {
+               UniqueFd pushed, UniqueFd signal) {
   // A member of an object this process has mapped: its object's mapping
   // serves it (the pushed fd, if any, just closes).
   uint64_t offset = info.offset;
@@ -423,8 +428,8 @@ Status MapInfo(UniqueFd fd, const struct gpufs_ipc_info& info, uint32_t flags, g
     offset = held->offset;
     trace::Mark("object-mapping");
   } else {
-    GPUFS_ASSIGN_OR_RETURN(arena,
-                           ArenaCache::Instance().Acquire(info, fd.get(), std::move(pushed)));
+    GPUFS_ASSIGN_OR_RETURN(arena, ArenaCache::Instance().Acquire(info, fd.get(), std::move(pushed),
+                                                                 std::move(signal)));
   }
   gpufs_buffer out{};
   out.ptr = reinterpret_cast<void*>(static_cast<uintptr_t>(arena->base + offset));

@@ -20,9 +20,10 @@ Status CheckInfo(const struct gpufs_ipc_info& info, int code);
 // Maps the blob `info` describes into `*buf` (ptr, size, device, fd, flags,
 // blob_id, generation, internal), the buffer owning `fd` from then on. On
 // failure `fd` is closed and `*buf` is left as it was.
-// `pushed`: the blob's fd, when GPUFS_IOC_MAP_PUSH brought it.
+// `pushed`: the blob's fd, when GPUFS_IOC_MAP_PUSH brought it; `signal`:
+// the signal page that came with it (GPUFS_INFO_COPY_SIGNAL).
 Status MapInfo(UniqueFd fd, const struct gpufs_ipc_info& info, uint32_t flags, gpufs_buffer* buf,
-               UniqueFd pushed = {});
+               UniqueFd pushed = {}, UniqueFd signal = {});
 
 // A second buffer over the mapping `from` holds (a duplicate of its fd and
 // one more reference to its arena), with no request to the daemon: what a

@@ -31,4 +31,19 @@ Result<gpufs_ipc_info> Exporter::Info(const MappedBlob& mapped, HandleId handle,
   return info;
 }
 
+int Exporter::CopySignalFd(const MappedBlob& mapped) {
+  const IpcExport& exported = mapped.exported;
+  return exported.copy_pending && exported.copy_signal ? exported.copy_signal->fd : -1;
+}
+
+void Exporter::OfferCopySignal(const MappedBlob& mapped, gpufs_ipc_info* info) {
+  if (CopySignalFd(mapped) < 0) return;
+  const IpcExport::CopySignal& from = *mapped.exported.copy_signal;
+  gpufs_copy_signal signal{.offset = from.offset, .value = from.value, .reserved = 0};
+  static_assert(sizeof signal <= sizeof info->handle);
+  std::memset(info->handle, 0, sizeof info->handle);
+  std::memcpy(info->handle, &signal, sizeof signal);
+  info->flags |= GPUFS_INFO_COPY_SIGNAL;
+}
+
 }  // namespace gpufs

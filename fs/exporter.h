@@ -32,6 +32,15 @@ class Exporter {
   // and process. GPUFS_INFO_WRITABLE for a producer's mapping,
   // GPUFS_INFO_PRIVATE_COPY for a reader's copy.
   Result<gpufs_ipc_info> Info(const MappedBlob& mapped, HandleId handle, const Caller& caller);
+  // A queued private copy's signal (uapi.h, GPUFS_INFO_COPY_SIGNAL), for
+  // a caller who asked for it (GPUFS_MAP_COPY_SIGNAL, GPUFS_FD_ARM_COPY_SIGNAL)
+  // and whose blob fd goes on its connection: CopySignalFd is the signal
+  // page's fd to send after the blob's (the store's, valid while the store
+  // is; -1 for other maps and copies queued with no signal), and, with that
+  // fd sent, OfferCopySignal puts the signal in info->handle, in place of
+  // the socket's path, with GPUFS_INFO_COPY_SIGNAL.
+  static int CopySignalFd(const MappedBlob& mapped);
+  static void OfferCopySignal(const MappedBlob& mapped, gpufs_ipc_info* info);
   // The open file `handle` is gone: its tokens are no good any more.
   void Forget(HandleId handle) { tokens_->RevokeHandle(handle); }
 

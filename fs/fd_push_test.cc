@@ -3,6 +3,7 @@
 // plain file standing in for the exported VMM fd.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -24,6 +25,9 @@ namespace {
 std::shared_ptr<const UniqueFd> SomeFile() {
   return std::make_shared<const UniqueFd>(::open("/proc/self/exe", O_RDONLY | O_CLOEXEC));
 }
+
+// A memfd standing in for a GPU store's signal page.
+UniqueFd SignalPage() { return UniqueFd(::memfd_create("signals", MFD_CLOEXEC)); }
 
 // What GPUFS_IOC_MAP answers for a VMM blob.
 gpufs_ipc_info VmmInfo(uint64_t blob) {
@@ -147,6 +151,38 @@ TEST_F(FdPushTest, TheFdComesOnTheConnectionTheCookieNamesAndSpendsTheToken) {
   EXPECT_EQ(reply.blob_id, 7u);
 }
 
+// GPUFS_IOC_MAP_PUSH of a queued private copy: the signal page's fd comes
+// after the blob's in the same message, and the client takes both; a reply
+// that says there is a signal but brings no page is out of step (EPROTO).
+TEST_F(FdPushTest, AQueuedCopysSignalPageComesAfterItsFd) {
+  FdConnections conns(no_registry_ / "none");
+  UniqueFd page = SignalPage();
+  ASSERT_TRUE(page.valid());
+  Token token = Issue(5);
+  Status pushed;
+  auto got = conns.Push(server_->path(), [&](const Token& cookie) -> Result<gpufs_ipc_info> {
+    gpufs_ipc_info info = VmmInfo(5);
+    pushed = server_->Push(cookie, token, page.get());
+    if (pushed.ok())
+      info.flags |= GPUFS_INFO_FD_SENT | GPUFS_INFO_COPY_PENDING | GPUFS_INFO_COPY_SIGNAL;
+    return info;
+  });
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_TRUE(pushed.ok()) << pushed.ToString();
+  EXPECT_EQ(InodeOf(got->fd.get()), InodeOf(file_->get()));
+  ASSERT_TRUE(got->signal.valid());
+  EXPECT_EQ(InodeOf(got->signal.get()), InodeOf(page.get()));
+
+  Token unsignalled = Issue(6);
+  auto lied = conns.Push(server_->path(), [&](const Token& cookie) -> Result<gpufs_ipc_info> {
+    gpufs_ipc_info info = VmmInfo(6);
+    pushed = server_->Push(cookie, unsignalled);
+    if (pushed.ok()) info.flags |= GPUFS_INFO_FD_SENT | GPUFS_INFO_COPY_SIGNAL;
+    return info;
+  });
+  EXPECT_EQ(lied.status().code(), EPROTO);
+}
+
 TEST_F(FdPushTest, AnUnknownCookieLeavesTheTokenForThePull) {
   Token token = Issue(5);
   Token cookie{};
@@ -190,33 +226,44 @@ TEST_F(FdPushTest, ACookieInUseOrASecondHelloDisconnects) {
 }
 
 // What an open handler does for a read-only open of `ino` by `tid`;
-// *queued_copy: whether the arm asked for a private copy to come queued.
+// *asked: what the arm asked for (a private copy to come queued, its
+// signal); `signal_fd` >= 0: the map is a queued copy with that signal page.
 Status OpenSeen(FdServer& server, TokenTable& tokens, uint64_t ino, uint32_t tid, uint64_t blob,
-                std::shared_ptr<const UniqueFd> file, bool* queued_copy = nullptr) {
-  return server.PushAtOpen(ino, tid, [&](bool queued) -> Result<gpufs_ipc_info> {
-    if (queued_copy != nullptr) *queued_copy = queued;
-    GPUFS_ASSIGN_OR_RETURN(Token token, tokens.Issue(TokenGrant{.handle = 1,
-                                                                .uid = ::getuid(),
-                                                                .pid = tid,
-                                                                .blob_id = blob,
-                                                                .alloc_size = 2 << 20,
-                                                                .fd = file}));
-    gpufs_ipc_info info = VmmInfo(blob);
-    std::memcpy(info.token, token.data(), token.size());
-    return info;
-  });
+                std::shared_ptr<const UniqueFd> file, FdServer::ArmAsks* asked = nullptr,
+                int signal_fd = -1) {
+  return server.PushAtOpen(
+      ino, tid, [&](const FdServer::ArmAsks& asks) -> Result<FdServer::ArmedMap> {
+        if (asked != nullptr) *asked = asks;
+        GPUFS_ASSIGN_OR_RETURN(Token token, tokens.Issue(TokenGrant{.handle = 1,
+                                                                    .uid = ::getuid(),
+                                                                    .pid = tid,
+                                                                    .blob_id = blob,
+                                                                    .alloc_size = 2 << 20,
+                                                                    .fd = file}));
+        FdServer::ArmedMap out{.info = VmmInfo(blob), .signal_fd = -1};
+        std::memcpy(out.info.token, token.data(), token.size());
+        if (signal_fd >= 0 && asks.copy_signal) {
+          out.info.flags |= GPUFS_INFO_COPY_PENDING | GPUFS_INFO_COPY_SIGNAL;
+          out.signal_fd = signal_fd;
+        }
+        return out;
+      });
 }
 
 TEST_F(FdPushTest, AnArmedOpenBringsTheMapWithNoAsking) {
   FdConnections conns(no_registry_ / "none");
   const uint32_t me = static_cast<uint32_t>(::gettid());
-  for (uint64_t blob : {5u, 6u}) {
+  UniqueFd page = SignalPage();
+  ASSERT_TRUE(page.valid());
+  for (uint64_t blob : {5u, 6u}) {  // 6: a queued copy, its signal page after its fd
     Status at_open;
-    bool asked = false, queued = false;
+    bool asked = false;
+    FdServer::ArmAsks asks;
     auto got = conns.MapAtOpen(
         server_->path(), /*ino=*/40 + blob,
         [&] {
-          at_open = OpenSeen(*server_, tokens_, 40 + blob, me, blob, file_, &queued);
+          at_open = OpenSeen(*server_, tokens_, 40 + blob, me, blob, file_, &asks,
+                             blob == 6 ? page.get() : -1);
           return Status::Ok();
         },
         [&](const Token&) -> Result<gpufs_ipc_info> {
@@ -226,11 +273,18 @@ TEST_F(FdPushTest, AnArmedOpenBringsTheMapWithNoAsking) {
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     ASSERT_TRUE(at_open.ok()) << at_open.ToString();
     EXPECT_FALSE(asked);
-    EXPECT_TRUE(queued) << "libgpufs arms for a private copy to come queued";
+    EXPECT_TRUE(asks.queued_copy) << "libgpufs arms for a private copy to come queued";
+    EXPECT_TRUE(asks.copy_signal) << "and for its completion as a signal";
     EXPECT_EQ(got->info.blob_id, blob);
     EXPECT_TRUE(got->info.flags & GPUFS_INFO_FD_SENT);
     ASSERT_TRUE(got->fd.valid());
     EXPECT_EQ(InodeOf(got->fd.get()), InodeOf(file_->get()));
+    if (blob == 6) {
+      ASSERT_TRUE(got->signal.valid());
+      EXPECT_EQ(InodeOf(got->signal.get()), InodeOf(page.get()));
+    } else {
+      EXPECT_FALSE(got->signal.valid());
+    }
   }
 }
 
@@ -247,9 +301,11 @@ TEST_F(FdPushTest, AnArmWithoutTheQueuedFlagAsksForAWholeCopy) {
   gpufs_fd_arm arm = EncodeArm(77, me, 12);
   ASSERT_EQ(::send(sock->get(), &hello, sizeof hello, 0), (ssize_t)sizeof hello);
   ASSERT_EQ(::send(sock->get(), &arm, sizeof arm, 0), (ssize_t)sizeof arm);
-  bool queued = true;
-  ASSERT_TRUE(OpenSeen(*server_, tokens_, 77, me, 8, file_, &queued).ok());
-  EXPECT_FALSE(queued);
+  FdServer::ArmAsks asks{.queued_copy = true, .copy_signal = true};
+  UniqueFd page = SignalPage();
+  ASSERT_TRUE(OpenSeen(*server_, tokens_, 77, me, 8, file_, &asks, page.get()).ok());
+  EXPECT_FALSE(asks.queued_copy);
+  EXPECT_FALSE(asks.copy_signal);
   gpufs_fd_mapped mapped{};
   UniqueFd fd;
   auto n = ReceiveMessage(sock->get(), std::as_writable_bytes(std::span(&mapped, 1)), &fd,
@@ -257,6 +313,7 @@ TEST_F(FdPushTest, AnArmWithoutTheQueuedFlagAsksForAWholeCopy) {
   ASSERT_TRUE(n.ok()) << n.status().ToString();
   EXPECT_EQ(mapped.seq, 12u);
   EXPECT_EQ(mapped.info.blob_id, 8u);
+  EXPECT_FALSE(mapped.info.flags & GPUFS_INFO_COPY_SIGNAL) << "not asked for: no signal page";
   EXPECT_TRUE(fd.valid());
 }
 

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "util/fd_protocol.h"
 #include "util/log.h"
@@ -241,7 +242,7 @@ int FdServer::FindNamedLocked(const Token& cookie) {
   return named == named_.end() ? -1 : named->second;
 }
 
-Status FdServer::Push(const Token& cookie, const Token& token) {
+Status FdServer::Push(const Token& cookie, const Token& token, int signal_fd) {
   std::lock_guard lock(mu_);
   const int fd = FindNamedLocked(cookie);
   if (fd < 0) return Error(ENOENT, "no connection with that cookie");
@@ -249,12 +250,15 @@ Status FdServer::Push(const Token& cookie, const Token& token) {
   GPUFS_ASSIGN_OR_RETURN(TokenGrant grant, tokens_->Redeem(token, conn.peer.uid,
                                                            static_cast<uint32_t>(conn.peer.pid)));
   gpufs_fd_reply reply = EncodeReply(0, grant.blob_id, grant.alloc_size, "");
-  return SendFdLocked(fd, conn.peer, std::as_bytes(std::span(&reply, 1)), grant);
+  return SendFdLocked(fd, conn.peer, std::as_bytes(std::span(&reply, 1)), grant, signal_fd);
 }
 
 Status FdServer::SendFdLocked(int fd, const ucred& peer, std::span<const std::byte> message,
-                              const TokenGrant& grant) {
-  Status sent = SendMessage(fd, message, grant.fd ? grant.fd->get() : -1);
+                              const TokenGrant& grant, int signal_fd) {
+  std::vector<int> fds;
+  if (grant.fd) fds.push_back(grant.fd->get());
+  if (grant.fd && signal_fd >= 0) fds.push_back(signal_fd);
+  Status sent = SendMessageFds(fd, message, fds);
   if (!sent.ok()) {
     GPUFS_LOG(WARN) << "fd server: pid " << peer.pid << " does not take its fds ("
                     << sent.ToString() << "): disconnected";
@@ -285,7 +289,11 @@ Status FdServer::PushAtOpen(uint64_t ino, uint32_t tid, const MapFn& map) {
   }
   if (fd < 0) return Error(ENOENT, "no connection armed for this open");
   // The map runs without the lock: it may wait for the blob (fault back).
-  GPUFS_ASSIGN_OR_RETURN(gpufs_ipc_info info, map((seq & GPUFS_FD_ARM_QUEUED_COPY) != 0));
+  const ArmAsks asks{.queued_copy = (seq & GPUFS_FD_ARM_QUEUED_COPY) != 0,
+                     .copy_signal = (seq & GPUFS_FD_ARM_QUEUED_COPY) != 0 &&
+                                    (seq & GPUFS_FD_ARM_COPY_SIGNAL) != 0};
+  GPUFS_ASSIGN_OR_RETURN(ArmedMap armed_map, map(asks));
+  const gpufs_ipc_info& info = armed_map.info;
   if (info.handle_type != GPUFS_HANDLE_VMM_FD) return Error(ENOTSUP, "not a VMM blob");
   Token token;
   std::memcpy(token.data(), info.token, token.size());
@@ -302,7 +310,8 @@ Status FdServer::PushAtOpen(uint64_t ino, uint32_t tid, const MapFn& map) {
   mapped.info = info;
   mapped.info.flags |= GPUFS_INFO_FD_SENT;
   std::memset(mapped.info.token, 0, sizeof mapped.info.token);
-  return SendFdLocked(fd, armed.peer, std::as_bytes(std::span(&mapped, 1)), grant);
+  return SendFdLocked(fd, armed.peer, std::as_bytes(std::span(&mapped, 1)), grant,
+                      armed_map.signal_fd);
 }
 
 Result<uint32_t> FdServer::SendObject(const Token& cookie, uint32_t uid, uint32_t tid,

@@ -51,19 +51,31 @@ class FdServer {
   const std::string& path() const { return path_; }
 
   // Redeems `token` for the connection whose hello carried `cookie` and sends
-  // it the fd. ENOENT: no such connection (the token is left unspent).
-  // Otherwise the token is spent: EACCES and the like as Redeem says, or the
-  // connection's send error.
-  Status Push(const Token& cookie, const Token& token);
+  // it the fd, and `signal_fd` after it when that is not -1 (a private
+  // copy's signal page, uapi.h GPUFS_INFO_COPY_SIGNAL). ENOENT: no such
+  // connection (the token is left unspent). Otherwise the token is spent:
+  // EACCES and the like as Redeem says, or the connection's send error.
+  Status Push(const Token& cookie, const Token& token, int signal_fd = -1);
 
   // Called by a read-only open of member `ino` by thread `tid` (as FUSE says),
   // before it is answered: when a connection of tid's process armed itself
   // for that (uapi.h, GPUFS_FD_ARM), runs `map` (GPUFS_IOC_MAP's work for the
   // new open file) and sends the connection a gpufs_fd_mapped with the fd.
-  // `map` is told whether the arm asked for a private copy to come queued
-  // (GPUFS_FD_ARM_QUEUED_COPY). ENOENT: nothing armed for it (the common
-  // case: one epoll_wait and a scan of the connections).
-  using MapFn = std::function<Result<gpufs_ipc_info>(bool queued_copy)>;
+  // `map` is told what the arm asked for: a private copy to come queued
+  // (GPUFS_FD_ARM_QUEUED_COPY), its completion as a signal
+  // (GPUFS_FD_ARM_COPY_SIGNAL), and gives the info and, where it offers a
+  // signal, the signal page's fd to send after the blob's. ENOENT: nothing
+  // armed for it (the common case: one epoll_wait and a scan of the
+  // connections).
+  struct ArmAsks {
+    bool queued_copy = false;
+    bool copy_signal = false;  // only with queued_copy
+  };
+  struct ArmedMap {
+    gpufs_ipc_info info{};
+    int signal_fd = -1;  // borrowed
+  };
+  using MapFn = std::function<Result<ArmedMap>(const ArmAsks& asks)>;
   Status PushAtOpen(uint64_t ino, uint32_t tid, const MapFn& map);
 
   // GPUFS_IOC_MAP_OBJECT's fds (uapi.h): sends the connection named by
@@ -101,10 +113,10 @@ class FdServer {
   // when it is to be closed.
   bool ServeLocked(Conn& conn);
   void CloseLocked(int fd);
-  // Sends `message` with the grant's fd on connection `fd`; one that does
-  // not take it is closed.
+  // Sends `message` with the grant's fd (and `signal_fd` after it, unless
+  // -1) on connection `fd`; one that does not take it is closed.
   Status SendFdLocked(int fd, const ucred& peer, std::span<const std::byte> message,
-                      const TokenGrant& grant);
+                      const TokenGrant& grant, int signal_fd = -1);
 
   const std::string path_;
   const std::string made_dir_;  // removed at exit when not empty

@@ -35,11 +35,17 @@ namespace {
 void PushMapAtOpen(fuse_req_t req, fuse_ino_t ino, HandleId handle) {
   FdServer* fds = Fds(req);
   if (fds == nullptr) return;
-  auto map = [&](bool queued_copy) -> Result<gpufs_ipc_info> {
+  auto map = [&](const FdServer::ArmAsks& asks) -> Result<FdServer::ArmedMap> {
     const Caller caller = CallerOf(req);
-    GPUFS_ASSIGN_OR_RETURN(MappedBlob mapped, Ns(req).MapHandle(handle, caller, queued_copy));
+    GPUFS_ASSIGN_OR_RETURN(MappedBlob mapped, Ns(req).MapHandle(handle, caller, asks.queued_copy));
     Link(req).HandleMapped(handle);
-    return Exp(req).Info(mapped, handle, caller);
+    FdServer::ArmedMap out;
+    GPUFS_ASSIGN_OR_RETURN(out.info, Exp(req).Info(mapped, handle, caller));
+    if (asks.copy_signal) {  // the fd goes on the connection, the signal's with it
+      out.signal_fd = Exporter::CopySignalFd(mapped);
+      Exporter::OfferCopySignal(mapped, &out.info);
+    }
+    return out;
   };
   Status pushed = fds->PushAtOpen(ino, fuse_req_ctx(req)->pid, map);
   // ENOENT: nothing armed, every other open. The rest: the client asks with

@@ -46,10 +46,10 @@ std::optional<gpufs_ipc_info> InfoOrReply(fuse_req_t req, const char* op, Handle
 // `info` so (GPUFS_INFO_FD_SENT, token spent). False when an error was
 // replied; no such connection leaves `info` to be redeemed with its token.
 bool PushOrReply(fuse_req_t req, const char* op, const uint8_t (&cookie)[GPUFS_TOKEN_BYTES],
-                 gpufs_ipc_info* info) {
+                 gpufs_ipc_info* info, int signal_fd = -1) {
   FdServer* fds = Fds(req);
   if (fds == nullptr || info->handle_type != GPUFS_HANDLE_VMM_FD) return true;
-  Status pushed = fds->Push(TokenOf(cookie), TokenOf(info->token));
+  Status pushed = fds->Push(TokenOf(cookie), TokenOf(info->token), signal_fd);
   if (pushed.ok()) {
     info->flags |= GPUFS_INFO_FD_SENT;
     std::memset(info->token, 0, sizeof info->token);
@@ -177,11 +177,18 @@ void OnIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info
       gpufs_map_push push{};
       std::memcpy(&push, in_buf, sizeof push);
       const bool queued = (push.info.flags & GPUFS_MAP_QUEUED_COPY) != 0;
-      auto info = InfoOrReply(req, "ioctl MAP_PUSH", handle, caller,
-                              Ns(req).MapHandle(handle, caller, queued));
+      const bool signal = queued && (push.info.flags & GPUFS_MAP_COPY_SIGNAL) != 0;
+      const Result<MappedBlob> mapped = Ns(req).MapHandle(handle, caller, queued);
+      auto info = InfoOrReply(req, "ioctl MAP_PUSH", handle, caller, mapped);
       if (!info) return;
       push.info = *info;
-      if (!PushOrReply(req, "ioctl MAP_PUSH", push.cookie, &push.info)) return;
+      const int signal_fd = signal ? Exporter::CopySignalFd(*mapped) : -1;
+      if (!PushOrReply(req, "ioctl MAP_PUSH", push.cookie, &push.info, signal_fd)) return;
+      // Only where the fds went on the connection: otherwise the caller
+      // needs the socket's path in handle[] to redeem the token.
+      if (signal_fd >= 0 && (push.info.flags & GPUFS_INFO_FD_SENT) != 0) {
+        Exporter::OfferCopySignal(*mapped, &push.info);
+      }
       fuse_reply_ioctl(req, 0, &push, sizeof push);
       return;
     }

@@ -103,6 +103,16 @@ check  "16 readers at once map copies at their armed opens and each sees every b
   test "$errors" = 0
 check  "... copies at armed opens came queued and were waited for" \
   bash -c "n=\$(grep -l 'queued and waited for' /tmp/armed-*.log | wc -l); echo \$n of 16; [ \$n -gt 0 ]"
+# Asked for (GPUFS_FD_ARM_COPY_SIGNAL, GPUFS_MAP_COPY_SIGNAL), a queued
+# copy's completion comes as a signal the reader polls with no request; the
+# reader cannot write, map writable or resize its page.
+check  "... queued copies were waited for on their signal (GPUFS_INFO_COPY_SIGNAL)" \
+  bash -c "q=\$(grep -l 'queued and waited for' /tmp/armed-*.log /tmp/queued-*.log | wc -l)
+           n=\$(grep -l 'waited for (signal)' /tmp/armed-*.log /tmp/queued-*.log | wc -l)
+           echo \$n of \$q queued; grep -ho 'waited for (ioctl[^)]*)' /tmp/armed-*.log /tmp/queued-*.log | sort | uniq -c
+           [ \$n -gt 0 ] && [ \$n -eq \$q ]"
+check  "... and no reader could forge its signal page" \
+  bash -c "! grep -l FORGEABLE /tmp/armed-*.log /tmp/queued-*.log"
 copies_gone() {  # polls: the driver frees an exited process's memory on its own time
   local now
   for _ in $(seq 200); do

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <new>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -143,6 +144,16 @@ struct IpcExport {
   // A private copy whose bytes are still being copied (ExportCopy's
   // `queued`): BulkStore::AwaitCopy says when they are all there.
   bool copy_pending = false;
+  // With copy_pending, where the store has one: the word of its signal page
+  // the GPU sets to `value` once the copy is whole, for a reader that waits
+  // for the bytes itself (uapi.h, GPUFS_INFO_COPY_SIGNAL). `fd` is the
+  // page's memfd, the store's (valid while the store is): dup it to send.
+  struct CopySignal {
+    int fd = -1;
+    uint64_t offset = 0;
+    uint32_t value = 0;
+  };
+  std::optional<CopySignal> copy_signal;
 };
 
 // A member of an object allocated as a whole (BulkStore::AllocateGroup):

@@ -27,6 +27,22 @@ namespace gpufs {
 // reported again by an unrelated later call.
 Status CudaError(std::string_view context, cudaError_t err);
 
+// A driver API entry point (CUDA 12's ABI) through the runtime, so that
+// nothing links libcuda: false, with the runtime's error cleared, where the
+// driver has none of that name.
+template <class F>
+bool LoadDriverEntry(const char* name, F* fn) {
+  cudaDriverEntryPointQueryResult q{};
+  void* p = nullptr;
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess || p == nullptr) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  *fn = reinterpret_cast<F>(p);
+  return true;
+}
+
 // Device memory from cudaMalloc on one device; cudaFree in the destructor
 // (errors logged).
 class DeviceMemory {

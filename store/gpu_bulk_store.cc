@@ -77,6 +77,12 @@ GpuBulkStore::GpuBulkStore(const GpuStoreOptions& options, uint64_t alignment, u
   if (ipc_ == GpuIpcMode::kVmm) {
     pool_ = std::make_unique<VmmPool>(
         ordinal_, options.pool_budget.value_or(capacity / 8));
+    if (auto signals = CopySignals::Create(); signals.ok()) {
+      signals_ = std::move(*signals);
+    } else {
+      GPUFS_LOG(INFO) << "gpu store " << device_ << ": readers wait for their copies with "
+                      << "GPUFS_IOC_COPY_WAIT (" << signals.status().ToString() << ")";
+    }
   }
 }
 
@@ -287,6 +293,10 @@ void GpuBulkStore::Free(BlobId id) {
   {
     std::lock_guard lock(mu_);
     if (in_flight_.contains(id)) (void)AwaitCopyLocked(id);  // a copy still landing in it
+    if (auto slot = signal_slots_.find(id); slot != signal_slots_.end()) {
+      signals_->Release(slot->second);
+      signal_slots_.erase(slot);
+    }
     auto it = blobs_.find(id);
     if (it == blobs_.end()) {
       if (lost_.erase(id) > 0) {

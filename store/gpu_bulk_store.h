@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "store/bulk_store.h"
+#include "store/copy_signals.h"
 #include "store/vmm_pool.h"
 #include "util/status.h"
 
@@ -340,10 +341,19 @@ class GpuBulkStore final : public BulkStore {
   // memory goes). Under mu_: a wait is at most one copy's time.
   void AwaitCopiesFromLocked(uint64_t alloc);
   Status AwaitCopyLocked(BlobId copy);
-  // A D2D copy queued on this thread's stream, `done` recorded after it.
+  // A D2D copy queued on this thread's stream, `done` recorded after it;
+  // where the store has a signal page with a free slot, the slot's value is
+  // written after the copy and before `done` (the reader's signal), the slot
+  // in *signal.
   Status QueueDeviceToDevice(std::byte* dst, const std::byte* src, uint64_t bytes,
-                             std::shared_ptr<CudaEvent>* done) const;
+                             std::shared_ptr<CudaEvent>* done,
+                             std::optional<CopySignals::Slot>* signal) const;
   std::map<BlobId, CopyInFlight> in_flight_;  // GUARDED_BY(mu_), by copy
+  // Readers' signals (IpcExport::copy_signal): null where the driver cannot
+  // write one (readers then ask GPUFS_IOC_COPY_WAIT). A copy's slot is held
+  // until the copy is freed: its write has run by then.
+  std::unique_ptr<CopySignals> signals_;
+  std::map<BlobId, CopySignals::Slot> signal_slots_;  // GUARDED_BY(mu_), by copy
 
   mutable std::mutex mu_;
   std::unordered_map<BlobId, BlobRecord> blobs_;            // GUARDED_BY(mu_)

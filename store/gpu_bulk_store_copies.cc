@@ -1,5 +1,6 @@
 // GpuBulkStore: private copies of an allocation for readers who may not
 // write it (ExportCopy), and checksums summed on the device (Checksums).
+#include <optional>
 #include <vector>
 
 #include "store/cuda_util.h"
@@ -47,8 +48,9 @@ Result<IpcExport> GpuBulkStore::ExportCopy(BlobId id, BlobId copy, bool queued) 
   // Queued only into zeroed memory: whoever maps it before the copy ends
   // sees zeros or the blob's bytes, nothing of an earlier allocation's.
   std::shared_ptr<CudaEvent> done;
+  std::optional<CopySignals::Slot> signal;
   if (made.ok() && queued && alloc->zeroed) {
-    made = QueueDeviceToDevice(alloc->base(), source, bytes, &done);
+    made = QueueDeviceToDevice(alloc->base(), source, bytes, &done, &signal);
   } else if (made.ok()) {
     made = DeviceToDevice(alloc->base(), source, bytes);
   }
@@ -72,6 +74,7 @@ Result<IpcExport> GpuBulkStore::ExportCopy(BlobId id, BlobId copy, bool queued) 
     allocs_.emplace(alloc->id, std::move(alloc));
     ++dedicated_count_;
     if (done) in_flight_.emplace(copy, CopyInFlight{.source = source_alloc, .done = done, .result = {}});
+    if (signal) signal_slots_.emplace(copy, *signal);
   }
   auto out = Export(copy);  // kLegacy: its cudaIpc handle
   trace.Step("export");
@@ -82,11 +85,16 @@ Result<IpcExport> GpuBulkStore::ExportCopy(BlobId id, BlobId copy, bool queued) 
   out->offset = offset;
   out->size = size;
   out->copy_pending = done != nullptr;
+  if (done && signal) {
+    out->copy_signal = IpcExport::CopySignal{
+        .fd = signals_->fd(), .offset = signal->offset, .value = signal->value};
+  }
   return out;
 }
 
 Status GpuBulkStore::QueueDeviceToDevice(std::byte* dst, const std::byte* src, uint64_t bytes,
-                                         std::shared_ptr<CudaEvent>* done) const {
+                                         std::shared_ptr<CudaEvent>* done,
+                                         std::optional<CopySignals::Slot>* signal) const {
   StepTrace trace("queue d2d");
   GPUFS_RETURN_IF_ERROR(Enter());
   GPUFS_ASSIGN_OR_RETURN(cudaStream_t stream, gpu_bulk_store_internal::ThreadStream(ordinal_));
@@ -96,12 +104,28 @@ Status GpuBulkStore::QueueDeviceToDevice(std::byte* dst, const std::byte* src, u
   Status queued = CudaError("cudaMemcpyAsync(DeviceToDevice)",
                             cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
   trace.Step("memcpy");
+  // The reader's signal, between the copy and `done`: a reader without one
+  // asks GPUFS_IOC_COPY_WAIT instead.
+  if (queued.ok() && signals_) {
+    if (std::optional<CopySignals::Slot> slot = signals_->Take()) {
+      if (Status written = signals_->Write(stream, *slot); written.ok()) {
+        *signal = slot;
+      } else {
+        signals_->Release(*slot);
+        GPUFS_LOG(DEBUG) << "gpu store " << device_ << ": no signal for a reader ("
+                         << written.ToString() << "); it asks the daemon";
+      }
+    }
+    trace.Step("signal");
+  }
   if (queued.ok()) queued = CudaError("cudaEventRecord", cudaEventRecord(event.get(), stream));
   trace.Step("record");
   if (!queued.ok()) {
     // Whatever was queued ends before the memory can go.
     Status synced = CudaError("cudaStreamSynchronize", cudaStreamSynchronize(stream));
     (void)synced;
+    if (*signal) signals_->Release(**signal);
+    signal->reset();
     return queued;
   }
   *done = std::make_shared<CudaEvent>(std::move(event));

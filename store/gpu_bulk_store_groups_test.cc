@@ -3,7 +3,11 @@
 // device (label `gpu`; every test skips when no CUDA device is visible).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <vector>
 
 #include "store/gpu_bulk_store.h"
@@ -172,6 +176,67 @@ TEST_P(GpuGroupTest, APrivateCopyIsAnotherAllocationWithTheSameBytes) {
   EXPECT_EQ(store->ExportCopy(1, 101).status().code(), ENOSPC);
   EXPECT_EQ(store->Usage().blobs, 3u);
   for (BlobId id : {1, 2, 50}) store->Free(id);
+  EXPECT_EQ(store->Usage().used, 0u);
+}
+
+// A copy queued into zeroed memory comes with a signal for the reader: a
+// word of a memfd that the GPU sets once the copy is whole, which a reader
+// can map read-only but never write, resize or map writable; a copy made
+// whole comes with none.
+TEST_P(GpuGroupTest, AQueuedPrivateCopyBringsASignalTheReaderCannotForge) {
+  auto store = OpenStore(Options(256 * MiB));
+  ASSERT_TRUE(store);
+  MakeBlob(*store, 1, 1000, 5 * MiB);
+  ASSERT_OK(store->Seal(1, 5 * MiB));
+  auto whole = store->ExportCopy(1, 100, /*queued=*/false);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_FALSE(whole->copy_pending);
+  EXPECT_FALSE(whole->copy_signal.has_value());
+  store->Free(100);
+  store->AwaitPoolForTesting();  // VMM: a zeroed allocation of the copy's size is ready now
+  auto queued = store->ExportCopy(1, 101, /*queued=*/true);
+  ASSERT_TRUE(queued.ok()) << queued.status().ToString();
+  if (GetParam() == GpuIpcMode::kLegacy) {  // no pool: every copy is made whole
+    EXPECT_FALSE(queued->copy_pending);
+    EXPECT_FALSE(queued->copy_signal.has_value());
+    store->Free(101);
+    store->Free(1);
+    return;
+  }
+  ASSERT_TRUE(queued->copy_pending) << "a copy into the pool's zeroed memory comes queued";
+  ASSERT_TRUE(queued->copy_signal.has_value()) << "an H100 or H200 writes stream values";
+  const IpcExport::CopySignal signal = *queued->copy_signal;
+  EXPECT_NE(signal.value, 0u);
+  EXPECT_EQ(signal.offset % sizeof(uint32_t), 0u);
+  struct stat st;
+  ASSERT_EQ(::fstat(signal.fd, &st), 0);
+  ASSERT_LE(signal.offset + sizeof(uint32_t), static_cast<uint64_t>(st.st_size));
+  void* page = ::mmap(nullptr, st.st_size, PROT_READ, MAP_SHARED, signal.fd, 0);
+  ASSERT_NE(page, MAP_FAILED);
+  EXPECT_EQ(::mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, signal.fd, 0),
+            MAP_FAILED);
+  EXPECT_EQ(errno, EPERM);
+  const uint32_t forged = 0;
+  EXPECT_EQ(::pwrite(signal.fd, &forged, sizeof forged, 0), -1);
+  EXPECT_EQ(::ftruncate(signal.fd, 0), -1);
+  ASSERT_OK(store->AwaitCopy(101));
+  const auto* word =
+      reinterpret_cast<const uint32_t*>(static_cast<const std::byte*>(page) + signal.offset);
+  EXPECT_EQ(__atomic_load_n(word, __ATOMIC_ACQUIRE), signal.value) << "written before `done`";
+  auto* copied =
+      static_cast<std::byte*>(store->AllocationBaseForTesting(store->PlaceOfForTesting(101).alloc));
+  EXPECT_BYTES_EQ(DeviceBytes(copied, 5 * MiB), Pattern(5 * MiB, 1));
+  // The next copy's signal, in the slot freed or another, has a new value.
+  store->Free(101);
+  store->AwaitPoolForTesting();
+  auto again = store->ExportCopy(1, 102, /*queued=*/true);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_TRUE(again->copy_signal.has_value());
+  EXPECT_NE(again->copy_signal->value, signal.value);
+  ASSERT_OK(store->AwaitCopy(102));
+  store->Free(102);
+  ::munmap(page, st.st_size);
+  store->Free(1);
   EXPECT_EQ(store->Usage().used, 0u);
 }
 

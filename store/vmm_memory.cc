@@ -34,31 +34,22 @@ struct Driver {
   bool ok = false;
 };
 
-template <class F>
-bool Load(const char* name, F* fn) {
-  cudaDriverEntryPointQueryResult q{};
-  void* p = nullptr;
-  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-      q != cudaDriverEntryPointSuccess || p == nullptr) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  *fn = reinterpret_cast<F>(p);
-  return true;
-}
-
 const Driver& Api() {
   static const Driver api = [] {
     Driver d;
-    d.ok =
-        Load("cuDeviceGet", &d.DeviceGet) && Load("cuDeviceGetAttribute", &d.DeviceGetAttribute) &&
-        Load("cuMemGetAllocationGranularity", &d.Granularity) && Load("cuMemCreate", &d.Create) &&
-        Load("cuMemRelease", &d.Release) && Load("cuMemAddressReserve", &d.Reserve) &&
-        Load("cuMemAddressFree", &d.AddressFree) && Load("cuMemMap", &d.Map) &&
-        Load("cuMemUnmap", &d.Unmap) && Load("cuMemSetAccess", &d.SetAccess) &&
-        Load("cuMemExportToShareableHandle", &d.Export) &&
-        Load("cuMemImportFromShareableHandle", &d.Import) && Load("cuMemsetD8", &d.MemsetD8) &&
-        Load("cuCtxSynchronize", &d.CtxSynchronize);
+    d.ok = LoadDriverEntry("cuDeviceGet", &d.DeviceGet) &&
+           LoadDriverEntry("cuDeviceGetAttribute", &d.DeviceGetAttribute) &&
+           LoadDriverEntry("cuMemGetAllocationGranularity", &d.Granularity) &&
+           LoadDriverEntry("cuMemCreate", &d.Create) &&
+           LoadDriverEntry("cuMemRelease", &d.Release) &&
+           LoadDriverEntry("cuMemAddressReserve", &d.Reserve) &&
+           LoadDriverEntry("cuMemAddressFree", &d.AddressFree) &&
+           LoadDriverEntry("cuMemMap", &d.Map) && LoadDriverEntry("cuMemUnmap", &d.Unmap) &&
+           LoadDriverEntry("cuMemSetAccess", &d.SetAccess) &&
+           LoadDriverEntry("cuMemExportToShareableHandle", &d.Export) &&
+           LoadDriverEntry("cuMemImportFromShareableHandle", &d.Import) &&
+           LoadDriverEntry("cuMemsetD8", &d.MemsetD8) &&
+           LoadDriverEntry("cuCtxSynchronize", &d.CtxSynchronize);
     return d;
   }();
   return api;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 namespace gpufs {
 
@@ -130,8 +131,10 @@ Result<FdConnections::Pushed> FdConnections::MapAtOpen(const std::string& path, 
   }
   Conn* conn = *made;
   // A private copy comes queued: the caller's map waits for its bytes
-  // (GPUFS_INFO_COPY_PENDING) once it has imported and mapped it.
-  const uint32_t seq = (++conn->seq & ~GPUFS_FD_ARM_QUEUED_COPY) | GPUFS_FD_ARM_QUEUED_COPY;
+  // (GPUFS_INFO_COPY_PENDING, on the signal GPUFS_INFO_COPY_SIGNAL brings
+  // where it comes) once it has imported and mapped it.
+  constexpr uint32_t kAsks = GPUFS_FD_ARM_QUEUED_COPY | GPUFS_FD_ARM_COPY_SIGNAL;
+  const uint32_t seq = (++conn->seq & ~kAsks) | kAsks;
   gpufs_fd_arm arm = EncodeArm(ino, static_cast<uint32_t>(::gettid()), seq);
   if (!SendMessage(conn->sock.get(), std::as_bytes(std::span(&arm, 1)), -1).ok()) {
     conns_.erase(path);  // gone: the open, then the ioctl on a new connection
@@ -146,17 +149,20 @@ Result<FdConnections::Pushed> FdConnections::MapAtOpen(const std::string& path, 
   }
   // The daemon sends the map before it answers the open: here now, or never.
   std::array<std::byte, sizeof(gpufs_fd_mapped) + 1> buf;
-  UniqueFd fd;
-  Result<size_t> n = ReceiveMessage(conn->sock.get(), buf, &fd, MSG_DONTWAIT);
-  if (n.ok() && *n == sizeof(gpufs_fd_mapped) && fd.valid()) {
+  std::vector<UniqueFd> fds;
+  Result<size_t> n = ReceiveMessageFds(conn->sock.get(), buf, &fds, MSG_DONTWAIT);
+  if (n.ok() && *n == sizeof(gpufs_fd_mapped) && !fds.empty() && fds.size() <= 2) {
     gpufs_fd_mapped mapped;
     std::memcpy(&mapped, buf.data(), sizeof mapped);
+    const bool signalled = (mapped.info.flags & GPUFS_INFO_COPY_SIGNAL) != 0;
     if (mapped.magic == GPUFS_FD_MAPPED_MAGIC && mapped.seq == seq &&
-        mapped.info.magic == GPUFS_MAGIC && (mapped.info.flags & GPUFS_INFO_FD_SENT) != 0) {
+        mapped.info.magic == GPUFS_MAGIC && (mapped.info.flags & GPUFS_INFO_FD_SENT) != 0 &&
+        fds.size() == (signalled ? 2u : 1u)) {
       conn->in_step = true;
       Pushed out;
       out.info = mapped.info;
-      out.fd = std::move(fd);
+      out.fd = std::move(fds[0]);
+      if (signalled) out.signal = std::move(fds[1]);
       return out;
     }
   }
@@ -180,7 +186,8 @@ Result<FdConnections::Pushed> FdConnections::PushLocked(const std::string& path,
   // The daemon sends the fd before it answers the ioctl: it is there now,
   // or it never comes (never wait for it).
   gpufs_fd_reply reply{};
-  Result<UniqueFd> fd = ReceiveBlobFd(conn->sock.get(), &reply, /*wait=*/false);
+  UniqueFd signal;
+  Result<UniqueFd> fd = ReceiveBlobFd(conn->sock.get(), &reply, /*wait=*/false, &signal);
   if (!fd.ok()) {
     conns_.erase(path);  // out of step with the daemon now
     if (fd.status().code() == EAGAIN) {
@@ -192,7 +199,12 @@ Result<FdConnections::Pushed> FdConnections::PushLocked(const std::string& path,
     conns_.erase(path);
     return Error(EPROTO, "the fd socket pushed the fd of another blob");
   }
+  if (((out.info.flags & GPUFS_INFO_COPY_SIGNAL) != 0) != signal.valid()) {
+    conns_.erase(path);
+    return Error(EPROTO, "the fd socket's signal page and the daemon's answer disagree");
+  }
   out.fd = std::move(*fd);
+  out.signal = std::move(signal);
   return out;
 }
 

@@ -41,6 +41,7 @@ class FdConnections {
   struct Pushed {
     gpufs_ipc_info info{};
     UniqueFd fd;
+    UniqueFd signal;  // with GPUFS_INFO_COPY_SIGNAL in info: the signal page
   };
   // Asks the daemon (the ioctl) on behalf of the connection named `cookie`.
   using Ask = std::function<Result<gpufs_ipc_info>(const Token& cookie)>;

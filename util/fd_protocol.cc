@@ -231,10 +231,19 @@ Result<UniqueFd> FetchBlobFdOn(int sock, const uint8_t token[GPUFS_TOKEN_BYTES],
   return ReceiveBlobFd(sock, reply);
 }
 
-Result<UniqueFd> ReceiveBlobFd(int sock, gpufs_fd_reply* reply, bool wait) {
+Result<UniqueFd> ReceiveBlobFd(int sock, gpufs_fd_reply* reply, bool wait, UniqueFd* signal) {
   std::array<std::byte, sizeof(gpufs_fd_reply) + 1> buf;
   UniqueFd fd;
-  GPUFS_ASSIGN_OR_RETURN(size_t n, ReceiveMessage(sock, buf, &fd, wait ? 0 : MSG_DONTWAIT));
+  size_t n = 0;
+  if (signal == nullptr) {
+    GPUFS_ASSIGN_OR_RETURN(n, ReceiveMessage(sock, buf, &fd, wait ? 0 : MSG_DONTWAIT));
+  } else {
+    std::vector<UniqueFd> fds;
+    GPUFS_ASSIGN_OR_RETURN(n, ReceiveMessageFds(sock, buf, &fds, wait ? 0 : MSG_DONTWAIT));
+    if (fds.size() > 2) return Error(EPROTO, "the daemon's reply carried more than two fds");
+    if (!fds.empty()) fd = std::move(fds[0]);
+    if (fds.size() == 2) *signal = std::move(fds[1]);
+  }
   if (n == 0) return Error(ECONNRESET, "the daemon closed the fd socket without a reply");
   GPUFS_ASSIGN_OR_RETURN(*reply, DecodeReply(std::span(buf.data(), n)));
   if (reply->error != 0) {

@@ -79,7 +79,10 @@ Result<UniqueFd> ConnectFdSocket(const std::string& socket_path);
 Result<UniqueFd> FetchBlobFdOn(int sock, const uint8_t token[GPUFS_TOKEN_BYTES],
                                gpufs_fd_reply* reply);
 // The reply half of FetchBlobFdOn: also how a pushed fd is taken, which is
-// there already (`wait` false: EAGAIN when it is not).
-Result<UniqueFd> ReceiveBlobFd(int sock, gpufs_fd_reply* reply, bool wait = true);
+// there already (`wait` false: EAGAIN when it is not). With `signal`, a
+// second fd after the blob's (a private copy's signal page, uapi.h
+// GPUFS_INFO_COPY_SIGNAL) goes there; without, a second fd is EPROTO.
+Result<UniqueFd> ReceiveBlobFd(int sock, gpufs_fd_reply* reply, bool wait = true,
+                               UniqueFd* signal = nullptr);
 
 }  // namespace gpufs

@@ -90,6 +90,27 @@
  * soon as the copy is under way and the caller imports and maps the copy
  * while its bytes land. Other requests and daemons ignore it. */
 #define GPUFS_MAP_QUEUED_COPY 0x100u
+/* A private copy still being made whose answer came with its fd on the
+ * connection (GPUFS_INFO_FD_SENT, asked with GPUFS_MAP_COPY_SIGNAL or
+ * GPUFS_FD_ARM_COPY_SIGNAL): the message with the copy's fd carries a second
+ * fd, a sealed memfd the caller may map read-only (the daemon's signal
+ * page), and info.handle holds a struct gpufs_copy_signal in place of the
+ * socket's path. The GPU writes `value` to the uint32_t at `offset` in that
+ * memfd once the copy's bytes are all there (after a system-wide fence), so
+ * the caller waits with no request to the daemon. Poll it a bounded time
+ * only, then fall back to GPUFS_IOC_COPY_WAIT, which also says when the copy
+ * failed or the worker that queued it was replaced (EIO): such a signal may
+ * never come. The page holds other copies' signals too (nothing secret:
+ * when a copy landed); nobody but the daemon can write it. */
+#define GPUFS_INFO_COPY_SIGNAL 16u
+struct gpufs_copy_signal {
+  uint64_t offset; /* of a naturally aligned uint32_t in the memfd */
+  uint32_t value;  /* what it holds once the copy is whole */
+  uint32_t reserved;
+};
+/* In info.flags of a GPUFS_IOC_MAP_PUSH request, with GPUFS_MAP_QUEUED_COPY:
+ * a private copy's completion may come as GPUFS_INFO_COPY_SIGNAL. */
+#define GPUFS_MAP_COPY_SIGNAL 0x200u
 
 /* Where a daemon running as root registers its fd socket: a symbolic link
  * named MAJOR:MINOR (decimal, of the mount's st_dev) to the socket. Trust it
@@ -144,6 +165,10 @@ struct gpufs_fd_hello {
  * the opened file waits for its bytes; without it the open returns once the
  * copy is whole. */
 #define GPUFS_FD_ARM_QUEUED_COPY 0x80000000u
+/* With GPUFS_FD_ARM_QUEUED_COPY in seq: the copy's completion may come as
+ * GPUFS_INFO_COPY_SIGNAL, as GPUFS_MAP_COPY_SIGNAL asks with the ioctl (the
+ * signal page's fd after the copy's in the struct gpufs_fd_mapped). */
+#define GPUFS_FD_ARM_COPY_SIGNAL 0x40000000u
 #define GPUFS_FD_ARM_MAGIC 0x4d524147u /* "GARM" */
 struct gpufs_fd_arm {
   uint32_t magic;   /* GPUFS_FD_ARM_MAGIC */
@@ -177,10 +202,13 @@ struct gpufs_alloc {
 };
 
 /* GPUFS_IOC_MAP_PUSH: GPUFS_IOC_MAP, and the fd sent at once on the caller's
- * connection to the fd socket named by `cookie` (see the top). */
+ * connection to the fd socket named by `cookie` (see the top), in a struct
+ * gpufs_fd_reply; with GPUFS_INFO_COPY_SIGNAL in the answer, the signal
+ * page's fd follows the blob's in that message. */
 struct gpufs_map_push {
   uint8_t cookie[GPUFS_TOKEN_BYTES]; /* in: as in the connection's gpufs_fd_hello */
-  struct gpufs_ipc_info info;        /* out; in: flags may have GPUFS_MAP_QUEUED_COPY */
+  struct gpufs_ipc_info info;        /* out; in: flags may have GPUFS_MAP_QUEUED_COPY,
+                                        GPUFS_MAP_COPY_SIGNAL */
 };
 
 /* Handle of a sealed GPU blob (one that spilled off its GPU is brought back

@@ -23,6 +23,8 @@
 //                         GPUFS_MAP_QUEUED_COPY, the copy imported while its
 //                         bytes land; `armed`: no ioctl, the map comes with the
 //                         open on a connection armed with GPUFS_FD_ARM_QUEUED_COPY,
+//                         both waiting on the copy's signal where it comes
+//                         (GPUFS_INFO_COPY_SIGNAL), else GPUFS_IOC_COPY_WAIT,
 //                         as libgpufs maps by path), against the
 //                         same process's import + map of an allocation of that
 //                         size and a D2D copy of the member's bytes: prints
@@ -30,6 +32,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -37,6 +40,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -112,34 +116,45 @@ int Connect(const std::string& path) {
   return s;
 }
 
-// One message of up to `len` bytes on connection `s` into `buf`, and the fd
-// it carries (-1 when none); the message's length, or -1.
-ssize_t ReceiveWithFd(int s, void* buf, size_t len, int flags, int* fd) {
+// One message of up to `len` bytes on connection `s` into `buf`, the fd it
+// carries (-1 when none) and a second one (a queued copy's signal page) into
+// *signal; the message's length, or -1.
+ssize_t ReceiveWithFd(int s, void* buf, size_t len, int flags, int* fd, int* signal) {
   iovec iov{buf, len};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   msg.msg_control = control;
   msg.msg_controllen = sizeof control;
   *fd = -1;
-  const ssize_t n = ::recvmsg(s, &msg, flags);
+  *signal = -1;
+  const ssize_t n = ::recvmsg(s, &msg, flags | MSG_CMSG_CLOEXEC);
   if (n < 0) return n;
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_type == SCM_RIGHTS) std::memcpy(fd, CMSG_DATA(c), sizeof *fd);
+    if (c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    if (count >= 1) std::memcpy(fd, CMSG_DATA(c), sizeof *fd);
+    if (count >= 2) std::memcpy(signal, CMSG_DATA(c) + sizeof(int), sizeof *signal);
   }
   return n;
 }
 
 // The struct gpufs_fd_reply waiting on connection `s` and the fd it carries
-// (-1 when it says an error); closes `s`.
-int ReceiveFd(int s) {
+// (-1 when it says an error), a signal page after it into *signal when
+// `signal` is not null; closes `s`.
+int ReceiveFd(int s, int* signal = nullptr) {
   gpufs_fd_reply reply{};
-  int fd = -1;
-  if (ReceiveWithFd(s, &reply, sizeof reply, 0, &fd) < 0 || reply.error != 0) {
+  int fd = -1, page = -1;
+  if (ReceiveWithFd(s, &reply, sizeof reply, 0, &fd, &page) < 0 || reply.error != 0) {
     std::fprintf(stderr, "attack-probe: fd socket: %s\n", reply.message);
     if (fd >= 0) ::close(fd);
     fd = -1;
+  }
+  if (signal != nullptr && fd >= 0) {
+    *signal = page;
+  } else if (page >= 0) {
+    ::close(page);
   }
   ::close(s);
   return fd;
@@ -171,7 +186,7 @@ int FetchFd(int member, const gpufs_ipc_info& info) {
 // As the two steps above, in one: a connection that said hello, then
 // GPUFS_IOC_MAP_PUSH asking for a queued private copy (GPUFS_MAP_QUEUED_COPY):
 // the fd is waiting on the connection when the ioctl returns.
-int PushFd(int member, const std::string& sock, gpufs_ipc_info* info) {
+int PushFd(int member, const std::string& sock, gpufs_ipc_info* info, int* signal) {
   const int s = Connect(sock);
   if (s < 0) return -1;
   gpufs_fd_hello hello{};
@@ -185,21 +200,22 @@ int PushFd(int member, const std::string& sock, gpufs_ipc_info* info) {
     return -1;
   }
   std::memcpy(push.cookie, hello.cookie, sizeof push.cookie);
-  push.info.flags = GPUFS_MAP_QUEUED_COPY;
+  push.info.flags = GPUFS_MAP_QUEUED_COPY | GPUFS_MAP_COPY_SIGNAL;
   if (::ioctl(member, GPUFS_IOC_MAP_PUSH, &push) != 0 || !(push.info.flags & GPUFS_INFO_FD_SENT)) {
     std::perror("attack-probe: GPUFS_IOC_MAP_PUSH");
     ::close(s);
     return -1;
   }
   *info = push.info;
-  return ReceiveFd(s);
+  return ReceiveFd(s, signal);
 }
 
 // As PushFd with no ioctl: a connection that said hello is armed for this
 // thread's next open of PATH (GPUFS_FD_ARM, a private copy to come queued),
 // PATH is opened, and the struct gpufs_fd_mapped with the fd is waiting on
 // the connection when the open returns. *member: the open file.
-int ArmedFd(const char* path, const std::string& sock, int* member, gpufs_ipc_info* info) {
+int ArmedFd(const char* path, const std::string& sock, int* member, gpufs_ipc_info* info,
+            int* signal) {
   struct stat st;
   if (::stat(path, &st) != 0) return -1;
   const int s = Connect(sock);
@@ -212,7 +228,7 @@ int ArmedFd(const char* path, const std::string& sock, int* member, gpufs_ipc_in
   arm.version = GPUFS_UAPI_VERSION;
   arm.ino = st.st_ino;
   arm.tid = static_cast<uint32_t>(::gettid());
-  arm.seq = 1 | GPUFS_FD_ARM_QUEUED_COPY;
+  arm.seq = 1 | GPUFS_FD_ARM_QUEUED_COPY | GPUFS_FD_ARM_COPY_SIGNAL;
   if (::getrandom(hello.cookie, sizeof hello.cookie, 0) != sizeof hello.cookie ||
       ::send(s, &hello, sizeof hello, 0) != sizeof hello ||
       ::send(s, &arm, sizeof arm, 0) != sizeof arm) {
@@ -223,13 +239,15 @@ int ArmedFd(const char* path, const std::string& sock, int* member, gpufs_ipc_in
   gpufs_fd_mapped mapped{};
   int fd = -1;
   if (*member >= 0 &&
-      ReceiveWithFd(s, &mapped, sizeof mapped, MSG_DONTWAIT, &fd) == sizeof mapped &&
+      ReceiveWithFd(s, &mapped, sizeof mapped, MSG_DONTWAIT, &fd, signal) == sizeof mapped &&
       mapped.magic == GPUFS_FD_MAPPED_MAGIC && mapped.seq == arm.seq && fd >= 0) {
     *info = mapped.info;
   } else {
     std::fprintf(stderr, "attack-probe: no map came with the armed open\n");
     if (fd >= 0) ::close(fd);
+    if (*signal >= 0) ::close(*signal);
     fd = -1;
+    *signal = -1;
   }
   ::close(s);
   return fd;
@@ -243,8 +261,41 @@ struct Mapped {
   int member = -1;
   double us = 0;  // open to mapped
   double import_us = 0;  // fd in hand to mapped (not counting a copy's wait)
+  double wait_us = 0;    // mapped to the copy's bytes all there
   double open_us = 0, ioctl_us = 0, fd_us = 0;  // the steps before it
+  std::string waited = "none";                  // for a queued copy: "signal", or "ioctl" and why
 };
+
+// Waits on the copy's signal (GPUFS_INFO_COPY_SIGNAL, page `signal`) for a
+// bound (uapi.h: a replaced worker's signal may never come): "" once it
+// came, else why not, for the fallback's line. As an attacker would, it
+// first tries to forge the page; that it can is a failure of its own.
+std::string AwaitCopySignal(const gpufs_ipc_info& info, int signal) {
+  gpufs_copy_signal want;
+  std::memcpy(&want, info.handle, sizeof want);
+  struct stat st;
+  if (::fstat(signal, &st) != 0 || want.offset + sizeof(uint32_t) > uint64_t(st.st_size)) {
+    return "the signal page does not hold the word";
+  }
+  void* writable = ::mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, signal, 0);
+  const uint32_t forged = want.value;
+  if (writable != MAP_FAILED || ::pwrite(signal, &forged, sizeof forged, 0) >= 0 ||
+      ::ftruncate(signal, 0) == 0) {
+    if (writable != MAP_FAILED) ::munmap(writable, st.st_size);
+    return "FORGEABLE: the signal page took a reader's write";
+  }
+  void* page = ::mmap(nullptr, st.st_size, PROT_READ, MAP_SHARED, signal, 0);
+  if (page == MAP_FAILED) return std::string("mmap of the signal page: ") + std::strerror(errno);
+  const auto* word =
+      reinterpret_cast<const uint32_t*>(static_cast<const char*>(page) + want.offset);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+  bool came = false;
+  while (!(came = __atomic_load_n(word, __ATOMIC_ACQUIRE) == want.value) &&
+         std::chrono::steady_clock::now() < until) {
+  }
+  ::munmap(page, st.st_size);
+  return came ? "" : "no signal in 50 ms";
+}
 
 // Opens and maps PATH with `access` (1 read, 3 read-write), asking as `ask`
 // says: kQueued and kArmed map a reader's copy while its bytes land.
@@ -264,15 +315,16 @@ bool MapRaw(const Driver& d, const char* path, unsigned long long access, Mapped
   }
   auto t0 = Clock::now();
   int fd = -1;
+  int signal = -1;
   if (ask == Ask::kArmed) {
-    fd = ArmedFd(path, sock, &m->member, &m->info);
+    fd = ArmedFd(path, sock, &m->member, &m->info, &signal);
     if (fd < 0) return Fail("armed open/fd") == 0;
   } else {
     m->member = ::open(path, O_RDONLY | O_CLOEXEC);
   }
   auto t_open = Clock::now();
   if (ask == Ask::kQueued) {
-    if (m->member >= 0) fd = PushFd(m->member, sock, &m->info);
+    if (m->member >= 0) fd = PushFd(m->member, sock, &m->info, &signal);
     if (fd < 0) return Fail("open/GPUFS_IOC_MAP_PUSH/fd") == 0;
   } else if (ask == Ask::kMap &&
              (m->member < 0 || ::ioctl(m->member, GPUFS_IOC_MAP, &m->info) != 0)) {
@@ -293,16 +345,27 @@ bool MapRaw(const Driver& d, const char* path, unsigned long long access, Mapped
   AccessDesc desc{1, 0, access};
   if (d.SetAccess(m->base, m->info.alloc_size, &desc, 1) != 0) return Fail("set access") == 0;
   auto t_mapped = Clock::now();  // a queued copy's bytes may still be landing
-  if ((m->info.flags & GPUFS_INFO_COPY_PENDING) && ::ioctl(m->member, GPUFS_IOC_COPY_WAIT) != 0) {
-    return Fail("GPUFS_IOC_COPY_WAIT") == 0;
+  if (m->info.flags & GPUFS_INFO_COPY_PENDING) {
+    const std::string why = (m->info.flags & GPUFS_INFO_COPY_SIGNAL) && signal >= 0
+                                ? AwaitCopySignal(m->info, signal)
+                                : "no signal came";
+    if (why.empty()) {
+      m->waited = "signal";
+    } else if (::ioctl(m->member, GPUFS_IOC_COPY_WAIT) != 0) {
+      return Fail("GPUFS_IOC_COPY_WAIT") == 0;
+    } else {
+      m->waited = "ioctl: " + why;
+    }
   }
   auto t2 = Clock::now();
   m->us = std::chrono::duration<double, std::micro>(t2 - t0).count();
+  m->wait_us = std::chrono::duration<double, std::micro>(t2 - t_mapped).count();
   m->import_us = std::chrono::duration<double, std::micro>(t_mapped - t1).count();
   m->open_us = std::chrono::duration<double, std::micro>(t_open - t0).count();
   m->ioctl_us = std::chrono::duration<double, std::micro>(t_ioctl - t_open).count();
   m->fd_us = std::chrono::duration<double, std::micro>(t1 - t_ioctl).count();
   ::close(fd);
+  if (signal >= 0) ::close(signal);
   return true;
 }
 
@@ -339,7 +402,7 @@ int main(int argc, char** argv) {
       std::printf("read %llu bytes of 0x%02x (%s)\n", static_cast<unsigned long long>(m.info.size),
                   byte,
                   !copy     ? "the shared memory"
-                  : pending ? "a private copy, queued and waited for"
+                  : pending ? ("a private copy, queued and waited for (" + m.waited + ")").c_str()
                             : "a private copy");
       return 0;
     }
@@ -385,10 +448,12 @@ int main(int argc, char** argv) {
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     std::printf(
         "copybench %s%s bytes=%llu private_copy=%d cold_map_us=%.1f import_map_us=%.1f d2d_us=%.1f "
-        "ratio=%.2f (open_us=%.1f ioctl_us=%.1f fd_us=%.1f)\n",
-        path, mode.empty() ? "" : (" " + mode).c_str(), static_cast<unsigned long long>(m.info.size),
+        "ratio=%.2f (open_us=%.1f ioctl_us=%.1f fd_us=%.1f wait_us=%.1f waited=%s)\n",
+        path, mode.empty() ? "" : (" " + mode).c_str(),
+        static_cast<unsigned long long>(m.info.size),
         (m.info.flags & GPUFS_INFO_PRIVATE_COPY) ? 1 : 0, m.us, m.import_us, d2d_us,
-        m.us / (m.import_us + d2d_us), m.open_us, m.ioctl_us, m.fd_us);
+        m.us / (m.import_us + d2d_us), m.open_us, m.ioctl_us, m.fd_us, m.wait_us,
+        m.waited.c_str());
     return 0;
   }
   return Fail("unknown command " + cmd);
