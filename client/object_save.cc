@@ -200,11 +200,15 @@ Status CopyIntoObject(gpufs_object_writer* w, uint32_t count, const uint32_t* me
     return Error(EINVAL, "members, srcs or bytes is NULL");
   }
   std::vector<CopyPiece> pieces;
+  pieces.reserve(count);
+  std::vector<bool> named(ow->manifest.members.size(), false);  // the copies run unordered
   for (uint32_t i = 0; i < count; ++i) {
     if (members[i] >= ow->manifest.members.size()) {
       return Error(EINVAL, "no member " + std::to_string(members[i]));
     }
     const proto::ManifestMember& m = ow->manifest.members[members[i]];
+    if (named[members[i]]) return Error(EINVAL, "member " + m.name + " is named twice");
+    named[members[i]] = true;
     if (bytes[i] != m.size) {
       return Error(EINVAL, "member " + m.name + " is " + std::to_string(m.size) + " bytes, not " +
                                std::to_string(bytes[i]));
