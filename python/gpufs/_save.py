@@ -110,6 +110,8 @@ def save(array: Any, path: "os.PathLike[str] | str", *, type: Optional[str] = No
 
 def _make_objects(path):
     """mkdir -p `path`; NotADirectoryError where a member (a blob) is in the way."""
+    if os.path.isdir(path):  # the common case, in one request
+        return
     at = path
     while not os.path.lexists(at):
         up = os.path.dirname(at)
