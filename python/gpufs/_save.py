@@ -45,6 +45,7 @@ import sys
 from typing import Any, NamedTuple, Optional, Tuple
 
 from . import _lib, _uapi, dlpack, dtypes
+from ._spec_table import member_table
 from ._mount import check_on_gpufs, serves_gpu
 from .blob import DTYPE_XATTR, SHAPE_XATTR, format_shape
 
@@ -130,33 +131,6 @@ def _check_names(mapping, path):
             raise ValueError(f"bad member name {name!r} in object {path}")
 
 
-def _spec_struct():
-    """struct gpufs_object_spec as a struct.Struct of integers (its pointers
-    as addresses), at the offsets _lib.GpufsObjectSpec lays it out with."""
-    spec = _lib.GpufsObjectSpec
-    order = [name for name, _ in spec._fields_]
-    if order != ["name", "size", "dtype", "shape", "ndim"]:
-        raise ImportError(f"gpufs._lib.GpufsObjectSpec has fields {order}: update _save.py")
-    fmt, at = "=", 0
-    for name, kind in spec._fields_:
-        field = getattr(spec, name)
-        fmt += "x" * (field.offset - at)
-        fmt += "i" if kind is ctypes.c_int32 else {4: "I", 8: "Q"}[field.size]
-        at = field.offset + field.size
-    return struct.Struct(fmt + "x" * (ctypes.sizeof(spec) - at))
-
-
-_SPEC = _spec_struct()
-_DTYPE_NAMES = {}  # dtype name -> its NUL-terminated bytes, kept for the process
-
-
-def _dtype_name_at(name):
-    buf = _DTYPE_NAMES.get(name)
-    if buf is None:
-        buf = _DTYPE_NAMES[name] = ctypes.create_string_buffer(name.encode())
-    return ctypes.addressof(buf)
-
-
 def _sync_sources(values, srcs, fast):
     """Waits once per framework and device for the producers of the device
     sources (`fast[i]`: values[i] is a torch CUDA tensor)."""
@@ -180,26 +154,6 @@ def _sync_sources(values, srcs, fast):
         if not seen:
             _sync(v)
             synced.add(key)
-
-
-def _member_table(names, srcs):
-    """gpufs_object_create's members: (the specs, the buffers they point
-    into, to keep alive while they are used)."""
-    count = len(names)
-    flat = [d for s in srcs for d in s.shape]
-    dims = (ctypes.c_uint64 * max(1, len(flat)))(*flat)
-    # Every name in one buffer, NUL after each (names hold none: _check_names).
-    joined = "\0".join(names).encode()
-    text = ctypes.create_string_buffer(joined)
-    name_at, shape_at = ctypes.addressof(text), ctypes.addressof(dims)
-    table = ctypes.create_string_buffer(_SPEC.size * max(1, count))
-    pack, row = _SPEC.pack_into, _SPEC.size
-    for i, (encoded, s) in enumerate(zip(joined.split(b"\0"), srcs)):
-        ndim = len(s.shape)
-        pack(table, i * row, name_at, s.nbytes, _dtype_name_at(s.dtype.name), shape_at, ndim)
-        name_at += len(encoded) + 1
-        shape_at += 8 * ndim
-    return ctypes.cast(table, ctypes.POINTER(_lib.GpufsObjectSpec)), (dims, text, table)
 
 
 def _save_whole(mapping, path, typename):
@@ -227,7 +181,7 @@ def _save_whole(mapping, path, typename):
         on_device = any(s.on_device for s in srcs)
         _sync_sources(values, srcs, fast)
         count = len(names)
-        specs, keep = _member_table(names, srcs)
+        specs, keep = member_table(names, srcs)
         writer = _lib.GpufsObjectWriter()
         try:
             _lib.call("gpufs_object_create", os.fsencode(path), specs, count,

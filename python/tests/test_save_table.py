@@ -9,7 +9,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from gpufs import _lib, _save, dtypes  # noqa: E402
+from gpufs import _lib, _save, _spec_table, dtypes  # noqa: E402
 
 
 def read_back(specs, count):
@@ -34,7 +34,7 @@ class MemberTableTest(unittest.TestCase):
         srcs = [self.source("bfloat16", (32000, 2048)), self.source("float32", (3, 4, 5)),
                 self.source("int64", ()), self.source("uint8", (7,)),
                 self.source("float16", (0, 4))]
-        specs, keep = _save._member_table(names, srcs)
+        specs, keep = _spec_table.member_table(names, srcs)
         self.assertEqual(read_back(specs, len(names)), [
             ("model.embed_tokens.weight", 32000 * 2048 * 2, "bfloat16", (32000, 2048), 2),
             ("gewicht.größe", 240, "float32", (3, 4, 5), 3),
@@ -42,7 +42,7 @@ class MemberTableTest(unittest.TestCase):
             ("x" * 200, 7, "uint8", (7,), 1),
             ("empty", 0, "float16", (0, 4), 2),
         ])
-        self.assertEqual(ctypes.sizeof(_lib.GpufsObjectSpec), _save._SPEC.size)
+        self.assertEqual(ctypes.sizeof(_lib.GpufsObjectSpec), _spec_table._SPEC.size)
 
     def test_a_name_holding_a_nul_is_refused(self):
         with self.assertRaises(ValueError):
