@@ -130,6 +130,32 @@ Status Enqueue(const DriverApi& api, CUdeviceptr dst, CUdeviceptr src, size_t by
   return r == CUDA_SUCCESS ? Status::Ok() : CudaError(api, "cuMemcpyAsync", r);
 }
 
+// Queues copies [i] from srcs[i] to dsts[i] of sizes[i] on `stream`, in one
+// driver call where the driver has cuMemcpyBatchAsync, else (or where it
+// refuses the batch) one cuMemcpyAsync each. The copies must not overlap:
+// a batch runs them in no particular order.
+Status EnqueueAll(const DriverApi& api, std::vector<CUdeviceptr>& dsts,
+                  std::vector<CUdeviceptr>& srcs, std::vector<size_t>& sizes, CUstream stream) {
+  if (dsts.empty()) return Status::Ok();
+  if (api.MemcpyBatchAsync != nullptr && dsts.size() > 1) {
+    // In stream order, as cuMemcpyAsync: the sources may be a framework's
+    // tensors whose producers were queued before.
+    CUmemcpyAttributes attrs{};
+    attrs.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    size_t first = 0;
+    CUresult r = api.MemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attrs,
+                                      &first, 1, stream);
+    if (r == CUDA_SUCCESS) return Status::Ok();
+    // Refused (a driver or a pointer kind it does not batch): one by one
+    // instead; a copy it queued before refusing is only made twice.
+    trace::Mark("batch-refused");
+  }
+  for (size_t i = 0; i < dsts.size(); ++i) {
+    GPUFS_RETURN_IF_ERROR(Enqueue(api, dsts[i], srcs[i], sizes[i], stream));
+  }
+  return Status::Ok();
+}
+
 Status Record(const DriverApi& api, CUevent event, CUstream stream) {
   CUresult r = api.EventRecord(event, stream);
   return r == CUDA_SUCCESS ? Status::Ok() : CudaError(api, "cuEventRecord", r);
@@ -300,10 +326,14 @@ Status CopyPiecesToBlob(const Arena& arena, std::span<const CopyPiece> pieces) {
     ScopedContext scope(*api, arena.context);
     GPUFS_RETURN_IF_ERROR(scope.status());
     GPUFS_ASSIGN_OR_RETURN(Stager * s, StagerPool::Instance().Take(*api, arena.device));
-    Status status;
     // The device allocation the last piece came from: a model's tensors
     // share a few (a framework's pools), so most pieces need no driver call.
     CUdeviceptr known = 0, known_end = 0;
+    std::vector<CUdeviceptr> dsts, srcs;
+    std::vector<size_t> sizes;
+    dsts.reserve(pieces.size());
+    srcs.reserve(pieces.size());
+    sizes.reserve(pieces.size());
     for (const CopyPiece& p : pieces) {
       if (p.bytes == 0) continue;
       const CUdeviceptr at = Address(p.src);
@@ -324,9 +354,11 @@ Status CopyPiecesToBlob(const Arena& arena, std::span<const CopyPiece> pieces) {
         staged.push_back(&p);
         continue;
       }
-      status = Enqueue(*api, p.dst, Address(p.src), p.bytes, s->stream);
-      if (!status.ok()) break;
+      dsts.push_back(p.dst);
+      srcs.push_back(at);
+      sizes.push_back(p.bytes);
     }
+    Status status = EnqueueAll(*api, dsts, srcs, sizes, s->stream);
     trace::Mark("queued");
     CUresult r = api->StreamSynchronize(s->stream);
     if (r != CUDA_SUCCESS) return status.ok() ? CudaError(*api, "cuStreamSynchronize", r) : status;

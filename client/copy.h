@@ -43,7 +43,8 @@ Status CopyFromBlob(const Arena& arena, void* dst, CUdeviceptr src, uint64_t byt
 
 // Many copies into `arena`'s mapping at once: those from memory CUDA knows
 // are queued together on one stream and waited for once (an object's
-// members from framework tensors); the rest are staged one by one.
+// members from framework tensors), in no particular order, so no two
+// pieces' destinations may overlap; the rest are staged one by one.
 struct CopyPiece {
   CUdeviceptr dst;
   const void* src;

@@ -80,6 +80,8 @@ Result<const DriverApi*> Load() {
   Resolve(lib, "cuMemcpyHtoD_v2", &api.MemcpyHtoD, &missing);
   Resolve(lib, "cuMemcpyDtoH_v2", &api.MemcpyDtoH, &missing);
   Resolve(lib, "cuMemsetD8_v2", &api.MemsetD8, &missing);
+  std::string optional;  // absent: the callers do without
+  Resolve(lib, "cuMemcpyBatchAsync_v2", &api.MemcpyBatchAsync, &optional);
   if (!missing.empty()) {
     return Error(ENODEV, std::string(kDriverLibrary) + " lacks " + missing +
                              ": the CUDA driver is too old for libgpufs");

@@ -38,6 +38,8 @@ struct DriverApi {
   // Copies (gpufs_read, gpufs_write).
   decltype(&::cuPointerGetAttributes) PointerGetAttributes = nullptr;
   decltype(&::cuMemcpyAsync) MemcpyAsync = nullptr;
+  // Optional (drivers of CUDA 13 on; null before): many copies in one call.
+  decltype(&::cuMemcpyBatchAsync) MemcpyBatchAsync = nullptr;  // _v2
   decltype(&::cuMemHostAlloc) MemHostAlloc = nullptr;
   decltype(&::cuMemFreeHost) MemFreeHost = nullptr;
   decltype(&::cuStreamCreate) StreamCreate = nullptr;

@@ -200,11 +200,15 @@ Status CopyIntoObject(gpufs_object_writer* w, uint32_t count, const uint32_t* me
     return Error(EINVAL, "members, srcs or bytes is NULL");
   }
   std::vector<CopyPiece> pieces;
+  pieces.reserve(count);
+  std::vector<bool> named(ow->manifest.members.size(), false);  // the copies run unordered
   for (uint32_t i = 0; i < count; ++i) {
     if (members[i] >= ow->manifest.members.size()) {
       return Error(EINVAL, "no member " + std::to_string(members[i]));
     }
     const proto::ManifestMember& m = ow->manifest.members[members[i]];
+    if (named[members[i]]) return Error(EINVAL, "member " + m.name + " is named twice");
+    named[members[i]] = true;
     if (bytes[i] != m.size) {
       return Error(EINVAL, "member " + m.name + " is " + std::to_string(m.size) + " bytes, not " +
                                std::to_string(bytes[i]));
@@ -279,14 +283,25 @@ Status CommitObject(gpufs_object_writer* w, uint32_t flags) {
   if (ow->arena != nullptr) {
     // The producer's copies and kernels are done before the object is.
     GPUFS_ASSIGN_OR_RETURN(const DriverApi* api, LoadDriver());
-    ScopedContext scope(*api, ow->arena->context);
-    status = scope.status();
-    if (status.ok()) {
-      CUresult r = api->CtxSynchronize();
-      if (r != CUDA_SUCCESS) status = CudaError(*api, "cuCtxSynchronize", r);
+    {
+      ScopedContext scope(*api, ow->arena->context);
+      status = scope.status();
+      if (status.ok()) {
+        CUresult r = api->CtxSynchronize();
+        if (r != CUDA_SUCCESS) status = CudaError(*api, "cuCtxSynchronize", r);
+      }
     }
-    if (status.ok()) status = ArenaCache::Instance().DropWrite(ow->arena);
     trace::Mark("synchronize");
+    if (status.ok()) {
+      // Unmapped before the seal: the producer holds no writable view of
+      // sealed bytes. (Only its writer holds a writable arena, so this is
+      // the unmap Close would make after the seal, without first turning
+      // the whole allocation read-only.)
+      bool released = false;
+      status = ArenaCache::Instance().Release(ow->arena, &released);
+      if (released) ow->arena = nullptr;
+      trace::Mark("unmap");
+    }
   }
   if (status.ok()) {
     gpufs_seal_object seal;

@@ -255,6 +255,10 @@ Status Namespace::MayReplaceLocked(const Caller& caller, const Entry& parent, co
       return Error(EACCES, "uid " + std::to_string(caller.uid) + " may not remove the entries of " +
                                PathOf(object.id) + ", so it may not replace " + PathOf(target.id));
     }
+    // Only nested objects have entries to check: a model's hundreds of
+    // members are not listed (the count is the catalog cache's).
+    GPUFS_ASSIGN_OR_RETURN(uint64_t nested, catalog_->CountChildObjects(object.id));
+    if (nested == 0) continue;
     for (EntryId after = 0;;) {
       GPUFS_ASSIGN_OR_RETURN(auto children, catalog_->ListChildren(object.id, after, 512));
       if (children.empty()) break;

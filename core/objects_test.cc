@@ -260,6 +260,27 @@ TEST_F(ObjectTest, ReplacingNeedsWhatRemovingWould) {
   EXPECT_EQ(Cat(Find(Find(open->ino, "model"), "w")), "root");
 }
 
+// The check reaches nested objects however many members sit beside them:
+// a tree bob may empty at its top but not below is not his to replace.
+TEST_F(ObjectTest, ReplacingAnObjectNeedsWriteOnEveryNestedObject) {
+  auto open = ns_->Mkdir(root_, kRootEntryId, "open", 0777);
+  ASSERT_TRUE(open.ok());
+  auto tree = ns_->Mkdir(bob_, open->ino, "tree", 0777);
+  ASSERT_TRUE(tree.ok());
+  for (int i = 0; i < 40; ++i) ASSERT_NE(Put(tree->ino, "m" + std::to_string(i), "x", bob_), 0u);
+  auto inner = ns_->Mkdir(alice_, tree->ino, "inner", 0755);
+  ASSERT_TRUE(inner.ok());
+  ASSERT_NE(Put(inner->ino, "w", "alice", alice_), 0u);
+  EXPECT_EQ(Save(bob_, open->ino, "tree", {{"w", "bob!!"}}, /*replace=*/true).code(), EACCES);
+  EXPECT_EQ(Cat(Find(inner->ino, "w")), "alice");
+  // Members alone (no nested object): his to replace.
+  auto flat = ns_->Mkdir(bob_, open->ino, "flat", 0755);
+  ASSERT_TRUE(flat.ok());
+  for (int i = 0; i < 40; ++i) ASSERT_NE(Put(flat->ino, "m" + std::to_string(i), "x", bob_), 0u);
+  EXPECT_TRUE(Save(bob_, open->ino, "flat", {{"w", "bob!!"}}, /*replace=*/true).ok());
+  EXPECT_EQ(Cat(Find(Find(open->ino, "flat"), "w")), "bob!!");
+}
+
 TEST_F(ObjectTest, BadManifestsAreEinvalAndLeaveNothing) {
   for (const std::string& bad : {std::string("not json"), std::string(R"({"version": 1})"),
                                  std::string(R"({"version": 1, "members": [{"name": "../x", "size": 1}]})")}) {

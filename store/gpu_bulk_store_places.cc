@@ -246,8 +246,11 @@ Status GpuBulkStore::Resize(BlobId id, uint64_t old_size, uint64_t new_size) {
 }
 
 Status GpuBulkStore::Seal(BlobId id, uint64_t size) {
-  const std::string what = "gpu store " + device_.Name() + ": seal " + Describe(id) + " at " +
-                           std::to_string(size) + " bytes";
+  // Made only for an error or a warning: an object's seal seals hundreds.
+  auto what = [&] {
+    return "gpu store " + device_.Name() + ": seal " + Describe(id) + " at " +
+           std::to_string(size) + " bytes";
+  };
   const uint64_t exact = Units(size);
   BlobRecord blob;
   {
@@ -255,14 +258,14 @@ Status GpuBulkStore::Seal(BlobId id, uint64_t size) {
     BlobRecord* rec = FindLocked(id);
     if (rec == nullptr) return MissingLocked(id, "seal");
     if (size > rec->size) {
-      return Error(EINVAL, what + ": the blob has only " + std::to_string(rec->size) + " bytes");
+      return Error(EINVAL, what() + ": the blob has only " + std::to_string(rec->size) + " bytes");
     }
     if (rec->place.alloc == 0) {  // empty, no place: sealed as it is (PlaceEmpty)
       rec->sealed = true;
       return Status::Ok();
     }
     Allocation* found = FindAllocLocked(rec->place.alloc);
-    if (found == nullptr) return Error(EIO, what + ": its allocation is gone");
+    if (found == nullptr) return Error(EIO, what() + ": its allocation is gone");
     Allocation& alloc = *found;
     EndFillLocked(&alloc);
     if (alloc.kind == Allocation::Kind::kOwn && Packable(rec->key, size)) {
@@ -289,7 +292,7 @@ Status GpuBulkStore::Seal(BlobId id, uint64_t size) {
       return missing;
     }
     if (!moved.ok()) {
-      GPUFS_LOG(WARN) << what << ": stays in its own allocation, the move into a pack failed: "
+      GPUFS_LOG(WARN) << what() << ": stays in its own allocation, the move into a pack failed: "
                       << moved.ToString();
       rec->size = size;
       rec->sealed = true;
@@ -307,7 +310,7 @@ Status GpuBulkStore::Seal(BlobId id, uint64_t size) {
     BlobRecord* rec = FindLocked(id);
     if (rec == nullptr) return MissingLocked(id, "seal");
     Allocation* found = FindAllocLocked(rec->place.alloc);
-    if (found == nullptr) return Error(EIO, what + ": its allocation is gone");
+    if (found == nullptr) return Error(EIO, what() + ": its allocation is gone");
     Allocation& alloc = *found;
     const bool slack = rec->place.reserved > exact;
     // An exported allocation may be mapped by a writer (gpufs_create), and a
@@ -334,7 +337,7 @@ Status GpuBulkStore::Seal(BlobId id, uint64_t size) {
   if (!moved.ok() || rec == nullptr) {
     if (place.ok()) ReleasePlaceLocked(*place, &dropped);
     if (!moved.ok()) {
-      GPUFS_LOG(WARN) << what << ": keeping its " << old.reserved
+      GPUFS_LOG(WARN) << what() << ": keeping its " << old.reserved
                       << " reserved bytes, the move to an exact place failed: " << moved.ToString();
     }
     if (rec == nullptr) return MissingLocked(id, "seal");

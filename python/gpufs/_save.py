@@ -45,6 +45,7 @@ import sys
 from typing import Any, NamedTuple, Optional, Tuple
 
 from . import _lib, _uapi, dlpack, dtypes
+from ._spec_table import member_table
 from ._mount import check_on_gpufs, serves_gpu
 from .blob import DTYPE_XATTR, SHAPE_XATTR, format_shape
 
@@ -110,6 +111,8 @@ def save(array: Any, path: "os.PathLike[str] | str", *, type: Optional[str] = No
 
 def _make_objects(path):
     """mkdir -p `path`; NotADirectoryError where a member (a blob) is in the way."""
+    if os.path.isdir(path):  # the common case, in one request
+        return
     at = path
     while not os.path.lexists(at):
         up = os.path.dirname(at)
@@ -124,15 +127,33 @@ def _make_objects(path):
 
 def _check_names(mapping, path):
     for name in mapping:
-        if not isinstance(name, str) or name in ("", ".", "..") or "/" in name:
+        if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\0" in name:
             raise ValueError(f"bad member name {name!r} in object {path}")
 
 
-class _SpecRow(ctypes.Structure):
-    """struct gpufs_object_spec as _lib.GpufsObjectSpec lays it out, its shape
-    pointer an address: set without a ctypes.cast a member."""
-    _fields_ = [(name, ctypes.c_void_p if name == "shape" else kind)
-                for name, kind in _lib.GpufsObjectSpec._fields_]
+def _sync_sources(values, srcs, fast):
+    """Waits once per framework and device for the producers of the device
+    sources (`fast[i]`: values[i] is a torch CUDA tensor)."""
+    synced = set()
+    torch = sys.modules.get("torch")
+    for v, s, f in zip(values, srcs, fast):
+        if not s.on_device:
+            continue
+        if f:  # torch's wait takes the device's index
+            key = ("torch", v.get_device())
+            if key not in synced:
+                torch.cuda.synchronize(key[1])
+                synced.add(key)
+            continue
+        key = (builtins.type(v), getattr(v, "device", None))
+        try:
+            seen = key in synced
+        except TypeError:  # a device that is not hashable: by its name
+            key = (key[0], str(key[1]))
+            seen = key in synced
+        if not seen:
+            _sync(v)
+            synced.add(key)
 
 
 def _save_whole(mapping, path, typename):
@@ -143,50 +164,24 @@ def _save_whole(mapping, path, typename):
     member by member."""
     if not _lib.has("gpufs_object_create"):
         return False
-    if any(isinstance(v, collections.abc.Mapping) for v in mapping.values()):
+    names = list(mapping)
+    values = [mapping[n] for n in names]
+    if any(isinstance(v, collections.abc.Mapping) for v in values):
         return False
     _check_names(mapping, path)
     parent = os.path.dirname(path.rstrip("/"))
     if parent:
         _make_objects(parent)
-    names = list(mapping)
     with contextlib.ExitStack() as stack:
-        srcs = []
-        for n in names:  # torch CUDA tensors without a context manager each
-            fast = _torch_cuda_source(mapping[n])
-            srcs.append(fast if fast is not None else stack.enter_context(_describe(mapping[n])))
-        on_device = any(s.on_device for s in srcs)
-        synced = set()
-        for n, s in zip(names, srcs):
-            if s.on_device:
-                v = mapping[n]
-                key = (builtins.type(v), getattr(v, "device", None))
-                try:
-                    seen = key in synced
-                except TypeError:  # a device that is not hashable: by its name
-                    key = (key[0], str(key[1]))
-                    seen = key in synced
-                if not seen:
-                    _sync(v)
-                    synced.add(key)
-        count = len(names)
-        # Every shape in one array; each spec points into it.
-        flat = [d for s in srcs for d in s.shape]
-        dims = (ctypes.c_uint64 * max(1, len(flat)))(*flat)
-        dims_at = ctypes.addressof(dims)
-        encoded = [n.encode() for n in names]  # kept alive while the specs point at them
-        dtype_names = [s.dtype.name.encode() for s in srcs]
-        rows = (_SpecRow * count)()
-        at = 0
+        srcs = _torch_cuda_sources(values)  # torch CUDA tensors: no context manager
+        fast = [s is not None for s in srcs]
         for i, s in enumerate(srcs):
-            spec = rows[i]
-            spec.name = encoded[i]
-            spec.size = s.nbytes
-            spec.dtype = dtype_names[i]
-            spec.shape = dims_at + 8 * at
-            spec.ndim = len(s.shape)
-            at += len(s.shape)
-        specs = ctypes.cast(rows, ctypes.POINTER(_lib.GpufsObjectSpec))
+            if s is None:
+                srcs[i] = stack.enter_context(_describe(values[i]))
+        on_device = any(s.on_device for s in srcs)
+        _sync_sources(values, srcs, fast)
+        count = len(names)
+        specs, keep = member_table(names, srcs)
         writer = _lib.GpufsObjectWriter()
         try:
             _lib.call("gpufs_object_create", os.fsencode(path), specs, count,
@@ -235,22 +230,35 @@ def _torch_cuda_source(t):
     microseconds; the array interfaces cost tens, and bfloat16 has no CAI
     typestr), or None to take the general path (CPU, sparse, conjugated or
     negated views, a dtype gpufs does not know)."""
+    return _torch_cuda_sources((t,))[0]
+
+
+def _torch_cuda_sources(values):
+    """_torch_cuda_source of each of `values`, torch looked up once."""
     global _TORCH_DTYPES
     torch = sys.modules.get("torch")
-    if torch is None or not isinstance(t, torch.Tensor) or not t.is_cuda:
-        return None
-    if t.layout != torch.strided or t.is_conj() or t.is_neg():
-        return None
-    if _TORCH_DTYPES is None:
-        _TORCH_DTYPES = {getattr(torch, d.torch): d for d in dtypes.DTYPES
-                         if isinstance(getattr(torch, d.torch, None), torch.dtype)}
-    dt = _TORCH_DTYPES.get(t.dtype)
-    if dt is None:
-        return None
-    if not t.is_contiguous():
-        raise ValueError(f"tensor is not C-contiguous (shape {tuple(t.shape)}, strides "
-                         f"{t.stride()} elements): make it contiguous first (tensor.contiguous())")
-    return _Source(t.data_ptr(), t.numel() * dt.itemsize, dt, tuple(t.shape), True)
+    if torch is None:
+        return [None] * len(values)
+    tensor, strided, source = torch.Tensor, torch.strided, _Source
+    out = []
+    for t in values:
+        if not isinstance(t, tensor) or not t.is_cuda or t.layout != strided or t.is_conj() \
+                or t.is_neg():
+            out.append(None)
+            continue
+        if _TORCH_DTYPES is None:
+            _TORCH_DTYPES = {getattr(torch, d.torch): d for d in dtypes.DTYPES
+                             if isinstance(getattr(torch, d.torch, None), torch.dtype)}
+        dt = _TORCH_DTYPES.get(t.dtype)
+        if dt is None:
+            out.append(None)
+            continue
+        if not t.is_contiguous():
+            raise ValueError(f"tensor is not C-contiguous (shape {tuple(t.shape)}, strides "
+                             f"{t.stride()} elements): make it contiguous first "
+                             "(tensor.contiguous())")
+        out.append(source(t.data_ptr(), t.numel() * dt.itemsize, dt, tuple(t.shape), True))
+    return out
 
 
 @contextlib.contextmanager

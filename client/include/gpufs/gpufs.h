@@ -210,7 +210,7 @@ int gpufs_object_create(const char* path, const struct gpufs_object_spec* member
                         const char* type, struct gpufs_object_writer* w);
 /* Copies members[i] from srcs[i] (bytes[i], its whole size): device or host
  * memory; sources CUDA knows are copied together on one stream, waited for
- * once. */
+ * once. -EINVAL: a member named twice in one call. */
 int gpufs_object_copy(struct gpufs_object_writer* w, uint32_t count, const uint32_t* members,
                       const void* const* srcs, const uint64_t* bytes);
 /* Copies members[i] from file `fd` at file_offsets[i] (its whole size),
