@@ -18,6 +18,7 @@ constexpr size_t kMaxKnownRanges = 64;  // a call's distinct source allocations 
 // -1: follow GPUFS_COPY_KERNEL; 0 or 1: SetCopyKernelEnabled's word.
 std::atomic<int> enabled_override{-1};
 std::atomic<uint64_t> launches{0};
+std::atomic<bool> refused_for_testing{false};
 
 bool EnabledByEnvironment() {
   static const bool enabled = [] {
@@ -101,6 +102,10 @@ Status Grow(const DriverApi& api, CopyKernelTable* table, size_t rows) {
 bool CopyKernelEnabled() {
   const int o = enabled_override.load(std::memory_order_relaxed);
   return o < 0 ? EnabledByEnvironment() : o != 0;
+}
+
+void SetCopyKernelRefusedForTesting(bool refused) {
+  refused_for_testing.store(refused, std::memory_order_relaxed);
 }
 
 uint64_t CopyKernelLaunches() { return launches.load(std::memory_order_relaxed); }
@@ -192,6 +197,8 @@ Status LaunchCopyKernel(const DriverApi& api, const Arena& arena, CopyKernelTabl
                         CUstream stream, std::vector<CopyKernelPiece>& rows) {
   if (rows.empty()) return Status::Ok();
   if (rows.size() > UINT32_MAX) return Error(EOPNOTSUPP, "too many pieces for one launch");
+  if (refused_for_testing.load(std::memory_order_relaxed))
+    return Error(EOPNOTSUPP, "refused (a test)");
   GPUFS_ASSIGN_OR_RETURN(LoadedKernel k, KernelOf(api, arena.context, arena.device));
   GPUFS_RETURN_IF_ERROR(Grow(api, table, rows.size()));
   uint64_t items = 0;

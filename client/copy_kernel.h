@@ -36,6 +36,9 @@ namespace gpufs::client {
 bool CopyKernelEnabled();
 // Overrides GPUFS_COPY_KERNEL for the rest of the process (tests, benchmarks).
 void SetCopyKernelEnabled(bool enabled);
+// Tests: LaunchCopyKernel refuses every launch, as where the module does
+// not load, so that the caller's fallback for its rows is exercised.
+void SetCopyKernelRefusedForTesting(bool refused);
 
 // Decides, piece by piece, whether a kernel in `arena`'s context may copy
 // it, asking the driver once per new source allocation: the ranges it

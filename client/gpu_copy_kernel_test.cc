@@ -65,6 +65,7 @@ class GpuCopyKernelTest : public testing::Test {
   }
   void TearDown() override {
     SetCopyKernelEnabled(true);
+    SetCopyKernelRefusedForTesting(false);
     if (!pushed_) return;
     api_->MemFree(src_);
     api_->MemFree(dst_);
@@ -150,6 +151,15 @@ TEST_F(GpuCopyKernelTest, OddPiecesThroughTheFallback) {
   SetCopyKernelEnabled(false);
   const uint64_t before = CopyKernelLaunches();
   CopyAndCheck(OddPieces(3));
+  EXPECT_EQ(CopyKernelLaunches(), before);
+}
+
+// A launch refused (a module that does not load, say): the pieces meant for
+// it go to the driver's copies in the same call.
+TEST_F(GpuCopyKernelTest, RefusedLaunchFallsBackInTheSameCall) {
+  SetCopyKernelRefusedForTesting(true);
+  const uint64_t before = CopyKernelLaunches();
+  CopyAndCheck(OddPieces(5));
   EXPECT_EQ(CopyKernelLaunches(), before);
 }
 
