@@ -1,5 +1,7 @@
 #include "client/copy.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -7,8 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include <unistd.h>
-
+#include "client/copy_kernel.h"
 #include "client/driver.h"
 #include "client/trace.h"
 
@@ -26,6 +27,7 @@ struct Stager {
   CUstream stream = nullptr;
   CUevent done[kStagingSlots] = {};  // recorded after the DMA of pinned[i]
   void* pinned[kStagingSlots] = {};  // from the first staged copy on
+  CopyKernelTable table;             // from the first kernel copy on
 };
 
 void Destroy(const DriverApi& api, Stager* s) {
@@ -33,6 +35,7 @@ void Destroy(const DriverApi& api, Stager* s) {
     if (s->pinned[i] != nullptr) api.MemFreeHost(s->pinned[i]);
     if (s->done[i] != nullptr) api.EventDestroy(s->done[i]);
   }
+  FreeCopyKernelTable(api, &s->table);
   if (s->stream != nullptr) api.StreamDestroy(s->stream);
   if (s->context != nullptr) api.DevicePrimaryCtxRelease(s->device);
   delete s;
@@ -326,17 +329,23 @@ Status CopyPiecesToBlob(const Arena& arena, std::span<const CopyPiece> pieces) {
     ScopedContext scope(*api, arena.context);
     GPUFS_RETURN_IF_ERROR(scope.status());
     GPUFS_ASSIGN_OR_RETURN(Stager * s, StagerPool::Instance().Take(*api, arena.device));
+    // Device memory of the arena's device goes to one kernel launch; the
+    // rest that CUDA can copy directly, to the driver's copies.
+    KernelSources kernel(*api, arena, CopyKernelEnabled());
+    std::vector<CopyKernelPiece> rows;
     // The device allocation the last piece came from: a model's tensors
     // share a few (a framework's pools), so most pieces need no driver call.
     CUdeviceptr known = 0, known_end = 0;
     std::vector<CUdeviceptr> dsts, srcs;
     std::vector<size_t> sizes;
-    dsts.reserve(pieces.size());
-    srcs.reserve(pieces.size());
-    sizes.reserve(pieces.size());
+    rows.reserve(pieces.size());
     for (const CopyPiece& p : pieces) {
       if (p.bytes == 0) continue;
       const CUdeviceptr at = Address(p.src);
+      if (kernel.Copyable(p.dst, at, p.bytes)) {
+        rows.push_back({p.dst, at, p.bytes, 0});
+        continue;
+      }
       bool direct = at >= known && at < known_end && p.bytes <= known_end - at;
       if (!direct) {
         CUdeviceptr base = 0;
@@ -357,6 +366,21 @@ Status CopyPiecesToBlob(const Arena& arena, std::span<const CopyPiece> pieces) {
       dsts.push_back(p.dst);
       srcs.push_back(at);
       sizes.push_back(p.bytes);
+    }
+    if (!rows.empty()) {
+      // On the stager's stream, as the driver's copies: after the work
+      // queued before on the legacy default stream.
+      Status launched = LaunchCopyKernel(*api, arena, &s->table, s->stream, rows);
+      if (launched.ok()) {
+        trace::Mark("kernel");
+      } else {
+        trace::Mark("copy-kernel-refused");
+        for (const CopyKernelPiece& row : rows) {
+          dsts.push_back(row.dst);
+          srcs.push_back(row.src);
+          sizes.push_back(row.bytes);
+        }
+      }
     }
     Status status = EnqueueAll(*api, dsts, srcs, sizes, s->stream);
     trace::Mark("queued");

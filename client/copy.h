@@ -44,7 +44,13 @@ Status CopyFromBlob(const Arena& arena, void* dst, CUdeviceptr src, uint64_t byt
 // Many copies into `arena`'s mapping at once: those from memory CUDA knows
 // are queued together on one stream and waited for once (an object's
 // members from framework tensors), in no particular order, so no two
-// pieces' destinations may overlap; the rest are staged one by one.
+// pieces' destinations may overlap; the rest are staged one by one. Device
+// memory of the arena's own device is copied by one launch of the batched
+// copy kernel (copy_kernel.h), the rest that CUDA knows by the driver's
+// copies (cuMemcpyBatchAsync, else cuMemcpyAsync each), all on the
+// stager's stream; GPUFS_TRACE=1 shows "kernel" (the launch was queued) or
+// "copy-kernel-refused" (it could not be, and its pieces went to the
+// driver's copies), then "queued" and "copied".
 struct CopyPiece {
   CUdeviceptr dst;
   const void* src;

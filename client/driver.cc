@@ -82,6 +82,12 @@ Result<const DriverApi*> Load() {
   Resolve(lib, "cuMemsetD8_v2", &api.MemsetD8, &missing);
   std::string optional;  // absent: the callers do without
   Resolve(lib, "cuMemcpyBatchAsync_v2", &api.MemcpyBatchAsync, &optional);
+  Resolve(lib, "cuModuleLoadData", &api.ModuleLoadData, &optional);
+  Resolve(lib, "cuModuleGetFunction", &api.ModuleGetFunction, &optional);
+  Resolve(lib, "cuLaunchKernel", &api.LaunchKernel, &optional);
+  Resolve(lib, "cuDeviceGetAttribute", &api.DeviceGetAttribute, &optional);
+  Resolve(lib, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+          &api.OccupancyMaxActiveBlocksPerMultiprocessor, &optional);
   if (!missing.empty()) {
     return Error(ENODEV, std::string(kDriverLibrary) + " lacks " + missing +
                              ": the CUDA driver is too old for libgpufs");

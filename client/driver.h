@@ -40,6 +40,13 @@ struct DriverApi {
   decltype(&::cuMemcpyAsync) MemcpyAsync = nullptr;
   // Optional (drivers of CUDA 13 on; null before): many copies in one call.
   decltype(&::cuMemcpyBatchAsync) MemcpyBatchAsync = nullptr;  // _v2
+  // Optional: the batched copy kernel (copy_kernel.h) does without it.
+  decltype(&::cuModuleLoadData) ModuleLoadData = nullptr;
+  decltype(&::cuModuleGetFunction) ModuleGetFunction = nullptr;
+  decltype(&::cuLaunchKernel) LaunchKernel = nullptr;
+  decltype(&::cuDeviceGetAttribute) DeviceGetAttribute = nullptr;
+  decltype(&::cuOccupancyMaxActiveBlocksPerMultiprocessor)
+      OccupancyMaxActiveBlocksPerMultiprocessor = nullptr;
   decltype(&::cuMemHostAlloc) MemHostAlloc = nullptr;
   decltype(&::cuMemFreeHost) MemFreeHost = nullptr;
   decltype(&::cuStreamCreate) StreamCreate = nullptr;

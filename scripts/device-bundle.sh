@@ -18,6 +18,7 @@ files=(
   tests/e2e_test tests/gpu_e2e_test tests/vmm-probe tests/gpufs-attack-probe
   cli/cli_e2e_test
   bench/gpufs-bench bench/gpufs-tier-bench bench/gpufs-fs-probe bench/gpufs-put-steps
+  bench/gpufs-copy-pieces-bench
   bench/gpufs-minifs
   examples/cuda/gpufs-producer examples/cuda/gpufs-consumer examples/cuda/gpufs-bfs
 )

@@ -7,7 +7,7 @@
 # --no-tests: only what the other flags ask for (a second call for benchmarks).
 # --only A,B: of the tests and examples, only the steps of these names (as
 # the "=== NAME" lines say: vmm_check,gpu_store_test,example_model,...).
-# --bench: bench/gpufs-bench, the tier bench, a host-store dd. --fs-bench:
+# --bench: bench/gpufs-bench, the copy-pieces and tier benches, a host-store dd. --fs-bench:
 # bench/fs_bench.sh on 1 GiB GPU members against tmpfs and minifs
 # (~2 minutes, needs ~3 GiB of /dev/shm), table in OUT/fs_bench.txt, and the
 # per-call split of a GPU mount (gpufs-fs-probe steps-open / steps-create).
@@ -128,6 +128,12 @@ if [ $tests = 1 ] && python3 -c "import torch, cupy, jax" 2>/dev/null; then
 fi
 
 if [ $bench = 1 ]; then
+  # An object's many-piece copy: the copy kernel and the driver's copies
+  # against one D2D (no mount).
+  if [ -x "$build/bench/gpufs-copy-pieces-bench" ]; then
+    echo "=== copy pieces bench"
+    "$build/bench/gpufs-copy-pieces-bench" | tee -a "$out/bench.txt"
+  fi
   mnt=/tmp/gpufs-bench-mnt
   mkdir -p $mnt
   "$GPUFS_BIN" mount $mnt --state /tmp/gpufs-bench-state --store gpu && {
