@@ -9,6 +9,7 @@
 # tag_bw) + 50 ms, and that read alone (after the fetch returned).
 #
 #   bench/cluster_mount_bench.sh [--build DIR] [--size MiB] [--rounds N] [--warm]
+#                                [--host-reserve SIZE]
 #                                [--host-tier memory|files]
 #
 # --host-tier: the tier both mounts keep the object in (default memory;
@@ -21,6 +22,11 @@
 # reused pages take ~2.5 GB/s; ucx_perftest reuses its buffers and never
 # pays it. Without --warm the fetch's figure includes that cost.
 #
+# --host-reserve SIZE: both mounts keep that much free memory backed ahead
+# of need (gpufs mount --host-reserve; default SIZE + 256 MiB where the
+# build has the option); a fetched member that lands in it is received
+# straight into its pages.
+# GPUFS_BENCH_LOGS=DIR: the mounts' logs are copied there at the end.
 # GPUFS_BENCH_PERF=FILE: each fetch runs under `perf record -a -g -o FILE.N`
 # (where the machine spends a fetch).
 # Needs root (ip netns, FUSE), etcd and ucx-utils; uses its own namespaces
@@ -28,7 +34,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BUILD=build SIZE=2048 ROUNDS=3 WARM=0 TIER=memory
+BUILD=build SIZE=2048 ROUNDS=3 WARM=0 TIER=memory RESERVE=
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) BUILD=$2; shift 2 ;;
@@ -36,10 +42,16 @@ while [[ $# -gt 0 ]]; do
     --rounds) ROUNDS=$2; shift 2 ;;
     --warm) WARM=1; shift ;;
     --host-tier) TIER=$2; shift 2 ;;
+    --host-reserve) RESERVE=$2; shift 2 ;;
     *) sed -n 2,28p "$0" >&2; exit 2 ;;
   esac
 done
 GPUFS=$(realpath "$BUILD/bin/gpufs")
+# A reserve a little above the object, which shares its slab with the
+# fetch's small manifest blob (builds that have the option).
+if [[ -z $RESERVE ]] && "$GPUFS" mount --help 2>&1 | grep -q -- --host-reserve; then
+  RESERVE=$((SIZE + 256))M
+fi
 command -v ucx_perftest >/dev/null || { echo "cluster_mount_bench.sh: ucx_perftest is missing (ucx-utils)" >&2; exit 1; }
 command -v etcd >/dev/null || { echo "cluster_mount_bench.sh: etcd is missing (etcd-server)" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || { echo "cluster_mount_bench.sh: needs root" >&2; exit 1; }
@@ -48,6 +60,10 @@ TAG=gpufs$$
 NETNS=tests/cluster/netns.sh
 DIR=$(mktemp -d /tmp/gpufs-cluster-bench.XXXXXX)
 cleanup() {
+  if [[ -n ${GPUFS_BENCH_LOGS:-} ]]; then
+    mkdir -p "$GPUFS_BENCH_LOGS"
+    for n in a b; do cp "$DIR/state-$n/gpufs.log" "$GPUFS_BENCH_LOGS/gpufs-$n.log" 2>/dev/null || true; done
+  fi
   for n in a b; do umount -l "$DIR/mnt-$n" 2>/dev/null || true; done
   "$NETNS" down "$TAG" >/dev/null 2>&1 || true
   rm -rf "$DIR"
@@ -77,7 +93,7 @@ CAP=$(( SIZE * (ROUNDS + 2) ))M  # a keeps every round's object
 for n in a b; do
   mkdir -p "$DIR/mnt-$n"
   in_ns "$n" "$GPUFS" mount "$DIR/mnt-$n" --state "$DIR/state-$n" --store host --host-tier "$TIER" \
-    --capacity "$CAP" --cluster "etcd://$E:2379/$TAG" --node "$n" --listen "$("$NETNS" addr "$n"):0"
+    --capacity "$CAP" ${RESERVE:+--host-reserve "$RESERVE"} --cluster "etcd://$E:2379/$TAG" --node "$n" --listen "$("$NETNS" addr "$n"):0"
 done
 
 BYTES=$((SIZE << 20)) CHUNK=$((8 << 20))

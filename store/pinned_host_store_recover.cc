@@ -148,6 +148,8 @@ Result<std::vector<BlobId>> PinnedHostStore::Recover(std::span<const StoredBlob>
                     << ", more than its " << FormatSize(options_.capacity)
                     << "; new blobs wait for room";
   }
+  reserve_started_ = true;  // the reserve is made from what is left
+  reserve_cv_.notify_all();
   lock.unlock();
   Drop(std::move(empty));
   for (BlobId id : fresh) {
