@@ -208,16 +208,25 @@ void PinnedHostStore::ReleaseLocked(const Place& place,
   slab->ranges.Free(place.offset, place.reserved);
   reserve_cv_.notify_one();
   if (--slab->blobs > 0) return;
-  // One empty slab stays (warm, pinned) for the next spill; a second goes,
-  // unless the reserve would be short without it.
-  bool another_empty = false;
-  for (const auto& [id, other] : slabs_) another_empty |= other.get() != slab && other->blobs == 0;
-  if (!another_empty || slab == populating_slab_) return;
-  if (slab->backed && ReadyLocked() - slab->data_bytes() < options_.reserve) return;
-  auto it = slabs_.find(slab->id);
-  slab_data_ -= slab->data_bytes();
-  released->push_back(std::move(it->second));
-  slabs_.erase(it);
+  // One empty slab stays (warm, pinned) for the next spill; others go, this
+  // one first, unless the reserve would be short without them.
+  std::vector<Slab*> empty = {slab};
+  for (const auto& [id, other] : slabs_) {
+    if (other.get() != slab && other->blobs == 0) empty.push_back(other.get());
+  }
+  uint64_t ready = ReadyLocked();
+  size_t left = empty.size();
+  for (Slab* s : empty) {
+    if (left == 1) break;
+    if (s == populating_slab_) continue;
+    if (s->backed && ready - s->data_bytes() < options_.reserve) continue;
+    if (s->backed) ready -= s->data_bytes();
+    --left;
+    auto it = slabs_.find(s->id);
+    slab_data_ -= s->data_bytes();
+    released->push_back(std::move(it->second));
+    slabs_.erase(it);
+  }
 }
 
 void PinnedHostStore::Drop(std::vector<std::unique_ptr<Slab>> slabs) {

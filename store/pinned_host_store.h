@@ -213,11 +213,13 @@ class PinnedHostStore final : public BulkStore {
   // Must hold mu_.
   uint64_t ReadyLocked() const;
   // The next thing the reserve thread does: populate `slab` (an empty one
-  // not backed yet), or make a slab of `make` bytes; neither: nothing to do
-  // now. Must hold mu_.
+  // not backed yet), release it (it is larger than what is missing, and
+  // holds the room a reserve slab needs), or make a slab of `make` bytes;
+  // none: nothing to do now. Must hold mu_.
   struct ReserveStep {
     Slab* slab = nullptr;
     uint64_t make = 0;
+    bool release = false;  // `slab` (empty, not backed) makes room instead
   };
   ReserveStep NextReserveStepLocked() const;
   // The reserve thread (idle priority): makes reserve slabs and populates

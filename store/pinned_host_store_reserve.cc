@@ -41,13 +41,17 @@ PinnedHostStore::ReserveStep PinnedHostStore::NextReserveStepLocked() const {
   // An empty slab not backed yet (the one kept warm, one an Allocate made)
   // joins the reserve before a new slab is made, if it is not more than is
   // missing.
+  Slab* unbacked = nullptr;
   for (const auto& [id, slab] : slabs_) {
-    if (!slab->backed && slab->blobs == 0 && slab->data_bytes() <= short_by) return {slab.get(), 0};
+    if (slab->backed || slab->blobs != 0) continue;
+    if (slab->data_bytes() <= short_by) return {slab.get(), 0};
+    unbacked = slab.get();
   }
   const uint64_t room = options_.capacity > slab_data_ ? options_.capacity - slab_data_ : 0;
   const uint64_t make = std::min(short_by, room / kDataAlignment * kDataAlignment);
-  if (make < least) return {};
-  return {nullptr, make};
+  if (make >= least) return {nullptr, make};
+  if (unbacked != nullptr && room + unbacked->data_bytes() >= least) return {unbacked, 0, true};
+  return {};
 }
 
 bool PinnedHostStore::Populate(const Slab& slab) {
@@ -89,6 +93,17 @@ void PinnedHostStore::KeepReserve() {
       if (stopping_) return;
     }
     Slab* slab = step.slab;
+    if (step.release) {
+      std::vector<std::unique_ptr<Slab>> released;
+      auto it = slabs_.find(slab->id);
+      slab_data_ -= slab->data_bytes();
+      released.push_back(std::move(it->second));
+      slabs_.erase(it);
+      lock.unlock();
+      Drop(std::move(released));
+      lock.lock();
+      continue;
+    }
     if (slab == nullptr) {
       const uint64_t id = next_slab_id_++;
       slab_data_ += step.make;
