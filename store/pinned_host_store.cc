@@ -165,6 +165,7 @@ Result<PinnedHostStore::Place> PinnedHostStore::Acquire(uint64_t bytes) {
     }
     if (populating_slab_ == nullptr || populating_slab_->blobs != 0) break;
     cancel_populating_ = true;
+    reserve_cv_.notify_all();
     zeroed_cv_.wait(lock, [&] { return populating_slab_ == nullptr; });
   }
   if (!released.empty()) reserve_cv_.notify_one();
@@ -250,6 +251,8 @@ Status PinnedHostStore::Allocate(BlobId id, const SharingKey& key, uint64_t size
   std::lock_guard lock(mu_);
   place.slab->Name(place.offset, id, place.reserved);
   blobs_[id] = BlobRecord{place, size};
+  ++unsealed_;
+  last_fill_ = std::chrono::steady_clock::now();
   return Status::Ok();
 }
 
@@ -339,6 +342,10 @@ Status PinnedHostStore::Seal(BlobId id, uint64_t size) {
   const uint64_t old_size = rec.size;
   const Place place = rec.place;
   rec.size = size;
+  if (!rec.sealed) {
+    rec.sealed = true;
+    if (--unsealed_ == 0) reserve_cv_.notify_one();
+  }
   lock.unlock();
   if (size < old_size) std::memset(place.slab->data() + place.offset + size, 0, old_size - size);
   lock.lock();
@@ -358,6 +365,7 @@ void PinnedHostStore::Free(BlobId id) {
   if (it == blobs_.end()) return;
   const BlobRecord rec = it->second;
   blobs_.erase(it);
+  if (!rec.sealed && --unsealed_ == 0) reserve_cv_.notify_one();
   ZeroLaterLocked(rec.place, rec.size);
 }
 

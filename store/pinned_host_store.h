@@ -25,9 +25,11 @@
 // before a new one is made. Freed bytes are zeroed before they are handed
 // out again (below), so the reserve reads zero wherever no blob wrote. A
 // blob lands in the reserve when one backed slab has a free run of its
-// size. The reserve is free, not used: Usage().ready counts the free bytes
-// of backed slabs (of the capacity, not in `used`); an Allocate that needs
-// the room releases empty reserve slabs first.
+// size. While a blob is being filled (one is unsealed, for at most
+// kFillQuiet after the last Allocate) the thread waits: a fetch that took
+// the reserve is not slowed by its remaking. The reserve is free, not used: Usage().ready counts
+// the free bytes of backed slabs (of the capacity, not in `used`); an Allocate that needs the room
+// releases empty reserve slabs first.
 //
 // Layout of a slab (its own record of its blobs, so a later worker can adopt
 // it from its fd alone: worker takeover, docs/TAKEOVER.md):
@@ -61,6 +63,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -112,6 +115,7 @@ struct PinnedHostOptions {
 class PinnedHostStore final : public BulkStore {
  public:
   static constexpr uint64_t kUnit = 4096;  // of every reservation
+  static constexpr std::chrono::seconds kFillQuiet{10};
 
   // EINVAL if max_slab < first_slab or either is 0.
   static Result<std::unique_ptr<PinnedHostStore>> Open(const PinnedHostOptions& options);
@@ -179,6 +183,7 @@ class PinnedHostStore final : public BulkStore {
   struct BlobRecord {
     Place place;
     uint64_t size = 0;
+    bool sealed = false;
   };
   struct Dirty {
     Place place;
@@ -229,6 +234,8 @@ class PinnedHostStore final : public BulkStore {
   // be writing meanwhile), in steps. False if the store stops, an Allocate
   // wants the slab's room, or populating is not supported here.
   bool Populate(const Slab& slab);
+  // Waits while a blob is being filled (above). Must hold mu_ in `lock`.
+  void WaitWhileFilling(std::unique_lock<std::mutex>& lock);
 
   const TierId device_ = TierId::Host();
   const PinnedHostOptions options_;
@@ -252,6 +259,8 @@ class PinnedHostStore final : public BulkStore {
   bool reserve_idle_ = false;
   const Slab* populating_slab_ = nullptr;
   bool cancel_populating_ = false;
+  size_t unsealed_ = 0;                              // live blobs not sealed yet
+  std::chrono::steady_clock::time_point last_fill_;  // the last Allocate
   std::condition_variable work_cv_;     // dirty_ got an entry, or stopping_
   std::condition_variable zeroed_cv_;   // units came back zeroed, or populating stopped
   std::condition_variable reserve_cv_;  // the reserve may be short, or stopping_

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "store/pinned_host_store.h"
@@ -54,12 +55,18 @@ PinnedHostStore::ReserveStep PinnedHostStore::NextReserveStepLocked() const {
   return {};
 }
 
+void PinnedHostStore::WaitWhileFilling(std::unique_lock<std::mutex>& lock) {
+  reserve_cv_.wait_until(lock, last_fill_ + kFillQuiet,
+                         [&] { return stopping_ || cancel_populating_ || unsealed_ == 0; });
+}
+
 bool PinnedHostStore::Populate(const Slab& slab) {
   std::byte* const data = slab.data();
   const uint64_t bytes = slab.data_bytes();
   for (uint64_t at = 0; at < bytes; at += kPopulateStep) {
     {
-      std::lock_guard lock(mu_);
+      std::unique_lock lock(mu_);
+      WaitWhileFilling(lock);
       if (stopping_ || cancel_populating_) return false;
     }
     // Writes no byte: blobs placed in the slab meanwhile keep theirs.
@@ -92,6 +99,10 @@ void PinnedHostStore::KeepReserve() {
       reserve_idle_ = false;
       if (stopping_) return;
     }
+    WaitWhileFilling(lock);
+    if (stopping_) return;
+    step = NextReserveStepLocked();  // the store may have changed meanwhile
+    if (step.slab == nullptr && step.make == 0) continue;
     Slab* slab = step.slab;
     if (step.release) {
       std::vector<std::unique_ptr<Slab>> released;
@@ -129,11 +140,19 @@ void PinnedHostStore::KeepReserve() {
     if (slab->backed) continue;  // pinned: every page is in
     populating_slab_ = slab;
     lock.unlock();
+    const auto start = std::chrono::steady_clock::now();
     const bool backed = Populate(*slab);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     lock.lock();
     populating_slab_ = nullptr;
     cancel_populating_ = false;
-    if (backed) slab->backed = true;
+    if (backed) {
+      slab->backed = true;
+      GPUFS_LOG(INFO) << "host tier: slab " << slab->id << " backed ("
+                      << FormatSize(slab->data_bytes()) << " in " << static_cast<int>(took * 1000)
+                      << " ms), " << FormatSize(ReadyLocked()) << " ready";
+    }
     zeroed_cv_.notify_all();
   }
 }

@@ -56,6 +56,7 @@ TEST(PinnedHostReserve, IsMadeBackedAndCountsAsReadyNotUsed) {
   EXPECT_TRUE(store->HostFile(1).backed);
   EXPECT_TRUE(Resident(store->HostBytes(1)));
   EXPECT_TRUE(AllZero(store->HostBytes(1)));
+  ASSERT_TRUE(store->Seal(1, 5 * kMiB).ok());  // the reserve is made again once none is filled
   usage = store->Usage();
   EXPECT_EQ(usage.used, 5 * kMiB);
   // 11 MiB are ready, short of 16 by 5: more than a first slab (4 MiB), so
@@ -85,6 +86,7 @@ TEST(PinnedHostReserve, FreedMemoryGoesBackToItAndNoFurther) {
   // The whole reserve in one blob: a second reserve slab follows.
   ASSERT_TRUE(store->Allocate(1, SharingKey(), 16 * kMiB - 100).ok());
   ASSERT_TRUE(store->HostFile(1).backed);
+  ASSERT_TRUE(store->Seal(1, 16 * kMiB - 100).ok());
   store->WaitForReserve();
   EXPECT_EQ(store->slab_count(), 2u);
   EXPECT_EQ(store->Usage().ready, 16 * kMiB);
@@ -98,6 +100,7 @@ TEST(PinnedHostReserve, FreedMemoryGoesBackToItAndNoFurther) {
   // Half of it in a blob and freed: both slabs stay while the reserve needs
   // them, and the extra one goes once it does not.
   ASSERT_TRUE(store->Allocate(2, SharingKey(), 8 * kMiB).ok());
+  ASSERT_TRUE(store->Seal(2, 8 * kMiB).ok());
   store->WaitForReserve();
   EXPECT_EQ(store->slab_bytes(), 24 * kMiB);
   store->Free(2);
@@ -114,6 +117,7 @@ TEST(PinnedHostReserve, ReusedMemoryReadsZeroPaddingIncluded) {
   const uint64_t size = 16 * kMiB - 100;
   ASSERT_TRUE(store->Allocate(1, SharingKey(), size).ok());
   ASSERT_TRUE(store->Write(1, 0, Pattern(size, 1)).ok());
+  ASSERT_TRUE(store->Seal(1, size).ok());
   const BulkStore::HostFileRange first = store->HostFile(1);
   ASSERT_TRUE(first.backed);
   store->WaitForReserve();
@@ -143,6 +147,7 @@ TEST(PinnedHostReserve, GivesWayToABlobThatNeedsTheRoom) {
   // 30 MiB fit in no slab, and a new one fits the capacity only once the
   // empty reserve slab goes.
   ASSERT_TRUE(store->Allocate(1, SharingKey(), 30 * kMiB).ok());
+  ASSERT_TRUE(store->Seal(1, 30 * kMiB).ok());
   store->WaitForReserve();
   EXPECT_EQ(store->slab_bytes(), 30 * kMiB);
   EXPECT_EQ(store->Usage().used, 30 * kMiB);
@@ -172,6 +177,7 @@ TEST(PinnedHostReserve, TakeoverKeepsItConsistent) {
     ASSERT_TRUE(first->Seal(1, 2 * kMiB).ok());
     ASSERT_TRUE(first->Allocate(2, SharingKey(), kMiB).ok());  // gone from the catalog
     ASSERT_TRUE(first->Write(2, 0, Pattern(kMiB, 2)).ok());
+    ASSERT_TRUE(first->Seal(2, kMiB).ok());
     first->WaitForReserve();
     EXPECT_EQ(sink.kept(), first->slab_count());
     // Like a SIGKILL: the store goes without freeing anything.
