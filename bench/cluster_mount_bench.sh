@@ -9,6 +9,7 @@
 # tag_bw) + 50 ms, and that read alone (after the fetch returned).
 #
 #   bench/cluster_mount_bench.sh [--build DIR] [--size MiB] [--rounds N] [--warm]
+#                                [--host-reserve SIZE]
 #                                [--host-tier memory|files]
 #
 # --host-tier: the tier both mounts keep the object in (default memory;
@@ -21,6 +22,12 @@
 # reused pages take ~2.5 GB/s; ucx_perftest reuses its buffers and never
 # pays it. Without --warm the fetch's figure includes that cost.
 #
+# --host-reserve SIZE: the fetching mount (b) keeps that much free memory
+# backed ahead of need (gpufs mount --host-reserve; default SIZE + 256 MiB
+# where the build has the option; a has none), and each round waits until
+# it is made before timing anything; a fetched member that lands in it is
+# received straight into its pages.
+# GPUFS_BENCH_LOGS=DIR: the mounts' logs are copied there at the end.
 # GPUFS_BENCH_PERF=FILE: each fetch runs under `perf record -a -g -o FILE.N`
 # (where the machine spends a fetch).
 # Needs root (ip netns, FUSE), etcd and ucx-utils; uses its own namespaces
@@ -28,7 +35,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BUILD=build SIZE=2048 ROUNDS=3 WARM=0 TIER=memory
+BUILD=build SIZE=2048 ROUNDS=3 WARM=0 TIER=memory RESERVE=
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) BUILD=$2; shift 2 ;;
@@ -36,10 +43,16 @@ while [[ $# -gt 0 ]]; do
     --rounds) ROUNDS=$2; shift 2 ;;
     --warm) WARM=1; shift ;;
     --host-tier) TIER=$2; shift 2 ;;
-    *) sed -n 2,28p "$0" >&2; exit 2 ;;
+    --host-reserve) RESERVE=$2; shift 2 ;;
+    *) sed -n "2,/^set -euo/{/^#/p}" "$0" >&2; exit 2 ;;
   esac
 done
 GPUFS=$(realpath "$BUILD/bin/gpufs")
+# A reserve a little above the object, which shares its slab with the
+# fetch's small manifest blob (builds that have the option).
+if [[ -z $RESERVE ]] && "$GPUFS" mount --help 2>&1 | grep -q -- --host-reserve; then
+  RESERVE=$((SIZE + 256))M
+fi
 command -v ucx_perftest >/dev/null || { echo "cluster_mount_bench.sh: ucx_perftest is missing (ucx-utils)" >&2; exit 1; }
 command -v etcd >/dev/null || { echo "cluster_mount_bench.sh: etcd is missing (etcd-server)" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || { echo "cluster_mount_bench.sh: needs root" >&2; exit 1; }
@@ -48,6 +61,10 @@ TAG=gpufs$$
 NETNS=tests/cluster/netns.sh
 DIR=$(mktemp -d /tmp/gpufs-cluster-bench.XXXXXX)
 cleanup() {
+  if [[ -n ${GPUFS_BENCH_LOGS:-} ]]; then
+    mkdir -p "$GPUFS_BENCH_LOGS"
+    for n in a b; do cp "$DIR/state-$n/gpufs.log" "$GPUFS_BENCH_LOGS/gpufs-$n.log" 2>/dev/null || true; done
+  fi
   for n in a b; do umount -l "$DIR/mnt-$n" 2>/dev/null || true; done
   "$NETNS" down "$TAG" >/dev/null 2>&1 || true
   rm -rf "$DIR"
@@ -76,8 +93,10 @@ wait_port etcd 2379
 CAP=$(( SIZE * (ROUNDS + 2) ))M  # a keeps every round's object
 for n in a b; do
   mkdir -p "$DIR/mnt-$n"
+  reserve=()  # b alone keeps one; a's is off (a mount's default is not)
+  [[ -z $RESERVE ]] || reserve=(--host-reserve "$([[ $n == b ]] && echo "$RESERVE" || echo 0)")
   in_ns "$n" "$GPUFS" mount "$DIR/mnt-$n" --state "$DIR/state-$n" --store host --host-tier "$TIER" \
-    --capacity "$CAP" --cluster "etcd://$E:2379/$TAG" --node "$n" --listen "$("$NETNS" addr "$n"):0"
+    --capacity "$CAP" "${reserve[@]}" --cluster "etcd://$E:2379/$TAG" --node "$n" --listen "$("$NETNS" addr "$n"):0"
 done
 
 BYTES=$((SIZE << 20)) CHUNK=$((8 << 20))
@@ -88,6 +107,31 @@ perftest() {  # PORT -> tag_bw MiB/s over SIZE MiB in 8 MiB messages
   in_ns b ucx_perftest "$A" -p "$1" -t tag_bw -s "$CHUNK" -n $((BYTES / CHUNK)) -w 4 -f 2>/dev/null |
     awk '$1 ~ /^[0-9]+$/ { bw = $6 } END { print bw }'
   wait "$pid" 2>/dev/null || true
+}
+
+# Until b's host tier has min(RESERVE, capacity) free bytes backed, or
+# is within 256 MiB of it and has stayed so for 2 s (the reserve is not
+# remade for less than min(shortfall, its first slab) when a small blob sits
+# in it), or 60 s have passed (a warning; the round goes on).
+wait_reserve() {
+  python3 - "$DIR/mnt-b/.gpufs/stats" "$RESERVE" <<'PY'
+import json, re, sys, time
+m = re.fullmatch(r"([0-9.]+)\s*([KMGT]?)(I?B)?", sys.argv[2].strip().upper())
+want = int(float(m[1]) * 1024 ** " KMGT".index(m[2] or " "))
+deadline, last, since = time.monotonic() + 60, None, time.monotonic()
+while True:
+    host = [d for d in json.load(open(sys.argv[1]))["devices"] if d["device"] == "host"][0]
+    target, ready = min(want, host["capacity"]), host["ready"]
+    now = time.monotonic()
+    if ready != last:
+        last, since = ready, now
+    if ready >= target or (ready + (256 << 20) >= target and now - since >= 2):
+        break
+    if now > deadline:
+        print("b's reserve: %d of %d bytes backed after 60 s; going on" % (ready, target), file=sys.stderr)
+        break
+    time.sleep(0.2)
+PY
 }
 
 head -c "$BYTES" /dev/urandom >"$DIR/w.bin"
@@ -102,6 +146,9 @@ for r in $(seq 1 "$ROUNDS"); do
   # b sees it once its watch has the new version (a poll with a deadline).
   deadline=$((SECONDS + 20))
   until [[ -d $DIR/mnt-b/$obj ]]; do (( SECONDS < deadline )) || { echo "not shown on b" >&2; exit 1; }; sleep 0.05; done
+  # b's reserve is made (in the background) before anything is timed, so
+  # that neither perftest nor the fetch shares the machine with it.
+  [[ -z $RESERVE ]] || wait_reserve
   perf=$(perftest $((22000 + r)))
   if (( WARM )); then
     dd if=/dev/zero of="/dev/shm/gpufs-bench-warm.$$" bs=8M count=$((SIZE / 4)) status=none

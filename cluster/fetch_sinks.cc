@@ -119,9 +119,10 @@ Result<std::unique_ptr<InPlaceSink>> InPlaceSink::Create(std::vector<Piece> piec
     if (pieces[i].offset < pieces[i - 1].offset + pieces[i - 1].bytes.size())
       return Error(EINVAL, "in-place sink: pieces overlap");
   if (capacity == 0) return Error(EINVAL, "in-place sink: capacity 0");
-  const bool files = !pieces.empty() && std::all_of(pieces.begin(), pieces.end(),
-                                                    [](const Piece& p) { return p.fd >= 0; });
-  std::unique_ptr<InPlaceSink> s(new InPlaceSink(std::move(pieces), capacity, files));
+  // Pieces neither backed nor in files are prefaulted ahead of the network.
+  const bool prefault = std::any_of(pieces.begin(), pieces.end(),
+                                    [](const Piece& p) { return !p.backed && p.fd < 0; });
+  std::unique_ptr<InPlaceSink> s(new InPlaceSink(std::move(pieces), capacity));
   // As many staging buffers as ranges may be out, so that Acquire never runs
   // short; anonymous memory, so those never used cost nothing.
   GPUFS_ASSIGN_OR_RETURN(
@@ -131,12 +132,12 @@ Result<std::unique_ptr<InPlaceSink>> InPlaceSink::Create(std::vector<Piece> piec
                         return raw->Scatter(offset, bytes);
                       },
                       std::move(allocator)));
-  if (!files) s->prefault_ = std::thread([raw = s.get()] { raw->Prefault(); });
+  if (prefault) s->prefault_ = std::thread([raw = s.get()] { raw->Prefault(); });
   return s;
 }
 
-InPlaceSink::InPlaceSink(std::vector<Piece> pieces, size_t capacity, bool files)
-    : pieces_(std::move(pieces)), capacity_(capacity), files_(files) {}
+InPlaceSink::InPlaceSink(std::vector<Piece> pieces, size_t capacity)
+    : pieces_(std::move(pieces)), capacity_(capacity) {}
 
 InPlaceSink::~InPlaceSink() {
   stop_ = true;
@@ -178,7 +179,7 @@ Status InPlaceSink::Scatter(uint64_t offset, std::span<const std::byte> bytes) c
     const uint64_t from = std::max(offset, p.offset), to = std::min(end, p.offset + p.bytes.size());
     if (from >= to) continue;
     const std::byte* src = bytes.data() + (from - offset);
-    if (!files_) {
+    if (Mapped(p)) {
       std::memcpy(p.bytes.data() + (from - p.offset), src, to - from);
       continue;
     }
@@ -198,6 +199,7 @@ void InPlaceSink::Prefault() {
   constexpr uint64_t kStep = 32 << 20;
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   for (const Piece& p : pieces_) {
+    if (p.backed || p.fd >= 0) continue;  // nothing to fault in / written with pwrite
     // Whole pages: the pieces' memory is page-aligned around them (a store's
     // reservation), and populating writes no byte.
     auto begin = reinterpret_cast<uintptr_t>(p.bytes.data()) & ~(page - 1);

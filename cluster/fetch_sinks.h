@@ -84,20 +84,22 @@ class StagedSink : public FetchSink {
 
 // Fills `pieces` (an object's members: where each lies in host memory and
 // at which offset of the fetched buffer; sorted, apart; bytes between
-// them, the members' padding, are not kept), in one of two ways:
-// - pieces in files (fd >= 0: the memory host tier's memfd): every range
-//   is received into a staging buffer of `buffer_bytes` (reused, so its
-//   pages are there already) and written on with pwrite(2) by a copy
-//   thread, which gives the file fresh pages without clearing them;
-// - otherwise in place: a range inside one piece is received straight
-//   into it, a range across a piece's end through staging (copied into
-//   its pieces on the copy thread), and a second thread prefaults the
-//   pieces in order (MADV_POPULATE_WRITE, which writes nothing) ahead of
-//   the network, so that the receive does not take the page faults.
-// Filling fresh shared memory through its mapping costs a fault and a
-// cleared page every 4 KiB: on the development VM ~1 GB/s for
-// MADV_POPULATE_WRITE against ~2 GB/s for pwrite of the same bytes.
-// Thread-safe.
+// them, the members' padding, are not kept), each in one of three ways:
+// - backed pieces (every page allocated and mapped already: the memory
+//   host tier's reserve) in place: a range inside one is received straight
+//   into it, with nothing else to do;
+// - pieces in files (fd >= 0: the memory host tier's memfd) not backed:
+//   a range is received into a staging buffer of `buffer_bytes` (reused,
+//   so its pages are there already) and written on with pwrite(2) by a
+//   copy thread, which gives the file fresh pages without clearing them;
+// - other pieces in place, and a second thread prefaults them in order
+//   (MADV_POPULATE_WRITE, which writes nothing) ahead of the network, so
+//   that the receive does not take the page faults.
+// A range across a piece's end goes through staging (copied or written
+// into its pieces on the copy thread). Filling fresh shared memory through
+// its mapping costs a fault and a cleared page every 4 KiB: on the
+// development VM ~1 GB/s for MADV_POPULATE_WRITE against ~2 GB/s for
+// pwrite of the same bytes; backed pages cost neither. Thread-safe.
 class InPlaceSink : public FetchSink {
  public:
   struct Piece {
@@ -105,6 +107,7 @@ class InPlaceSink : public FetchSink {
     std::span<std::byte> bytes;
     int fd = -1;               // the file that holds `bytes`, if any
     uint64_t file_offset = 0;  // of bytes[0] in it
+    bool backed = false;       // every page of `bytes` is allocated and mapped
   };
   static Result<std::unique_ptr<InPlaceSink>> Create(
       std::vector<Piece> pieces, size_t capacity, uint64_t buffer_bytes,
@@ -116,24 +119,26 @@ class InPlaceSink : public FetchSink {
   void Land(uint64_t offset, std::span<std::byte> buffer,
             std::function<void(Status)> done) override;
   void Drop(uint64_t offset, std::span<std::byte> buffer) override;
-  // Bytes that went through staging (all, into files; otherwise ranges
-  // across a piece's end).
+  // Bytes that went through staging (all of pieces in files that are not
+  // backed; otherwise ranges across a piece's end).
   uint64_t staged_bytes() const { return staged_ ? staged_->copied_bytes() : 0; }
 
  private:
-  InPlaceSink(std::vector<Piece> pieces, size_t capacity, bool files);
+  InPlaceSink(std::vector<Piece> pieces, size_t capacity);
   // The piece that holds all of [offset, offset + size), or nullptr.
   const Piece* Within(uint64_t offset, uint64_t size) const;
+  // Whether a piece is filled through its mapping (else with pwrite).
+  static bool Mapped(const Piece& p) { return p.backed || p.fd < 0; }
   // Whether [offset, offset + size) is received straight into its piece.
   bool InPlace(uint64_t offset, uint64_t size) const {
-    return !files_ && Within(offset, size) != nullptr;
+    const Piece* p = Within(offset, size);
+    return p != nullptr && Mapped(*p);
   }
   Status Scatter(uint64_t offset, std::span<const std::byte> bytes) const;
   void Prefault();
 
   const std::vector<Piece> pieces_;
   const size_t capacity_;
-  const bool files_;  // every piece has its file: written with pwrite
   std::unique_ptr<StagedSink> staged_;
   std::atomic<bool> stop_{false};
   std::thread prefault_;

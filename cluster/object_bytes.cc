@@ -258,7 +258,7 @@ Result<std::shared_ptr<NamespaceReplica>> NamespaceReplica::Create(Namespace& ns
   if (!in_place.empty()) {
     std::vector<InPlaceSink::Piece> pieces;
     for (const PendingBytes& b : in_place)
-      pieces.push_back({b.offset, b.bytes, b.fd, b.file_offset});
+      pieces.push_back({b.offset, b.bytes, b.fd, b.file_offset, b.backed});
     GPUFS_ASSIGN_OR_RETURN(r->sink_, InPlaceSink::Create(std::move(pieces), kInPlaceCapacity,
                                                          buffer_bytes, std::move(staging)));
     return r;

@@ -252,10 +252,12 @@ TEST_F(UcxTransportTest, SendsRangesInPlaceAndLetsEachHoldGoOnceSent) {
 // them not theirs: into anonymous memory, a range inside one member lands
 // there directly and a range across a member's end through staging; into
 // a file's mapping (the memory host tier's memfd) every range is staged
-// and written with pwrite. Either way no byte outside the members is
-// written.
+// and written with pwrite, unless the file's pages are backed already (the
+// host tier's reserve): then as into anonymous memory, with the member's
+// own bytes handed to the network. Either way no byte outside the members
+// is written.
 void FetchIntoMembers(UcxTransport& client, const std::string& b, bool in_file,
-                      uint64_t want_staged) {
+                      uint64_t want_staged, bool backed = false) {
   UniqueFd file(in_file ? ::memfd_create("members", MFD_CLOEXEC) : -1);
   if (in_file) {
     ASSERT_EQ(::ftruncate(file.get(), kSize), 0);
@@ -268,9 +270,16 @@ void FetchIntoMembers(UcxTransport& client, const std::string& b, bool in_file,
   std::memset(dest.data(), 0xee, kSize);
   std::vector<InPlaceSink::Piece> pieces;
   for (const Segment& s : PatternSegments(kSize, kSeed))
-    pieces.push_back({s.offset, dest.subspan(s.offset, s.size), file.get(), s.offset});
+    pieces.push_back({s.offset, dest.subspan(s.offset, s.size), file.get(), s.offset, backed});
   auto sink = InPlaceSink::Create(pieces, 16, 8 << 20);
   ASSERT_TRUE(sink.ok()) << sink.status().ToString();
+  {
+    const InPlaceSink::Piece& p = pieces[1];
+    auto got = (*sink)->Acquire(p.offset, 4096);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->data() == p.bytes.data(), !in_file || backed) << "received in place";
+    (*sink)->Drop(p.offset, *got);
+  }
   WatchedSink watched(**sink);
   FetchOptions o;
   o.stall_timeout = milliseconds(1500);
@@ -300,6 +309,7 @@ TEST_F(UcxTransportTest, IntoMembersInPlaceOrThroughTheirFile) {
   // the others lie inside one member.
   FetchIntoMembers(*client_, b, /*in_file=*/false, 3ull * (8 << 20));
   FetchIntoMembers(*client_, b, /*in_file=*/true, kSize);
+  FetchIntoMembers(*client_, b, /*in_file=*/true, 3ull * (8 << 20), /*backed=*/true);
 }
 
 TEST_F(UcxTransportTest, CutLinkMidFetchCompletesFromTheOtherSource) {

@@ -195,7 +195,7 @@ Result<std::vector<PendingBytes>> Namespace::PendingHostBytes(HandleId id) {
     std::span<std::byte> bytes = store != nullptr ? store->HostBytes(m.blob) : std::span<std::byte>();
     if (bytes.size() < m.size) return std::vector<PendingBytes>();  // not in this process's memory
     const BulkStore::HostFileRange file = store->HostFile(m.blob);
-    out.push_back({m.offset, bytes.first(m.size), file.fd, file.offset});
+    out.push_back({m.offset, bytes.first(m.size), file.fd, file.offset, file.backed});
   }
   return out;
 }

@@ -166,6 +166,7 @@ struct PendingBytes {
   std::span<std::byte> bytes;
   int fd = -1;
   uint64_t file_offset = 0;
+  bool backed = false;  // every page allocated and mapped (BulkStore::HostFileRange)
 };
 
 // Tiers (core/tiers.h): GPUs ("cuda:N") above "host" above "disk".

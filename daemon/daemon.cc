@@ -80,6 +80,9 @@ std::vector<std::string> WorkerArgv(const MountConfig& config) {
     }
     argv.insert(argv.end(), {"--capacity", tiers});
   }
+  if (config.host_reserve) {
+    argv.insert(argv.end(), {"--host-reserve", std::to_string(*config.host_reserve)});
+  }
   if (config.persist) argv.push_back("--persist");
   if (!config.reader_copies) argv.insert(argv.end(), {"--reader-copies", "off"});
   if (config.foreground) argv.push_back("--foreground");
@@ -165,6 +168,7 @@ int ServeWorker(const MountConfig& config, takeover::WorkerLink& link) {
   store_config.tier_capacity = config.tier_capacity;
   store_config.ipc = config.ipc;
   store_config.host_tier = config.host_tier;
+  store_config.host_reserve = config.host_reserve;
   // Blob memory and host slabs the last worker made and the supervisor kept:
   // the stores take in what the catalog still holds (Namespace::Open ->
   // Recover).

@@ -44,6 +44,13 @@ Status ParseHostTier(const std::string& value, MountConfig* config) {
   return Status::Ok();
 }
 
+Status ParseHostReserve(const std::string& value, MountConfig* config) {
+  auto bytes = ParseSize(value);
+  if (!bytes.ok()) return bytes.status().Prepend("host reserve '" + value + "'");
+  config->host_reserve = *bytes;
+  return Status::Ok();
+}
+
 Status ParseReaderCopies(const std::string& value, MountConfig* config) {
   if (value != "on" && value != "off") {
     return Error(EINVAL, "reader copies '" + value + "': want on or off");
@@ -170,6 +177,8 @@ Status ApplyMountOptions(const std::string& options, MountConfig* config) {
       GPUFS_RETURN_IF_ERROR(ParseReaderCopies(value, config));
     } else if (key == "host_tier") {
       GPUFS_RETURN_IF_ERROR(ParseHostTier(value, config));
+    } else if (key == "host_reserve") {
+      GPUFS_RETURN_IF_ERROR(ParseHostReserve(value, config));
     } else if (key == "socket") {
       if (value.empty()) return Error(EINVAL, "socket= needs a path");
       config->socket = value;
@@ -222,7 +231,8 @@ Status ApplyMountOptions(const std::string& options, MountConfig* config) {
 std::string Usage(ArgStyle style) {
   if (style == ArgStyle::kMountHelper) {
     return "usage: mount.gpufs SOURCE DIR [-sfnv] [-o state=DIR,store=auto|gpu|host,"
-           "ipc=auto|vmm|legacy,reader_copies=on|off,host_tier=auto|memory|files,socket=PATH,"
+           "ipc=auto|vmm|legacy,reader_copies=on|off,host_tier=auto|memory|files,host_reserve=SIZE,"
+           "socket=PATH,"
            "devices=0:1,"
            "capacity=SIZE,capacity.TIER=SIZE,persist,debug,noallow_other,"
            "cluster=etcd://H:P[,H:P],node=NAME,listen=ADDR:PORT,cluster_timeout=S,"
@@ -245,6 +255,12 @@ std::string Usage(ArgStyle style) {
          "                     the mount stops) or files (a file per blob under\n"
          "                     --state, kept across remounts); auto: memory below a\n"
          "                     GPU, files otherwise\n"
+         "  --host-reserve SIZE\n"
+         "                     free memory the memory host tier keeps backed ahead of\n"
+         "                     need (made while the machine is idle; a fetched or\n"
+         "                     spilled blob that lands in it takes no page faults),\n"
+         "                     e.g. 4G; 0: none (default an eighth of its capacity, at\n"
+         "                     most 4G)\n"
          "  --socket PATH      the fd socket (default: a fresh directory under $TMPDIR);\n"
          "                     the mount root's user.gpufs.socket names it\n"
          "  --devices 0,1      CUDA ordinals to serve\n"
@@ -318,6 +334,9 @@ Result<ParsedArgs> ParseMountArgs(int argc, const char* const* argv, ArgStyle st
     } else if (auto host_tier = helper ? std::nullopt : value_of("--host-tier")) {
       GPUFS_RETURN_IF_ERROR(host_tier->status());
       GPUFS_RETURN_IF_ERROR(ParseHostTier(**host_tier, &config).Prepend("--host-tier"));
+    } else if (auto reserve = helper ? std::nullopt : value_of("--host-reserve")) {
+      GPUFS_RETURN_IF_ERROR(reserve->status());
+      GPUFS_RETURN_IF_ERROR(ParseHostReserve(**reserve, &config).Prepend("--host-reserve"));
     } else if (auto socket = helper ? std::nullopt : value_of("--socket")) {
       GPUFS_RETURN_IF_ERROR(socket->status());
       if ((*socket)->empty()) return Error(EINVAL, "--socket needs a path");

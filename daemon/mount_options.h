@@ -4,7 +4,7 @@
 //
 //   gpufsd MOUNTPOINT [--state DIR] [--store auto|gpu|host] [--devices 0,1]
 //          [--ipc auto|vmm|legacy] [--reader-copies on|off]
-//          [--host-tier auto|memory|files] [--socket PATH]
+//          [--host-tier auto|memory|files] [--host-reserve SIZE] [--socket PATH]
 //          [--capacity SIZE|TIER=SIZE,...] [--persist]
 //          [-f|--foreground] [-d|--debug] [-o OPTIONS]
 //          [--ready-fd FD]
@@ -12,7 +12,7 @@
 //           [--cluster-timeout SECONDS] [--cluster-lease SECONDS]]
 //
 // -o takes comma-separated options: gpufs's own (state=, store=, ipc=, reader_copies=,
-// host_tier=, socket=,
+// host_tier=, host_reserve=, socket=,
 // devices= with ':' between ordinals, capacity=, capacity.TIER=, persist, foreground, debug,
 // cluster=, node=, listen=, cluster_timeout=, cluster_lease=; in cluster=etcd://H:P,H:P the
 // words after the first that are HOST:PORT belong to it),
@@ -45,6 +45,9 @@ struct MountConfig {
   std::string socket;        // the fd socket's path; empty: a fresh temp dir
   // auto | memory | files: what the "host" tier is (store/store_factory.h).
   std::string host_tier = "auto";
+  // Free memory the memory host tier keeps backed ahead of need (its
+  // reserve); unset: an eighth of its capacity, at most 4 GiB.
+  std::optional<uint64_t> host_reserve;
   std::vector<int> devices;
   std::optional<uint64_t> capacity;  // the single-number form: the default store
   // Per tier: "cuda:N", "host", "disk" -> bytes.

@@ -39,8 +39,8 @@ struct StoreUsage {
   // removed or moved-out member of an object written as a whole), held
   // until the allocation's last member goes.
   uint64_t holes = 0;
-  // Not in `used`: device memory made ahead of need (the VMM pool), handed
-  // to the next blob or copy of its size.
+  // Not in `used`: memory made ahead of need, handed to the next blobs (the
+  // VMM pool of a GPU; the host tier's reserve: free bytes already backed).
   uint64_t ready = 0;
 };
 
@@ -299,10 +299,14 @@ class BulkStore {
   // bytes with pwrite(2): the kernel then allocates the file's pages
   // without clearing them, where a first write through the mapping takes
   // a fault and a cleared page every 4 KiB (twice the cost, measured on
-  // the development VM). Valid as HostBytes is.
+  // the development VM). `backed`: every page of the range is allocated
+  // and mapped in this process already (the memory host tier's reserve),
+  // so writing through HostBytes is as cheap as any write and cheaper than
+  // pwrite. Valid as HostBytes is.
   struct HostFileRange {
     int fd = -1;
     uint64_t offset = 0;
+    bool backed = false;
   };
   virtual HostFileRange HostFile(BlobId id) {
     (void)id;

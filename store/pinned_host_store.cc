@@ -18,9 +18,16 @@
 namespace gpufs {
 
 PinnedHostStore::PinnedHostStore(const PinnedHostOptions& options)
-    : options_(options), zeroer_([this] {
+    : options_(options),
+      // Slabs to adopt come first: the reserve is made after Recover.
+      reserve_started_(options.adopted == nullptr || options.adopted->empty()),
+      zeroer_([this] {
         pthread_setname_np(pthread_self(), "gpufs-zeroer");
         ZeroInBackground();
+      }),
+      reserver_([this] {
+        pthread_setname_np(pthread_self(), "gpufs-reserve");
+        KeepReserve();
       }) {}
 
 // Slabs outlive the store where the sink holds them.
@@ -30,7 +37,9 @@ PinnedHostStore::~PinnedHostStore() {
     stopping_ = true;
   }
   work_cv_.notify_all();
+  reserve_cv_.notify_all();
   zeroer_.join();
+  reserver_.join();
 }
 
 Result<std::unique_ptr<PinnedHostStore>> PinnedHostStore::Open(const PinnedHostOptions& options) {
@@ -49,7 +58,8 @@ uint64_t PinnedHostStore::Units(uint64_t bytes) {
 
 StoreUsage PinnedHostStore::Usage() const {
   std::lock_guard lock(mu_);
-  return {options_.capacity, used_, blobs_.size()};
+  return {
+      .capacity = options_.capacity, .used = used_, .blobs = blobs_.size(), .ready = ReadyLocked()};
 }
 
 size_t PinnedHostStore::slab_count() const {
@@ -110,6 +120,7 @@ Result<std::unique_ptr<PinnedHostStore::Slab>> PinnedHostStore::MakeSlab(uint64_
   std::memcpy(slab->base, &header, sizeof header);
   slab->ranges = RangeAllocator(slab->data_bytes(), kUnit);
   Pin(*slab);
+  slab->backed = slab->pinned;  // pinning faults every page in
   return slab;
 }
 
@@ -125,6 +136,7 @@ Result<PinnedHostStore::Place> PinnedHostStore::Acquire(uint64_t bytes) {
       if (auto offset = slab->ranges.Allocate(bytes)) {
         used_ += bytes;
         slab->blobs++;
+        if (slab->backed) reserve_cv_.notify_one();
         return Place{slab.get(), *offset, bytes};
       }
     }
@@ -137,19 +149,27 @@ Result<PinnedHostStore::Place> PinnedHostStore::Acquire(uint64_t bytes) {
   uint64_t want =
       last_slab_ == 0 ? options_.first_slab : std::min(last_slab_ * 2, options_.max_slab);
   want = std::max(RoundUp(want, kDataAlignment), RoundUp(bytes, kDataAlignment));
-  uint64_t room = options_.capacity > slab_data_ ? options_.capacity - slab_data_ : 0;
+  auto room = [&] { return options_.capacity > slab_data_ ? options_.capacity - slab_data_ : 0; };
   std::vector<std::unique_ptr<Slab>> released;
-  if (want > room) {  // the empty slab kept warm makes way for one that fits
-    for (auto it = slabs_.begin(); it != slabs_.end(); ++it) {
-      if (it->second->blobs != 0) continue;
-      room += it->second->data_bytes();
+  // Empty slabs (the one kept warm, the reserve's) make way for one that
+  // fits; one being populated once its thread has let go of it.
+  while (want > room()) {
+    auto it = std::find_if(slabs_.begin(), slabs_.end(), [&](const auto& s) {
+      return s.second->blobs == 0 && s.second.get() != populating_slab_;
+    });
+    if (it != slabs_.end()) {
       slab_data_ -= it->second->data_bytes();
       released.push_back(std::move(it->second));
       slabs_.erase(it);
-      break;
+      continue;
     }
+    if (populating_slab_ == nullptr || populating_slab_->blobs != 0) break;
+    cancel_populating_ = true;
+    reserve_cv_.notify_all();
+    zeroed_cv_.wait(lock, [&] { return populating_slab_ == nullptr; });
   }
-  if (want > room) want = room / kUnit * kUnit;
+  if (!released.empty()) reserve_cv_.notify_one();
+  if (want > room()) want = room() / kUnit * kUnit;
   if (want < bytes) {
     Status full =
         Error(ENOSPC, "host tier: no run of " + FormatSize(bytes) + " free in its slabs (" +
@@ -187,15 +207,27 @@ void PinnedHostStore::ReleaseLocked(const Place& place,
                                     std::vector<std::unique_ptr<Slab>>* released) {
   Slab* slab = place.slab;
   slab->ranges.Free(place.offset, place.reserved);
+  reserve_cv_.notify_one();
   if (--slab->blobs > 0) return;
-  // One empty slab stays (warm, pinned) for the next spill; a second goes.
-  bool another_empty = false;
-  for (const auto& [id, other] : slabs_) another_empty |= other.get() != slab && other->blobs == 0;
-  if (!another_empty) return;
-  auto it = slabs_.find(slab->id);
-  slab_data_ -= slab->data_bytes();
-  released->push_back(std::move(it->second));
-  slabs_.erase(it);
+  // One empty slab stays (warm, pinned) for the next spill; others go, this
+  // one first, unless the reserve would be short without them.
+  std::vector<Slab*> empty = {slab};
+  for (const auto& [id, other] : slabs_) {
+    if (other.get() != slab && other->blobs == 0) empty.push_back(other.get());
+  }
+  uint64_t ready = ReadyLocked();
+  size_t left = empty.size();
+  for (Slab* s : empty) {
+    if (left == 1) break;
+    if (s == populating_slab_) continue;
+    if (s->backed && ready - s->data_bytes() < options_.reserve) continue;
+    if (s->backed) ready -= s->data_bytes();
+    --left;
+    auto it = slabs_.find(s->id);
+    slab_data_ -= s->data_bytes();
+    released->push_back(std::move(it->second));
+    slabs_.erase(it);
+  }
 }
 
 void PinnedHostStore::Drop(std::vector<std::unique_ptr<Slab>> slabs) {
@@ -219,6 +251,8 @@ Status PinnedHostStore::Allocate(BlobId id, const SharingKey& key, uint64_t size
   std::lock_guard lock(mu_);
   place.slab->Name(place.offset, id, place.reserved);
   blobs_[id] = BlobRecord{place, size};
+  ++unsealed_;
+  last_fill_ = std::chrono::steady_clock::now();
   return Status::Ok();
 }
 
@@ -308,6 +342,10 @@ Status PinnedHostStore::Seal(BlobId id, uint64_t size) {
   const uint64_t old_size = rec.size;
   const Place place = rec.place;
   rec.size = size;
+  if (!rec.sealed) {
+    rec.sealed = true;
+    if (--unsealed_ == 0) reserve_cv_.notify_one();
+  }
   lock.unlock();
   if (size < old_size) std::memset(place.slab->data() + place.offset + size, 0, old_size - size);
   lock.lock();
@@ -327,6 +365,7 @@ void PinnedHostStore::Free(BlobId id) {
   if (it == blobs_.end()) return;
   const BlobRecord rec = it->second;
   blobs_.erase(it);
+  if (!rec.sealed && --unsealed_ == 0) reserve_cv_.notify_one();
   ZeroLaterLocked(rec.place, rec.size);
 }
 
@@ -380,7 +419,7 @@ BulkStore::HostFileRange PinnedHostStore::HostFile(BlobId id) {
   if (it == blobs_.end()) return {};
   const Place& place = it->second.place;
   // The slab's mapping is the whole memfd from offset 0.
-  return {place.slab->fd.get(), place.slab->data_offset + place.offset};
+  return {place.slab->fd.get(), place.slab->data_offset + place.offset, place.slab->backed};
 }
 
 }  // namespace gpufs

@@ -10,7 +10,26 @@
 // its own; the data areas of all slabs together never pass the capacity. A
 // slab is pinned (`pin`, cudaHostRegister) once, when it is made or adopted.
 // A slab left without blobs is released when another slab is empty too (one
-// empty slab stays, pinned, for the next spill).
+// empty slab stays, pinned, for the next spill), unless the reserve needs it.
+//
+// Reserve (`reserve` bytes, 0: none). The store keeps that much free memory
+// backed ahead of need: slabs whose every page is allocated and mapped here
+// (populated in the background, or pinned), so that a blob placed in one is
+// filled without a page fault or the kernel clearing a page (a cluster
+// fetch receives straight into it, cluster/fetch_sinks.h). A thread of
+// idle priority (it runs when the CPUs have nothing else to do) makes
+// reserve slabs while the backed free bytes are short of `reserve` by at
+// least min(reserve, first_slab), each of the shortfall, within what the
+// capacity leaves; a slab that empties stays while the reserve needs it,
+// and an empty slab that is not backed yet is populated into the reserve
+// before a new one is made. Freed bytes are zeroed before they are handed
+// out again (below), so the reserve reads zero wherever no blob wrote. A
+// blob lands in the reserve when one backed slab has a free run of its
+// size. While a blob is being filled (one is unsealed, for at most
+// kFillQuiet after the last Allocate) the thread waits: a fetch that took
+// the reserve is not slowed by its remaking. The reserve is free, not used: Usage().ready counts
+// the free bytes of backed slabs (of the capacity, not in `used`); an Allocate that needs the room
+// releases empty reserve slabs first.
 //
 // Layout of a slab (its own record of its blobs, so a later worker can adopt
 // it from its fd alone: worker takeover, docs/TAKEOVER.md):
@@ -38,9 +57,13 @@
 // Lifetime: slabs live as long as a process holds their fd. With a
 // BlobFdSink (the takeover supervisor) they outlive a worker killed with
 // SIGKILL, and the next worker's Recover adopts them; a full stop of the
-// mount (or a cold start) loses them, as it loses GPU memory.
+// mount (or a cold start) loses them, as it loses GPU memory. Adopted
+// slabs start not backed (their free units were punched out by Recover);
+// the reserve is made again from there, after Recover.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -63,6 +86,9 @@ struct PinnedHostOptions {
   uint64_t capacity = 0;               // data bytes blobs may reserve
   uint64_t first_slab = 256ull << 20;  // data bytes of the first slab (rounded to 2 MiB)
   uint64_t max_slab = 1ull << 30;      // of any slab but one made for a larger blob
+  // Free bytes kept backed ahead of need (the reserve, above); at most the
+  // capacity. 0: none.
+  uint64_t reserve = 0;
   // Page-locks a slab's mapping for DMA (cudaHostRegister) and undoes it.
   // Unset: slabs stay pageable. A failed pin is logged and the slab is used
   // pageable (copies stay right, only slower).
@@ -89,6 +115,7 @@ struct PinnedHostOptions {
 class PinnedHostStore final : public BulkStore {
  public:
   static constexpr uint64_t kUnit = 4096;  // of every reservation
+  static constexpr std::chrono::seconds kFillQuiet{10};
 
   // EINVAL if max_slab < first_slab or either is 0.
   static Result<std::unique_ptr<PinnedHostStore>> Open(const PinnedHostOptions& options);
@@ -130,7 +157,7 @@ class PinnedHostStore final : public BulkStore {
   // then returns its units. Unknown ids are ignored.
   void Free(BlobId id) override;
   std::span<std::byte> HostBytes(BlobId id) override;
-  // The blob's place in its slab's memfd.
+  // The blob's place in its slab's memfd; backed if its slab is.
   HostFileRange HostFile(BlobId id) override;
 
   // For tests and stats.
@@ -142,6 +169,9 @@ class PinnedHostStore final : public BulkStore {
   // Returns once every unit freed so far is zeroed and back in its slab
   // (and a slab that emptied is released, the sink told).
   void WaitForZeroing();
+  // Returns once the reserve thread has nothing left to do for now: the
+  // reserve is made, or can be made no further within the capacity.
+  void WaitForReserve();
 
  private:
   struct Slab;
@@ -153,6 +183,7 @@ class PinnedHostStore final : public BulkStore {
   struct BlobRecord {
     Place place;
     uint64_t size = 0;
+    bool sealed = false;
   };
   struct Dirty {
     Place place;
@@ -183,6 +214,28 @@ class PinnedHostStore final : public BulkStore {
   // place; false (nothing kept) if the file is missing, short or unreadable.
   bool ImportFile(const StoredBlob& blob);
   static uint64_t Units(uint64_t bytes);
+  // Reserve (pinned_host_store_reserve.cc). Free bytes of backed slabs.
+  // Must hold mu_.
+  uint64_t ReadyLocked() const;
+  // The next thing the reserve thread does: populate `slab` (an empty one
+  // not backed yet), release it (it is larger than what is missing, and
+  // holds the room a reserve slab needs), or make a slab of `make` bytes;
+  // none: nothing to do now. Must hold mu_.
+  struct ReserveStep {
+    Slab* slab = nullptr;
+    uint64_t make = 0;
+    bool release = false;  // `slab` (empty, not backed) makes room instead
+  };
+  ReserveStep NextReserveStepLocked() const;
+  // The reserve thread (idle priority): makes reserve slabs and populates
+  // them, in slabs_ from the start, so that an Allocate never waits for it.
+  void KeepReserve();
+  // Allocates and maps every page of a slab's data area (which blobs may
+  // be writing meanwhile), in steps. False if the store stops, an Allocate
+  // wants the slab's room, or populating is not supported here.
+  bool Populate(const Slab& slab);
+  // Waits while a blob is being filled (above). Must hold mu_ in `lock`.
+  void WaitWhileFilling(std::unique_lock<std::mutex>& lock);
 
   const TierId device_ = TierId::Host();
   const PinnedHostOptions options_;
@@ -197,9 +250,23 @@ class PinnedHostStore final : public BulkStore {
   std::deque<Dirty> dirty_;    // GUARDED_BY(mu_): freed, waiting for the zeroer
   size_t zeroing_ = 0;         // GUARDED_BY(mu_): taken by the zeroer, not back yet
   bool stopping_ = false;      // GUARDED_BY(mu_)
-  std::condition_variable work_cv_;    // dirty_ got an entry, or stopping_
-  std::condition_variable zeroed_cv_;  // units came back zeroed
-  std::thread zeroer_;                 // last: starts once the rest is built
+  // GUARDED_BY(mu_): the reserve thread may work (after Recover when there
+  // are slabs to adopt), has stopped for good (populating failed), is idle;
+  // the slab it populates (never released meanwhile), and whether an
+  // Allocate wants it to let go of that slab.
+  bool reserve_started_ = false;
+  bool reserve_failed_ = false;
+  bool reserve_idle_ = false;
+  const Slab* populating_slab_ = nullptr;
+  bool cancel_populating_ = false;
+  size_t unsealed_ = 0;                              // live blobs not sealed yet
+  std::chrono::steady_clock::time_point last_fill_;  // the last Allocate
+  std::condition_variable work_cv_;     // dirty_ got an entry, or stopping_
+  std::condition_variable zeroed_cv_;   // units came back zeroed, or populating stopped
+  std::condition_variable reserve_cv_;  // the reserve may be short, or stopping_
+  std::condition_variable reserve_idle_cv_;
+  std::thread zeroer_;  // last but one: starts once the rest is built
+  std::thread reserver_;
 };
 
 }  // namespace gpufs

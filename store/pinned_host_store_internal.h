@@ -76,10 +76,14 @@ struct PinnedHostStore::Slab {
   RangeAllocator ranges{0, kUnit};
   size_t blobs = 0;  // live blobs placed here
   bool pinned = false;
+  // Every page of the data area is allocated and mapped here (populated
+  // whole, or pinned). GUARDED_BY(mu_).
+  bool backed = false;
   std::function<void(void*)> unpin;
 
   std::byte* data() const { return base + data_offset; }
   uint64_t data_bytes() const { return units * kUnit; }
+  uint64_t free_bytes() const { return data_bytes() - ranges.used(); }
   Slot& slot(uint64_t offset) const {
     return reinterpret_cast<Slot*>(base + kHeaderBytes)[offset / kUnit];
   }

@@ -88,7 +88,9 @@ Result<std::vector<BlobId>> PinnedHostStore::Recover(std::span<const StoredBlob>
         if (!claim.slab->ranges.Reserve(claim.offset, claim.reserved)) continue;  // overlaps
         claim.slab->blobs++;
         used_ += claim.reserved;
-        blobs_[blob.id] = BlobRecord{{claim.slab, claim.offset, claim.reserved}, blob.size};
+        blobs_[blob.id] =
+            BlobRecord{{claim.slab, claim.offset, claim.reserved}, blob.size, blob.sealed};
+        if (!blob.sealed) ++unsealed_;
         kept = true;
         break;
       }
@@ -148,6 +150,8 @@ Result<std::vector<BlobId>> PinnedHostStore::Recover(std::span<const StoredBlob>
                     << ", more than its " << FormatSize(options_.capacity)
                     << "; new blobs wait for room";
   }
+  reserve_started_ = true;  // the reserve is made from what is left
+  reserve_cv_.notify_all();
   lock.unlock();
   Drop(std::move(empty));
   for (BlobId id : fresh) {

@@ -51,6 +51,10 @@ uint64_t DefaultHostCapacity(const std::string& dir) {
 int CudaDeviceCount() { return 0; }
 #endif
 
+uint64_t DefaultHostReserve(uint64_t capacity) {
+  return std::min<uint64_t>(capacity / 8, 4ull << 30);
+}
+
 Result<OpenedStores> OpenStores(const StoreConfig& config) {
   if (config.kind != "auto" && config.kind != "gpu" && config.kind != "host") {
     return Error(EINVAL, "--store " + config.kind + ": want auto, gpu or host");
@@ -81,6 +85,8 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
   if (host_in_memory) {
     PinnedHostOptions options;
     options.capacity = host_capacity.value_or(PhysicalRam() / 4);
+    options.reserve = std::min(config.host_reserve.value_or(DefaultHostReserve(options.capacity)),
+                               options.capacity);
     options.fd_sink = config.fd_sink;
     options.adopted = config.adopted != nullptr ? &config.adopted->memory_fds : nullptr;
     options.files_dir = config.host_dir;  // host blobs a files host tier left
@@ -95,7 +101,8 @@ Result<OpenedStores> OpenStores(const StoreConfig& config) {
 #endif
     GPUFS_ASSIGN_OR_RETURN(auto host, PinnedHostStore::Open(options));
     GPUFS_LOG(INFO) << "store host: " << FormatSize(options.capacity) << " of memory"
-                    << (options.pin ? ", pinned for DMA" : "");
+                    << (options.pin ? ", pinned for DMA" : "") << ", a reserve of "
+                    << FormatSize(options.reserve) << " kept backed";
     out.stores.push_back(std::move(host));
   } else {
     uint64_t capacity = host_capacity.value_or(DefaultHostCapacity(config.host_dir));

@@ -28,6 +28,9 @@ struct StoreConfig {
   // What the "host" tier is: "memory" (PinnedHostStore), "files"
   // (HostBulkStore under host_dir) or "auto" (memory when a GPU is served).
   std::string host_tier = "auto";
+  // The memory host tier's reserve (PinnedHostOptions::reserve); unset:
+  // DefaultHostReserve of its capacity.
+  std::optional<uint64_t> host_reserve;
   // For a daemon run by the takeover supervisor: the sink of the GPU stores
   // (kVmm) and of a memory host tier (GpuStoreOptions::fd_sink,
   // PinnedHostOptions::fd_sink), and on a takeover start the memory the last
@@ -35,6 +38,10 @@ struct StoreConfig {
   BlobFdSink* fd_sink = nullptr;
   AdoptedMemory* adopted = nullptr;
 };
+
+// The memory host tier's reserve unless one is given: an eighth of its
+// capacity, at most 4 GiB.
+uint64_t DefaultHostReserve(uint64_t capacity);
 
 struct OpenedStores {
   std::vector<std::unique_ptr<BulkStore>> stores;  // "host" first, then "cuda:N"...
@@ -46,7 +53,8 @@ struct OpenedStores {
 //   shared memory pinned for DMA when a GPU is served, so spills and fault
 //   backs are single DMAs; its slabs outlive a worker (takeover) but not the
 //   mount, like GPU memory; default capacity a quarter of the RAM (pinned
-//   memory cannot be paged out);
+//   memory cannot be paged out); it keeps a reserve of free memory backed
+//   ahead of need (host_reserve, default DefaultHostReserve);
 // - or files (without a GPU, or host_tier "files"): HostBulkStore, a file
 //   per blob under host_dir, living in the page cache (host memory in
 //   practice), surviving a restart of the daemon but not promised across a

@@ -126,4 +126,11 @@ class ClusterMemoryTierTest : public ClusterMountTest {
   std::string ExtraMountArgs() const override { return " --host-tier memory"; }
 };
 
+// The memory host tier with a reserve of 256 MiB on every node: a fetched
+// member that lands in it is received straight into its backed pages.
+class ClusterHostReserveTest : public ClusterMountTest {
+ protected:
+  std::string ExtraMountArgs() const override { return " --host-tier memory --host-reserve 256M"; }
+};
+
 }  // namespace gpufs::cluster::testing
