@@ -68,7 +68,7 @@ Result<OpenResult> Namespace::CreateOnce(const Caller& caller, uint64_t parent,
   std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(Entry parent_entry, ObjectEntry(parent));
   // Built only for an error: each ancestor is a catalog read.
-  auto path = [&] { return PathOf(parent) + "/" + std::string(name); };
+  auto path = [&] { return ChildPathOf(parent, name); };
   TierId device = DeviceFor(parent);
   BulkStore* store = StoreFor(device);
   if (store == nullptr)

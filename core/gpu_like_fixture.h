@@ -104,7 +104,9 @@ class GpuLikeTest : public ::testing::Test {
               bool replace = false, uint32_t mode = 0644, bool after_answer = true) {
     GPUFS_ASSIGN_OR_RETURN(HandleId h,
                            Stage(who, parent, "." + name + ".saving-1", Manifest(members), mode));
-    GPUFS_RETURN_IF_ERROR(ns_->AllocObject(h, who).status());
+    // As the FUSE layer does: the rows after the answer.
+    GPUFS_RETURN_IF_ERROR(ns_->AllocObject(h, who, false, /*rows_later=*/true).status());
+    ns_->WriteStagedRows(h);
     uint64_t at = 0;
     for (const auto& [member, bytes] : members) {
       GPUFS_RETURN_IF_ERROR(ns_->Write(h, at, AsBytes(bytes)).status());

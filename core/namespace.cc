@@ -117,6 +117,11 @@ std::string Namespace::PathOf(EntryId id) {
   return path.empty() ? "/" : path;
 }
 
+std::string Namespace::ChildPathOf(EntryId parent, std::string_view name) {
+  const std::string dir = PathOf(parent);
+  return (dir == "/" ? dir : dir + "/") + std::string(name);
+}
+
 Result<Attr> Namespace::AttrOf(const Entry& entry) {
   Attr attr;
   attr.ino = entry.id;
@@ -181,6 +186,10 @@ Result<Attr> Namespace::Lookup(uint64_t parent, std::string_view name) {
   {
     std::lock_guard lock(mu_);
     auto entry = ChildEntry(parent, name);
+    if (!entry.ok() && !due_rows_.empty()) {  // an object answered as made, its rows due?
+      WriteDueRowsLocked(parent);
+      entry = ChildEntry(parent, name);
+    }
     if (entry.ok()) return AttrOf(*entry);
     missing = entry.status();
   }
@@ -294,7 +303,7 @@ Result<Attr> Namespace::Mkdir(const Caller& caller, uint64_t parent, std::string
   GPUFS_ASSIGN_OR_RETURN(Entry parent_entry, ObjectEntry(parent));
   Entry entry = NewEntry(caller, parent_entry, name, EntryKind::kObject, mode, Now());
   auto created = catalog_->CreateEntry(entry, std::nullopt);
-  if (!created.ok()) return created.status().Prepend("mkdir " + PathOf(parent) + "/" + entry.name);
+  if (!created.ok()) return created.status().Prepend("mkdir " + ChildPathOf(parent, entry.name));
   return AttrOf(*created);
 }
 
@@ -451,6 +460,7 @@ Result<std::vector<DirEntry>> Namespace::ReadLocalDir(uint64_t dir, uint64_t coo
   }
   if (out.size() >= max) return out;
   EntryId after = cookie > kCookieBase ? cookie - kCookieBase : 0;
+  if (!due_rows_.empty()) WriteDueRowsLocked(dir);
   GPUFS_ASSIGN_OR_RETURN(auto children, catalog_->ListChildren(dir, after, max - out.size()));
   for (const Entry& child : children) {
     GPUFS_ASSIGN_OR_RETURN(Attr attr, AttrOf(child));

@@ -250,8 +250,13 @@ class Namespace {
   // EINVAL for a bad manifest, EEXIST when the handle has one already,
   // ENOSPC when it does not fit (after spilling colder members). `again`:
   // as for AllocDevice, the object the handle stages is given again.
+  // `rows_later`: the object's catalog rows are left to WriteStagedRows (or
+  // to the first use that needs them), for the caller to answer first.
   Result<ObjectAllocation> AllocObject(HandleId handle, const Caller& caller = {},
-                                       bool again = false);
+                                       bool again = false, bool rows_later = false);
+  // The rows AllocObject(rows_later) left, written now (a no-op once they
+  // are). If they cannot be, the object's memory goes and its seal fails.
+  void WriteStagedRows(HandleId handle);
   // GPUFS_IOC_SEAL_OBJECT: seals every member (their checksums taken on
   // the GPU), and in one catalog transaction links the object at `name` in
   // the staging member's object, in place of what is there (an object and
@@ -417,7 +422,12 @@ class Namespace {
   Result<Attr> AttrOf(const Entry& entry);
   Result<Entry> ObjectEntry(uint64_t ino);
   Result<Entry> ChildEntry(uint64_t parent, std::string_view name);
+  // The rows of objects staged in `parent` still due, written: what was
+  // answered as made is then there to look up and list (Lookup, ReadDir;
+  // never inside a catalog Batch).
+  void WriteDueRowsLocked(EntryId parent);
   std::string PathOf(EntryId id);
+  std::string ChildPathOf(EntryId parent, std::string_view name);  // PathOf(parent)/name
   std::optional<TierId> PlacementOf(EntryId id);  // user.gpufs.device on `id`, if served
   TierId DeviceFor(EntryId parent);  // the nearest object's placement, or the default
   // Where ALLOC gets device memory: the default device if a GPU, else the
@@ -458,9 +468,17 @@ class Namespace {
   void DropCopy(const PrivateCopy& copy);  // frees a private copy (queued)
   Status MayReplaceLocked(const Caller& caller, const Entry& parent,
                           const Entry& target);  // may remove `target` (see SealObject)
-  // The members of `pending` are held as by an open file, or let go.
-  void HoldPendingLocked(PendingObject& pending);
+  // The members of `pending` (their blob rows `recs`, in order) are held as
+  // by an open file, or let go.
+  void HoldPendingLocked(PendingObject& pending, const std::vector<Blob>& recs);
   void ReleasePendingLocked(PendingObject& pending);
+  // The rows of `pending` still due, written (core/objects_alloc.cc); its
+  // error once they could not be (its memory gone).
+  Status WritePendingRowsLocked(PendingObject& pending);
+  // An object whose rows were never written let go: its members' memory
+  // freed, its rows dropped.
+  void DropPendingLocked(PendingObject& pending);
+  void ForgetDueRowsLocked(const PendingObject& pending);  // off due_rows_
   // Detaches object `object` and all under it, freeing what nobody holds;
   // purges a detached `object` unless held (run it in a catalog Batch).
   Status RemoveSubtreeLocked(EntryId object);
@@ -506,6 +524,7 @@ class Namespace {
   std::unordered_map<HandleId, Handle> handles_;
   std::unordered_map<BlobId, std::shared_ptr<ActiveBlob>> active_;
   std::unordered_map<EntryId, int> entry_opens_;
+  std::vector<std::shared_ptr<PendingObject>> due_rows_;  // staged objects' rows not yet written
   std::vector<std::pair<TierId, BlobId>> doomed_;     // FreeQueued frees them
   std::vector<std::pair<TierId, BlobId>> unretire_;   // FreeQueued releases (Reshare kept)
   std::vector<EntryId> replaced_;                     // detached objects ReapReplaced removes

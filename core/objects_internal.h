@@ -33,6 +33,18 @@ struct ns::PendingObject {
   };
   std::vector<Member> members;  // in layout order
   bool sealed = false;          // GUARDED_BY(mu_)
+  // The rows of the object and its members, ids reserved, while they are
+  // still to be written (core/objects_alloc.cc); null once written or
+  // dropped. GUARDED_BY(mu_), as is:
+  struct Rows {
+    Entry object;
+    std::vector<std::pair<std::string, std::string>> xattrs;  // the object's
+    std::vector<Catalog::NewMember> members;                  // as `members`
+  };
+  std::unique_ptr<Rows> rows;
+  // Why the object was dropped before its rows were written (its memory
+  // let go): what its seal answers.
+  Status rows_error;
 };
 
 }  // namespace gpufs

@@ -8,7 +8,8 @@
 // id), so that a start-up after a crash removes it (recovery.cc) and a
 // takeover's worker gives it back to the adopted staging handle
 // (RestorePendingObjects). Its members are held like open files while it is
-// pending: they neither spill nor go.
+// pending: they neither spill nor go. Its rows may come after ALLOC's
+// answer (core/objects_alloc.cc): the seal writes them first if due.
 #include <fcntl.h>
 
 #include <algorithm>
@@ -29,180 +30,6 @@
 
 namespace gpufs {
 
-namespace {
-
-// An object's mode from its members': whoever may read them may list and
-// search it.
-uint32_t ObjectModeFor(uint32_t member_mode) {
-  uint32_t mode = member_mode & 0777;
-  if (mode & 0400) mode |= 0100;
-  if (mode & 0040) mode |= 0010;
-  if (mode & 0004) mode |= 0001;
-  return mode;
-}
-
-}  // namespace
-
-Result<proto::ObjectManifest> Namespace::ReadManifest(ActiveBlob& staging) {
-  std::shared_lock io(staging.io_mu);
-  const uint64_t size = staging.size.load();
-  if (size > proto::kMaxManifestBytes) {
-    return Error(EINVAL, "object manifest: larger than 256 MiB");
-  }
-  std::string text(size, '\0');
-  GPUFS_RETURN_IF_ERROR(StoreFor(staging.rec.device)
-                            ->Read(staging.rec.id, 0,
-                                   {reinterpret_cast<std::byte*>(text.data()), text.size()}));
-  return proto::DecodeManifest(text);
-}
-
-Result<ObjectAllocation> Namespace::AllocationLocked(const PendingObject& pending) {
-  ObjectAllocation out{.object = pending.object,
-                       .bytes = pending.bytes,
-                       .members = pending.members.size(),
-                       .map = std::nullopt};
-  if (pending.device.is_gpu() && !pending.members.empty()) {
-    auto exported = StoreFor(pending.device)->Export(pending.members.front().blob);
-    if (!exported.ok()) return exported.status().Prepend("export object " + PathOf(pending.object));
-    exported->offset = 0;
-    exported->size = pending.bytes;
-    out.map = MappedBlob{.exported = std::move(*exported), .blob = pending.members.front().blob,
-                         .writable = true, .private_copy = false};
-  }
-  return out;
-}
-
-Result<ObjectAllocation> Namespace::AllocObject(HandleId id, const Caller& caller, bool again) {
-  StepTrace trace("ALLOC_OBJECT");
-  FreeQueuedOnExit free_queued(this);
-  std::shared_ptr<ActiveBlob> staging;
-  Entry staging_entry, parent;
-  {
-    std::lock_guard lock(mu_);
-    GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
-    if (!handle->blob || !handle->writable) {
-      return Error(EBADF, "GPUFS_IOC_ALLOC_OBJECT needs a new member opened for writing");
-    }
-    if (handle->pending && again && !handle->pending->sealed) {
-      GPUFS_LOG(INFO) << "ALLOC_OBJECT re-sent: the object " << PathOf(handle->pending->object)
-                      << " the last worker made is given again";
-      return AllocationLocked(*handle->pending);
-    }
-    if (handle->pending) return Error(EEXIST, "this descriptor stages an object already");
-    staging = handle->blob;
-    // (An explicit seal declared by the producer is fine: the member is to
-    // be discarded if it is released unsealed either way. Memory ALLOC gave
-    // it is not: that member holds device bytes, not a manifest.)
-    if (staging->rec.state != BlobState::kUnsealed || staging->mapped > 0) {
-      return Error(EINVAL, PathOf(handle->entry) + " is not a new member holding a manifest");
-    }
-    GPUFS_ASSIGN_OR_RETURN(staging_entry, catalog_->GetEntry(handle->entry));
-    if (staging_entry.parent == 0) return Error(ENOENT, "the staging member was removed");
-    GPUFS_ASSIGN_OR_RETURN(parent, catalog_->GetEntry(staging_entry.parent));
-    // From here on it stages an object, or nothing: released, it is
-    // discarded quietly, never sealed as a member of its own.
-    staging->needs_explicit_seal = true;
-    staging->staging = true;
-  }
-  trace.Step("checks");
-  GPUFS_ASSIGN_OR_RETURN(proto::ObjectManifest manifest, ReadManifest(*staging));
-  trace.Step("manifest");
-  const std::string hidden = staging_entry.name + ".d";
-  GPUFS_RETURN_IF_ERROR(CheckNewName(parent.id, hidden));
-
-  auto pending = std::make_shared<PendingObject>();
-  pending->bytes = manifest.bytes;
-  std::vector<GroupMember> layout;
-  {
-    std::lock_guard lock(mu_);
-    pending->device = DeviceFor(parent.id);
-    const int64_t now = Now();
-    const uint32_t member_mode = staging_entry.mode & 07777;
-    Status made = catalog_->Batch([&]() -> Status {
-      GPUFS_ASSIGN_OR_RETURN(
-          Entry object,
-          catalog_->CreateEntry(NewEntry(caller, parent, hidden, EntryKind::kObject,
-                                         ObjectModeFor(member_mode), now),
-                                std::nullopt));
-      pending->object = object.id;
-      GPUFS_RETURN_IF_ERROR(catalog_->SetXattr(object.id, kPendingXattr,
-                                               std::to_string(staging_entry.id), 0));
-      if (manifest.type) {
-        GPUFS_RETURN_IF_ERROR(catalog_->SetXattr(object.id, xattr::kType, *manifest.type, 0));
-      }
-      for (const auto& [name, value] : manifest.fields) {
-        GPUFS_RETURN_IF_ERROR(
-            catalog_->SetXattr(object.id, std::string(xattr::kUserPrefix) + name, value, 0));
-      }
-      // Every member in one go (one parent check and touch, no per-row
-      // savepoints): a model has hundreds.
-      std::vector<Catalog::NewMember> rows;
-      rows.reserve(manifest.members.size());
-      for (const proto::ManifestMember& m : manifest.members) {
-        Catalog::NewMember row;
-        row.entry = NewEntry(caller, object, m.name, EntryKind::kBlob, member_mode, now);
-        row.blob.device = pending->device;
-        row.blob.size = m.size;
-        row.blob.state = BlobState::kUnsealed;
-        row.blob.owner_uid = caller.uid;
-        if (m.dtype) row.xattrs.emplace_back(xattr::kDtype, *m.dtype);
-        if (m.shape) row.xattrs.emplace_back(xattr::kShape, proto::FormatShape(*m.shape));
-        rows.push_back(std::move(row));
-      }
-      GPUFS_ASSIGN_OR_RETURN(std::vector<Entry> made_members, catalog_->CreateMembers(rows));
-      for (size_t i = 0; i < made_members.size(); ++i) {
-        const Entry& member = made_members[i];
-        const proto::ManifestMember& m = manifest.members[i];
-        pending->members.push_back({member.id, member.blob, m.offset, m.size, nullptr});
-        layout.push_back({.id = member.blob, .offset = m.offset, .size = m.size});
-        pending->key = SharingKeyOf(member);
-      }
-      return Status::Ok();
-    });
-    if (!made.ok()) return made.Prepend("object " + PathOf(parent.id) + "/" + hidden);
-  }
-  trace.Step("catalog");
-  // The allocation, outside the lock (spilling colder members if need be).
-  BulkStore* store = StoreFor(pending->device);
-  Status allocated = tiers_.WithRoom(
-      pending->device, manifest.bytes,
-      [&] { return store->AllocateGroup(layout, manifest.bytes, pending->key); },
-      manifest.bytes + kGranule);
-  trace.Step("allocate");
-  std::lock_guard lock(mu_);
-  if (!allocated.ok()) {
-    Status dropped = catalog_->Batch([&] { return RemoveSubtreeLocked(pending->object); });
-    if (!dropped.ok()) GPUFS_LOG(ERROR) << "drop object " << hidden << ": " << dropped.ToString();
-    return allocated.Prepend("allocate object " + hidden + " (" + std::to_string(manifest.bytes) +
-                             " bytes on " + pending->device.Name() + ")");
-  }
-  HoldPendingLocked(*pending);
-  GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
-  handle->pending = pending;
-  GPUFS_ASSIGN_OR_RETURN(ObjectAllocation out, AllocationLocked(*pending));
-  NotifyEntry(parent.id, hidden);
-  trace.Step("hold+export");
-  return out;
-}
-
-void Namespace::HoldPendingLocked(PendingObject& pending) {
-  for (PendingObject::Member& m : pending.members) {
-    auto rec = catalog_->GetBlob(m.blob);
-    if (!rec.ok()) continue;
-    m.active = Activate(*rec, /*use=*/false);
-    m.active->handles++;
-    entry_opens_[m.entry]++;
-  }
-}
-
-void Namespace::ReleasePendingLocked(PendingObject& pending) {
-  for (PendingObject::Member& m : pending.members) {
-    if (!m.active) continue;
-    std::shared_ptr<ActiveBlob> active = std::move(m.active);
-    UnholdLocked(*active, m.entry, /*mapped=*/false);
-  }
-}
-
 Status Namespace::WritePending(const std::shared_ptr<PendingObject>& pending, uint64_t offset,
                                std::span<const std::byte> src) {
   const uint64_t end = offset + src.size();
@@ -212,6 +39,7 @@ Status Namespace::WritePending(const std::shared_ptr<PendingObject>& pending, ui
   {
     std::lock_guard lock(mu_);
     if (pending->sealed) return Error(EPERM, "the object is sealed");
+    if (!pending->rows_error.ok()) return pending->rows_error;
     if (offset > pending->bytes || src.size() > pending->bytes - offset) {
       return Error(EINVAL, "a write past the object's " + std::to_string(pending->bytes) +
                                " bytes");
@@ -281,9 +109,13 @@ Status Namespace::SealObject(HandleId id, std::string_view name, bool replace,
   {
     std::lock_guard lock(mu_);
     GPUFS_ASSIGN_OR_RETURN(Handle * handle, FindHandle(id));
-    if (!handle->pending) return Error(EINVAL, "no object staged on this descriptor");
+    if (!handle->pending)
+      return Error(EINVAL,
+                   "no object staged on this descriptor (never allocated, or lost with "
+                   "a worker that died before recording it: publish it again)");
     pending = handle->pending;
     if (pending->sealed) return Error(EINVAL, "the object is sealed already");
+    GPUFS_RETURN_IF_ERROR(WritePendingRowsLocked(*pending));
     staging = handle->entry;
     GPUFS_ASSIGN_OR_RETURN(Entry object, catalog_->GetEntry(pending->object));
     parent = object.parent;
@@ -390,6 +222,10 @@ void Namespace::DiscardPendingObject(Handle& handle) {
   if (!pending || pending->sealed) return;
   FreeQueuedOnExit free_queued(this);
   std::lock_guard lock(mu_);
+  if (pending->rows || !pending->rows_error.ok()) {  // never in the catalog
+    if (pending->rows) DropPendingLocked(*pending);
+    return;
+  }
   GPUFS_LOG(WARN) << "discarding object " << PathOf(pending->object)
                   << ": its producer let go of it before GPUFS_IOC_SEAL_OBJECT";
   Status removed = catalog_->Batch([&] { return RemoveSubtreeLocked(pending->object); });
@@ -431,14 +267,16 @@ Status Namespace::RestorePendingObjects() {
     auto pending = std::make_shared<PendingObject>();
     pending->object = object;
     pending->bytes = manifest.bytes;
+    std::vector<Blob> recs;
     for (const proto::ManifestMember& m : manifest.members) {
       GPUFS_ASSIGN_OR_RETURN(Entry member, catalog_->Lookup(object, m.name));
       GPUFS_ASSIGN_OR_RETURN(Blob blob, catalog_->GetBlob(member.blob));
       pending->device = blob.device;
       pending->key = SharingKeyOf(member);
       pending->members.push_back({member.id, member.blob, m.offset, m.size, nullptr});
+      recs.push_back(std::move(blob));
     }
-    HoldPendingLocked(*pending);
+    HoldPendingLocked(*pending, recs);
     staging->needs_explicit_seal = true;
     staging->staging = true;
     handles_.at(staging_handle).pending = std::move(pending);

@@ -101,7 +101,9 @@ void AllocObject(fuse_req_t req, HandleId handle, const void* in_buf, size_t in_
   std::memcpy(&alloc, in_buf, sizeof alloc);
   const Caller caller = CallerOf(req);
   // A re-sent request the last worker may have carried out (fs/fuse_replay.h).
-  auto made = Ns(req).AllocObject(handle, caller, ThisRequest().half_done);
+  // The object's rows are written after the answer, while the producer copies.
+  Namespace& ns = Ns(req);
+  auto made = ns.AllocObject(handle, caller, ThisRequest().half_done, /*rows_later=*/true);
   if (!made.ok()) return ReplyError(req, "ioctl ALLOC_OBJECT", made.status());
   alloc.bytes = made->bytes;
   alloc.members = made->members;
@@ -113,6 +115,7 @@ void AllocObject(fuse_req_t req, HandleId handle, const void* in_buf, size_t in_
     if (!PushOrReply(req, "ioctl ALLOC_OBJECT", alloc.cookie, &alloc.info)) return;
   }
   fuse_reply_ioctl(req, 0, &alloc, sizeof alloc);
+  ns.WriteStagedRows(handle);
 }
 
 void SealObject(fuse_req_t req, HandleId handle, const void* in_buf, size_t in_bufsz) {

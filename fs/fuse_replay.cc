@@ -111,8 +111,11 @@ Replay::Replay(takeover::WorkerLink& link) : link_(link) {
   if (hook == nullptr || link.generation() != 1) return;
   std::string_view spec(hook);
   if (spec.ends_with(":begun")) {
-    kill_before_journal_ = true;
+    kill_at_ = KillAt::kBeforeJournal;
     spec.remove_suffix(6);
+  } else if (spec.ends_with(":sent")) {
+    kill_at_ = KillAt::kAfterSent;
+    spec.remove_suffix(5);
   }
   kill_opcode_ = FuseOpcodeByName(spec);
   if (uint32_t cmd = IoctlCmdByName(spec); cmd != 0) {
@@ -193,7 +196,7 @@ bool Replay::BeforeReply(const iovec* iov, int count) {
   if ((header->unique & ~kResendBit) != request.unique) return false;  // a notification
   bool kill = kill_opcode_ == request.opcode && request.opcode != 0 &&
               (kill_cmd_ == 0 || kill_cmd_ == request.ioctl_cmd);
-  if (kill && kill_before_journal_) {
+  if (kill && kill_at_ == KillAt::kBeforeJournal) {
     GPUFS_LOG(WARN) << "test hook: killing the worker before the reply to " << request.unique
                     << " is journaled";
     ::kill(::getpid(), SIGKILL);
@@ -201,7 +204,7 @@ bool Replay::BeforeReply(const iovec* iov, int count) {
   // Too large (never, for the journaled opcodes' replies): the record stays begun.
   link_.journal().Answer(request.journal_slot,
                          std::span<const iovec>(iov, static_cast<size_t>(count)));
-  if (kill) {
+  if (kill && kill_at_ == KillAt::kAfterJournal) {
     GPUFS_LOG(WARN) << "test hook: killing the worker after journaling the reply to "
                     << request.unique;
     ::kill(::getpid(), SIGKILL);
@@ -209,7 +212,16 @@ bool Replay::BeforeReply(const iovec* iov, int count) {
   return true;
 }
 
-void Replay::AfterReply() { link_.journal().End(ThisRequest().journal_slot); }
+void Replay::AfterReply() {
+  const RequestInfo& request = ThisRequest();
+  link_.journal().End(request.journal_slot);
+  if (kill_at_ == KillAt::kAfterSent && kill_opcode_ == request.opcode && request.opcode != 0 &&
+      (kill_cmd_ == 0 || kill_cmd_ == request.ioctl_cmd)) {
+    GPUFS_LOG(WARN) << "test hook: killing the worker after the kernel got the reply to "
+                    << request.unique;
+    ::kill(::getpid(), SIGKILL);
+  }
+}
 
 // --- reconciling half-done requests -------------------------------------------
 

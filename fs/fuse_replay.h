@@ -24,7 +24,9 @@
 // ALLOC_OBJECT and SEAL_OBJECT are carried out again, checked, even when
 // the dead worker answered them: a re-sent ALLOC or ALLOC_OBJECT gets the
 // allocation the dead worker made, exported anew (its reply named a token
-// the new worker would not redeem), instead of EEXIST; a SEAL_OBJECT whose
+// the new worker would not redeem), instead of EEXIST (an ALLOC_OBJECT
+// whose object the dead worker had not yet recorded, which it does just
+// after the answer, is made afresh); a SEAL_OBJECT whose
 // object the dead worker published is answered as done, and the kernel is
 // told of the name again (the dead worker's note may not have gone out).
 // Reads, lookups, listings and the map ioctls are carried out again
@@ -34,7 +36,9 @@
 // name, e.g. "mkdir", or an ioctl's: "seal_object", "alloc_object", "seal">
 // makes the first worker of a mount SIGKILL itself after it carried out the
 // first such request and recorded its reply, before the kernel gets it;
-// "<name>:begun" kills it before the reply is recorded (the half-done case).
+// "<name>:begun" kills it before the reply is recorded (the half-done case);
+// "<name>:sent" after the kernel got the reply (work the request leaves for
+// after its answer is lost).
 #pragma once
 
 #include <sys/uio.h>
@@ -87,7 +91,8 @@ class Replay {
   takeover::WorkerLink& link_;
   uint32_t kill_opcode_ = 0;  // the test hook, first worker only
   uint32_t kill_cmd_ = 0;     // with FUSE_IOCTL: the ioctl it kills at
-  bool kill_before_journal_ = false;
+  enum class KillAt { kBeforeJournal, kAfterJournal, kAfterSent };
+  KillAt kill_at_ = KillAt::kAfterJournal;
 };
 
 // Wraps the callbacks of `ops` that reconcile a half-done request (above).

@@ -97,8 +97,9 @@ class Catalog {
   // Attached entries, the root included.
   virtual Result<uint64_t> CountEntries() = 0;
 
-  // Inserts `entry` (its id is ignored and assigned) under entry.parent, and,
-  // when `blob` is given, inserts it too and links it to the new entry.
+  // Inserts `entry` under entry.parent, and, when `blob` is given, inserts
+  // it too and links it to the new entry. Their ids are assigned where 0;
+  // an id that is not 0 must be one ReserveIds handed out and no row took.
   // Touches the parent's mtime/ctime with entry.ctime_ns. Returns the entry
   // as stored (id and blob set). EEXIST when the name is taken, ENOENT when
   // the parent is gone or detached.
@@ -107,8 +108,9 @@ class Catalog {
   // Many blob entries at once (an object written as a whole: hundreds of
   // members), each with its blob and its attributes: as CreateEntry and
   // SetXattr one by one, all or nothing (EEXIST for a name taken, in the
-  // catalog or twice in `members`; ENOENT for a parent gone). The entries
-  // as stored, in order. The default does exactly that, in a Batch.
+  // catalog or twice in `members`; ENOENT for a parent gone). Ids as
+  // CreateEntry's: entry.id and blob.id, assigned where 0. The entries as
+  // stored, in order. The default does exactly that, in a Batch.
   struct NewMember {
     Entry entry;
     Blob blob;
@@ -129,6 +131,16 @@ class Catalog {
     if (!made.ok()) return made;
     return out;
   }
+
+  // Hands out `entries` consecutive entry ids and `blobs` consecutive blob
+  // ids, never to be handed out again (durably: a restart skips them too),
+  // for rows created later with them: an object a producer writes as a
+  // whole has its ids, and its memory, before its rows are written.
+  struct ReservedIds {
+    EntryId entry = 0;  // the first of each
+    BlobId blob = 0;
+  };
+  virtual Result<ReservedIds> ReserveIds(uint64_t entries, uint64_t blobs) = 0;
 
   // Stores mode, uid, gid and the three times of entry.id. ENOENT.
   virtual Status UpdateEntryAttrs(const Entry& entry) = 0;

@@ -64,6 +64,7 @@ constexpr char kInsertBlobAsSql[] =
 // to ids taken outside SQLite (meta/deferred_rows.h).
 constexpr char kLastIdSql[] = "SELECT seq FROM sqlite_sequence WHERE name = ?";
 constexpr char kRaiseLastIdSql[] = "UPDATE sqlite_sequence SET seq = MAX(seq, ?) WHERE name = ?";
+constexpr char kInsertLastIdSql[] = "INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)";
 constexpr char kUpdateBlobSql[] =
     "UPDATE blobs SET device = ?, size = ?, state = ?, owner_uid = ?, closed = ?, checksum = ?"
     " WHERE id = ?";

@@ -38,6 +38,9 @@ class ForwardingCatalog : public Catalog {
   Result<std::vector<Entry>> CreateMembers(const std::vector<NewMember>& members) override {
     return inner_->CreateMembers(members);
   }
+  Result<ReservedIds> ReserveIds(uint64_t entries, uint64_t blobs) override {
+    return inner_->ReserveIds(entries, blobs);
+  }
   Status UpdateEntryAttrs(const Entry& entry) override { return inner_->UpdateEntryAttrs(entry); }
   Status Detach(EntryId id, int64_t now_ns) override { return inner_->Detach(id, now_ns); }
   Result<EntryId> Move(EntryId id, EntryId new_parent, std::string_view new_name,

@@ -65,14 +65,11 @@ Result<Entry> DoCreateEntry(Db& db, const Entry& entry, const std::optional<Blob
   GPUFS_ASSIGN_OR_RETURN(std::optional<Entry> taken, FindChild(db, entry.parent, entry.name));
   if (taken) return Error(EEXIST, "name taken by entry " + std::to_string(taken->id));
 
-  Entry stored = entry;
-  stored.id = 0;  // assigned
+  Entry stored = entry;  // its id assigned where 0 (else a reserved one)
   stored.mode = ModeForKind(entry.kind, entry.mode);
   stored.blob = 0;
   if (blob) {
-    Blob row = *blob;
-    row.id = 0;
-    GPUFS_ASSIGN_OR_RETURN(Blob inserted, InsertBlob(db, row));
+    GPUFS_ASSIGN_OR_RETURN(Blob inserted, InsertBlob(db, *blob));
     stored.blob = inserted.id;
   }
   GPUFS_ASSIGN_OR_RETURN(stored.id, InsertEntry(db, stored));
@@ -290,9 +287,12 @@ Result<uint64_t> SqliteCatalog::CountEntries() {
 }
 
 Result<Entry> SqliteCatalog::CreateEntry(const Entry& entry, const std::optional<Blob>& blob) {
-  Result<Entry> created = Deferring() && DeferredRows::Fits(blob ? &*blob : nullptr, &entry)
-                              ? DeferCreate(entry, blob)
-                              : DoCreateEntry(*db_, entry, blob);
+  // Rows with reserved ids go to SQLite: the log takes its own.
+  const bool reserved = entry.id != 0 || (blob && blob->id != 0);
+  Result<Entry> created =
+      Deferring() && !reserved && DeferredRows::Fits(blob ? &*blob : nullptr, &entry)
+          ? DeferCreate(entry, blob)
+          : DoCreateEntry(*db_, entry, blob);
   if (created.ok() && attached_) ++*attached_;
   if (created.ok() && deferred_) {
     deferred_->SawEntryId(created->id);

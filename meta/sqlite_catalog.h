@@ -68,6 +68,7 @@ class SqliteCatalog final : public Catalog {
   // One transaction; each parent checked and touched once; a name taken is
   // the UNIQUE index's EEXIST. Never deferred.
   Result<std::vector<Entry>> CreateMembers(const std::vector<NewMember>& members) override;
+  Result<ReservedIds> ReserveIds(uint64_t entries, uint64_t blobs) override;
   // One transaction of UPDATEs; never deferred.
   Status UpdateBlobs(const std::vector<Blob>& blobs) override;
   Status UpdateEntryAttrs(const Entry& entry) override;

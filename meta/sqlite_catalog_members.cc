@@ -9,7 +9,8 @@
 // rows written kMaxRows to a statement, it is a few dozen statements. The
 // ids are taken here, inside the write transaction, after the highest that
 // AUTOINCREMENT (sqlite_sequence, which the inserts raise) and the deferred
-// log have handed out, so an id is still never given twice. The seal's
+// log have handed out, so an id is still never given twice; ReserveIds
+// raises that highest id ahead of rows that come later with their ids. The seal's
 // UPDATEs go one statement per run of members alike but in size (every
 // column of the run at once, then the sizes that differ: at a seal, none).
 #include <sys/stat.h>
@@ -83,6 +84,22 @@ Result<uint64_t> LastId(Db& db, const char* table) {
   stmt.BindText(0, table);
   GPUFS_ASSIGN_OR_RETURN(bool found, StepOnce(stmt));
   return found ? static_cast<uint64_t>(stmt.ColumnInt64(0)) : 0;
+}
+
+// Inside a write transaction: `table`'s highest id handed out raised to
+// `last` (its row made if the table never handed one out).
+Status RaiseLastId(Db& db, const char* table, uint64_t last) {
+  {
+    GPUFS_ASSIGN_OR_RETURN(Statement stmt, db.GetCachedStatement(kRaiseLastIdSql));
+    stmt.BindInt64(0, I64(last));
+    stmt.BindText(1, table);
+    GPUFS_RETURN_IF_ERROR(stmt.Run());
+  }
+  if (db.Changes() != 0 || last == 0) return Status::Ok();
+  GPUFS_ASSIGN_OR_RETURN(Statement stmt, db.GetCachedStatement(kInsertLastIdSql));
+  stmt.BindText(0, table);
+  stmt.BindInt64(1, I64(last));
+  return stmt.Run();
 }
 
 void BindOptionalBlob(Statement& stmt, int index, const std::string* value) {
@@ -231,9 +248,10 @@ Result<std::vector<Entry>> SqliteCatalog::CreateMembers(const std::vector<NewMem
       const NewMember& m = members[i];
       MemberRows& row = rows[i];
       row.entry = m.entry;
-      row.entry.id = ++entry_id;
+      // Reserved ids lie below the highest handed out: no ++ meets them.
+      row.entry.id = m.entry.id != 0 ? m.entry.id : ++entry_id;
       row.entry.mode = ModeForKind(m.entry.kind, m.entry.mode);
-      row.entry.blob = ++blob_id;
+      row.entry.blob = m.blob.id != 0 ? m.blob.id : ++blob_id;
       row.blob = &m.blob;
       for (const auto& [name, value] : m.xattrs) {
         if (const ColumnXattr* column = FindColumnXattr(name)) {
@@ -305,13 +323,42 @@ Result<std::vector<Entry>> SqliteCatalog::CreateMembers(const std::vector<NewMem
   Result<std::vector<Entry>> created = made();
   if (created.ok()) {
     if (attached_) *attached_ += created->size();
-    if (deferred_ && !created->empty()) {
-      deferred_->SawEntryId(created->back().id);
-      deferred_->SawBlobId(created->back().blob);
+    if (deferred_) {
+      for (const Entry& e : *created) {
+        deferred_->SawEntryId(e.id);
+        deferred_->SawBlobId(e.blob);
+      }
     }
   }
   return Annotated(std::move(created),
                    [&] { return "create " + std::to_string(members.size()) + " members"; });
+}
+
+Result<Catalog::ReservedIds> SqliteCatalog::ReserveIds(uint64_t entries, uint64_t blobs) {
+  auto reserve = [&]() -> Result<ReservedIds> {
+    GPUFS_RETURN_IF_ERROR(Settle());
+    Transaction txn(*db_);
+    GPUFS_RETURN_IF_ERROR(txn.Begin());
+    GPUFS_ASSIGN_OR_RETURN(uint64_t entry_id, LastId(*db_, "entries"));
+    GPUFS_ASSIGN_OR_RETURN(uint64_t blob_id, LastId(*db_, "blobs"));
+    if (deferred_) {
+      entry_id = std::max(entry_id, deferred_->PeekEntryId() - 1);
+      blob_id = std::max(blob_id, deferred_->PeekBlobId() - 1);
+    }
+    GPUFS_RETURN_IF_ERROR(RaiseLastId(*db_, "entries", entry_id + entries));
+    GPUFS_RETURN_IF_ERROR(RaiseLastId(*db_, "blobs", blob_id + blobs));
+    GPUFS_RETURN_IF_ERROR(txn.Commit());
+    return ReservedIds{.entry = entry_id + 1, .blob = blob_id + 1};
+  };
+  Result<ReservedIds> reserved = reserve();
+  if (reserved.ok() && deferred_) {
+    deferred_->SawEntryId(reserved->entry + entries - 1);
+    deferred_->SawBlobId(reserved->blob + blobs - 1);
+  }
+  return Annotated(std::move(reserved), [&] {
+    return "reserve " + std::to_string(entries) + " entry and " + std::to_string(blobs) +
+           " blob ids";
+  });
 }
 
 Result<std::vector<Blob>> SqliteCatalog::RemoveMembers(EntryId object,

@@ -202,6 +202,79 @@ TEST_P(SqliteCatalogContractTest, CreateMembersTakesFreshIdsAndKeepsEveryAttribu
   EXPECT_EQ(catalog_->ListChildren(object.id, 0, 1000)->size(), 131u);
 }
 
+// Ids handed out by ReserveIds are taken by nothing else, before or after
+// a reopen, until rows are created with them, as one entry or as members.
+TEST_P(SqliteCatalogContractTest, ReservedIdsAreNeverHandedOutAgain) {
+  // A fresh catalog (no blob row ever made) reserves too.
+  auto first = catalog_->ReserveIds(3, 2);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_GT(first->entry, kRootEntryId);
+  EXPECT_GE(first->blob, 1u);
+  Entry a = Create(kRootEntryId, "a", EntryKind::kBlob, MakeBlob(1));  // deferred, if kExclusive
+  EXPECT_GE(a.id, first->entry + 3);
+  EXPECT_GE(a.blob, first->blob + 2);
+  auto second = catalog_->ReserveIds(4, 3);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_GT(second->entry, a.id);
+  EXPECT_GT(second->blob, a.blob);
+  Reopen();
+  Entry b = Create(kRootEntryId, "b", EntryKind::kBlob, MakeBlob(1));
+  EXPECT_GE(b.id, second->entry + 4);
+  EXPECT_GE(b.blob, second->blob + 3);
+  std::vector<Catalog::NewMember> plain(2);
+  for (size_t i = 0; i < plain.size(); ++i) {
+    plain[i].entry = NewEntry(kRootEntryId, "p" + std::to_string(i), EntryKind::kBlob);
+    plain[i].blob = MakeBlob(1);
+  }
+  auto made_plain = catalog_->CreateMembers(plain);
+  ASSERT_TRUE(made_plain.ok()) << made_plain.status().ToString();
+  EXPECT_GT((*made_plain)[0].id, b.id);
+
+  // The reserved ids, used: an object with them, its members with theirs.
+  Entry object = NewEntry(kRootEntryId, "model", EntryKind::kObject);
+  object.id = second->entry;
+  auto made_object = catalog_->CreateEntry(object, std::nullopt);
+  ASSERT_TRUE(made_object.ok()) << made_object.status().ToString();
+  EXPECT_EQ(made_object->id, second->entry);
+  std::vector<Catalog::NewMember> rows(3);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    rows[i].entry = NewEntry(object.id, "w" + std::to_string(i), EntryKind::kBlob);
+    rows[i].entry.id = second->entry + 1 + i;
+    rows[i].blob = MakeBlob(10 + i);
+    rows[i].blob.id = second->blob + i;
+    rows[i].xattrs = {{"user.gpufs.dtype", "uint8"}};
+  }
+  auto made = catalog_->CreateMembers(rows);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ((*made)[i].id, second->entry + 1 + i);
+    EXPECT_EQ((*made)[i].blob, second->blob + i);
+    EXPECT_EQ(*catalog_->EntryOfBlob(second->blob + i), second->entry + 1 + i);
+    EXPECT_EQ(catalog_->GetBlob(second->blob + i)->size, 10 + i);
+  }
+  EXPECT_EQ(catalog_->Lookup(kRootEntryId, "model")->id, second->entry);
+  EXPECT_EQ(catalog_->ListChildren(object.id, 0, 10)->size(), 3u);
+  // Once used, a reserved id is taken like any other.
+  Entry clash = NewEntry(kRootEntryId, "other", EntryKind::kObject);
+  clash.id = second->entry;
+  EXPECT_FALSE(catalog_->CreateEntry(clash, std::nullopt).ok());
+  // A blob with a reserved id, through CreateEntry.
+  Blob blob = MakeBlob(5);
+  blob.id = first->blob;
+  Entry one = NewEntry(kRootEntryId, "one", EntryKind::kBlob);
+  one.id = first->entry;
+  auto made_one = catalog_->CreateEntry(one, blob);
+  ASSERT_TRUE(made_one.ok()) << made_one.status().ToString();
+  EXPECT_EQ(made_one->id, first->entry);
+  EXPECT_EQ(made_one->blob, first->blob);
+  Reopen();
+  EXPECT_EQ(*catalog_->EntryOfBlob(first->blob), first->entry);
+  EXPECT_EQ(catalog_->ListChildren(second->entry, 0, 10)->size(), 3u);
+  Entry c = Create(kRootEntryId, "c", EntryKind::kBlob, MakeBlob(1));
+  EXPECT_GT(c.id, (*made_plain)[1].id);
+  EXPECT_GT(c.blob, (*made_plain)[1].blob);
+}
+
 TEST_P(SqliteCatalogContractTest, UpdateBlobsUpdatesEveryRowOrNone) {
   Entry object = Create(kRootEntryId, "model");
   std::vector<Blob> blobs;

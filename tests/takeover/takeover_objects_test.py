@@ -4,8 +4,12 @@ import` does) whose worker is killed after it carried out one of those
 ioctls and before the kernel got the reply succeeds once, with the whole
 object there and visible at once: a re-sent SEAL_OBJECT the dead worker
 carried out (answered or begun) is answered as done and the kernel is told
-of the name, and a re-sent ALLOC_OBJECT gets the object the dead worker
-made (fs/fuse_replay.h, docs/TAKEOVER.md). And, with one worker: a name an
+of the name, and a re-sent ALLOC_OBJECT is carried out afresh (the dead
+worker had not yet recorded the object: its rows come after the answer)
+(fs/fuse_replay.h, docs/TAKEOVER.md). A worker killed after the producer
+got ALLOC_OBJECT's answer and before it recorded the object fails that
+publish cleanly: a clear error, nothing visible, no memory kept, and the
+next publish succeeds. And, with one worker: a name an
 object is published at is visible as soon as the publish returns, even to a
 process whose kernel remembered it as missing just before."""
 
@@ -74,18 +78,43 @@ class ObjectTakeoverTest(TakeoverCase):
             m, "was begun by the last worker: carried out again, checked"), 1, m.log())
         self.assertIn("the last worker published the object: answered as done", m.log())
 
-    def test_an_alloc_object_carried_out_and_unanswered_gives_the_same_object(self):
+    def test_an_alloc_object_carried_out_and_unanswered_is_carried_out_afresh(self):
         m = self.publish_killed_at("alloc_object")
         self.assertEqual(self.replayed(
             m, "was carried out by the last worker; an ioctl: carried out again, checked"), 1,
             m.log())
-        self.assertIn("the last worker made is given again", m.log())
+        self.assertIn("the last worker recorded no object for", m.log())
 
-    def test_a_half_done_alloc_object_gives_the_same_object(self):
+    def test_a_half_done_alloc_object_is_carried_out_afresh(self):
         m = self.publish_killed_at("alloc_object:begun")
         self.assertEqual(self.replayed(
             m, "was begun by the last worker: carried out again, checked"), 1, m.log())
-        self.assertIn("the last worker made is given again", m.log())
+        self.assertIn("the last worker recorded no object for", m.log())
+
+    def test_a_worker_killed_before_it_recorded_an_answered_alloc_object_fails_the_publish(self):
+        m = self.mount(env={"GPUFS_TEST_KILL_BEFORE_REPLY": "alloc_object:sent"})
+        src = os.path.join(self.tmp, "model.safetensors")
+        tensors = safetensors_file(src)
+        dest = os.path.join(m.mnt, "model")
+        done = subprocess.run([GPUFS_BIN, "import", src, dest], capture_output=True, text=True,
+                              timeout=TIMEOUT_S)
+        self.assertIn("after the kernel got the reply", m.log())
+        self.assertEqual(m.worker()["restarts"], 1)
+        self.assertNotEqual(done.returncode, 0, done.stdout + done.stderr)
+        self.assertIn("EINVAL", done.stderr)
+        self.assertIn("no object staged on this descriptor", m.log())
+        self.assertEqual(sorted(os.listdir(m.mnt)), [".gpufs"])
+        # The dead worker's allocation (a file per member in the host store)
+        # went at the takeover: no row of the catalog held it.
+        self.assertEqual(m.log().count("which holds no live blob"), MEMBERS, m.log()[-3000:])
+        # The next publish, on the new worker, succeeds whole.
+        done = subprocess.run([GPUFS_BIN, "import", src, dest], capture_output=True, text=True,
+                              timeout=TIMEOUT_S)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr + m.log()[-3000:])
+        self.assertEqual(sorted(os.listdir(dest)), sorted(tensors))
+        for name, values in tensors.items():
+            with open(os.path.join(dest, name), "rb") as f:
+                self.assertEqual(f.read(), values, name)
 
 
 class PublishedNameTest(TakeoverCase):
