@@ -125,6 +125,13 @@ class SqliteCatalog final : public Catalog {
   // CountEntries's answer, kept live by every call that attaches or detaches
   // an entry once it has been counted, so statfs does not scan the catalog.
   std::optional<uint64_t> attached_;
+  // Ids ReserveIds took from SQLite ahead of need, [next, end), handed out
+  // without a transaction until used up (a restart leaves the rest unused).
+  struct IdPool {
+    uint64_t next = 0, end = 0;
+    uint64_t left() const { return end - next; }
+  };
+  IdPool entry_pool_, blob_pool_;
 };
 
 }  // namespace gpufs

@@ -215,12 +215,27 @@ TEST_P(SqliteCatalogContractTest, ReservedIdsAreNeverHandedOutAgain) {
   EXPECT_GE(a.blob, first->blob + 2);
   auto second = catalog_->ReserveIds(4, 3);
   ASSERT_TRUE(second.ok()) << second.status().ToString();
-  EXPECT_GT(second->entry, a.id);
-  EXPECT_GT(second->blob, a.blob);
+  auto outside = [](uint64_t id, uint64_t from, uint64_t count) {
+    return id < from || id >= from + count;
+  };
+  EXPECT_GE(second->entry, first->entry + 3);  // none given twice
+  EXPECT_GE(second->blob, first->blob + 2);
+  EXPECT_TRUE(outside(a.id, second->entry, 4)) << a.id << " " << second->entry;
+  EXPECT_TRUE(outside(a.blob, second->blob, 3)) << a.blob << " " << second->blob;
+  // More than are kept ahead: from SQLite, past everything handed out.
+  auto large = catalog_->ReserveIds(100000, 70000);
+  ASSERT_TRUE(large.ok()) << large.status().ToString();
+  EXPECT_GT(large->entry, a.id);
+  EXPECT_GT(large->blob, a.blob);
+  EXPECT_GE(large->entry, second->entry + 4);
   Reopen();
   Entry b = Create(kRootEntryId, "b", EntryKind::kBlob, MakeBlob(1));
-  EXPECT_GE(b.id, second->entry + 4);
-  EXPECT_GE(b.blob, second->blob + 3);
+  EXPECT_GE(b.id, large->entry + 100000);
+  EXPECT_GE(b.blob, large->blob + 70000);
+  auto after_reopen = catalog_->ReserveIds(2, 2);  // the last process's pool is not reused
+  ASSERT_TRUE(after_reopen.ok()) << after_reopen.status().ToString();
+  EXPECT_GT(after_reopen->entry, b.id);
+  EXPECT_GT(after_reopen->blob, b.blob);
   std::vector<Catalog::NewMember> plain(2);
   for (size_t i = 0; i < plain.size(); ++i) {
     plain[i].entry = NewEntry(kRootEntryId, "p" + std::to_string(i), EntryKind::kBlob);
