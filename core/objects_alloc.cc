@@ -121,6 +121,10 @@ Result<ObjectAllocation> Namespace::AllocObject(HandleId id, const Caller& calle
   std::vector<GroupMember> layout;
   {
     std::lock_guard lock(mu_);
+    // Taken already: refused now, not at the rows after the answer.
+    if (auto there = catalog_->Lookup(parent.id, hidden); there.ok()) {
+      return Error(EEXIST, ChildPathOf(parent.id, hidden) + " exists");
+    }
     pending->device = DeviceFor(parent.id);
     const size_t n = manifest.members.size();
     auto ids = catalog_->ReserveIds(n + 1, n);

@@ -107,6 +107,15 @@ TEST_F(ObjectRowsTest, RowsThatCannotBeWrittenLetTheMemoryGoAndTheSealSaysWhy) {
   EXPECT_EQ(dev_->Usage().blobs, 0u);
 }
 
+TEST_F(ObjectRowsTest, AHiddenNameTakenAlreadyIsRefusedAtTheAlloc) {
+  ASSERT_TRUE(ns_->Mkdir(alice_, kRootEntryId, ".m.saving-6.d", 0755).ok());
+  auto h = Stage(alice_, kRootEntryId, ".m.saving-6", Manifest({{"a", "aaaa"}}));
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(ns_->AllocObject(*h, alice_, false, /*rows_later=*/true).status().code(), EEXIST);
+  EXPECT_EQ(dev_->Usage().blobs, 1u);  // the staging member alone
+  EXPECT_TRUE(ns_->Release(*h).ok());
+}
+
 TEST_F(ObjectRowsTest, ADaemonThatDiedBeforeTheRowsLeavesNothingAtItsNextStart) {
   Staged(".m.saving-5");
   Start();  // died with the rows due: none reached the catalog
