@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -210,11 +211,57 @@ void ClusterObjects::Changed(const std::string& path) {
   cv_.notify_all();
 }
 
+void ClusterObjects::LocalRemoved(uint64_t object) {
+  {
+    std::lock_guard lock(mu_);
+    bool fetched = false;
+    for (const auto& [path, f] : fetched_) fetched = fetched || f.object == object;
+    if (!fetched) return;
+    removed_.push_back(object);
+  }
+  cv_.notify_all();
+}
+
+void ClusterObjects::DropRemoved(const std::vector<uint64_t>& removed) {
+  std::vector<std::pair<std::string, uint64_t>> dropped;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = fetched_.begin(); it != fetched_.end();) {
+      if (std::find(removed.begin(), removed.end(), it->second.object) == removed.end()) {
+        ++it;
+        continue;
+      }
+      dropped.emplace_back(it->first, it->second.version);
+      it = fetched_.erase(it);
+    }
+  }
+  if (dropped.empty()) return;
+  SaveReplicas();
+  for (const auto& [path, version] : dropped) {
+    // Not served from here on; the bytes go once the sends from them end.
+    Status st = node_->DropReplica(path, version);
+    GPUFS_LOG(INFO) << "cluster: the local copy of " << path << "@" << version
+                    << " was removed or changed here: this node serves it no more"
+                    << (st.ok() ? std::string()
+                                : " (its replica key stays until the lease ends: " + st.ToString() +
+                                      ")");
+    ns_.RemoteChanged(path);
+  }
+}
+
 void ClusterObjects::Work() {
   std::unique_lock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stop_ || (started_ && !changes_.empty()); });
+    cv_.wait(lock, [&] { return stop_ || (started_ && (!changes_.empty() || !removed_.empty())); });
     if (stop_) return;
+    if (!removed_.empty()) {
+      std::vector<uint64_t> removed;
+      removed.swap(removed_);
+      lock.unlock();
+      DropRemoved(removed);
+      lock.lock();
+      continue;
+    }
     const std::string path = std::move(changes_.front());
     changes_.pop_front();
     std::vector<std::pair<std::string, Fetched>> check;
@@ -261,7 +308,6 @@ void ClusterObjects::LoadReplicas() {
     GPUFS_LOG(WARN) << "cluster: " << replicas_file_ << " is not a JSON object: ignored";
     return;
   }
-  std::lock_guard lock(mu_);
   for (const auto& [path, f] : kept.items()) {
     if (!f.is_object() || !f.contains("version") || !f.contains("object") ||
         !f["version"].is_number_unsigned() || !f["object"].is_number_unsigned()) {
@@ -270,8 +316,10 @@ void ClusterObjects::LoadReplicas() {
     }
     const uint64_t version = f["version"].get<uint64_t>();
     const uint64_t object = f["object"].get<uint64_t>();
+    // Looked up without mu_: the Namespace may call LocalRemoved meanwhile.
     auto local = LookupPath(ns_, path);
     if (!local.ok() || local->ino != object) continue;  // gone (or another object) meanwhile
+    std::lock_guard lock(mu_);
     fetched_[path] = {version, object, /*served=*/false};
     changes_.push_back(path);  // checked against the cluster by the worker
   }

@@ -32,6 +32,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cluster/cluster_node.h"
 #include "core/namespace.h"
@@ -57,6 +58,10 @@ class ClusterObjects : public RemoteObjects {
   Result<uint64_t> Unpublish(const std::string& path) override;
   std::string StatusJson() override;
   std::string CountersJson() override;
+  // A fetched replica whose local copy went or lost a member is served no
+  // more (the worker drops it), so that its memory goes once the sends
+  // from it end; the published object shows at its path again.
+  void LocalRemoved(uint64_t object) override;
 
   ClusterNode& node() { return *node_; }
 
@@ -68,6 +73,8 @@ class ClusterObjects : public RemoteObjects {
   Result<bool> FetchOnce(const ObjectManifest& manifest);
   void Changed(const std::string& path);
   void Work();
+  // Drops the replicas whose local copies are among `removed` (the worker's).
+  void DropRemoved(const std::vector<uint64_t>& removed);
   // Removes the local copy of a replica the cluster no longer shows.
   void Retire(const std::string& path, uint64_t version, uint64_t object);
   // The replicas file: read at the start (each local object still there
@@ -93,6 +100,7 @@ class ClusterObjects : public RemoteObjects {
   std::map<std::string, Fetched> fetched_;     // GUARDED_BY(mu_)
   std::map<std::string, uint64_t> published_;  // GUARDED_BY(mu_)
   std::deque<std::string> changes_;            // GUARDED_BY(mu_)
+  std::vector<uint64_t> removed_;              // GUARDED_BY(mu_): fetched objects removed here
   bool stop_ = false;                          // GUARDED_BY(mu_)
   bool started_ = false;                       // GUARDED_BY(mu_): node_ is set
   std::condition_variable cv_;

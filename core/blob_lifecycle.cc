@@ -1,8 +1,9 @@
 // Blobs made, replaced and freed: a new unlinked blob, the blob a member
 // links replaced (O_TRUNC), frees queued under the namespace lock and done
 // after it, and the collection of entries and blobs nobody needs any more.
-#include "core/namespace.h"
+#include <algorithm>
 
+#include "core/namespace.h"
 #include "core/sharing.h"
 #include "proto/xattr_names.h"
 #include "util/log.h"
@@ -76,10 +77,12 @@ void Namespace::FreeBlob(const Blob& blob) {
 
 void Namespace::FreeQueued() {
   std::vector<std::pair<TierId, BlobId>> doomed, unretire;
+  std::vector<EntryId> removed;
   {
     std::lock_guard lock(mu_);
     doomed.swap(doomed_);
     unretire.swap(unretire_);
+    removed.swap(removed_objects_);
   }
   for (const auto& [device, id] : unretire) {
     if (BulkStore* store = StoreFor(device)) store->ReleaseRetired(id);
@@ -87,6 +90,16 @@ void Namespace::FreeQueued() {
   for (const auto& [device, id] : doomed) {
     if (BulkStore* store = StoreFor(device)) store->Free(id);
   }
+  if (removed.empty()) return;
+  if (RemoteObjects* remote = remote_objects_.load()) {
+    std::sort(removed.begin(), removed.end());
+    removed.erase(std::unique(removed.begin(), removed.end()), removed.end());
+    for (EntryId object : removed) remote->LocalRemoved(object);
+  }
+}
+
+void Namespace::NoteRemovedLocked(EntryId object) {
+  if (object != 0 && remote_objects_.load() != nullptr) removed_objects_.push_back(object);
 }
 
 void Namespace::CollectBlob(BlobId id) {
@@ -116,6 +129,10 @@ void Namespace::CollectEntry(EntryId id) {
 }
 
 Status Namespace::DetachAndCollect(EntryId id) {
+  if (remote_objects_.load() != nullptr) {
+    auto entry = catalog_->GetEntry(id);
+    if (entry.ok()) NoteRemovedLocked(entry->kind == EntryKind::kObject ? id : entry->parent);
+  }
   if (entry_opens_.contains(id)) return catalog_->Detach(id, Now());  // until its last close
   GPUFS_ASSIGN_OR_RETURN(std::optional<Blob> blob, catalog_->Remove(id, Now()));
   if (blob && !active_.contains(blob->id)) FreeBlob(*blob);

@@ -102,8 +102,9 @@ class Namespace {
   // --- cluster mode (core/remote.cc, core/remote_objects.h) -----------------
   // Objects other nodes published; null (the default): none; set null first.
   void SetRemoteObjects(RemoteObjects* remote) { remote_objects_.store(remote); }
-  // The published version at `path` ("" : at any path) changed: the
-  // kernel's cached entries for it are dropped.
+  // The published version at `path` ("" : at any path) changed, or its
+  // local copy went: the kernel's cached entries for it are dropped, and
+  // the object shown there next gets a fresh remote inode.
   void RemoteChanged(const std::string& path);
   // GPUFS_IOC_PUBLISH on an open object: publishes its sealed version (with
   // `remove`, a "removed" one) for every node; returns the version. Only
@@ -349,7 +350,7 @@ class Namespace {
     Namespace* ns;
     ~FreeQueuedOnExit() { ns->FreeQueued(); }
   };
-  void FreeQueued();  // takes mu_ briefly; frees outside it
+  void FreeQueued();  // takes mu_ briefly; frees outside it, then tells LocalRemoved
   Status Recover();
   // Queues the disk copies a killed daemon left unwritten (after the persister starts).
   Status QueueUnfinishedPersists();
@@ -454,6 +455,9 @@ class Namespace {
   // nobody holds it open; delete and free `blob` if nothing links or holds it.
   void CollectEntry(EntryId id);
   Status DetachAndCollect(EntryId id);
+  // Cluster mode: `object` went or lost a member (RemoteObjects::LocalRemoved,
+  // told by FreeQueued once mu_ is dropped).
+  void NoteRemovedLocked(EntryId object);
   void CollectBlob(BlobId blob);
   // A handle of `entry` let go of `blob` (`mapped`: it had mapped it): the
   // last one frees what nobody needs any more; `blob` may then be gone.
@@ -528,6 +532,7 @@ class Namespace {
   std::vector<std::pair<TierId, BlobId>> doomed_;     // FreeQueued frees them
   std::vector<std::pair<TierId, BlobId>> unretire_;   // FreeQueued releases (Reshare kept)
   std::vector<EntryId> replaced_;                     // detached objects ReapReplaced removes
+  std::vector<EntryId> removed_objects_;              // cluster mode: FreeQueued tells LocalRemoved
   std::vector<std::pair<EntryId, BlobId>> unsummed_;  // SumSealed's
   ns::CopyCounters copies_;
   uint64_t next_copy_ = 0, checksum_mismatches_ = 0;  // store ids of copies (kFirstCopyId +)

@@ -29,6 +29,7 @@ constexpr size_t kReapSlice = 64;
 
 Status Namespace::RemoveMembersLocked(EntryId object, const std::vector<Entry>& members) {
   if (members.empty()) return Status::Ok();
+  NoteRemovedLocked(object);
   const int64_t now = Now();
   std::vector<EntryId> unheld;
   unheld.reserve(members.size());

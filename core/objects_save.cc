@@ -151,7 +151,7 @@ Status Namespace::SealObject(HandleId id, std::string_view name, bool replace,
   } else if (target.status().code() != ENOENT) {
     return target.status();
   }
-  const size_t doomed_before = doomed_.size();
+  const size_t doomed_before = doomed_.size(), removed_before = removed_objects_.size();
   const int64_t now = Now();
   Status published = catalog_->Batch([&]() -> Status {
     std::vector<Blob> sealed;
@@ -183,9 +183,13 @@ Status Namespace::SealObject(HandleId id, std::string_view name, bool replace,
   trace.Step("catalog");
   if (!published.ok()) {
     doomed_.resize(doomed_before);  // the batch was rolled back: nothing it freed is gone
+    removed_objects_.resize(removed_before);
     return published.Prepend("publish object " + std::string(name));
   }
-  if (target.ok() && target->kind == EntryKind::kObject) replaced_.push_back(target->id);
+  if (target.ok() && target->kind == EntryKind::kObject) {
+    replaced_.push_back(target->id);
+    NoteRemovedLocked(target->id);
+  }
   for (size_t i = 0; i < pending->members.size(); ++i) {
     PendingObject::Member& m = pending->members[i];
     if (!m.active) continue;

@@ -146,6 +146,7 @@ void Namespace::RemoteChanged(const std::string& path) {
     }
     if (found) entries.emplace_back(parent, std::string(rest));
   }
+  remote_inodes_.RetireFetched(path);
   for (const auto& [parent, name] : entries) NotifyEntry(parent, name);
   for (uint64_t ino : inodes) NotifyInode(ino);
 }

@@ -34,4 +34,16 @@ std::vector<std::pair<uint64_t, RemoteInodes::Node>> RemoteInodes::Of(const std:
   return out;
 }
 
+void RemoteInodes::RetireFetched(const std::string& path) {
+  std::lock_guard lock(mu_);
+  for (auto it = index_.begin(); it != index_.end();) {
+    const Node& node = nodes_.at(it->second);
+    if (node.local != 0 && (path.empty() || node.object.path == path)) {
+      it = index_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 }  // namespace gpufs

@@ -35,6 +35,12 @@ class RemoteInodes {
   void SetLocal(uint64_t ino, uint64_t local);
   // The inodes issued for objects at `path` ("": for every path).
   std::vector<std::pair<uint64_t, Node>> Of(const std::string& path);
+  // The inodes at `path` ("": every path) fetched into a local object are
+  // issued no more: the object shown there next gets a fresh inode, so
+  // that no entry the kernel cached under the old one (the members of a
+  // local copy removed since) is found through it. Those still held keep
+  // resolving (Find).
+  void RetireFetched(const std::string& path);
 
  private:
   std::mutex mu_;

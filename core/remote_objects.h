@@ -14,7 +14,10 @@
 //   sealed local object at its path (all of it or nothing), and is then
 //   served from that;
 // - GPUFS_IOC_PUBLISH calls Publish/Unpublish once the caller may
-//   (Namespace::PublishObject); /.gpufs/cluster is StatusJson().
+//   (Namespace::PublishObject); /.gpufs/cluster is StatusJson();
+// - LocalRemoved tells of each local object that lost a member or went,
+//   so that a fetched copy removed here is served no more and its memory
+//   goes.
 //
 // Contract for implementations: thread-safe; no core lock is held during
 // any call, so they may call back into the Namespace (Fetch does). Find
@@ -60,6 +63,10 @@ class RemoteObjects {
   // What /.gpufs/stats shows under "cluster" (a JSON object): this node's
   // own counters, never waiting on the cluster.
   virtual std::string CountersJson() = 0;
+  // Local object `object` (an entry id, never reused) was removed, replaced,
+  // or lost a member: called after the change, on the thread that made it,
+  // with no core lock held. Must not wait on the cluster.
+  virtual void LocalRemoved(uint64_t object) = 0;
 };
 
 }  // namespace gpufs

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "core/gpu_like_fixture.h"
 #include "core/remote_objects.h"
@@ -81,12 +82,24 @@ class InProcessRemote : public RemoteObjects {
   Result<uint64_t> Unpublish(const std::string&) override { return Error(EOPNOTSUPP, "no"); }
   std::string StatusJson() override { return "{}"; }
   std::string CountersJson() override { return "{}"; }
+  void LocalRemoved(uint64_t object) override {
+    // Told with no core lock held: calling back into the namespace is safe.
+    if (on_removed_) on_removed_();
+    std::lock_guard lock(mu_);
+    removed_.push_back(object);
+  }
+  std::vector<uint64_t> TakeRemoved() {
+    std::lock_guard lock(mu_);
+    return std::exchange(removed_, {});
+  }
+  std::function<void()> on_removed_;
 
  private:
   Writer writer_;
   std::mutex mu_, fetch_mu_;
   std::map<std::string, std::pair<RemoteObject, Members>> published_;
   std::set<std::pair<std::string, uint64_t>> fetched_;  // GUARDED_BY(fetch_mu_)
+  std::vector<uint64_t> removed_;                       // GUARDED_BY(mu_)
   std::atomic<int> fetches_{0};
   int fail_ = 0;
 };
@@ -176,6 +189,45 @@ TEST_F(RemoteTest, AFailedFetchLeavesNothingAndALocalObjectHidesAPublishedOne) {
   EXPECT_FALSE(Namespace::IsRemoteIno(local->ino));
   EXPECT_TRUE(ns_->Lookup(local->ino, "mine").ok());
   EXPECT_EQ(RootNames(), std::vector<std::string>{"model"});
+}
+
+// What lets the cluster stop serving a fetched copy removed here (and free
+// its memory): each object that lost a member or went is told, once its
+// change is made, with no core lock held.
+TEST_F(RemoteTest, TheRemoteIsToldOfEachLocalObjectThatLostAMemberOrWent) {
+  remote_->on_removed_ = [this] { EXPECT_TRUE(ns_->GetAttr(kRootEntryId).ok()); };
+  remote_->Publish("model", {{"w", "weights"}, {"b", "bias"}});
+  auto shown = ns_->Lookup(kRootEntryId, "model");
+  ASSERT_TRUE(shown.ok());
+  ASSERT_TRUE(ns_->Lookup(shown->ino, "w").ok());  // fetched
+  auto local = ns_->Lookup(kRootEntryId, "model");
+  ASSERT_TRUE(local.ok());
+  ASSERT_FALSE(Namespace::IsRemoteIno(local->ino));
+  remote_->TakeRemoved();  // whatever the fetch's own staging told
+
+  EXPECT_TRUE(ns_->Lookup(local->ino, "w").ok());
+  EXPECT_TRUE(remote_->TakeRemoved().empty());  // reads tell nothing
+  ASSERT_TRUE(ns_->Unlink(local->ino, "w").ok());
+  EXPECT_EQ(remote_->TakeRemoved(), std::vector<uint64_t>{local->ino});
+  ASSERT_TRUE(ns_->Unlink(local->ino, "b").ok());
+  ASSERT_TRUE(ns_->Rmdir(kRootEntryId, "model").ok());
+  EXPECT_EQ(remote_->TakeRemoved(), (std::vector<uint64_t>{local->ino, local->ino}));
+
+  // An object replaced by a save is told too (its members go after).
+  ASSERT_TRUE(Save(alice_, kRootEntryId, "mine", {{"x", "1"}, {"y", "2"}}).ok());
+  auto mine = ns_->Lookup(kRootEntryId, "mine");
+  ASSERT_TRUE(mine.ok());
+  remote_->TakeRemoved();
+  ASSERT_TRUE(Save(alice_, kRootEntryId, "mine", {{"x", "3"}}, /*replace=*/true).ok());
+  ns_->ReapReplaced();
+  std::vector<uint64_t> told = remote_->TakeRemoved();
+  EXPECT_NE(std::find(told.begin(), told.end(), mine->ino), told.end());
+  // A save refused (the name is taken, no replace) tells nothing of it.
+  ASSERT_FALSE(Save(alice_, kRootEntryId, "mine", {{"x", "4"}}).ok());
+  auto now = ns_->Lookup(kRootEntryId, "mine");
+  ASSERT_TRUE(now.ok());
+  told = remote_->TakeRemoved();
+  EXPECT_EQ(std::find(told.begin(), told.end(), now->ino), told.end());
 }
 
 }  // namespace

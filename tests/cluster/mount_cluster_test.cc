@@ -271,5 +271,66 @@ TEST_F(ClusterMountTest, ClusterFetchMakesAnObjectLocalOnce) {
   EXPECT_NE(Sh(bin_ + " publish " + M("a") + "/mixed").status, 0);
 }
 
+// A fetched copy removed on its node (rm -r): that node serves it no more,
+// its memory goes, and the published object shows there again, fetched
+// anew at its next use.
+TEST_F(ClusterMountTest, ARemovedFetchedCopyIsServedNoMoreAndItsMemoryGoes) {
+  auto used = [&](const std::string& n) {
+    uint64_t bytes = 0;
+    const json stats = Stats(n);
+    for (const json& d : stats["devices"]) bytes += d["used"].get<uint64_t>();
+    return bytes;
+  };
+  // The nodes a's cluster status lists as holding model@1.
+  auto replicas = [&] {
+    const json s = ClusterStatus("a");
+    std::string nodes;
+    if (!s.is_object() || !s.contains("replicas") || !s["replicas"].contains("model@1")) {
+      return nodes;
+    }
+    for (const json& n : s["replicas"]["model@1"]) {
+      nodes += (nodes.empty() ? "" : ",") +
+               (n.is_object() ? n.value("node", "?") : n.get<std::string>());
+    }
+    return nodes;
+  };
+  const uint64_t size = 8 << 20;
+  const uint64_t before = used("b");
+  MakeModel("a", "model", size, 31);
+  const std::string v1 = ReadFile(M("a") + "/model/w");
+  ASSERT_EQ(Sh(bin_ + " publish " + M("a") + "/model").status, 0);
+  ASSERT_TRUE(Eventually([&] { return ::access((M("b") + "/model").c_str(), F_OK) == 0; }));
+  ASSERT_TRUE(ReadFile(M("b") + "/model/w") == v1);  // fetched onto b
+  EXPECT_GE(used("b"), before + size);
+  ASSERT_TRUE(Eventually([&] { return replicas() == "a,b"; })) << replicas();
+
+  Shell rm = Sh("rm -r " + M("b") + "/model");
+  ASSERT_EQ(rm.status, 0) << rm.output;
+  ASSERT_TRUE(Eventually([&] { return used("b") < before + size / 8; }))
+      << Stats("b").dump(1) << Log("b");
+  EXPECT_NE(Log("b").find("the local copy of model@1 was removed or changed here"),
+            std::string::npos)
+      << Log("b");
+  ASSERT_TRUE(Eventually([&] { return replicas() == "a"; })) << replicas();
+  EXPECT_EQ(ReadFile(nodes_["b"].state + "/cluster-replicas.json").find("\"model\""),
+            std::string::npos);
+
+  // Still published: b shows it again and fetches it at the next read.
+  ASSERT_TRUE(Eventually([&] { return ::access((M("b") + "/model").c_str(), F_OK) == 0; }));
+  EXPECT_TRUE(ReadFile(M("b") + "/model/w") == v1);
+  EXPECT_EQ(Stats("b")["cluster"]["fetches_started"], 2);
+  ASSERT_TRUE(Eventually([&] { return replicas() == "a,b"; })) << replicas();
+
+  // A member removed from the fetched copy: the rest stays a local object
+  // that hides the published one, and b serves the replica no more.
+  ASSERT_EQ(::unlink((M("b") + "/model/b").c_str()), 0);
+  ASSERT_TRUE(Eventually([&] { return replicas() == "a"; })) << replicas();
+  EXPECT_TRUE(ReadFile(M("b") + "/model/w") == v1);
+  EXPECT_NE(::access((M("b") + "/model/b").c_str(), F_OK), 0);
+  // c fetches from a alone, whole.
+  EXPECT_TRUE(ReadFile(M("c") + "/model/b") == ReadFile(M("a") + "/model/b"));
+  EXPECT_TRUE(ReadFile(M("c") + "/model/w") == v1);
+}
+
 }  // namespace
 }  // namespace gpufs::cluster::testing

@@ -161,7 +161,8 @@ TEST_F(ClusterMemoryAndDiskTest, AMemberReplacedMovedOrRemovedMidFetchNeverMixes
   ASSERT_EQ(second.status, 0) << second.output << Log("c");
   EXPECT_TRUE(ReadFile(M("c") + "/r/w") == v2);
   auto host_used = [&] {
-    for (const json& d : Stats("a")["devices"])
+    const json stats = Stats("a");
+    for (const json& d : stats["devices"])
       if (d["device"] == "host") return d["used"].get<int64_t>();
     return int64_t{-1};
   };

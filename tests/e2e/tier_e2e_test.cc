@@ -118,12 +118,17 @@ TEST(TierE2E, SpilledMembersSurviveARestart) {
   for (int i = 0; i < 8; ++i)
     ASSERT_EQ(Put(m.Path("obj/m" + std::to_string(i)), RandomBytes(kMember, i)), 0);
   ASSERT_EQ(Tier(m.Path("obj/m0")), "disk");
-  for (const auto& o : Stats(m)["objects"]) {
+  // Held in a variable: a range-for over a member of a temporary would dangle.
+  const auto stats = Stats(m);
+  bool listed = false;
+  for (const auto& o : stats["objects"]) {
     if (o["name"] != "obj") continue;
+    listed = true;
     EXPECT_EQ(o["tiers"]["disk"].get<uint64_t>() + o["tiers"]["host"].get<uint64_t>(), 8 * kMember)
         << o.dump();
     EXPECT_GT(o["tiers"]["disk"].get<uint64_t>(), 0u) << o.dump();
   }
+  EXPECT_TRUE(listed) << stats.dump();
   auto stat = Sh(GpufsBin() + " stat " + m.Path("obj"));
   EXPECT_NE(stat.output.find("tiers:    disk "), std::string::npos) << stat.output;
   EXPECT_NE(stat.output.find(", host "), std::string::npos) << stat.output;
