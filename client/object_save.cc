@@ -154,6 +154,7 @@ Status CreateObject(const char* path, const gpufs_object_spec* specs, uint32_t c
   Status made = ::ioctl(ow->fd.get(), GPUFS_IOC_EXPLICIT_SEAL) == 0
                     ? Status::Ok()
                     : PosixError("ioctl GPUFS_IOC_EXPLICIT_SEAL " + ow->staging, errno);
+  trace::Mark("ioctl-explicit-seal");
   if (made.ok()) made = WriteAllTo(ow->fd.get(), proto::EncodeManifest(ow->manifest));
   trace::Mark("manifest");
   UniqueFd pushed;

@@ -62,10 +62,12 @@ Result<OpenResult> Namespace::Open(const Caller& caller, uint64_t ino, int flags
 
 Result<OpenResult> Namespace::CreateOnce(const Caller& caller, uint64_t parent,
                                          std::string_view name, uint32_t mode, int flags) {
+  StepTrace trace("CREATE");
   GPUFS_RETURN_IF_ERROR(CheckNewName(parent, name));
   GPUFS_ASSIGN_OR_RETURN(parent, Resolve(parent));
   FreeQueuedOnExit free_queued(this);
   std::lock_guard lock(mu_);
+  trace.Step("lock");
   GPUFS_ASSIGN_OR_RETURN(Entry parent_entry, ObjectEntry(parent));
   // Built only for an error: each ancestor is a catalog read.
   auto path = [&] { return ChildPathOf(parent, name); };
@@ -81,6 +83,7 @@ Result<OpenResult> Namespace::CreateOnce(const Caller& caller, uint64_t parent,
   blob.owner_uid = caller.uid;
   auto created = catalog_->CreateEntry(entry, blob);
   if (!created.ok()) return created.status().Prepend("create " + path());
+  trace.Step("row");
   entry = *created;
   auto stored = catalog_->GetBlob(entry.blob);
   Status recorded =

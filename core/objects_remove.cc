@@ -129,7 +129,9 @@ void Namespace::ReapReplaced() {
           stack.clear();
         }
       }
+      trace.Step("rows");
       FreeQueued();  // the slice's frees, outside the lock
+      trace.Step("free");
     }
   }
 }

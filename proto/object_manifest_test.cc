@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 namespace gpufs::proto {
 namespace {
 
@@ -25,6 +27,45 @@ TEST(ObjectManifest, RoundTripsAndLaysOutAtTheAlignment) {
   EXPECT_EQ(back->bytes, 2560u);
   EXPECT_EQ(back->members[0].shape, (std::vector<uint64_t>{10, 25}));
   EXPECT_FALSE(back->members[1].dtype.has_value());
+}
+
+// What EncodeManifest writes is what a JSON tree's dump writes: the form
+// the scanner takes whole, and every escape of an odd name.
+std::string TreeDump(const ObjectManifest& manifest) {
+  nlohmann::json j;
+  j["version"] = 1;
+  if (manifest.type) j["type"] = *manifest.type;
+  if (!manifest.fields.empty()) {
+    nlohmann::json fields = nlohmann::json::object();
+    for (const auto& [name, value] : manifest.fields) fields[name] = value;
+    j["fields"] = fields;
+  }
+  nlohmann::json members = nlohmann::json::array();
+  for (const ManifestMember& m : manifest.members) {
+    nlohmann::json one = {{"name", m.name}, {"size", m.size}};
+    if (m.dtype) one["dtype"] = *m.dtype;
+    if (m.shape) one["shape"] = *m.shape;
+    members.push_back(std::move(one));
+  }
+  j["members"] = std::move(members);
+  return j.dump();
+}
+
+TEST(ObjectManifest, EncodesAsAJsonTreeDumps) {
+  ObjectManifest m;
+  EXPECT_EQ(EncodeManifest(m), TreeDump(m));
+  m.type = "a \"quoted\" type\\";
+  m.fields = {{"zeta", "1"}, {"alpha", "tab\there"}, {"zeta", "last wins"}, {"mid", ""}};
+  m.members = {{"w", 1000, "float32", std::vector<uint64_t>{10, 25}, 0},
+               {"scalar", 4, "float32", std::vector<uint64_t>{}, 0},
+               {"no dtype", 7, std::nullopt, std::nullopt, 0},
+               {"line\nfeed \x01 \x1f \"q\" \\ \xc3\xa9t\xc3\xa9 \x7f", 3, "uint8",
+                std::vector<uint64_t>{3}, 0},
+               {"big", 18446744073709551615ull, std::nullopt, std::nullopt, 0}};
+  EXPECT_EQ(EncodeManifest(m), TreeDump(m));
+  m.members = {{"\xff not utf-8", 1, std::nullopt, std::nullopt, 0}};
+  EXPECT_THROW(EncodeManifest(m), nlohmann::json::exception);
+  EXPECT_THROW(TreeDump(m), nlohmann::json::exception);
 }
 
 TEST(ObjectManifest, BadManifestsSayWhatIsWrong) {

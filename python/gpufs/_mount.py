@@ -66,18 +66,38 @@ def mount_of(path: "os.PathLike[str] | str") -> Optional[Tuple[str, str]]:
     return best
 
 
-def check_on_gpufs(path: "os.PathLike[str] | str", force: bool = False) -> None:
-    """Raise OSError(EXDEV) unless `path` is on a gpufs mount or `force`."""
+# st_dev of the mounts this process found to be gpufs (by the nearest
+# existing ancestor of a path it checked): a model saved again and again
+# asks once. A device number can come back for another mount after an
+# unmount, so a caller that meets ENOTTY asks again with cached=False.
+_FOUND = set()
+
+
+def check_on_gpufs(path: "os.PathLike[str] | str", force: bool = False,
+                   cached: bool = False) -> bool:
+    """Raise OSError(EXDEV) unless `path` is on a gpufs mount or `force`.
+    With ``cached``, a mount found to be gpufs before is taken at its
+    device number (one stat, no request to the daemon); returns whether the
+    answer came from there."""
     if force:
-        return
-    try:  # answered by every entry of a gpufs mount that serves device memory
-        os.getxattr(_nearest_existing(os.fspath(path)), SOCKET_XATTR)
-        return
+        return False
+    near = _nearest_existing(os.fspath(path))
+    try:
+        dev = os.stat(near).st_dev
     except OSError:
-        pass  # a host-store mount has no fd socket: ask mountinfo
-    found = mount_of(path)
+        dev = None
+    if cached and dev in _FOUND:
+        return True
+    _FOUND.discard(dev)
+    try:  # answered by every entry of a gpufs mount that serves device memory
+        os.getxattr(near, SOCKET_XATTR)
+        found = (None, GPUFS_FSTYPE)
+    except OSError:  # a host-store mount has no fd socket: ask mountinfo
+        found = mount_of(path)
     if found is not None and found[1] == GPUFS_FSTYPE:
-        return
+        if dev is not None:
+            _FOUND.add(dev)
+        return False
     where = f" ({found[0]} is {found[1]})" if found else ""
     raise OSError(errno.EXDEV, f"not on a gpufs mount{where}; pass force=True to use it anyway",
                   os.fspath(path))

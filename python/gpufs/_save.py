@@ -87,12 +87,15 @@ def save(array: Any, path: "os.PathLike[str] | str", *, type: Optional[str] = No
     returns the version published (0 otherwise).
     """
     path = os.fspath(path)
-    check_on_gpufs(path, force)
     if isinstance(array, collections.abc.Mapping):
+        from_cache = check_on_gpufs(path, force, cached=True)
         typename = type if type is not None else getattr(array, "typename", None)
         if not _save_whole(array, path, typename):
+            if from_cache:  # the mount taken at its device number: asked again before files go
+                check_on_gpufs(path, force)
             _save_object(array, path, typename)
         return publish_object(path) if publish else 0
+    check_on_gpufs(path, force)
     if publish:
         raise ValueError("publish=True publishes an object: save a mapping")
     parent = os.path.dirname(path)

@@ -37,10 +37,27 @@ def _dtype_name_at(name):
     return ctypes.addressof(buf)
 
 
+# The last table made, by what it describes: a state dict saved again (a
+# checkpoint each N steps) has the same names, sizes, dtypes and shapes, and
+# its table is read only (gpufs_object_create takes it const).
+_LAST = (None, None)
+
+
 def member_table(names, srcs):
     """gpufs_object_create's members for sources `srcs` (_save._Source) named
     `names` (no NUL in any): (the specs, the buffers they point into, to keep
     alive while they are used)."""
+    global _LAST
+    key = (tuple(names), tuple([(s.nbytes, s.dtype.name, s.shape) for s in srcs]))
+    last_key, last = _LAST
+    if key == last_key:
+        return last
+    made = _make_table(names, srcs)
+    _LAST = (key, made)
+    return made
+
+
+def _make_table(names, srcs):
     count = len(names)
     flat = [d for s in srcs for d in s.shape]
     dims = (ctypes.c_uint64 * max(1, len(flat)))(*flat)

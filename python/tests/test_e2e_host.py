@@ -259,6 +259,24 @@ class HostMountTest(unittest.TestCase):
         self.assertEqual(os.listdir(local), ["x"])
         self.assertEqual(gpufs._mount.mount_of(self.p("new", "deep"))[1], "fuse.gpufs")
 
+    def test_a_mount_taken_at_a_reused_device_number_is_asked_again(self):
+        # A dict's save takes a mount found to be gpufs at its device
+        # number; after an unmount another mount may get that number. The
+        # save still refuses the path, and leaves nothing there.
+        local = os.path.join(self.tmp, "reused")
+        os.mkdir(local)
+        gpufs.save({"a": np.zeros(2)}, self.p("cached"))
+        gpufs._mount._FOUND.add(os.stat(local).st_dev)
+        try:
+            with self.assertRaises(OSError) as cm:
+                gpufs.save({"a": np.zeros(2), "b": np.ones(3)}, os.path.join(local, "obj"))
+            self.assertEqual(cm.exception.errno, errno.EXDEV)
+            self.assertEqual(os.listdir(local), [])
+            self.assertNotIn(os.stat(local).st_dev, gpufs._mount._FOUND)
+        finally:
+            gpufs._mount._FOUND.discard(os.stat(local).st_dev)
+        np.testing.assert_array_equal(gpufs.read_numpy(self.p("cached", "a")), np.zeros(2))
+
     def test_saver_killed_before_its_seal_leaves_nothing(self):
         # The host path writes with write(2) and seals with GPUFS_IOC_SEAL;
         # this saver is killed with every byte written, just before the seal.
