@@ -7,7 +7,9 @@ three back to back (each beside the daemon's work after the save before: the
 checksums it takes, the reap of the object it replaced), then three spaced
 half a second apart, as a training loop's checkpoints are (that work done).
 
-    GPUFS_TRACE=1 python3 bench/save_trace.py MOUNTPOINT
+    GPUFS_TRACE=1 python3 bench/save_trace.py MOUNTPOINT [--many]
+
+--many: the 723 tensors of 8 MiB of bench/model_bench.py instead.
 """
 import os
 import sys
@@ -19,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 
 import gpufs  # noqa: E402
-from model_bench import llama  # noqa: E402
+from model_bench import llama, many  # noqa: E402
 
 from gpufs import _save  # noqa: E402
 
@@ -39,7 +41,7 @@ def timed_call(name, *args, **kwargs):
 
 _save._lib.call = timed_call
 
-sd = llama(torch)
+sd = many(torch) if "--many" in sys.argv[2:] else llama(torch)
 torch.cuda.synchronize()
 for i in range(6):
     if i >= 3:

@@ -36,7 +36,10 @@ std::unique_ptr<VmmMemory> VmmPool::Take(uint64_t bytes, bool producer_fills, ui
     ready_bytes_ -= bytes;
   }
   const bool have_one = (it != ready_.end() && !it->second.empty()) || coming_[bytes] > 0;
-  if (!have_one && ready_bytes_ + bytes <= std::min(budget_, spare)) {
+  // An allocation a producer fills (an object written whole) may pass the
+  // budget by itself: one of its size is made ready beside the others.
+  const uint64_t budget = producer_fills && bytes > budget_ ? budget_ + bytes : budget_;
+  if (!have_one && ready_bytes_ + bytes <= std::min(budget, spare)) {
     ready_bytes_ += bytes;  // reserved for the one being made
     ++coming_[bytes];
     deferred_.push_back(bytes);

@@ -52,8 +52,25 @@ TEST(VmmPoolTest, TheBudgetBoundsWhatIsWanted) {
   EXPECT_EQ(pool.DeferredForTesting(), 1u);
   pool.Filled();
   VmmPool small(0, 1 * kMiB);
-  small.Take(2 * kMiB, true);  // over the budget: never wanted
+  small.Take(2 * kMiB, false);  // over the budget, for the daemon itself: never wanted
   EXPECT_EQ(small.DeferredForTesting(), 0u);
+  EXPECT_EQ(small.ready_bytes(), 0u);
+}
+
+TEST(VmmPoolTest, AnObjectPastTheBudgetHasOneOfItsSizeMadeReady) {
+  VmmPool pool(0, 1 * kMiB);
+  pool.Take(6 * kMiB, true);  // an object written whole: one of its size wanted
+  EXPECT_EQ(pool.DeferredForTesting(), 1u);
+  EXPECT_EQ(pool.ready_bytes(), 6 * kMiB);  // reserved for it (its making waits for the fill)
+  pool.Take(8 * kMiB, true);                // another past the budget beside it: not wanted
+  EXPECT_LE(pool.ready_bytes(), 6 * kMiB);
+  pool.Filled();
+  pool.Filled();
+  VmmPool cramped(0, 1 * kMiB);
+  cramped.Take(6 * kMiB, true, /*spare=*/4 * kMiB);  // the store's room still bounds it
+  EXPECT_EQ(cramped.DeferredForTesting(), 0u);
+  EXPECT_EQ(cramped.ready_bytes(), 0u);
+  cramped.Filled();
 }
 
 TEST(VmmPoolTest, TheStoresRoomBoundsWhatIsWanted) {

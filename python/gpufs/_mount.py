@@ -81,13 +81,20 @@ def check_on_gpufs(path: "os.PathLike[str] | str", force: bool = False,
     answer came from there."""
     if force:
         return False
+    if cached:
+        # By the parent: an object saved again under one name is a new
+        # entry each time, which the kernel would look up afresh.
+        try:
+            parent = os.stat(_nearest_existing(os.path.dirname(os.path.abspath(path))))
+            if parent.st_dev in _FOUND:
+                return True
+        except OSError:
+            pass
     near = _nearest_existing(os.fspath(path))
     try:
         dev = os.stat(near).st_dev
     except OSError:
         dev = None
-    if cached and dev in _FOUND:
-        return True
     _FOUND.discard(dev)
     try:  # answered by every entry of a gpufs mount that serves device memory
         os.getxattr(near, SOCKET_XATTR)
