@@ -33,13 +33,17 @@ std::unique_ptr<VmmMemory> VmmPool::Take(uint64_t bytes, bool producer_fills, ui
   if (it != ready_.end() && !it->second.empty()) {
     got = std::move(it->second.back());
     it->second.pop_back();
-    ready_bytes_ -= bytes;
+    GoneLocked(bytes);
   }
   const bool have_one = (it != ready_.end() && !it->second.empty()) || coming_[bytes] > 0;
   // An allocation a producer fills (an object written whole) may pass the
-  // budget by itself: one of its size is made ready beside the others.
-  const uint64_t budget = producer_fills && bytes > budget_ ? budget_ + bytes : budget_;
-  if (!have_one && ready_bytes_ + bytes <= std::min(budget, spare)) {
+  // budget by itself: one such size is made ready beside the others, which
+  // keep the budget to themselves.
+  const bool past = bytes > budget_;
+  const bool admit =
+      past ? producer_fills && past_budget_ == 0 : ready_bytes_ - past_budget_ + bytes <= budget_;
+  if (!have_one && admit && ready_bytes_ + bytes <= spare) {
+    if (past) past_budget_ = bytes;
     ready_bytes_ += bytes;  // reserved for the one being made
     ++coming_[bytes];
     deferred_.push_back(bytes);
@@ -71,7 +75,7 @@ uint64_t VmmPool::Trim(uint64_t keep) {
       while (!it->second.empty() && ready_bytes_ > keep) {
         released.push_back(std::move(it->second.back()));
         it->second.pop_back();
-        ready_bytes_ -= it->first;
+        GoneLocked(it->first);
         bytes += it->first;
       }
     }
@@ -99,6 +103,11 @@ size_t VmmPool::DeferredForTesting() {
   return deferred_.size();
 }
 
+void VmmPool::GoneLocked(uint64_t bytes) {
+  ready_bytes_ -= bytes;
+  if (bytes == past_budget_) past_budget_ = 0;  // sizes past the budget: only that one
+}
+
 void VmmPool::StartDeferredLocked() {
   if (deferred_.empty()) return;
   wanted_.insert(wanted_.end(), deferred_.begin(), deferred_.end());
@@ -124,12 +133,12 @@ void VmmPool::Run() {
     making_ = false;
     made_cv_.notify_all();
     if (!made.ok()) {
-      ready_bytes_ -= bytes;
+      GoneLocked(bytes);
       GPUFS_LOG(DEBUG) << "vmm pool: " << made.status().ToString();
       continue;
     }
     if (ready_bytes_ > limit_) {  // the store's room shrank while it was made
-      ready_bytes_ -= bytes;
+      GoneLocked(bytes);
       unwanted = std::move(*made);
       continue;
     }

@@ -84,6 +84,8 @@ class VmmPool {
  private:
   void Run();
   void StartDeferredLocked();  // deferred_ -> wanted_
+  // An allocation of `bytes` left the ready ones (taken, released, or never made).
+  void GoneLocked(uint64_t bytes);
 
   const int ordinal_;
   const uint64_t budget_;
@@ -97,6 +99,7 @@ class VmmPool {
   int filling_ = 0;                // GUARDED_BY(mu_): producer fills not yet Filled
   std::map<uint64_t, std::vector<std::unique_ptr<VmmMemory>>> ready_;  // GUARDED_BY(mu_)
   uint64_t ready_bytes_ = 0;  // GUARDED_BY(mu_), incl. in making
+  uint64_t past_budget_ = 0;  // GUARDED_BY(mu_): the size ready or coming past the budget, or 0
   uint64_t limit_ = UINT64_MAX;  // GUARDED_BY(mu_): the store's room, as last said
   std::map<uint64_t, int> coming_;  // GUARDED_BY(mu_): of each size, asked for and not yet made
   std::thread thread_;
