@@ -75,6 +75,14 @@ class BlobFdSink {
   // memory named before (a migration to another GPU names the new one first).
   virtual void BlobAdded(const TierId& device, BlobId blob, int fd,
                          const BlobMemory& memory) = 0;
+  // The same for the blobs of one allocation at once (an object written as
+  // a whole): `blobs[i]` where `memories[i]` says, all behind `fd`.
+  virtual void BlobsAdded(const TierId& device, std::span<const BlobId> blobs, int fd,
+                          std::span<const BlobMemory> memories) {
+    for (size_t i = 0; i < blobs.size() && i < memories.size(); ++i) {
+      BlobAdded(device, blobs[i], fd, memories[i]);
+    }
+  }
   // Store `device` no longer holds memory of `blob`.
   virtual void BlobFreed(const TierId& device, BlobId blob) = 0;
   // Store `device` keeps blob bytes in the memory behind `fd` (borrowed for

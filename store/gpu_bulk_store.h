@@ -249,6 +249,9 @@ class GpuBulkStore final : public BulkStore {
   // ---- Takeover (gpu_bulk_store_takeover.cc): blob fds for the BlobFdSink.
   // Tells the sink that `id` now lives at `place` (kVmm only). Must not hold mu_.
   void ReportAdded(BlobId id, const Place& place);
+  // ReportAdded of an allocation's members at once (`places[i]` is
+  // `members[i]`'s, all in one allocation): one report, the fd once.
+  void ReportGroupAdded(std::span<const GroupMember> members, std::span<const Place> places);
   void ReportFreed(BlobId id);
   // Re-imports `blob` from `kept` and enters it live (Recover): a
   // shared allocation (several blobs, BlobMemory::id alike) is imported

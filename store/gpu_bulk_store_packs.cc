@@ -74,7 +74,7 @@ Status GpuBulkStore::AllocateGroup(std::span<const GroupMember> members, uint64_
     allocs_.emplace(alloc->id, std::move(alloc));
     ++group_count_;
   }
-  for (size_t i = 0; i < members.size(); ++i) ReportAdded(members[i].id, places[i]);
+  ReportGroupAdded(members, places);
   return Status::Ok();
 }
 

@@ -116,6 +116,32 @@ void GpuBulkStore::ReportAdded(BlobId id, const Place& place) {
   fd_sink_->BlobAdded(device_, id, fd->get(), memory);
 }
 
+void GpuBulkStore::ReportGroupAdded(std::span<const GroupMember> members,
+                                    std::span<const Place> places) {
+  if (fd_sink_ == nullptr || places.empty()) return;
+  std::shared_ptr<const UniqueFd> fd;
+  uint64_t bytes = 0, memory_id = 0;
+  {
+    std::lock_guard lock(mu_);
+    const Allocation* found = FindAllocLocked(places.front().alloc);
+    if (found == nullptr || !found->vmm) return;
+    fd = found->vmm->fd();
+    bytes = found->vmm->size();
+    memory_id = found->memory_id != 0 ? found->memory_id : memory_ids_ + found->id;
+  }
+  std::vector<BlobId> ids;
+  std::vector<BlobMemory> memories;
+  ids.reserve(members.size());
+  memories.reserve(members.size());
+  for (size_t i = 0; i < members.size() && i < places.size(); ++i) {
+    ids.push_back(members[i].id);
+    memories.push_back(
+        {.bytes = bytes, .offset = places[i].offset, .range = places[i].reserved, .id = memory_id});
+  }
+  // The caller still holds the places, so the allocation and its fd live on.
+  fd_sink_->BlobsAdded(device_, ids, fd->get(), memories);
+}
+
 void GpuBulkStore::ReportFreed(BlobId id) {
   if (fd_sink_ != nullptr) fd_sink_->BlobFreed(device_, id);
 }

@@ -1,5 +1,7 @@
 #include "takeover/blob_sink.h"
 
+#include <vector>
+
 namespace gpufs::takeover {
 
 void SupervisorBlobSink::BlobAdded(const TierId& device, BlobId blob, int fd,
@@ -7,6 +9,19 @@ void SupervisorBlobSink::BlobAdded(const TierId& device, BlobId blob, int fd,
   std::lock_guard lock(mu_);
   device_of_[blob] = device;
   link_.BlobAdded({blob, memory.bytes, memory.offset, memory.range, memory.id}, fd);
+}
+
+void SupervisorBlobSink::BlobsAdded(const TierId& device, std::span<const BlobId> blobs, int fd,
+                                    std::span<const BlobMemory> memories) {
+  std::vector<BlobFd> records;
+  records.reserve(blobs.size());
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < blobs.size() && i < memories.size(); ++i) {
+    device_of_[blobs[i]] = device;
+    const BlobMemory& m = memories[i];
+    records.push_back({blobs[i], m.bytes, m.offset, m.range, m.id});
+  }
+  link_.BlobsAdded(records, fd);
 }
 
 void SupervisorBlobSink::BlobFreed(const TierId& device, BlobId blob) {

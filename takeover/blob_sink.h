@@ -23,6 +23,8 @@ class SupervisorBlobSink final : public BlobFdSink {
   explicit SupervisorBlobSink(WorkerLink& link) : link_(link) {}
   void BlobAdded(const TierId& device, BlobId blob, int fd,
                  const BlobMemory& memory) override;
+  void BlobsAdded(const TierId& device, std::span<const BlobId> blobs, int fd,
+                  std::span<const BlobMemory> memories) override;
   void BlobFreed(const TierId& device, BlobId blob) override;
   // Memories are the host tier's alone (one store), so their ids need no
   // device.

@@ -15,6 +15,8 @@
 //     kBlobAdd (BlobFd + 1 fd) / kBlobFree  blobs whose memory lives in an fd
 //                (GPU VMM); the bytes of the allocation come with the fd (the
 //                driver cannot tell an importer how large an allocation is)
+//     kBlobsAdd (BlobFd* + 1 fd)  blobs of one allocation at once (an object
+//                written as a whole): every record's memory is that fd
 //     kMemoryAdd (memory id + 1 fd) / kMemoryFree  memory that holds many
 //                blobs and records itself where they are (the host tier's
 //                slabs, memfds); handed over as kMemories, after kBlobs
@@ -51,6 +53,7 @@ enum class MsgType : uint32_t {
   kMemoryAdd = 16,
   kMemoryFree = 17,
   kMemories = 18,  // handover: memory ids (uint64_t each), one fd each
+  kBlobsAdd = 19,
 };
 
 // HandleRecord::flags

@@ -1,6 +1,7 @@
 #include "takeover/registry.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 namespace gpufs::takeover {
@@ -22,7 +23,11 @@ Status SendWithFds(int fd, MsgType type, const Held& held, MakeRecord record) {
   };
   for (const auto& [id, id_fd] : held) {
     records.push_back(record(id));
-    fds.push_back(id_fd.get());
+    if constexpr (requires { id_fd->get(); }) {
+      fds.push_back(id_fd->get());
+    } else {
+      fds.push_back(id_fd.get());
+    }
     if (fds.size() == kMaxFds) GPUFS_RETURN_IF_ERROR(flush());
   }
   return flush();
@@ -44,8 +49,23 @@ Status Registry::Apply(Message m) {
     case MsgType::kBlobAdd: {
       GPUFS_ASSIGN_OR_RETURN(BlobFd add, As<BlobFd>(m));
       if (m.fds.size() != 1) return Error(EPROTO, "blob add without exactly one fd");
-      blobs_[add.blob] = std::move(m.fds[0]);  // replaces (and closes) an older fd of that id
+      // Replaces (and closes, unless others share it) an older fd of that id.
+      blobs_[add.blob] = std::make_shared<const UniqueFd>(std::move(m.fds[0]));
       records_[add.blob] = add;
+      return Status::Ok();
+    }
+    case MsgType::kBlobsAdd: {
+      if (m.payload.empty() || m.payload.size() % sizeof(BlobFd) != 0) {
+        return Error(EPROTO, "bad batch of blob adds");
+      }
+      if (m.fds.size() != 1) return Error(EPROTO, "blob adds without exactly one fd");
+      auto shared = std::make_shared<const UniqueFd>(std::move(m.fds[0]));
+      for (size_t at = 0; at < m.payload.size(); at += sizeof(BlobFd)) {
+        BlobFd add;
+        std::memcpy(&add, m.payload.data() + at, sizeof add);
+        blobs_[add.blob] = shared;
+        records_[add.blob] = add;
+      }
       return Status::Ok();
     }
     case MsgType::kBlobFree: {
@@ -107,7 +127,7 @@ int Registry::memory_fd(uint64_t memory) const {
 
 int Registry::blob_fd(uint64_t blob) const {
   auto it = blobs_.find(blob);
-  return it == blobs_.end() ? -1 : it->second.get();
+  return it == blobs_.end() ? -1 : it->second->get();
 }
 
 Status Registry::SendHandover(int fd, uint32_t generation, int32_t supervisor_pid) {

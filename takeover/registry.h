@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -64,7 +65,8 @@ class Registry {
   const OpenFileTable& table_;
   std::optional<std::string> init_;
   bool init_answered_ = false;
-  std::map<uint64_t, UniqueFd> blobs_;
+  // Blobs of one allocation added at once share their fd.
+  std::map<uint64_t, std::shared_ptr<const UniqueFd>> blobs_;
   std::map<uint64_t, BlobFd> records_;  // blob -> where it is behind its fd
   std::map<uint64_t, UniqueFd> memories_;  // memory id -> its fd
 };

@@ -282,5 +282,51 @@ TEST(RegistryTest, HostSlabFdsAreKeptByMemoryIdAndHandedOver) {
   EXPECT_EQ(ReadAll(got->blob_fds[7].get()), "blob7");
 }
 
+// An object written as a whole: its members' records in one message with
+// the allocation's fd once. Each member keeps that memory alive by itself,
+// and each is handed over with an fd of it.
+TEST(RegistryTest, MembersOfOneAllocationShareOneFd) {
+  Tables t = MakeTables();
+  Registry reg(t.supervisor);
+  Pair w1 = Channel();
+  UniqueFd object = MemfdWith("object");
+  std::vector<BlobFd> adds;
+  for (uint64_t i = 0; i < 3; ++i) adds.push_back({100 + i, 4 << 20, i * 512, 512, 77});
+  int fd = object.get();
+  SendApply(w1, reg, MsgType::kBlobsAdd, std::as_bytes(std::span(adds)), std::span(&fd, 1));
+  EXPECT_EQ(reg.blobs(), 3u);
+  EXPECT_EQ(reg.blob_record(101).offset, 512u);
+  EXPECT_EQ(reg.blob_record(102).memory, 77u);
+  object.reset();  // the worker's copy goes
+  uint64_t first = 100;
+  SendApply(w1, reg, MsgType::kBlobFree, AsBytes(first));
+  ASSERT_GE(reg.blob_fd(101), 0);  // the others still hold the memory
+  EXPECT_EQ(ReadAll(reg.blob_fd(102)), "object");
+  // Refused: no fd, two fds, a payload that is not whole records.
+  int two[] = {reg.blob_fd(101), reg.blob_fd(102)};
+  ASSERT_TRUE(Send(w1.b.get(), MsgType::kBlobsAdd, std::as_bytes(std::span(adds))).ok());
+  ASSERT_TRUE(Send(w1.b.get(), MsgType::kBlobsAdd, std::as_bytes(std::span(adds)), two).ok());
+  ASSERT_TRUE(Send(w1.b.get(), MsgType::kBlobsAdd, std::as_bytes(std::span(adds)).first(7),
+                   std::span(two, 1))
+                  .ok());
+  for (int i = 0; i < 3; ++i) {
+    auto bad = Receive(w1.a.get());
+    ASSERT_TRUE(bad.ok());
+    EXPECT_EQ(reg.Apply(std::move(*bad)).code(), EPROTO) << i;
+  }
+  EXPECT_EQ(reg.blobs(), 2u);
+
+  Pair w2 = Channel();
+  Result<Handover> got = Error(EIO, "not run");
+  std::thread receiver([&] { got = ReceiveHandover(w2.b.get()); });
+  ASSERT_TRUE(reg.SendHandover(w2.a.get(), 2, 1).ok());
+  receiver.join();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(got->blob_fds.size(), 2u);
+  EXPECT_EQ(ReadAll(got->blob_fds[101].get()), "object");
+  EXPECT_EQ(ReadAll(got->blob_fds[102].get()), "object");
+  EXPECT_EQ(got->blob_records[102].offset, 1024u);
+}
+
 }  // namespace
 }  // namespace gpufs::takeover

@@ -131,6 +131,13 @@ void WorkerLink::BlobSizeChanged(uint64_t blob, uint64_t size) {
 void WorkerLink::BlobAdded(const BlobFd& rec, int fd) {
   Post(MsgType::kBlobAdd, AsBytes(rec), std::span(&fd, 1));
 }
+void WorkerLink::BlobsAdded(std::span<const BlobFd> recs, int fd) {
+  constexpr size_t kPerMessage = kMaxPayload / sizeof(BlobFd);
+  for (size_t at = 0; at < recs.size(); at += kPerMessage) {
+    const size_t n = std::min(kPerMessage, recs.size() - at);
+    Post(MsgType::kBlobsAdd, std::as_bytes(recs.subspan(at, n)), std::span(&fd, 1));
+  }
+}
 void WorkerLink::BlobFreed(uint64_t blob) { Post(MsgType::kBlobFree, AsBytes(blob)); }
 void WorkerLink::MemoryAdded(uint64_t memory, int fd) {
   Post(MsgType::kMemoryAdd, AsBytes(memory), std::span(&fd, 1));

@@ -71,6 +71,9 @@ class WorkerLink {
   // The supervisor keeps a duplicate of `fd` (where rec.blob is: `rec`) until
   // BlobFreed(rec.blob) or the next BlobAdded of that blob.
   void BlobAdded(const BlobFd& rec, int fd);
+  // Blobs of one allocation behind one fd: one message (an fd once) per
+  // batch of records, not one per blob.
+  void BlobsAdded(std::span<const BlobFd> recs, int fd);
   void BlobFreed(uint64_t blob);
   // The supervisor keeps a duplicate of `fd`, memory `memory` (many blobs,
   // which it records itself), until MemoryFreed(memory).
