@@ -260,10 +260,10 @@ class GpuBulkStore final : public BulkStore {
                         std::map<uint64_t, uint64_t>* imported);
   // Device memory of `bytes` for `alloc` (VMM or cudaMalloc by ipc_),
   // zeroed unless `zero` is false (a private copy, overwritten whole at
-  // once). `producer_fills` (pooled only): see VmmPool::Take; EndFillLocked
-  // ends it.
+  // once). `producer_fills`, `whole_object` (pooled only): see
+  // VmmPool::Take; EndFillLocked ends the fill.
   Status MakeMemory(Allocation* alloc, uint64_t bytes, bool pooled, bool producer_fills = false,
-                    bool zero = true);
+                    bool zero = true, bool whole_object = false);
   // The producer's fill of `alloc` ended (sealed or dropped): the pool may
   // make the next allocation now. Once per fill; later calls do nothing.
   void EndFillLocked(Allocation* alloc);

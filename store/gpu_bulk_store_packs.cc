@@ -43,7 +43,8 @@ Status GpuBulkStore::AllocateGroup(std::span<const GroupMember> members, uint64_
   alloc->owner = key.uid;
   alloc->key = key;
   alloc->kind = Allocation::Kind::kGroup;
-  Status made = MakeMemory(alloc.get(), reserved, true, true);
+  Status made = MakeMemory(alloc.get(), reserved, /*pooled=*/true, /*producer_fills=*/true,
+                           /*zero=*/true, /*whole_object=*/true);
   std::vector<Place> places;
   Dropped dropped;  // freed after the lock is released
   {

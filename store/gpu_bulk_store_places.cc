@@ -40,8 +40,8 @@ Result<GpuBulkStore::Place> GpuBulkStore::AcquirePlace(uint32_t owner, uint64_t 
   return place;
 }
 
-Status GpuBulkStore::MakeMemory(Allocation* alloc, uint64_t bytes, bool pooled,
-                                bool producer_fills, bool zero) {
+Status GpuBulkStore::MakeMemory(Allocation* alloc, uint64_t bytes, bool pooled, bool producer_fills,
+                                bool zero, bool whole_object) {
   if (ipc_ == GpuIpcMode::kVmm) {
     if (pool_) {
       // The pool keeps ready memory only within the room left besides this
@@ -54,7 +54,7 @@ Status GpuBulkStore::MakeMemory(Allocation* alloc, uint64_t bytes, bool pooled,
         spare = room > bytes ? room - bytes : 0;
       }
       if (pooled) {
-        alloc->vmm = pool_->Take(bytes, producer_fills, spare);
+        alloc->vmm = pool_->Take(bytes, producer_fills, spare, whole_object);
         alloc->filling = producer_fills;
         alloc->zeroed = alloc->vmm != nullptr;  // the pool's are made zeroed
       }

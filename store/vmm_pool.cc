@@ -25,7 +25,8 @@ VmmPool::~VmmPool() {
   thread_.join();
 }
 
-std::unique_ptr<VmmMemory> VmmPool::Take(uint64_t bytes, bool producer_fills, uint64_t spare) {
+std::unique_ptr<VmmMemory> VmmPool::Take(uint64_t bytes, bool producer_fills, uint64_t spare,
+                                         bool whole_object) {
   std::lock_guard lock(mu_);
   limit_ = spare;
   std::unique_ptr<VmmMemory> got;
@@ -36,12 +37,12 @@ std::unique_ptr<VmmMemory> VmmPool::Take(uint64_t bytes, bool producer_fills, ui
     GoneLocked(bytes);
   }
   const bool have_one = (it != ready_.end() && !it->second.empty()) || coming_[bytes] > 0;
-  // An allocation a producer fills (an object written whole) may pass the
-  // budget by itself: one such size is made ready beside the others, which
-  // keep the budget to themselves.
+  // An object written whole may pass the budget by itself (not a pool of
+  // budget 0, which keeps none): one such size is made ready beside the
+  // others, which keep the budget to themselves.
   const bool past = bytes > budget_;
-  const bool admit =
-      past ? producer_fills && past_budget_ == 0 : ready_bytes_ - past_budget_ + bytes <= budget_;
+  const bool admit = past ? whole_object && budget_ > 0 && past_budget_ == 0
+                          : ready_bytes_ - past_budget_ + bytes <= budget_;
   if (!have_one && admit && ready_bytes_ + bytes <= spare) {
     if (past) past_budget_ = bytes;
     ready_bytes_ += bytes;  // reserved for the one being made

@@ -6,8 +6,8 @@
 // per size, ready or being made), within `budget` bytes of ready
 // allocations: a workload that makes blobs of a few sizes (empty members,
 // checkpoint shards, readers' copies) finds them ready after the first, and
-// a burst of takes of one size leaves one behind, not one per take. A take
-// a producer fills (an object written whole: a model, its next checkpoint)
+// a burst of takes of one size leaves one behind, not one per take. The take
+// of an object written whole (a model, its next checkpoint)
 // has one of its size made ready even past the budget, beside what else is
 // ready: an object larger than the budget would otherwise be made, zeroed
 // and exported inside each publish (6 GB: 7-9 ms on the H100, more than the
@@ -59,8 +59,10 @@ class VmmPool {
   // `producer_fills`: a producer will import and write the allocation; the
   // caller reports the end of that fill with one Filled(). `spare`: the
   // room the store has left besides this allocation; no refill beyond it.
-  std::unique_ptr<VmmMemory> Take(uint64_t bytes, bool producer_fills,
-                                  uint64_t spare = UINT64_MAX);
+  // `whole_object`: the allocation of an object written as a whole, whose
+  // refill may pass the budget (above; never a pool of budget 0).
+  std::unique_ptr<VmmMemory> Take(uint64_t bytes, bool producer_fills, uint64_t spare = UINT64_MAX,
+                                  bool whole_object = false);
 
   // Releases ready allocations until at most `keep` bytes are ready or
   // coming, and keeps to `keep` until a later Take or Trim says otherwise

@@ -59,18 +59,27 @@ TEST(VmmPoolTest, TheBudgetBoundsWhatIsWanted) {
 
 TEST(VmmPoolTest, AnObjectPastTheBudgetHasOneOfItsSizeMadeReady) {
   VmmPool pool(0, 1 * kMiB);
-  pool.Take(6 * kMiB, true);  // an object written whole: one of its size wanted
+  pool.Take(6 * kMiB, true, UINT64_MAX, true);  // an object written whole: one of its size wanted
   EXPECT_EQ(pool.DeferredForTesting(), 1u);
   EXPECT_EQ(pool.ready_bytes(), 6 * kMiB);  // reserved for it (its making waits for the fill)
-  pool.Take(8 * kMiB, true);                // another past the budget beside it: not wanted
+  pool.Take(8 * kMiB, true, UINT64_MAX, true);  // another past the budget beside it: not wanted
   EXPECT_LE(pool.ready_bytes(), 6 * kMiB);
   pool.Filled();
   pool.Filled();
   VmmPool cramped(0, 1 * kMiB);
-  cramped.Take(6 * kMiB, true, /*spare=*/4 * kMiB);  // the store's room still bounds it
+  cramped.Take(6 * kMiB, true, /*spare=*/4 * kMiB, true);  // the store's room still bounds it
   EXPECT_EQ(cramped.DeferredForTesting(), 0u);
   EXPECT_EQ(cramped.ready_bytes(), 0u);
   cramped.Filled();
+  VmmPool none(0, 0);  // a pool of budget 0 keeps nothing ready
+  none.Take(6 * kMiB, true, UINT64_MAX, true);
+  EXPECT_EQ(none.DeferredForTesting(), 0u);
+  EXPECT_EQ(none.ready_bytes(), 0u);
+  none.Filled();
+  VmmPool copies(0, 1 * kMiB);
+  copies.Take(6 * kMiB, true);  // a reader's private copy, say: the budget holds
+  EXPECT_EQ(copies.ready_bytes(), 0u);
+  copies.Filled();
 }
 
 TEST(VmmPoolTest, TheStoresRoomBoundsWhatIsWanted) {
