@@ -37,11 +37,19 @@ std::unique_ptr<VmmMemory> VmmPool::Take(uint64_t bytes, bool producer_fills, ui
     GoneLocked(bytes);
   }
   const bool have_one = (it != ready_.end() && !it->second.empty()) || coming_[bytes] > 0;
-  // An object written whole may pass the budget by itself (not a pool of
-  // budget 0, which keeps none): one such size is made ready beside the
-  // others, which keep the budget to themselves.
+  // An object written whole, of a size taken before, may pass the budget
+  // by itself (not a pool of budget 0, which keeps none): one such size is
+  // made ready beside the others, which keep the budget to themselves.
   const bool past = bytes > budget_;
-  const bool admit = past ? whole_object && budget_ > 0 && past_budget_ == 0
+  bool again = false;
+  if (past && whole_object) {
+    again = std::find(object_sizes_.begin(), object_sizes_.end(), bytes) != object_sizes_.end();
+    if (!again) {
+      object_sizes_.push_back(bytes);
+      if (object_sizes_.size() > 8) object_sizes_.pop_front();
+    }
+  }
+  const bool admit = past ? again && budget_ > 0 && past_budget_ == 0 && bytes <= spare / 2
                           : ready_bytes_ - past_budget_ + bytes <= budget_;
   if (!have_one && admit && ready_bytes_ + bytes <= spare) {
     if (past) past_budget_ = bytes;

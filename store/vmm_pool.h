@@ -6,12 +6,14 @@
 // per size, ready or being made), within `budget` bytes of ready
 // allocations: a workload that makes blobs of a few sizes (empty members,
 // checkpoint shards, readers' copies) finds them ready after the first, and
-// a burst of takes of one size leaves one behind, not one per take. The take
-// of an object written whole (a model, its next checkpoint)
-// has one of its size made ready even past the budget, beside what else is
-// ready: an object larger than the budget would otherwise be made, zeroed
-// and exported inside each publish (6 GB: 7-9 ms on the H100, more than the
-// copy of its bytes). The room rule below still bounds it.
+// a burst of takes of one size leaves one behind, not one per take. An
+// object written whole (a model, its next checkpoint) larger than the budget
+// would be made, zeroed and exported inside each publish (6 GB: 7-9 ms on
+// the H100, more than the copy of its bytes): once a size of object has been
+// taken twice (a model saved again), one of it is made ready even past the
+// budget, beside what else is ready, if it is at most half the room left
+// besides it. A model published once holds no second copy's memory, and
+// processes beside gpufs keep room. (One such size at a time.)
 // Ready allocations are never shared or reused once taken: a freed blob's
 // memory is never handed out again by gpufs (mappers may still hold it).
 // Ready memory is device memory outside the store's `used`, kept within
@@ -102,6 +104,7 @@ class VmmPool {
   std::map<uint64_t, std::vector<std::unique_ptr<VmmMemory>>> ready_;  // GUARDED_BY(mu_)
   uint64_t ready_bytes_ = 0;  // GUARDED_BY(mu_), incl. in making
   uint64_t past_budget_ = 0;  // GUARDED_BY(mu_): the size ready or coming past the budget, or 0
+  std::deque<uint64_t> object_sizes_;  // GUARDED_BY(mu_): past the budget, taken lately
   uint64_t limit_ = UINT64_MAX;  // GUARDED_BY(mu_): the store's room, as last said
   std::map<uint64_t, int> coming_;  // GUARDED_BY(mu_): of each size, asked for and not yet made
   std::thread thread_;
