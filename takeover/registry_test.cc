@@ -54,6 +54,18 @@ void SendApply(Pair& ch, Registry& reg, MsgType type, std::span<const std::byte>
   ASSERT_TRUE(applied.ok()) << applied.ToString();
 }
 
+// The registry's handover to a new worker over a fresh channel, received
+// beside the sending (the socket buffer holds only so much).
+Result<Handover> HandOver(Registry& reg, uint32_t generation = 2) {
+  Pair w = Channel();
+  Result<Handover> got = Error(EIO, "not run");
+  std::thread receiver([&] { got = ReceiveHandover(w.b.get()); });
+  Status sent = reg.SendHandover(w.a.get(), generation, 1);
+  receiver.join();
+  if (!sent.ok()) return sent;
+  return got;
+}
+
 TEST(RegistryTest, HandoverCarriesInitHandlesAndBlobFds) {
   Tables t = MakeTables();
   Registry reg(t.supervisor);
@@ -268,11 +280,7 @@ TEST(RegistryTest, HostSlabFdsAreKeptByMemoryIdAndHandedOver) {
   EXPECT_EQ(reg.Apply(std::move(*bad)).code(), EPROTO);
   slabs.clear();  // the worker dies; the registry's fds keep the memory
 
-  Pair w2 = Channel();
-  Result<Handover> got = Error(EIO, "not run");
-  std::thread receiver([&] { got = ReceiveHandover(w2.b.get()); });
-  ASSERT_TRUE(reg.SendHandover(w2.a.get(), 2, 1).ok());
-  receiver.join();
+  Result<Handover> got = HandOver(reg);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(got->memory_fds.size(), static_cast<size_t>(kSlabs - 1));
   EXPECT_FALSE(got->memory_fds.count(5));
@@ -316,11 +324,7 @@ TEST(RegistryTest, MembersOfOneAllocationShareOneFd) {
   }
   EXPECT_EQ(reg.blobs(), 2u);
 
-  Pair w2 = Channel();
-  Result<Handover> got = Error(EIO, "not run");
-  std::thread receiver([&] { got = ReceiveHandover(w2.b.get()); });
-  ASSERT_TRUE(reg.SendHandover(w2.a.get(), 2, 1).ok());
-  receiver.join();
+  Result<Handover> got = HandOver(reg);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   ASSERT_EQ(got->blob_fds.size(), 2u);
   EXPECT_EQ(ReadAll(got->blob_fds[101].get()), "object");
