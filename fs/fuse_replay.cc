@@ -196,6 +196,7 @@ bool Replay::BeforeReply(const iovec* iov, int count) {
   if ((header->unique & ~kResendBit) != request.unique) return false;  // a notification
   bool kill = kill_opcode_ == request.opcode && request.opcode != 0 &&
               (kill_cmd_ == 0 || kill_cmd_ == request.ioctl_cmd);
+  if (kill && kill_at_ == KillAt::kAfterSent) dying_.store(true, std::memory_order_release);
   if (kill && kill_at_ == KillAt::kBeforeJournal) {
     GPUFS_LOG(WARN) << "test hook: killing the worker before the reply to " << request.unique
                     << " is journaled";

@@ -43,6 +43,7 @@
 
 #include <sys/uio.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string_view>
 
@@ -86,6 +87,11 @@ class Replay {
   // did: AfterReply then follows the write.
   bool BeforeReply(const iovec* iov, int count);
   void AfterReply();
+  // The test hook is about to kill this worker after a reply it sends: a
+  // request read from then on is left unanswered (the next worker gets it
+  // re-sent), so that none is served between the reply and the kill,
+  // however late the killing thread runs.
+  bool Dying() const { return dying_.load(std::memory_order_acquire); }
 
  private:
   takeover::WorkerLink& link_;
@@ -93,6 +99,7 @@ class Replay {
   uint32_t kill_cmd_ = 0;     // with FUSE_IOCTL: the ioctl it kills at
   enum class KillAt { kBeforeJournal, kAfterJournal, kAfterSent };
   KillAt kill_at_ = KillAt::kAfterJournal;
+  std::atomic<bool> dying_{false};
 };
 
 // Wraps the callbacks of `ops` that reconcile a half-done request (above).

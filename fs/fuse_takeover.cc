@@ -262,7 +262,7 @@ class Loop {
       }
       // Read but not processed: the next worker gets it re-sent. This thread
       // parks so that it never answers it.
-      while (stop) pause();
+      while (stop || replay_.Dying()) pause();
       auto* ih = static_cast<const fuse_in_header*>(buf.mem);
       park_.MaybePark(*ih);
       this_request = {.unique = ih->unique & ~kResendBit,
