@@ -7,6 +7,7 @@ packages=(
   build-essential cmake pkg-config  # toolchain
   libfuse3-dev fuse3                # FUSE low-level API, fusermount3
   libsqlite3-dev                    # the catalog
+  libisal-dev                       # CRC-32C of disk copies and fetched bytes (ISA-L)
   libcli11-dev                      # command-line parsing
   nlohmann-json3-dev                # JSON (meta, stats, safetensors headers)
   libdlpack-dev                     # DLPack tensor ABI (libgpufs exports tensors)

@@ -1,6 +1,7 @@
 #include "util/crc32c.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <string>
 
@@ -30,9 +31,9 @@ TEST(Crc32c, LongInputsAnyAlignmentMatchTheBytewiseDefinition) {
   }
 }
 
-TEST(Crc32c, InputsOfSeveralStreamsMatchTheTable) {
-  // Past three streams of 4 KiB (the hardware path's interleaved rounds),
-  // at lengths around the round's edges and from odd starts.
+TEST(Crc32c, LongInputsMatchTheTable) {
+  // Lengths around multiples of the 4 KiB and 12 KiB blocks that folding
+  // and multi-stream implementations process at once, from odd starts.
   std::string data((3 * 4096) * 5 + 77, '\0');
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 2654435761u >> 13);
   auto table = [](const std::string& s) {
@@ -51,6 +52,20 @@ TEST(Crc32c, InputsOfSeveralStreamsMatchTheTable) {
       EXPECT_EQ(Crc32c(Crc32c(0, B(part.substr(0, 1000))), B(part.substr(1000))), table(part));
     }
   }
+}
+
+TEST(Crc32c, InputsPastOneGibibyteGoInPiecesThatAgree) {
+  // Longer than one call of the implementation takes (its length is an int):
+  // read from untouched anonymous pages, so it costs no memory.
+  const size_t n = (size_t{1} << 30) + 3 * 4096 + 5;
+  void* m = ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  std::span<const std::byte> all(static_cast<const std::byte*>(m), n);
+  const uint32_t whole = Crc32c(0, all);
+  EXPECT_EQ(Crc32c(Crc32c(0, all.first(7)), all.subspan(7)), whole);
+  EXPECT_EQ(Crc32c(Crc32c(0, all.first(n - 4096)), all.subspan(n - 4096)), whole);
+  EXPECT_NE(Crc32c(0, all.first(n - 1)), whole);
+  ::munmap(m, n);
 }
 
 }  // namespace
