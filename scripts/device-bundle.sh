@@ -28,9 +28,9 @@ for f in "${files[@]}"; do
   real=$(realpath "$build/$f")
   objcopy --strip-debug "$real" "$dest/build/$f"
 done
-if ! ls "$dest"/debs/libunistring2*.deb "$dest"/debs/libisal2*.deb >/dev/null 2>&1; then
+if ! ls "$dest"/debs/libunistring2*.deb "$dest"/debs/libisal2*.deb "$dest"/debs/ucx-utils*.deb >/dev/null 2>&1; then
   (cd "$dest/debs" && apt-get download libfuse3-3 fuse3 attr libattr1 libsqlite3-0 \
     etcd-server libucx0 libnuma1 libcurl4 libnghttp2-14 librtmp1 libssh2-1 libpsl5 libbrotli1 \
-    libldap-2.5-0 libsasl2-2 libsasl2-modules-db libunistring2 libisal2)
+    libldap-2.5-0 libsasl2-2 libsasl2-modules-db libunistring2 libisal2 ucx-utils)
 fi
 du -sh "$dest"
