@@ -2,8 +2,8 @@
 """Where gpufs.load of a model's state dict spends its time, in fresh worker
 processes whose CUDA context is made before the clock starts (as
 bench/model_bench.py measures it): the steps of the first gpufs.load (the
-library loaded, the mount checked, GPUFS_IOC_MAP_OBJECT and the imports, the
-tensors built), then a second load in the same process.
+library loaded, GPUFS_IOC_MAP_OBJECT and the imports, which also tell a
+path off gpufs, the tensors built), then a second load in the same process.
 
     GPUFS_TRACE=1 python3 bench/load_trace.py MOUNTPOINT
 
@@ -24,7 +24,7 @@ import os, sys, time
 import torch
 torch.zeros(1, device="cuda"); torch.cuda.synchronize()
 import gpufs
-from gpufs import _lib, _mount, _objmap
+from gpufs import _lib, _objmap
 path = sys.argv[1]
 steps = []
 t = t0 = time.perf_counter()
@@ -34,7 +34,6 @@ def step(name):
     steps.append(f"{name} {(now - t) * 1e3:.2f}")
     t = now
 _lib.lib(); step("libgpufs")
-_mount.check_on_gpufs(path, False); step("mount-check")
 mapping = _objmap.map_object(path); step("map_object")
 sd = _objmap.to_torch(mapping, "cuda"); torch.cuda.synchronize(); step("tensors")
 first = (time.perf_counter() - t0) * 1e3

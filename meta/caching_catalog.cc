@@ -20,7 +20,7 @@ Status Absent(int code, std::string context, const char* what) {
 
 size_t CachingCatalog::Rows() const {
   return entries_.size() + names_.size() + blobs_.size() + xattrs_.size() + xattr_lists_.size() +
-         child_objects_.size() + complete_.size() + owners_.size();
+         child_objects_.size() + complete_.size() + owners_.size() + listings_.size();
 }
 
 void CachingCatalog::Clear() {
@@ -32,6 +32,7 @@ void CachingCatalog::Clear() {
   child_objects_.clear();
   complete_.clear();
   owners_.clear();
+  listings_.clear();
 }
 
 void CachingCatalog::MakeRoom() {
@@ -55,7 +56,20 @@ void CachingCatalog::AfterFailedWrite(const Status& status) {
 
 void CachingCatalog::Remember(const Entry& entry) {
   MakeRoom();
-  if (auto old = entries_.find(entry.id); old != entries_.end() && old->second.parent != 0) {
+  auto old = entries_.find(entry.id);
+  if (old == entries_.end()) {
+    // New here under an object whose listing is whole: a child just made
+    // (every other child is held), which joins the listing.
+    if (auto listed = listings_.find(entry.parent); listed != listings_.end()) {
+      std::vector<EntryId>& ids = listed->second;
+      auto at = std::lower_bound(ids.begin(), ids.end(), entry.id);
+      if (at == ids.end() || *at != entry.id) ids.insert(at, entry.id);
+    }
+  } else if (old->second.parent != entry.parent) {  // moved: both listings change
+    Unlist(old->second.parent);
+    Unlist(entry.parent);
+  }
+  if (old != entries_.end() && old->second.parent != 0) {
     auto name = names_.find(Key{old->second.parent, old->second.name});
     if (name != names_.end() && name->second == entry.id) names_.erase(name);
   }
@@ -78,8 +92,10 @@ void CachingCatalog::Touch(EntryId parent, int64_t t) {
 }
 
 void CachingCatalog::ForgetEntry(EntryId id) {
+  Unlist(id);
   if (auto it = entries_.find(id); it != entries_.end()) {
     if (it->second.parent != 0) {
+      Unlist(it->second.parent);
       complete_.erase(it->second.parent);
       auto name = names_.find(Key{it->second.parent, it->second.name});
       if (name != names_.end() && name->second == id) names_.erase(name);
@@ -124,9 +140,35 @@ Result<Entry> CachingCatalog::Lookup(EntryId parent, std::string_view name) {
 
 Result<std::vector<Entry>> CachingCatalog::ListChildren(EntryId parent, EntryId after,
                                                         size_t limit) {
+  if (auto listed = listings_.find(parent); listed != listings_.end()) {
+    const std::vector<EntryId>& ids = listed->second;
+    std::vector<Entry> out;
+    for (auto it = std::upper_bound(ids.begin(), ids.end(), after);
+         it != ids.end() && out.size() < limit; ++it) {
+      auto entry = entries_.find(*it);
+      if (entry == entries_.end() || entry->second.parent != parent) {  // never, by its invariant
+        out.clear();
+        Unlist(parent);
+        break;
+      }
+      out.push_back(entry->second);
+    }
+    if (listings_.contains(parent)) return out;
+  }
   Result<std::vector<Entry>> children = inner_->ListChildren(parent, after, limit);
-  if (children.ok()) {
-    for (const Entry& child : *children) Remember(child);
+  if (!children.ok()) return children;
+  for (const Entry& child : *children) Remember(child);
+  if (after == 0 && parent != 0 && children->size() < limit) {
+    // Whole: kept if every child is still held (a Remember, or this
+    // insert's room, may have started the cache afresh).
+    MakeRoom();
+    std::vector<EntryId> ids;
+    ids.reserve(children->size());
+    for (const Entry& child : *children) {
+      if (!entries_.contains(child.id)) return children;
+      ids.push_back(child.id);
+    }
+    listings_[parent] = std::move(ids);
   }
   return children;
 }
@@ -178,6 +220,7 @@ Result<Entry> CachingCatalog::CreateEntry(const Entry& entry, const std::optiona
   if (stored->kind == EntryKind::kObject) {
     child_objects_[stored->id] = 0;
     complete_.insert(stored->id);  // no children yet
+    listings_[stored->id] = {};
     if (auto it = child_objects_.find(stored->parent); it != child_objects_.end()) ++it->second;
   }
   if (blob) {
@@ -216,6 +259,7 @@ bool CachingCatalog::Detached(EntryId id, int64_t now_ns) {
     return false;
   }
   Entry& row = it->second;
+  Unlist(row.parent);
   names_[Key{row.parent, row.name}] = 0;
   Touch(row.parent, now_ns);
   if (row.kind == EntryKind::kObject) {
@@ -246,6 +290,8 @@ Result<EntryId> CachingCatalog::Move(EntryId id, EntryId new_parent, std::string
       target->second.parent = 0;
     }
   }
+  Unlist(moved.parent);
+  Unlist(new_parent);
   names_[Key{moved.parent, moved.name}] = 0;
   child_objects_.erase(moved.parent);
   child_objects_.erase(new_parent);

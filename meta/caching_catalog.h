@@ -23,7 +23,12 @@
 // dropped): a name not among them is absent without a query. Reads that
 // scan (ListBlobs, ListDetached, ListUnlinkedBlobs, HasChildren) go to SQLite;
 // ListChildren fills the cache with what it returns (a readdirplus is
-// followed by a GETATTR or LISTXATTR per name).
+// followed by a GETATTR or LISTXATTR per name), and a listing that one call
+// returned whole (from the start, fewer than its limit), or that of an
+// object created through the cache, is answered from memory: children
+// created join it; one moved, detached or forgotten drops it (an object
+// mapped whole lists its members at every map: 0.2 ms of SQLite for 201
+// members).
 //
 // Memory: at most `max_rows` rows of all kinds; beyond that it starts
 // afresh (no recency bookkeeping on the hot path). Not thread-safe, like
@@ -109,6 +114,8 @@ class CachingCatalog : public ForwardingCatalog {
   // Forgets everything that names or describes entry `id`: the entry, its
   // name, its attributes and its subobject count.
   void ForgetEntry(EntryId id);
+  // Drops the whole listing of `parent`'s children, if held.
+  void Unlist(EntryId parent) { listings_.erase(parent); }
   // Applies a successful Detach of `id`: false when `id` is not held (then
   // its parent and name are unknown here and the cache starts afresh).
   bool Detached(EntryId id, int64_t now_ns);
@@ -128,6 +135,9 @@ class CachingCatalog : public ForwardingCatalog {
   std::unordered_map<EntryId, uint64_t> child_objects_;
   // Objects whose every attached child is in entries_ and names_.
   std::unordered_set<EntryId> complete_;
+  // Objects' attached children, in id order, when the whole list is known;
+  // every id in it is in entries_ with that parent.
+  std::unordered_map<EntryId, std::vector<EntryId>> listings_;
   // Blob -> the entry last seen linking it (EntryOfBlob checks it still does).
   std::unordered_map<BlobId, EntryId> owners_;
 };

@@ -158,11 +158,18 @@ def load(path: "os.PathLike[str] | str", *, device: Any = None, framework: Optio
     path = os.fspath(path)
     if framework is not None or device is not None:
         framework = tensors.check(framework, device)
-        if framework in ("torch", "cupy") and _is_dir(path):
+        if framework in ("torch", "cupy"):
             # The object map answers for the mount itself (off gpufs: None,
-            # as where it is not to be had), so the mount check, a request
-            # of its own, is left to the paths below.
-            whole = _load_whole(path, framework, device)
+            # as where it is not to be had) and for the kind of entry (a
+            # blob: ENOTDIR; nothing there: ENOENT), so neither the mount
+            # check nor a stat, each a request of its own, comes first:
+            # those cases go to the paths below, which say what they are.
+            try:
+                whole = _load_whole(path, framework, device)
+            except OSError as e:
+                if e.errno not in (errno.ENOTDIR, errno.ENOENT):
+                    raise
+                whole = None
             if whole is not None:
                 return whole
     check_on_gpufs(path, force)
@@ -170,13 +177,6 @@ def load(path: "os.PathLike[str] | str", *, device: Any = None, framework: Optio
         return _load(path)
     with _load(path) as loaded:
         return _convert(loaded, framework, device)
-
-
-def _is_dir(path):
-    try:
-        return stat.S_ISDIR(os.stat(path).st_mode)
-    except OSError:
-        return False  # the paths below say what is wrong with it
 
 
 def _load_whole(path, framework, device):

@@ -24,6 +24,7 @@ package and libgpufs (run by scripts/gpu-check.sh; needs torch):
 Prints what it saw; exits 1 on any failure.
 """
 
+import errno
 import gc
 import json
 import os
@@ -139,6 +140,17 @@ def main():
                                            sd[k].reshape(-1).view(torch.uint8)) for k in sd))
     check("dtypes and shapes kept", all(loaded[k].dtype == sd[k].dtype and
                                         loaded[k].shape == sd[k].shape for k in sd))
+    one = gpufs.load(os.path.join(obj, sorted(sd)[0]), device="cuda")
+    check("a member's path loads one tensor", torch.equal(one, sd[sorted(sd)[0]]))
+    for where, want in ((os.path.join(root, "objects", "absent"), errno.ENOENT),
+                        (os.path.dirname(gpufs.__file__), errno.EXDEV)):
+        try:
+            gpufs.load(where, device="cuda")
+            got = 0
+        except OSError as e:
+            got = e.errno
+        check(f"a load of {where} fails with {errno.errorcode[want]}", got == want,
+              errno.errorcode.get(got, str(got)))
     meta = gpufs.meta(obj)
     check("the object's type is set", meta.get("typename") == "Model", str(meta.get("typename")))
     mapping = _objmap.map_object(obj)
