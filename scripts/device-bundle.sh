@@ -5,6 +5,7 @@
 #
 #   scripts/device-bundle.sh [BUILD] [DEST]     # defaults: build .device-carry
 #   # there: scripts/gpu-check.sh --build DEST/build  (DEST/debs unpacked by it)
+#   #        scripts/cluster-bench-bundle.sh --build DEST/build  (iproute2 from DEST/netdebs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$(realpath "${1:-build}")
@@ -32,5 +33,11 @@ if ! ls "$dest"/debs/libunistring2*.deb "$dest"/debs/libisal2*.deb "$dest"/debs/
   (cd "$dest/debs" && apt-get download libfuse3-3 fuse3 attr libattr1 libsqlite3-0 \
     etcd-server libucx0 libnuma1 libcurl4 libnghttp2-14 librtmp1 libssh2-1 libpsl5 libbrotli1 \
     libldap-2.5-0 libsasl2-2 libsasl2-modules-db libunistring2 libisal2 ucx-utils)
+fi
+# iproute2 (ip netns, ss) for the cluster bench, apart: scripts/cluster-bench-bundle.sh
+# runs it through wrappers, so that its libraries reach no other program.
+if ! ls "$dest"/netdebs/iproute2*.deb >/dev/null 2>&1; then
+  mkdir -p "$dest/netdebs"
+  (cd "$dest/netdebs" && apt-get download iproute2 libbpf1 libelf1 libmnl0 libbsd0 libcap2 libmd0)
 fi
 du -sh "$dest"
