@@ -1,8 +1,7 @@
 // CRC-32C (Castagnoli), as iSCSI, ext4 and leveldb use it: the checksum of a
 // persisted blob's disk copy, a cluster fetch's members. Computed by ISA-L
 // (folding with carry-less multiplies where the CPU has them: about twice
-// the rate of SSE 4.2's crc32 instruction in three streams, which keeps a
-// fetch's check off the path its network copies need); incremental.
+// the rate of SSE 4.2's crc32 instruction in three streams); incremental.
 #pragma once
 
 #include <cstdint>
