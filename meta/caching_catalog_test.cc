@@ -53,6 +53,14 @@ std::string Describe(const Result<T>& result) {
   return result.ok() ? "ok " + Describe(*result) : "errno " + std::to_string(result.status().code());
 }
 
+// A SQLite catalog at `path` (nullptr, with a failure, if it cannot be
+// opened); shared locking lets another connection open it beside.
+std::unique_ptr<Catalog> Open(const std::string& path, Locking locking = Locking::kExclusive) {
+  auto catalog = SqliteCatalog::Open(path, 1000, 100, 0755, locking);
+  EXPECT_TRUE(catalog.ok()) << catalog.status().ToString();
+  return catalog.ok() ? std::unique_ptr<Catalog>(std::move(*catalog)) : nullptr;
+}
+
 class Differential {
  public:
   // The plain catalog writes SQLite at every call (shared locking); the
@@ -259,13 +267,6 @@ class Differential {
   int failures() const { return failures_; }
 
  private:
-  static std::unique_ptr<Catalog> Open(const std::string& path,
-                                       Locking locking = Locking::kExclusive) {
-    auto catalog = SqliteCatalog::Open(path, 1000, 100, 0755, locking);
-    EXPECT_TRUE(catalog.ok()) << catalog.status().ToString();
-    return catalog.ok() ? std::unique_ptr<Catalog>(std::move(*catalog)) : nullptr;
-  }
-
   TempDir dir_;
   const size_t max_rows_;
   std::unique_ptr<Catalog> plain_;
@@ -313,9 +314,9 @@ TEST(CachingCatalogTest, AnswersAsSqliteDoesWhenItKeepsStartingAfresh) {
 TEST(CachingCatalogTest, RepeatedReadsAreServedFromMemory) {
   TempDir dir;
   std::string path = dir.path() + "/catalog.db";
-  auto opened = SqliteCatalog::Open(path, 1000, 100, 0755, Locking::kShared);
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  CachingCatalog cache(std::move(*opened));
+  auto opened = Open(path, Locking::kShared);
+  ASSERT_NE(opened, nullptr);
+  CachingCatalog cache(std::move(opened));
   Blob blob;
   blob.device = TierId::Host();
   auto made = cache.CreateEntry(ChildOfRoot("m", EntryKind::kBlob), blob);
@@ -325,10 +326,10 @@ TEST(CachingCatalogTest, RepeatedReadsAreServedFromMemory) {
   // Another connection changes the file behind the cache's back: the cache,
   // which the contract says is the only writer, still answers from memory.
   {
-    auto other = SqliteCatalog::Open(path, 1000, 100, 0755, Locking::kShared);
-    ASSERT_TRUE(other.ok()) << other.status().ToString();
-    ASSERT_TRUE((*other)->Move(made->id, kRootEntryId, "moved", 5).ok());
-    ASSERT_TRUE((*other)->SetXattr(made->id, "user.k", "v", 0).ok());
+    auto other = Open(path, Locking::kShared);
+    ASSERT_NE(other, nullptr);
+    ASSERT_TRUE(other->Move(made->id, kRootEntryId, "moved", 5).ok());
+    ASSERT_TRUE(other->SetXattr(made->id, "user.k", "v", 0).ok());
   }
   auto got = cache.GetEntry(made->id);
   ASSERT_TRUE(got.ok());
@@ -347,9 +348,9 @@ TEST(CachingCatalogTest, RepeatedReadsAreServedFromMemory) {
 TEST(CachingCatalogTest, AWholeListingIsAnsweredFromMemoryAndFollowsItsChildren) {
   TempDir dir;
   std::string path = dir.path() + "/catalog.db";
-  auto opened = SqliteCatalog::Open(path, 1000, 100, 0755, Locking::kShared);
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  CachingCatalog cache(std::move(*opened));
+  auto opened = Open(path, Locking::kShared);
+  ASSERT_NE(opened, nullptr);
+  CachingCatalog cache(std::move(opened));
   auto object = cache.CreateEntry(ChildOfRoot("o", EntryKind::kObject), std::nullopt);
   ASSERT_TRUE(object.ok());
   auto child = [&](const std::string& name) {
@@ -371,9 +372,9 @@ TEST(CachingCatalogTest, AWholeListingIsAnsweredFromMemoryAndFollowsItsChildren)
   EXPECT_EQ(names(100), "a b ");
   EXPECT_EQ(names(1), "a ");
   {
-    auto other = SqliteCatalog::Open(path, 1000, 100, 0755, Locking::kShared);
-    ASSERT_TRUE(other.ok()) << other.status().ToString();
-    ASSERT_TRUE((*other)->CreateEntry(child("behind"), blob).ok());
+    auto other = Open(path, Locking::kShared);
+    ASSERT_NE(other, nullptr);
+    ASSERT_TRUE(other->CreateEntry(child("behind"), blob).ok());
   }
   EXPECT_EQ(names(100), "a b ");  // from memory
   auto c = cache.CreateEntry(child("c"), blob);
