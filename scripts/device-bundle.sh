@@ -36,8 +36,12 @@ if ! ls "$dest"/debs/libunistring2*.deb "$dest"/debs/libisal2*.deb "$dest"/debs/
 fi
 # iproute2 (ip netns, ss) for the cluster bench, apart: scripts/cluster-bench-bundle.sh
 # runs it through wrappers, so that its libraries reach no other program.
-if ! ls "$dest"/netdebs/iproute2*.deb >/dev/null 2>&1; then
-  mkdir -p "$dest/netdebs"
-  (cd "$dest/netdebs" && apt-get download iproute2 libbpf1 libelf1 libmnl0 libbsd0 libcap2 libmd0)
-fi
+# The packages are ip's and ss's whole library closure (ldd) but libc6.
+netpkgs=(iproute2 libbpf1 libelf1 libmnl0 libbsd0 libcap2 libmd0 zlib1g libselinux1 libpcre2-8-0
+  libtirpc3 libtirpc-common libgssapi-krb5-2 libkrb5-3 libk5crypto3 libcom-err2 libkrb5support0
+  libkeyutils1)
+mkdir -p "$dest/netdebs"
+for p in "${netpkgs[@]}"; do
+  ls "$dest/netdebs/${p}_"*.deb >/dev/null 2>&1 || (cd "$dest/netdebs" && apt-get download "$p")
+done
 du -sh "$dest"
