@@ -10,7 +10,7 @@
 #
 #   bench/cluster_mount_bench.sh [--build DIR] [--size MiB] [--rounds N] [--warm]
 #                                [--host-reserve SIZE]
-#                                [--host-tier memory|files]
+#                                [--host-tier memory|files] [--cold-perftest]
 #
 # --host-tier: the tier both mounts keep the object in (default memory;
 # files is what a mount without a GPU takes by default).
@@ -27,6 +27,11 @@
 # where the build has the option; a has none), and each round waits until
 # it is made before timing anything; a fetched member that lands in it is
 # received straight into its pages.
+# --cold-perftest: a second tag_bw column, in 256 MiB messages (window 4:
+# 1 GiB of buffers, past any cache), beside the 8 MiB one, whose buffers a
+# large cache keeps; the fetch lands in SIZE MiB of distinct memory. Not
+# the target's baseline: what the same path gives bytes that are not
+# cache-resident.
 # GPUFS_BENCH_LOGS=DIR: the mounts' logs are copied there at the end.
 # GPUFS_BENCH_PERF=FILE: each fetch runs under `perf record -a -g -o FILE.N`
 # (where the machine spends a fetch).
@@ -35,7 +40,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BUILD=build SIZE=2048 ROUNDS=3 WARM=0 TIER=memory RESERVE=
+BUILD=build SIZE=2048 ROUNDS=3 WARM=0 TIER=memory RESERVE= COLD=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) BUILD=$2; shift 2 ;;
@@ -44,6 +49,7 @@ while [[ $# -gt 0 ]]; do
     --warm) WARM=1; shift ;;
     --host-tier) TIER=$2; shift 2 ;;
     --host-reserve) RESERVE=$2; shift 2 ;;
+    --cold-perftest) COLD=1; shift ;;
     *) sed -n "2,/^set -euo/{/^#/p}" "$0" >&2; exit 2 ;;
   esac
 done
@@ -100,11 +106,12 @@ for n in a b; do
 done
 
 BYTES=$((SIZE << 20)) CHUNK=$((8 << 20))
-perftest() {  # PORT -> tag_bw MiB/s over SIZE MiB in 8 MiB messages
+perftest() {  # PORT [MESSAGE BYTES] -> tag_bw MiB/s over SIZE MiB in 8 MiB (or MESSAGE) messages
+  local msg=${2:-$CHUNK}
   in_ns a ucx_perftest -p "$1" >/dev/null 2>&1 &
   local pid=$!
   wait_port a "$1"
-  in_ns b ucx_perftest "$A" -p "$1" -t tag_bw -s "$CHUNK" -n $((BYTES / CHUNK)) -w 4 -f 2>/dev/null |
+  in_ns b ucx_perftest "$A" -p "$1" -t tag_bw -s "$msg" -n $(( (BYTES + msg - 1) / msg )) -w 4 -f 2>/dev/null |
     awk '$1 ~ /^[0-9]+$/ { bw = $6 } END { print bw }'
   wait "$pid" 2>/dev/null || true
 }
@@ -150,6 +157,7 @@ for r in $(seq 1 "$ROUNDS"); do
   # that neither perftest nor the fetch shares the machine with it.
   [[ -z $RESERVE ]] || wait_reserve
   perf=$(perftest $((22000 + r)))
+  (( ! COLD )) || echo "round $r: tag_bw in 256 MiB messages $(perftest $((23000 + r)) $((256 << 20))) MiB/s"
   if (( WARM )); then
     dd if=/dev/zero of="/dev/shm/gpufs-bench-warm.$$" bs=8M count=$((SIZE / 4)) status=none
     rm -f "/dev/shm/gpufs-bench-warm.$$"
