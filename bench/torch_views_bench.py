@@ -9,10 +9,10 @@ other ways of making the same views would cost.
 """
 import time
 
-import torch
-
 
 def layout():
+    """(shapes, numels, offsets, strides, total) of the llama layout, in bf16
+    elements, each tensor 256-byte aligned (also bench/load_py_steps.py's)."""
     shapes = [(32000, 2048)]
     for _ in range(22):
         shapes += [(2048,), (2048, 2048), (256, 2048), (256, 2048), (2048, 2048), (2048,),
@@ -37,6 +37,8 @@ def layout():
 
 
 def main():
+    import torch
+
     shapes, numels, offsets, strides, total = layout()
     base = torch.empty(total * 2, dtype=torch.uint8, device="cuda").view(torch.bfloat16)
 
