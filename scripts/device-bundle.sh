@@ -29,19 +29,23 @@ for f in "${files[@]}"; do
   real=$(realpath "$build/$f")
   objcopy --strip-debug "$real" "$dest/build/$f"
 done
-if ! ls "$dest"/debs/libunistring2*.deb "$dest"/debs/libisal2*.deb "$dest"/debs/ucx-utils*.deb >/dev/null 2>&1; then
-  (cd "$dest/debs" && apt-get download libfuse3-3 fuse3 attr libattr1 libsqlite3-0 \
-    etcd-server libucx0 libnuma1 libcurl4 libnghttp2-14 librtmp1 libssh2-1 libpsl5 libbrotli1 \
-    libldap-2.5-0 libsasl2-2 libsasl2-modules-db libunistring2 libisal2 ucx-utils)
-fi
+# Downloads into DIR each named package not there yet (a bundle is updated
+# in place when a list grows).
+fetch_debs() {
+  local dir=$1 p
+  shift
+  mkdir -p "$dir"
+  for p in "$@"; do
+    ls "$dir/${p}_"*.deb >/dev/null 2>&1 || (cd "$dir" && apt-get download "$p")
+  done
+}
+fetch_debs "$dest/debs" libfuse3-3 fuse3 attr libattr1 libsqlite3-0 \
+  etcd-server libucx0 libnuma1 libcurl4 libnghttp2-14 librtmp1 libssh2-1 libpsl5 libbrotli1 \
+  libldap-2.5-0 libsasl2-2 libsasl2-modules-db libunistring2 libisal2 ucx-utils
 # iproute2 (ip netns, ss) for the cluster bench, apart: scripts/cluster-bench-bundle.sh
 # runs it through wrappers, so that its libraries reach no other program.
 # The packages are ip's and ss's whole library closure (ldd) but libc6.
-netpkgs=(iproute2 libbpf1 libelf1 libmnl0 libbsd0 libcap2 libmd0 zlib1g libselinux1 libpcre2-8-0
-  libtirpc3 libtirpc-common libgssapi-krb5-2 libkrb5-3 libk5crypto3 libcom-err2 libkrb5support0
-  libkeyutils1)
-mkdir -p "$dest/netdebs"
-for p in "${netpkgs[@]}"; do
-  ls "$dest/netdebs/${p}_"*.deb >/dev/null 2>&1 || (cd "$dest/netdebs" && apt-get download "$p")
-done
+fetch_debs "$dest/netdebs" iproute2 libbpf1 libelf1 libmnl0 libbsd0 libcap2 libmd0 zlib1g \
+  libselinux1 libpcre2-8-0 libtirpc3 libtirpc-common libgssapi-krb5-2 libkrb5-3 libk5crypto3 \
+  libcom-err2 libkrb5support0 libkeyutils1
 du -sh "$dest"
