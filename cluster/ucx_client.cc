@@ -7,21 +7,30 @@
 
 namespace gpufs::cluster {
 
-Result<std::unique_ptr<UcxClient>> UcxClient::Start(ucp_context_h context) {
-  GPUFS_ASSIGN_OR_RETURN(auto loop, UcxWorkerLoop::Create(context, "ucx client"));
+Result<std::unique_ptr<UcxClient>> UcxClient::Start(ucp_context_h context, size_t lanes) {
+  if (lanes == 0 || lanes > kMaxLanes)
+    return Error(EINVAL, "UCX client: lanes must be 1 to " + std::to_string(kMaxLanes));
+  GPUFS_ASSIGN_OR_RETURN(auto loop, UcxWorkerLoop::Create(context, "ucx fetch"));
   std::unique_ptr<UcxClient> c(new UcxClient(std::move(loop)));
-  ucp_am_handler_param_t am{};
-  am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                  UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
-  am.id = kReadReplyId;
-  am.cb = &UcxClient::OnReply;
-  am.arg = c.get();
-  am.flags = UCP_AM_FLAG_WHOLE_MSG;
-  ucs_status_t st = ucp_worker_set_am_recv_handler(c->loop_->worker(), &am);
-  if (st != UCS_OK) return UcsError("ucp_worker_set_am_recv_handler", st);
   c->loop_->set_tick([raw = c.get()] { return raw->Tick(); });
   c->verify_thread_ = std::thread([raw = c.get()] { raw->VerifyThread(); });
   c->loop_->Start();
+  // The lanes report to the loop through the mailbox, so a report that
+  // comes after the client stopped is dropped.
+  std::shared_ptr<Mailbox> mailbox = c->mailbox_;
+  UcxClient* raw = c.get();
+  UcxClientLane::Events events;
+  events.done = [mailbox, raw](uint64_t id, ucs_status_t st, int reply_error) {
+    mailbox->Post([raw, id, st, reply_error] { raw->RequestDone(id, st, reply_error); });
+  };
+  events.failed = [mailbox, raw](uint64_t conn, ucs_status_t st) {
+    mailbox->Post([raw, conn, st] { raw->ConnectionFailed(conn, st); });
+  };
+  for (size_t i = 0; i < lanes; ++i) {
+    GPUFS_ASSIGN_OR_RETURN(
+        auto lane, UcxClientLane::Start(context, "ucx client " + std::to_string(i), events));
+    c->lanes_.push_back(std::move(lane));
+  }
   return c;
 }
 
@@ -31,6 +40,25 @@ UcxClient::UcxClient(std::unique_ptr<UcxWorkerLoop> loop)
 }
 
 UcxClient::~UcxClient() {
+  // Fail what is in flight (its connections closed with force, which
+  // cancels their receives), then stop the lanes: each gives back every
+  // buffer it held, reporting to the loop, which still runs. Only then the
+  // loop.
+  std::promise<void> failed;
+  std::future<void> failed_done = failed.get_future();
+  if (loop_->Post([this, &failed] {
+        stopping_ = true;
+        std::vector<uint64_t> ids;
+        for (auto& [id, job] : jobs_) ids.push_back(id);
+        for (uint64_t id : ids) {
+          auto it = jobs_.find(id);
+          if (it != jobs_.end())
+            FailJob(*it->second, Error(ECANCELED, "the UCX client is shutting down"));
+        }
+        failed.set_value();
+      }))
+    failed_done.wait();
+  for (auto& lane : lanes_) lane->Stop();
   {
     std::lock_guard lock(mailbox_->mu);
     mailbox_->loop = nullptr;
@@ -39,10 +67,11 @@ UcxClient::~UcxClient() {
 }
 
 void UcxClient::Shutdown() {
-  // Fail what is in flight; its receives are cancelled by the endpoints'
-  // forced close. Sinks' done() calls can no longer arrive (the mailbox is
-  // shut), so a chunk still landing counts as given back now. The verify
-  // thread finishes the chunk it is reading and stops first.
+  // The lanes have given every buffer back. Sinks' done() calls can no
+  // longer arrive (the mailbox is shut), so a chunk still landing counts as
+  // given back now. The verify thread finishes the chunk it is reading and
+  // stops first.
+  stopping_ = true;
   {
     std::lock_guard lock(verify_mu_);
     verify_stop_ = true;
@@ -60,17 +89,9 @@ void UcxClient::Shutdown() {
     if (it != jobs_.end())
       FailJob(*it->second, Error(ECANCELED, "the UCX client is shutting down"));
   }
-  loop_->ProgressUntil(
-      [this] {
-        Tick();
-        for (auto& [id, job] : jobs_)
-          if (job->receiving > 0) return false;
-        return closing_ == 0;
-      },
-      std::chrono::seconds(3));
   for (auto& [id, job] : jobs_) {
     if (job->ended) continue;
-    if (job->receiving > 0)
+    if (job->requested > 0)
       GPUFS_LOG(ERROR) << "UCX client: " << job->request.object.ToString()
                        << ": receives still outstanding at shutdown";
     job->ended = true;
@@ -96,6 +117,7 @@ Result<FetchResult> UcxClient::Fetch(const FetchRequest& request, FetchSink& sin
   job->request = request;
   job->options = options;
   job->sink = &sink;
+  job->path = std::make_shared<const std::string>(request.object.path);
   job->verifier.emplace(std::move(verifier));
   job->progress = std::make_shared<Progress>();
   job->progress->object = request.object.ToString();
@@ -142,56 +164,6 @@ nlohmann::json UcxClient::Stats() const {
                        {"mb_per_s", seconds > 0 ? bytes / seconds / 1e6 : 0.0}});
   }
   return fetches;
-}
-
-ucs_status_t UcxClient::OnReply(void* arg, const void* header, size_t header_length, void* data,
-                                size_t length, const ucp_am_recv_param_t* param) {
-  auto* c = static_cast<UcxClient*>(arg);
-  ReadReply reply;
-  if (header_length != sizeof reply) return UCS_OK;  // not ours: dropped
-  std::memcpy(&reply, header, sizeof reply);
-  auto it = c->in_flight_.find(reply.request_id);
-  if (reply.magic != kWireMagic || it == c->in_flight_.end()) return UCS_OK;
-  auto job = c->jobs_.find(it->second.job);
-  if (job == c->jobs_.end()) return UCS_OK;
-  Job::Chunk& chunk = job->second->chunks[it->second.chunk];
-  if (chunk.state != Job::Chunk::State::kRequested) return UCS_OK;
-  if (reply.status != 0) {
-    c->error_replies_.push_back({reply.request_id, reply.status});
-    return UCS_OK;
-  }
-  if (reply.offset != chunk.offset || reply.length != chunk.size || length != chunk.size) {
-    c->error_replies_.push_back({reply.request_id, EPROTO});
-    return UCS_OK;
-  }
-  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
-    // The bytes are still at the server: receive them into the sink's
-    // buffer once progress returns.
-    c->arrivals_.push_back({reply.request_id, data, length});
-    return UCS_INPROGRESS;
-  }
-  std::memcpy(chunk.buffer.data(), data, length);  // eager: here, and only now
-  c->completions_.push_back({reply.request_id, UCS_OK, nullptr});
-  return UCS_OK;
-}
-
-void UcxClient::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
-  static_cast<UcxClient*>(arg)->endpoint_errors_.push_back({ep, status});
-}
-
-void UcxClient::CloseEndpoint(ucp_ep_h ep, bool force) {
-  endpoints_.erase(ep);
-  ucp_request_param_t p{};
-  p.op_attr_mask =
-      UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-  p.user_data = this;
-  p.cb.send = [](void* request, ucs_status_t, void* user) {
-    --static_cast<UcxClient*>(user)->closing_;
-    ucp_request_free(request);
-  };
-  ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
-  if (UCS_PTR_IS_PTR(r)) ++closing_;
 }
 
 }  // namespace gpufs::cluster

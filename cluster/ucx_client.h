@@ -16,9 +16,17 @@
 // the others. With no source left, or past the fetch's timeout, the fetch
 // fails; it returns only when no receive into the sink is outstanding.
 //
-// Threading: one UCX worker and its loop thread for all fetches of this
-// client; Fetch blocks the calling thread until its fetch ends. Callbacks
-// into the sink run on the loop thread.
+// Lanes: the client moves bytes on `lanes` worker threads (ucx_client_lane.h),
+// each with its own UCP worker, and opens one connection to each source on
+// every lane; the connections of all sources take chunks from one queue, so
+// a source's bytes are received on as many cores as there are lanes (a
+// server with lanes sends them from as many: ucx_server.h). A connection
+// fails, stalls and is dropped on its own, its chunks going to the others;
+// a source has failed when all its connections have.
+//
+// Threading: the fetch state machine runs on the client's own loop thread
+// for all fetches; Fetch blocks the calling thread until its fetch ends.
+// Callbacks into the sink run on the loop thread.
 #pragma once
 
 #include <condition_variable>
@@ -34,13 +42,15 @@
 #include <vector>
 
 #include "cluster/transport.h"
+#include "cluster/ucx_client_lane.h"
 #include "cluster/ucx_util.h"
 
 namespace gpufs::cluster {
 
 class UcxClient {
  public:
-  static Result<std::unique_ptr<UcxClient>> Start(ucp_context_h context);
+  // EINVAL for lanes 0 or over kMaxLanes.
+  static Result<std::unique_ptr<UcxClient>> Start(ucp_context_h context, size_t lanes = 1);
   // Fails the fetches in flight (ECANCELED) and waits for them.
   ~UcxClient();
   UcxClient(const UcxClient&) = delete;
@@ -58,18 +68,14 @@ class UcxClient {
   struct Mailbox;
 
   explicit UcxClient(std::unique_ptr<UcxWorkerLoop> loop);
-  static ucs_status_t OnReply(void* arg, const void* header, size_t header_length, void* data,
-                              size_t length, const ucp_am_recv_param_t* param);
-  static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
 
   // All below run on the loop thread (ucx_fetch.cc).
   UcxWorkerLoop::Clock::time_point Tick();
   void StartJob(std::unique_ptr<Job> job);
   void Schedule(Job& job);
   void SendRequest(Job& job, size_t source, size_t chunk);
-  void StartReceive(uint64_t request_id, void* desc, size_t length);
-  void Completed(uint64_t request_id, ucs_status_t status, void* request);
-  void ErrorReply(uint64_t request_id, int error);
+  void RequestDone(uint64_t request_id, ucs_status_t status, int reply_error);
+  void ConnectionFailed(uint64_t conn, ucs_status_t status);
   void Arrived(Job& job, size_t chunk);
   void Verified(uint64_t job_id, size_t chunk, const std::vector<uint32_t>& crcs);
   void StartLanding(Job& job, size_t chunk);
@@ -79,40 +85,31 @@ class UcxClient {
   void DropChunk(Job& job, size_t chunk, bool requeue);
   void FailJob(Job& job, const Status& why);
   void MaybeFinish(Job& job);
-  void CloseEndpoint(ucp_ep_h ep, bool force);
+  void CloseConnection(Job& job, size_t source, bool force);
   void Shutdown();
 
-  std::unique_ptr<UcxWorkerLoop> loop_;
-  std::shared_ptr<Mailbox> mailbox_;  // how sinks' threads reach the loop
+  std::unique_ptr<UcxWorkerLoop> loop_;  // the state machine's thread; its worker is unused
+  std::vector<std::unique_ptr<UcxClientLane>> lanes_;
+  std::shared_ptr<Mailbox> mailbox_;  // how sinks' and lanes' threads reach the loop
 
   // Loop thread only.
   uint64_t next_request_id_ = 1;
   uint64_t next_job_id_ = 1;
+  uint64_t next_conn_ = 1;
+  bool stopping_ = false;  // the destructor runs: no new requests
   std::map<uint64_t, std::unique_ptr<Job>> jobs_;
   struct InFlight {
     uint64_t job;
     size_t chunk;
   };
   std::unordered_map<uint64_t, InFlight> in_flight_;  // by request id
-  struct EndpointOwner {
+  struct ConnectionOwner {
     uint64_t job;
     size_t source;
   };
-  std::unordered_map<ucp_ep_h, EndpointOwner> endpoints_;
-  // Collected inside UCX callbacks, handled by Tick after progress returns.
-  struct Arrival {
-    uint64_t request_id;
-    void* desc;
-    size_t length;
-  };
-  std::vector<Arrival> arrivals_;
-  std::vector<std::tuple<uint64_t, ucs_status_t, void*>>
-      completions_;  // id, status, request to free
-  std::vector<std::pair<uint64_t, int>> error_replies_;
-  std::vector<std::pair<ucp_ep_h, ucs_status_t>> endpoint_errors_;
+  std::unordered_map<uint64_t, ConnectionOwner> connections_;  // by connection id
   std::vector<std::tuple<uint64_t, size_t, Status>> landed_;
   std::vector<uint64_t> ended_;  // jobs to erase at the end of the tick
-  size_t closing_ = 0;
 
   // Chunks to checksum, for the verify thread.
   struct VerifyJob {

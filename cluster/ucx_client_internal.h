@@ -1,5 +1,5 @@
-// UcxClient's per-fetch state, shared by ucx_client.cc (set-up, UCX
-// callbacks) and ucx_fetch.cc (the fetch's state machine). Loop thread only.
+// UcxClient's per-fetch state, shared by ucx_client.cc (set-up, threads)
+// and ucx_fetch.cc (the fetch's state machine). Loop thread only.
 #pragma once
 
 #include <deque>
@@ -10,8 +10,9 @@
 
 namespace gpufs::cluster {
 
-// How sinks' threads reach the loop: outlives the client, so a late
-// done() after the client is gone is dropped instead of touching it.
+// How sinks', the verifier's and lanes' threads reach the loop: outlives
+// the client, so a late call after the client is gone is dropped instead
+// of touching it.
 struct UcxClient::Mailbox {
   std::mutex mu;
   UcxWorkerLoop* loop = nullptr;  // GUARDED_BY(mu); null once the client stops
@@ -24,19 +25,22 @@ struct UcxClient::Mailbox {
 struct UcxClient::Job {
   using Clock = UcxWorkerLoop::Clock;
   struct Chunk {
-    enum class State { kQueued, kRequested, kReceiving, kVerifying, kLanding, kDone };
+    // kRequested: the buffer is lent to a lane until its request ends.
+    enum class State { kQueued, kRequested, kVerifying, kLanding, kDone };
     State state = State::kQueued;
     uint64_t offset = 0, size = 0;
     size_t source = 0;
     uint64_t request_id = 0;
     std::span<std::byte> buffer;
-    void* receive = nullptr;  // the UCX receive request while kReceiving
-    bool orphaned = false;    // its source failed while it was receiving
+    bool orphaned = false;        // its source failed while it was requested
     Clock::time_point requested;  // when its request went out
   };
+  // One connection to a source, on one lane: a source has one per lane.
   struct Source {
     SourceAddress address;
-    ucp_ep_h ep = nullptr;
+    size_t node = 0;  // its index in request.sources
+    size_t lane = 0;
+    uint64_t conn = 0;  // 0 once closed
     Status failure;  // non-OK once dropped
     size_t in_flight = 0;
     // Requests it may have in flight now: from 1 up to the options' window
@@ -57,9 +61,10 @@ struct UcxClient::Job {
   std::optional<SegmentVerifier> verifier;
   std::vector<Chunk> chunks;
   std::deque<size_t> queue;
-  std::vector<Source> sources;
+  std::vector<Source> sources;  // connections
+  std::shared_ptr<const std::string> path;
   size_t out = 0;        // sink buffers out (acquired, not given back)
-  size_t receiving = 0;  // chunks with a UCX receive outstanding
+  size_t requested = 0;  // chunks whose buffer a lane holds
   size_t done = 0;       // chunks landed and given back
   uint64_t requeued = 0;
   Status status;           // the first failure

@@ -1,12 +1,10 @@
 // UcxClient's fetch state machine (see ucx_client.h). Every function here
 // runs on the loop thread. A chunk goes kQueued -> kRequested (a buffer from
-// the sink, a request sent) -> kReceiving (a rendezvous receive into the
-// buffer; eager replies skip it) -> kVerifying (on the verify thread) ->
-// kLanding (checked, given to the sink) -> kDone (the sink gave the buffer
-// back). A failed source's
-// kRequested chunks go straight back to the queue; its kReceiving ones are
-// orphaned and go back when UCX completes their cancelled receive (or are
-// used, if the receive completed after all).
+// the sink, lent to a lane with the request) -> kVerifying (on the verify
+// thread) -> kLanding (checked, given to the sink) -> kDone (the sink gave
+// the buffer back). A failed connection's kRequested chunks are orphaned:
+// its lane cancels them, and each goes back to the queue when the lane
+// gives its buffer back (or is used, if its bytes had arrived after all).
 #include <algorithm>
 
 #include "cluster/ucx_client_internal.h"
@@ -38,39 +36,32 @@ void UcxClient::StartJob(std::unique_ptr<Job> owned) {
     progress_[job.id] = job.progress;
   }
   jobs_[job.id] = std::move(owned);
-  for (const SourceAddress& a : job.request.sources) {
-    Job::Source src;
-    src.address = a;
-    src.last_progress = job.start;
-    job.sources.push_back(std::move(src));
+  if (stopping_) return FailJob(job, Error(ECANCELED, "the UCX client is shutting down"));
+  // One connection to each source on every lane, interleaved, so that the
+  // first chunks, which go one to each connection, spread over sources.
+  for (size_t lane = 0; lane < lanes_.size(); ++lane) {
+    for (size_t node = 0; node < job.request.sources.size(); ++node) {
+      Job::Source src;
+      src.address = job.request.sources[node];
+      src.node = node;
+      src.lane = lane;
+      src.last_progress = job.start;
+      job.sources.push_back(std::move(src));
+    }
   }
   for (size_t i = 0; i < job.sources.size(); ++i) {
     Job::Source& src = job.sources[i];
     Result<sockaddr_storage> addr = ParseHostPort(src.address.address);
     if (!addr.ok()) {
       src.failure = addr.status();
-      GPUFS_LOG(WARN) << "fetch " << job.request.object.ToString() << ": "
-                      << src.failure.ToString();
+      if (src.lane == 0)
+        GPUFS_LOG(WARN) << "fetch " << job.request.object.ToString() << ": "
+                        << src.failure.ToString();
       continue;
     }
-    ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&*addr);
-    ep.sockaddr.addrlen = addr->ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = &UcxClient::OnEndpointError;
-    ep.err_handler.arg = this;
-    ucs_status_t st = ucp_ep_create(loop_->worker(), &ep, &src.ep);
-    if (st != UCS_OK) {
-      src.ep = nullptr;
-      src.failure = UcsError("connect to " + Describe(src.address), st);
-      GPUFS_LOG(WARN) << "fetch " << job.request.object.ToString() << ": "
-                      << src.failure.ToString();
-      continue;
-    }
-    endpoints_[src.ep] = {job.id, i};
+    src.conn = next_conn_++;
+    connections_[src.conn] = {job.id, i};
+    lanes_[src.lane]->Connect(src.conn, *addr);
   }
   Schedule(job);
 }
@@ -78,11 +69,12 @@ void UcxClient::StartJob(std::unique_ptr<Job> owned) {
 void UcxClient::Schedule(Job& job) {
   if (job.ended) return;
   if (job.finishing) return MaybeFinish(job);
+  if (stopping_) return;
   while (!job.queue.empty() && job.out < job.sink->capacity()) {
     size_t best = job.sources.size();
     for (size_t i = 0; i < job.sources.size(); ++i) {
       const Job::Source& s = job.sources[i];
-      if (s.failed() || s.ep == nullptr || s.in_flight >= s.window) continue;
+      if (s.failed() || s.conn == 0 || s.in_flight >= s.window) continue;
       if (best == job.sources.size() || s.in_flight < job.sources[best].in_flight) best = i;
     }
     if (best == job.sources.size()) break;
@@ -105,6 +97,7 @@ void UcxClient::Schedule(Job& job) {
     std::string why;
     int code = EHOSTUNREACH;
     for (const Job::Source& s : job.sources) {
+      if (s.lane != 0) continue;  // each source once: its first connection's failure
       why += (why.empty() ? "" : "; ") + s.address.node + ": " + s.failure.ToString();
       code = s.failure.code();
     }
@@ -125,66 +118,17 @@ void UcxClient::SendRequest(Job& job, size_t source, size_t c) {
   in_flight_[chunk.request_id] = {job.id, c};
   if (src.in_flight == 0) src.last_progress = Clock::now();  // idle until now: not a stall
   ++src.in_flight;
-
-  // The header must stay valid until the send completes: it rides in the
-  // request's own heap block, freed by the completion.
-  struct Send {
-    ReadRequest header;
-    UcxClient* client;
-    uint64_t job;
-    size_t source;
-  };
-  auto* send = new Send{{}, this, job.id, source};
-  send->header.request_id = chunk.request_id;
-  send->header.version = job.request.object.version;
-  send->header.offset = chunk.offset;
-  send->header.length = chunk.size;
-  ucp_request_param_t p{};
-  p.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-  p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
-  p.user_data = send;
-  p.cb.send = [](void* request, ucs_status_t status, void* user) {
-    auto* s = static_cast<Send*>(user);
-    if (status != UCS_OK) {
-      auto owner = s->client->jobs_.find(s->job);
-      if (owner != s->client->jobs_.end())
-        s->client->endpoint_errors_.push_back({owner->second->sources[s->source].ep, status});
-    }
-    delete s;
-    ucp_request_free(request);
-  };
-  const std::string& path = job.request.object.path;
-  ucs_status_ptr_t r = ucp_am_send_nbx(src.ep, kReadRequestId, &send->header, sizeof send->header,
-                                       path.data(), path.size(), &p);
-  if (r == nullptr) {
-    delete send;
-  } else if (UCS_PTR_IS_ERR(r)) {
-    delete send;
-    SourceFailed(job, source, UcsError("request to " + Describe(src.address), UCS_PTR_STATUS(r)));
-  }
+  ++job.requested;
+  ReadRequest header;
+  header.request_id = chunk.request_id;
+  header.version = job.request.object.version;
+  header.offset = chunk.offset;
+  header.length = chunk.size;
+  lanes_[src.lane]->Request(src.conn, header, job.path, chunk.buffer);
 }
 
 UcxWorkerLoop::Clock::time_point UcxClient::Tick() {
-  // What UCX callbacks collected during progress.
-  std::vector<Arrival> arrivals;
-  arrivals.swap(arrivals_);
-  for (const Arrival& a : arrivals) StartReceive(a.request_id, a.desc, a.length);
-  while (!completions_.empty() || !error_replies_.empty() || !endpoint_errors_.empty() ||
-         !landed_.empty()) {
-    auto completions = std::exchange(completions_, {});
-    for (auto [id, st, request] : completions) Completed(id, st, request);
-    auto errors = std::exchange(error_replies_, {});
-    for (auto [id, code] : errors) ErrorReply(id, code);
-    auto ep_errors = std::exchange(endpoint_errors_, {});
-    for (auto [ep, st] : ep_errors) {
-      auto it = endpoints_.find(ep);
-      if (it == endpoints_.end()) continue;  // closed already
-      auto job = jobs_.find(it->second.job);
-      if (job == jobs_.end()) continue;
-      Job::Source& src = job->second->sources[it->second.source];
-      SourceFailed(*job->second, it->second.source, UcsError(Describe(src.address), st));
-    }
+  while (!landed_.empty()) {
     auto landed = std::exchange(landed_, {});
     for (auto& [job, chunk, st] : landed) LandDone(job, chunk, st);
   }
@@ -224,42 +168,7 @@ UcxWorkerLoop::Clock::time_point UcxClient::Tick() {
   return next;
 }
 
-void UcxClient::StartReceive(uint64_t request_id, void* desc, size_t length) {
-  auto it = in_flight_.find(request_id);
-  auto job = it == in_flight_.end() ? jobs_.end() : jobs_.find(it->second.job);
-  if (job == jobs_.end() || job->second->finishing ||
-      job->second->chunks[it->second.chunk].state != Job::Chunk::State::kRequested) {
-    ucp_am_data_release(loop_->worker(), desc);  // nobody wants it any more
-    return;
-  }
-  Job& j = *job->second;
-  Job::Chunk& chunk = j.chunks[it->second.chunk];
-  struct Receive {
-    UcxClient* client;
-    uint64_t request_id;
-  };
-  ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  p.user_data = new Receive{this, request_id};
-  p.cb.recv_am = [](void* request, ucs_status_t status, size_t, void* user) {
-    auto* r = static_cast<Receive*>(user);
-    // The request is freed by Completed: until then a cancel may name it.
-    r->client->completions_.push_back({r->request_id, status, request});
-    delete r;
-  };
-  ucs_status_ptr_t r = ucp_am_recv_data_nbx(loop_->worker(), desc, chunk.buffer.data(), length, &p);
-  chunk.state = Job::Chunk::State::kReceiving;
-  ++j.receiving;
-  if (r == nullptr || UCS_PTR_IS_ERR(r)) {
-    delete static_cast<Receive*>(p.user_data);
-    Completed(request_id, r == nullptr ? UCS_OK : UCS_PTR_STATUS(r), nullptr);
-  } else {
-    chunk.receive = r;
-  }
-}
-
-void UcxClient::Completed(uint64_t request_id, ucs_status_t status, void* request) {
-  if (request != nullptr) ucp_request_free(request);
+void UcxClient::RequestDone(uint64_t request_id, ucs_status_t status, int reply_error) {
   auto it = in_flight_.find(request_id);
   if (it == in_flight_.end()) return;
   auto jit = jobs_.find(it->second.job);
@@ -268,34 +177,33 @@ void UcxClient::Completed(uint64_t request_id, ucs_status_t status, void* reques
   if (jit == jobs_.end()) return;
   Job& job = *jit->second;
   Job::Chunk& chunk = job.chunks[c];
-  if (chunk.state == Job::Chunk::State::kReceiving) {
-    --job.receiving;
-    chunk.receive = nullptr;
-  }
-  if (status == UCS_OK) return Arrived(job, c);
+  if (chunk.state != Job::Chunk::State::kRequested || chunk.request_id != request_id) return;
+  --job.requested;
+  if (status == UCS_OK && reply_error == 0) return Arrived(job, c);
   Job::Source& src = job.sources[chunk.source];
+  const size_t source = chunk.source;
   const bool orphan = chunk.orphaned;
   if (!orphan && src.in_flight > 0) --src.in_flight;
   DropChunk(job, c, !job.finishing);
-  if (!orphan && !job.finishing)
-    SourceFailed(job, chunk.source, UcsError("receive from " + Describe(src.address), status));
+  if (!orphan && !job.finishing) {
+    Status why = reply_error != 0 ? Error(reply_error, Describe(src.address) + " answered " +
+                                                           ErrnoName(reply_error) + " for " +
+                                                           job.request.object.ToString() + " [" +
+                                                           std::to_string(chunk.offset) + ", +" +
+                                                           std::to_string(chunk.size) + ")")
+                                  : UcsError("receive from " + Describe(src.address), status);
+    SourceFailed(job, source, why);
+  }
   Schedule(job);
 }
 
-void UcxClient::ErrorReply(uint64_t request_id, int error) {
-  auto it = in_flight_.find(request_id);
-  if (it == in_flight_.end()) return;
-  auto jit = jobs_.find(it->second.job);
-  if (jit == jobs_.end()) return;
-  Job& job = *jit->second;
-  const Job::Chunk& chunk = job.chunks[it->second.chunk];
-  if (chunk.state != Job::Chunk::State::kRequested) return;
-  const Job::Source& src = job.sources[chunk.source];
-  SourceFailed(
-      job, chunk.source,
-      Error(error, Describe(src.address) + " answered " + ErrnoName(error) + " for " +
-                       job.request.object.ToString() + " [" + std::to_string(chunk.offset) + ", +" +
-                       std::to_string(chunk.size) + ")"));
+void UcxClient::ConnectionFailed(uint64_t conn, ucs_status_t status) {
+  auto it = connections_.find(conn);
+  if (it == connections_.end()) return;  // closed already
+  auto job = jobs_.find(it->second.job);
+  if (job == jobs_.end()) return;
+  Job::Source& src = job->second->sources[it->second.source];
+  SourceFailed(*job->second, it->second.source, UcsError(Describe(src.address), status));
 }
 
 void UcxClient::Arrived(Job& job, size_t c) {
@@ -310,7 +218,6 @@ void UcxClient::Arrived(Job& job, size_t c) {
   } else if (took * 4 < job.options.stall_timeout) {
     src.window = std::min(src.window + 1, job.options.window);
   }
-  in_flight_.erase(chunk.request_id);
   if (job.finishing) {
     DropChunk(job, c, false);
     return MaybeFinish(job);
@@ -378,6 +285,14 @@ void UcxClient::LandDone(uint64_t job_id, size_t c, const Status& status) {
   Schedule(job);
 }
 
+void UcxClient::CloseConnection(Job& job, size_t i, bool force) {
+  Job::Source& src = job.sources[i];
+  if (src.conn == 0) return;
+  connections_.erase(src.conn);
+  lanes_[src.lane]->Close(src.conn, force);
+  src.conn = 0;
+}
+
 void UcxClient::DropChunk(Job& job, size_t c, bool requeue) {
   Job::Chunk& chunk = job.chunks[c];
   in_flight_.erase(chunk.request_id);
@@ -396,26 +311,19 @@ void UcxClient::SourceFailed(Job& job, size_t i, const Status& why) {
   Job::Source& src = job.sources[i];
   if (src.failed() || job.ended) return;
   src.failure = why.ok() ? Error(EIO, "source failed") : why;
-  if (src.ep != nullptr) {
-    CloseEndpoint(src.ep, true);  // cancels its receives in flight
-    src.ep = nullptr;
-  }
+  CloseConnection(job, i, true);  // its lane cancels its requests in flight
   size_t moved = 0;
-  for (size_t c = 0; c < job.chunks.size(); ++c) {
-    Job::Chunk& chunk = job.chunks[c];
-    if (chunk.source != i) continue;
-    if (chunk.state == Job::Chunk::State::kRequested) {
-      DropChunk(job, c, !job.finishing);
-      ++moved;
-    } else if (chunk.state == Job::Chunk::State::kReceiving) {
-      chunk.orphaned = true;
-      ++moved;
-    }
+  for (Job::Chunk& chunk : job.chunks) {
+    if (chunk.source != i || chunk.state != Job::Chunk::State::kRequested || chunk.orphaned)
+      continue;
+    chunk.orphaned = true;  // back to the queue when the lane gives its buffer back
+    ++moved;
   }
   src.in_flight = 0;
   GPUFS_LOG(WARN) << "fetch " << job.request.object.ToString() << ": dropping source "
-                  << Describe(src.address) << ": " << src.failure.ToString() << "; " << moved
-                  << " ranges in flight go to the other sources";
+                  << Describe(src.address) << " (connection " << src.lane + 1 << " of "
+                  << lanes_.size() << "): " << src.failure.ToString() << "; " << moved
+                  << " ranges in flight go to the other connections";
   Schedule(job);
 }
 
@@ -427,17 +335,8 @@ void UcxClient::FailJob(Job& job, const Status& why) {
   }
   job.finishing = true;
   job.queue.clear();
-  for (Job::Source& src : job.sources) {
-    if (src.ep == nullptr) continue;
-    CloseEndpoint(src.ep, true);
-    src.ep = nullptr;
-  }
-  for (size_t c = 0; c < job.chunks.size(); ++c) {
-    Job::Chunk& chunk = job.chunks[c];
-    if (chunk.state == Job::Chunk::State::kRequested) DropChunk(job, c, false);
-    if (chunk.state == Job::Chunk::State::kReceiving && chunk.receive != nullptr)
-      ucp_request_cancel(loop_->worker(), chunk.receive);
-  }
+  // The lanes cancel the requests in flight and give their buffers back.
+  for (size_t i = 0; i < job.sources.size(); ++i) CloseConnection(job, i, true);
   MaybeFinish(job);
 }
 
@@ -445,27 +344,34 @@ void UcxClient::MaybeFinish(Job& job) {
   if (job.ended) return;
   const bool all_done = job.done == job.chunks.size();
   if (!job.finishing && !all_done) return;
-  if (job.receiving > 0 || job.out > 0) return;  // UCX or the sink still hold buffers
+  if (job.requested > 0 || job.out > 0) return;  // lanes or the sink still hold buffers
   job.ended = true;
   if (job.status.ok() && !job.verifier->AllVerified())
     job.status = Error(EIO, "fetch " + job.request.object.ToString() + ": segments left unchecked");
   const double seconds = std::chrono::duration<double>(Clock::now() - job.start).count();
-  for (Job::Source& src : job.sources) {
-    if (src.ep == nullptr) continue;
-    CloseEndpoint(src.ep, false);
-    src.ep = nullptr;
-  }
+  for (size_t i = 0; i < job.sources.size(); ++i) CloseConnection(job, i, false);
   if (job.status.ok()) {
     FetchResult r;
     r.bytes = job.request.size;
     r.seconds = seconds;
     r.requeued_chunks = job.requeued;
-    for (const Job::Source& s : job.sources)
-      r.sources.push_back({s.address.node, s.bytes, s.failure});
+    // By source: its connections' bytes; failed when all its connections did.
+    for (const SourceAddress& a : job.request.sources) r.sources.push_back({a.node, 0, Status()});
+    std::vector<size_t> alive(job.request.sources.size(), 0);
+    for (const Job::Source& s : job.sources) {
+      r.sources[s.node].bytes += s.bytes;
+      if (!s.failed())
+        ++alive[s.node];
+      else if (r.sources[s.node].failure.ok())
+        r.sources[s.node].failure = s.failure;
+    }
+    for (size_t n = 0; n < alive.size(); ++n)
+      if (alive[n] > 0) r.sources[n].failure = Status();
     GPUFS_LOG(INFO) << "fetched " << job.request.object.ToString() << ": " << r.bytes
                     << " bytes in " << seconds << " s ("
                     << (seconds > 0 ? r.bytes / seconds / 1e6 : 0) << " MB/s) from "
-                    << job.sources.size() << " sources";
+                    << job.request.sources.size() << " sources over " << lanes_.size()
+                    << (lanes_.size() == 1 ? " lane" : " lanes");
     job.promise.set_value(std::move(r));
   } else {
     job.promise.set_value(job.status);

@@ -1,49 +1,35 @@
 #include "cluster/ucx_server.h"
 
-#include <cstring>
-
+#include "cluster/ucx_server_lane.h"
 #include "util/log.h"
 
 namespace gpufs::cluster {
-
-// What a reply's send needs until UCX completes it: the header (UCX may
-// read it late), the source kept alive, the staging slot to free or the
-// in-place range's hold (released before the source).
-struct UcxServer::SendContext {
-  UcxServer* server;
-  ReadReply header;
-  std::shared_ptr<const ByteSource> keep;
-  ssize_t slot;  // -1: none
-  std::shared_ptr<const void> hold;
-};
 
 Result<std::unique_ptr<UcxServer>> UcxServer::Start(ucp_context_h context, ServerOptions options,
                                                     SourceProvider provider) {
   GPUFS_ASSIGN_OR_RETURN(sockaddr_storage addr, ParseHostPort(options.listen));
   if (!provider) return Error(EINVAL, "UCX server: no source provider");
-  if (options.staging_buffers < 2) options.staging_buffers = 2;
-  GPUFS_ASSIGN_OR_RETURN(auto loop, UcxWorkerLoop::Create(context, "ucx server"));
-  std::unique_ptr<UcxServer> s(
-      new UcxServer(std::move(options), std::move(provider), std::move(loop)));
+  if (options.lanes == 0 || options.lanes > kMaxLanes)
+    return Error(EINVAL, "UCX server: lanes must be 1 to " + std::to_string(kMaxLanes));
+  std::unique_ptr<UcxServer> s(new UcxServer(std::move(options), std::move(provider)));
+  for (size_t i = 0; i < s->options_.lanes; ++i) {
+    GPUFS_ASSIGN_OR_RETURN(auto loop,
+                           UcxWorkerLoop::Create(context, "ucx server " + std::to_string(i)));
+    s->lanes_.push_back(
+        std::make_unique<Lane>(s->options_, s->provider_, s->counters_, std::move(loop)));
+  }
 
-  ucp_am_handler_param_t am{};
-  am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                  UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
-  am.id = kReadRequestId;
-  am.cb = &UcxServer::OnRequest;
-  am.arg = s.get();
-  am.flags = UCP_AM_FLAG_WHOLE_MSG;
-  ucs_status_t st = ucp_worker_set_am_recv_handler(s->loop_->worker(), &am);
-  if (st != UCS_OK) return UcsError("ucp_worker_set_am_recv_handler", st);
-
+  // The listener is created before the first lane's thread starts, so it
+  // is touched on that thread only from then on.
   ucp_listener_params_t lp{};
   lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
   lp.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
   lp.sockaddr.addrlen = addr.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
   lp.conn_handler.cb = &UcxServer::OnConnection;
   lp.conn_handler.arg = s.get();
-  st = ucp_listener_create(s->loop_->worker(), &lp, &s->listener_);
+  ucs_status_t st = ucp_listener_create(s->lanes_[0]->loop().worker(), &lp, &s->listener_);
   if (st != UCS_OK) {
+    s->listener_ = nullptr;
     Status err = UcsError("UCX listen on " + s->options_.listen, st);
     if (st == UCS_ERR_BUSY) err = Error(EADDRINUSE, err.message());
     GPUFS_LOG(WARN) << err.ToString();
@@ -57,267 +43,49 @@ Result<std::unique_ptr<UcxServer>> UcxServer::Start(ucp_context_h context, Serve
   const std::string& asked = s->options_.listen;
   s->address_ = asked.substr(0, asked.rfind(':')) + bound.substr(bound.rfind(':'));
 
-  s->staging_.resize(s->options_.staging_buffers);
-  s->copy_thread_ = std::thread([raw = s.get()] { raw->CopyThread(); });
-  s->loop_->set_tick([raw = s.get()] { return raw->Tick(); });
-  s->loop_->Start();
-  GPUFS_LOG(INFO) << "UCX server listening on " << s->address_;
+  for (auto& lane : s->lanes_) GPUFS_RETURN_IF_ERROR(lane->Start());
+  GPUFS_LOG(INFO) << "UCX server listening on " << s->address_ << " (" << s->lanes_.size()
+                  << (s->lanes_.size() == 1 ? " lane)" : " lanes)");
   return s;
 }
 
-UcxServer::UcxServer(ServerOptions options, SourceProvider provider,
-                     std::unique_ptr<UcxWorkerLoop> loop)
-    : options_(std::move(options)), provider_(std::move(provider)), loop_(std::move(loop)) {}
+UcxServer::UcxServer(ServerOptions options, SourceProvider provider)
+    : options_(std::move(options)), provider_(std::move(provider)) {}
 
 UcxServer::~UcxServer() {
-  loop_->Stop([this] { Shutdown(); });
-  {
-    std::lock_guard lock(copy_mu_);
-    copy_stop_ = true;
+  // The listening lane first: no connection is handed to a lane after it.
+  if (!lanes_.empty()) {
+    lanes_[0]->Stop([this] {
+      if (listener_ != nullptr) ucp_listener_destroy(listener_);
+      listener_ = nullptr;
+    });
   }
-  copy_cv_.notify_all();
-  if (copy_thread_.joinable()) copy_thread_.join();
-  for (Staging& s : staging_)
-    if (s.data != nullptr) options_.allocator.release(s.data, s.size);
-}
-
-void UcxServer::Shutdown() {
-  shutting_down_ = true;
-  for (ucp_conn_request_h r : new_connections_) ucp_listener_reject(listener_, r);
-  new_connections_.clear();
-  if (listener_ != nullptr) ucp_listener_destroy(listener_);
-  listener_ = nullptr;
-  std::vector<ucp_ep_h> eps(endpoints_.begin(), endpoints_.end());
-  for (ucp_ep_h ep : to_close_) eps.push_back(ep);
-  to_close_.clear();
-  for (ucp_ep_h ep : eps) CloseEndpoint(ep, true);
-  endpoints_.clear();
-  if (!loop_->ProgressUntil([this] { return closing_ == 0; }, std::chrono::seconds(2)))
-    GPUFS_LOG(WARN) << "UCX server: " << closing_ << " endpoints still closing at shutdown";
-}
-
-nlohmann::json UcxServer::Stats() const {
-  return {{"address", address_},
-          {"requests", requests_.load()},
-          {"bytes_served", bytes_.load()},
-          {"refused", refused_.load()},
-          {"failed_sends", failed_sends_.load()},
-          {"copied_out", copied_.load()},
-          {"sent_in_place", in_place_.load()},
-          {"connections", connections_now_.load()},
-          {"connections_total", connections_total_.load()}};
+  if (listener_ != nullptr) ucp_listener_destroy(listener_);  // Start failed before the loop ran
+  for (auto& lane : lanes_) lane->Stop();
 }
 
 void UcxServer::OnConnection(ucp_conn_request_h request, void* arg) {
-  static_cast<UcxServer*>(arg)->new_connections_.push_back(request);
-}
-
-ucs_status_t UcxServer::OnRequest(void* arg, const void* header, size_t header_length, void* data,
-                                  size_t length, const ucp_am_recv_param_t* param) {
+  // On the first lane's thread, inside its progress: the request goes to
+  // the next lane in turn, which accepts it on its own worker once its
+  // loop runs posted work (the first lane's too: after progress returns).
   auto* s = static_cast<UcxServer*>(arg);
-  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) || param->reply_ep == nullptr) {
-    ++s->refused_;
-    return UCS_OK;  // nobody to answer
-  }
-  Pending p{param->reply_ep, {}, {}, 0};
-  if (header_length != sizeof(ReadRequest)) {
-    p.error = EPROTO;
-  } else {
-    std::memcpy(&p.request, header, sizeof p.request);
-    if (p.request.magic != kWireMagic) p.error = EPROTO;
-  }
-  if (p.error == 0) {
-    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || length > kMaxPathBytes)
-      p.error = ENAMETOOLONG;  // the descriptor is dropped when we return
-    else
-      p.path.assign(static_cast<const char*>(data), length);
-  }
-  s->pending_.push_back(std::move(p));
-  return UCS_OK;
+  Lane* lane = s->lanes_[s->next_lane_++ % s->lanes_.size()].get();
+  if (!lane->loop().Post([lane, request] { lane->Accept(request); }))
+    ucp_listener_reject(s->listener_, request);  // that lane is stopping
 }
 
-void UcxServer::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
-  auto* s = static_cast<UcxServer*>(arg);
-  if (s->endpoints_.erase(ep) == 0) return;
-  --s->connections_now_;
-  GPUFS_LOG(INFO) << "UCX server: a peer went away (" << ucs_status_string(status) << ")";
-  s->to_close_.push_back(ep);
-}
-
-UcxWorkerLoop::Clock::time_point UcxServer::Tick() {
-  std::vector<ucp_conn_request_h> conns;
-  conns.swap(new_connections_);
-  for (ucp_conn_request_h r : conns) Accept(r);
-  std::vector<Pending> pending;
-  pending.swap(pending_);
-  for (Pending& p : pending) Serve(p);
-  std::vector<ucp_ep_h> closing;
-  closing.swap(to_close_);
-  for (ucp_ep_h ep : closing) CloseEndpoint(ep, false);
-  return UcxWorkerLoop::Clock::time_point::max();
-}
-
-void UcxServer::Accept(ucp_conn_request_h request) {
-  ucp_ep_params_t ep{};
-  ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  ep.conn_request = request;
-  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  ep.err_handler.cb = &UcxServer::OnEndpointError;
-  ep.err_handler.arg = this;
-  ucp_ep_h handle = nullptr;
-  ucs_status_t st = ucp_ep_create(loop_->worker(), &ep, &handle);
-  if (st != UCS_OK) {
-    GPUFS_LOG(WARN) << UcsError("UCX server: accept", st).ToString();
-    return;
-  }
-  endpoints_.insert(handle);
-  ++connections_total_;
-  ++connections_now_;
-}
-
-void UcxServer::CloseEndpoint(ucp_ep_h ep, bool count_pending) {
-  ucp_request_param_t p{};
-  p.op_attr_mask =
-      UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-  p.user_data = count_pending ? this : nullptr;
-  p.cb.send = [](void* request, ucs_status_t, void* user) {
-    if (user != nullptr) --static_cast<UcxServer*>(user)->closing_;
-    ucp_request_free(request);
-  };
-  ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
-  if (UCS_PTR_IS_PTR(r) && count_pending) ++closing_;
-}
-
-void UcxServer::Serve(Pending& p) {
-  ++requests_;
-  if (p.error != 0) return Reply(p.ep, p.request, p.error, nullptr, nullptr, -1);
-  const ReadRequest& r = p.request;
-  std::shared_ptr<const ByteSource> source = provider_(ObjectRef{p.path, r.version});
-  int error = 0;
-  if (!source)
-    error = ENOENT;
-  else if (r.offset > source->size() || r.length > source->size() - r.offset)
-    error = ERANGE;
-  else if (r.length > options_.max_request_bytes)
-    error = EMSGSIZE;
-  if (error != 0) {
-    GPUFS_LOG(DEBUG) << "UCX server: " << p.path << "@" << r.version << " [" << r.offset << ", +"
-                     << r.length << "): " << ErrnoName(error);
-    return Reply(p.ep, r, error, nullptr, nullptr, -1);
-  }
-  if (const std::byte* host = source->host_data())
-    return Reply(p.ep, r, 0, host + r.offset, std::move(source), -1);
-  if (std::optional<ByteSource::InPlaceRange> range = source->InPlace(r.offset, r.length)) {
-    if (range->bytes.size() == r.length) {
-      ++in_place_;
-      return Reply(p.ep, r, 0, range->bytes.data(), std::move(source), -1, std::move(range->hold));
-    }
-  }
-  waiting_for_staging_.push_back(CopyJob{p.ep, r, std::move(source), 0});
-  StartCopies();
-}
-
-void UcxServer::StartCopies() {
-  while (!shutting_down_ && !waiting_for_staging_.empty()) {
-    size_t slot = 0;
-    while (slot < staging_.size() && staging_[slot].busy) ++slot;
-    if (slot == staging_.size()) return;  // all busy: the next SendDone starts one
-    CopyJob job = std::move(waiting_for_staging_.front());
-    waiting_for_staging_.pop_front();
-    Staging& st = staging_[slot];
-    if (st.size < job.request.length) {
-      if (st.data != nullptr) options_.allocator.release(st.data, st.size);
-      st.size = std::max<size_t>(job.request.length, 1 << 20);
-      st.data = static_cast<std::byte*>(options_.allocator.allocate(st.size));
-      if (st.data == nullptr) {
-        st.size = 0;
-        Reply(job.ep, job.request, ENOMEM, nullptr, nullptr, -1);
-        continue;
-      }
-    }
-    st.busy = true;
-    job.slot = slot;
-    {
-      std::lock_guard lock(copy_mu_);
-      copy_queue_.push_back(std::move(job));
-    }
-    copy_cv_.notify_one();
-  }
-}
-
-void UcxServer::CopyThread() {
-  for (;;) {
-    CopyJob job;
-    {
-      std::unique_lock lock(copy_mu_);
-      copy_cv_.wait(lock, [&] { return copy_stop_ || !copy_queue_.empty(); });
-      if (copy_stop_) return;
-      job = std::move(copy_queue_.front());
-      copy_queue_.pop_front();
-    }
-    // The slot is busy, so the loop thread leaves its buffer alone.
-    std::span<std::byte> dst(staging_[job.slot].data, job.request.length);
-    Status st = job.source->CopyOut(job.request.offset, dst);
-    if (st.ok())
-      ++copied_;
-    else
-      GPUFS_LOG(WARN) << "UCX server: copy-out: " << st.ToString();
-    loop_->Post([this, job = std::move(job), code = st.code()]() mutable {
-      if (code != 0) {
-        staging_[job.slot].busy = false;
-        Reply(job.ep, job.request, code, nullptr, nullptr, -1);
-        StartCopies();
-        return;
-      }
-      Reply(job.ep, job.request, 0, staging_[job.slot].data, std::move(job.source),
-            static_cast<ssize_t>(job.slot));
-    });
-  }
-}
-
-void UcxServer::Reply(ucp_ep_h ep, const ReadRequest& request, int error, const std::byte* data,
-                      std::shared_ptr<const ByteSource> keep, ssize_t slot,
-                      std::shared_ptr<const void> hold) {
-  auto* ctx = new SendContext{this, ReadReply{}, std::move(keep), slot, std::move(hold)};
-  ctx->header.status = error;
-  ctx->header.request_id = request.request_id;
-  ctx->header.offset = request.offset;
-  ctx->header.length = error == 0 ? request.length : 0;
-  if (error != 0) ++refused_;
-  if (endpoints_.count(ep) == 0) {  // the peer went away meanwhile
-    SendDone(ctx, UCS_ERR_CONNECTION_RESET);
-    return;
-  }
-  ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  p.cb.send = &UcxServer::OnSent;
-  p.user_data = ctx;
-  ucs_status_ptr_t r = ucp_am_send_nbx(ep, kReadReplyId, &ctx->header, sizeof ctx->header,
-                                       error == 0 ? data : nullptr, ctx->header.length, &p);
-  if (r == nullptr) {
-    SendDone(ctx, UCS_OK);
-  } else if (UCS_PTR_IS_ERR(r)) {
-    SendDone(ctx, UCS_PTR_STATUS(r));
-  }
-}
-
-void UcxServer::OnSent(void* request, ucs_status_t status, void* user_data) {
-  auto* ctx = static_cast<SendContext*>(user_data);
-  ctx->server->SendDone(ctx, status);
-  ucp_request_free(request);
-}
-
-void UcxServer::SendDone(SendContext* ctx, ucs_status_t status) {
-  if (status == UCS_OK)
-    bytes_ += ctx->header.length;
-  else
-    ++failed_sends_;
-  if (ctx->slot >= 0) staging_[static_cast<size_t>(ctx->slot)].busy = false;
-  bool freed_slot = ctx->slot >= 0;
-  delete ctx;
-  if (freed_slot) StartCopies();
+nlohmann::json UcxServer::Stats() const {
+  const Counters& c = counters_;
+  return {{"address", address_},
+          {"lanes", lanes_.size()},
+          {"requests", c.requests.load()},
+          {"bytes_served", c.bytes.load()},
+          {"refused", c.refused.load()},
+          {"failed_sends", c.failed_sends.load()},
+          {"copied_out", c.copied.load()},
+          {"sent_in_place", c.in_place.load()},
+          {"connections", c.connections_now.load()},
+          {"connections_total", c.connections_total.load()}};
 }
 
 }  // namespace gpufs::cluster

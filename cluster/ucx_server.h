@@ -17,6 +17,10 @@
 // an errno instead of a silent timeout, no tag space needs managing, and
 // the client learns the size before it picks the buffer.
 //
+// Lanes: the server runs ServerOptions::lanes worker threads; the listener
+// lives on the first, and each new connection is accepted on the next lane
+// in turn, which then serves everything asked on it.
+//
 // Failures: a peer that vanishes (its connection resets, or UCX's
 // keep-alive gives up on it) has its endpoint closed and its pending sends
 // cancelled; the server carries on serving everyone else.
@@ -25,14 +29,10 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cluster/transport.h"
@@ -43,7 +43,13 @@ namespace gpufs::cluster {
 struct ServerOptions {
   std::string listen;                     // "ADDR:PORT"; port 0 picks one
   uint64_t max_request_bytes = 64 << 20;  // the largest range one request may ask
-  size_t staging_buffers = 4;             // for CopyOut sources
+  size_t staging_buffers = 4;             // for CopyOut sources, per lane
+  // Worker threads serving peers, each with its own UCP worker, staging pool
+  // and copy thread; connections are spread over them as they come. On
+  // UCX's TCP transport a worker thread copies every byte it sends through
+  // its sockets, so one lane is one core's copying: clients that open several
+  // connections (UcxClient's lanes) are served by several cores.
+  size_t lanes = 1;
   StagingAllocator allocator = StagingAllocator::PageAligned();
 };
 
@@ -53,7 +59,7 @@ class UcxServer {
   static Result<std::unique_ptr<UcxServer>> Start(ucp_context_h context, ServerOptions options,
                                                   SourceProvider provider);
   // Stops listening, drops every peer (their requests in flight fail on
-  // their side), and waits for the copy thread.
+  // their side), and waits for the lanes' threads.
   ~UcxServer();
   UcxServer(const UcxServer&) = delete;
   UcxServer& operator=(const UcxServer&) = delete;
@@ -62,72 +68,26 @@ class UcxServer {
   const std::string& address() const { return address_; }
   nlohmann::json Stats() const;
 
+  // What every lane counts, for Stats().
+  struct Counters {
+    std::atomic<uint64_t> requests{0}, bytes{0}, refused{0}, failed_sends{0}, copied{0},
+        in_place{0}, connections_total{0};
+    std::atomic<size_t> connections_now{0};
+  };
+
  private:
-  struct Pending {
-    ucp_ep_h ep;
-    ReadRequest request;
-    std::string path;
-    int error = 0;  // refuse with this errno
-  };
-  struct Staging {
-    std::byte* data = nullptr;
-    size_t size = 0;
-    bool busy = false;
-  };
-  struct SendContext;
-  struct CopyJob {
-    ucp_ep_h ep;
-    ReadRequest request;
-    std::shared_ptr<const ByteSource> source;
-    size_t slot = 0;
-  };
+  class Lane;  // ucx_server_lane.h
 
-  UcxServer(ServerOptions options, SourceProvider provider, std::unique_ptr<UcxWorkerLoop> loop);
-  static ucs_status_t OnRequest(void* arg, const void* header, size_t header_length, void* data,
-                                size_t length, const ucp_am_recv_param_t* param);
+  UcxServer(ServerOptions options, SourceProvider provider);
   static void OnConnection(ucp_conn_request_h request, void* arg);
-  static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
-  static void OnSent(void* request, ucs_status_t status, void* user_data);
-
-  UcxWorkerLoop::Clock::time_point Tick();
-  void Accept(ucp_conn_request_h request);
-  void Serve(Pending& p);
-  void Reply(ucp_ep_h ep, const ReadRequest& request, int error, const std::byte* data,
-             std::shared_ptr<const ByteSource> keep, ssize_t slot,
-             std::shared_ptr<const void> hold = nullptr);
-  void SendDone(SendContext* ctx, ucs_status_t status);
-  void StartCopies();
-  void CopyThread();
-  void CloseEndpoint(ucp_ep_h ep, bool count_pending);
-  void Shutdown();
 
   const ServerOptions options_;
   const SourceProvider provider_;
-  std::unique_ptr<UcxWorkerLoop> loop_;
-  ucp_listener_h listener_ = nullptr;
+  std::vector<std::unique_ptr<Lane>> lanes_;  // lanes_[0] holds the listener
+  ucp_listener_h listener_ = nullptr;         // lanes_[0]'s thread only
+  size_t next_lane_ = 0;                      // lanes_[0]'s thread only
   std::string address_;
-
-  // Loop thread only.
-  std::set<ucp_ep_h> endpoints_;
-  std::vector<ucp_conn_request_h> new_connections_;
-  std::vector<Pending> pending_;
-  std::vector<ucp_ep_h> to_close_;
-  std::vector<Staging> staging_;
-  std::deque<CopyJob> waiting_for_staging_;
-  size_t closing_ = 0;
-  bool shutting_down_ = false;
-
-  // The copy thread's queue.
-  std::mutex copy_mu_;
-  std::condition_variable copy_cv_;
-  std::deque<CopyJob> copy_queue_;  // GUARDED_BY(copy_mu_)
-  bool copy_stop_ = false;          // GUARDED_BY(copy_mu_)
-  std::thread copy_thread_;
-
-  std::atomic<uint64_t> requests_{0}, bytes_{0}, refused_{0}, failed_sends_{0}, copied_{0},
-      in_place_{0};
-  std::atomic<uint64_t> connections_total_{0};
-  std::atomic<size_t> connections_now_{0};
+  Counters counters_;
 };
 
 }  // namespace gpufs::cluster

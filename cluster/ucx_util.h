@@ -28,6 +28,9 @@ int UcsErrno(ucs_status_t status);
 // Status for a failed UCX call: UcsError("ucp_ep_create", st).
 Status UcsError(std::string_view call, ucs_status_t status);
 
+// The most lanes (worker threads moving bytes) a server or client runs.
+inline constexpr size_t kMaxLanes = 64;
+
 struct UcxOptions {
   // UCX_TLS for this context ("tcp", "tcp,sm", ...); empty: UCX's choice.
   // Tests and the benchmark say "tcp": their nodes share one host, where UCX
