@@ -11,6 +11,7 @@
 #   bench/cluster_mount_bench.sh [--build DIR] [--size MiB] [--rounds N] [--warm]
 #                                [--host-reserve SIZE]
 #                                [--host-tier memory|files] [--cold-perftest]
+#                                [--lanes N]
 #
 # --host-tier: the tier both mounts keep the object in (default memory;
 # files is what a mount without a GPU takes by default).
@@ -32,6 +33,8 @@
 # large cache keeps; the fetch lands in SIZE MiB of distinct memory. Not
 # the target's baseline: what the same path gives bytes that are not
 # cache-resident.
+# --lanes N: both mounts move bytes on N UCX lanes (gpufs mount
+# --cluster-lanes; default: the mount's own, one per 4 cores).
 # GPUFS_BENCH_LOGS=DIR: the mounts' logs are copied there at the end.
 # GPUFS_BENCH_PERF=FILE: each fetch runs under `perf record -a -g -o FILE.N`
 # (where the machine spends a fetch).
@@ -40,7 +43,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BUILD=build SIZE=2048 ROUNDS=3 WARM=0 TIER=memory RESERVE= COLD=0
+BUILD=build SIZE=2048 ROUNDS=3 WARM=0 TIER=memory RESERVE= COLD=0 LANES=
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) BUILD=$2; shift 2 ;;
@@ -50,6 +53,7 @@ while [[ $# -gt 0 ]]; do
     --host-tier) TIER=$2; shift 2 ;;
     --host-reserve) RESERVE=$2; shift 2 ;;
     --cold-perftest) COLD=1; shift ;;
+    --lanes) LANES=$2; shift 2 ;;
     *) sed -n "2,/^set -euo/{/^#/p}" "$0" >&2; exit 2 ;;
   esac
 done
@@ -101,8 +105,10 @@ for n in a b; do
   mkdir -p "$DIR/mnt-$n"
   reserve=()  # b alone keeps one; a's is off (a mount's default is not)
   [[ -z $RESERVE ]] || reserve=(--host-reserve "$([[ $n == b ]] && echo "$RESERVE" || echo 0)")
+  lanes=()
+  [[ -z $LANES ]] || lanes=(--cluster-lanes "$LANES")
   in_ns "$n" "$GPUFS" mount "$DIR/mnt-$n" --state "$DIR/state-$n" --store host --host-tier "$TIER" \
-    --capacity "$CAP" "${reserve[@]}" --cluster "etcd://$E:2379/$TAG" --node "$n" --listen "$("$NETNS" addr "$n"):0"
+    --capacity "$CAP" "${reserve[@]}" "${lanes[@]}" --cluster "etcd://$E:2379/$TAG" --node "$n" --listen "$("$NETNS" addr "$n"):0"
 done
 
 BYTES=$((SIZE << 20)) CHUNK=$((8 << 20))

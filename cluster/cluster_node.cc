@@ -73,6 +73,8 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(ClusterNodeOptions optio
   to.ucx = n->options_.ucx;
   to.server.listen = n->options_.listen;
   to.server.allocator = n->options_.staging;
+  to.server.lanes = n->options_.lanes;
+  to.client_lanes = n->options_.lanes;
   ClusterNode* raw = n.get();
   GPUFS_ASSIGN_OR_RETURN(
       n->transport_, UcxTransport::Start(to, [raw](const ObjectRef& r) { return raw->Serve(r); }));

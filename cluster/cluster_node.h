@@ -54,6 +54,7 @@ struct ClusterNodeOptions {
   std::chrono::seconds lease_ttl{10};
   FetchOptions fetch;
   UcxOptions ucx;
+  size_t lanes = 1;  // UCX lanes at each end (UcxTransportOptions)
   StagingAllocator staging = StagingAllocator::PageAligned();
   // A path's published version changed ("" : any may have).
   std::function<void(const std::string& path)> on_change;

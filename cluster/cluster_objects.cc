@@ -120,11 +120,13 @@ std::vector<RemoteObject> ClusterObjects::List(const std::string& dir) {
 Result<bool> ClusterObjects::FetchOnce(const ObjectManifest& manifest) {
   const uint64_t chunk = options_.fetch.chunk_bytes;
   const StagingAllocator staging = options_.staging;
+  const size_t lanes = options_.lanes;
   Namespace& ns = ns_;
   uint64_t object = 0;
   auto fetched = node_->FetchOnce(
       manifest, [&](const ObjectManifest& m) -> Result<std::shared_ptr<LocalReplica>> {
-        GPUFS_ASSIGN_OR_RETURN(auto replica, NamespaceReplica::Create(ns, m, chunk, staging));
+        GPUFS_ASSIGN_OR_RETURN(auto replica,
+                               NamespaceReplica::Create(ns, m, chunk, staging, lanes));
         return std::shared_ptr<LocalReplica>(replica);
       });
   if (!fetched.ok()) return fetched.status();

@@ -17,9 +17,13 @@ namespace gpufs::cluster {
 namespace {
 
 constexpr uint64_t kReadChunk = 4 << 20;
-// Ranges out at once into an in-place sink: every source's window (4 by
-// default) for a few sources.
+// Ranges out at once into an in-place sink: every connection's window (4
+// by default) for a few connections; anonymous staging, unused costs nothing.
 constexpr size_t kInPlaceCapacity = 16;
+// Staging buffers of a sink that copies on (to the GPU; pinned memory):
+// two per lane, four at least, so that every connection has one range
+// arriving while another is copied on.
+size_t StagedBuffers(size_t lanes) { return std::max<size_t>(4, 2 * lanes); }
 
 const Caller kDaemon{};  // root: the daemon's own requests
 
@@ -199,7 +203,8 @@ Result<Publication> PreparePublication(Namespace& ns, uint64_t ino, const std::s
 Result<std::shared_ptr<NamespaceReplica>> NamespaceReplica::Create(Namespace& ns,
                                                                    const ObjectManifest& manifest,
                                                                    uint64_t buffer_bytes,
-                                                                   StagingAllocator staging) {
+                                                                   StagingAllocator staging,
+                                                                   size_t lanes) {
   std::shared_ptr<NamespaceReplica> r(new NamespaceReplica(ns, manifest));
   const std::string name(BaseName(manifest.path));
   const std::string dir = manifest.path.substr(0, manifest.path.size() - name.size());
@@ -259,20 +264,20 @@ Result<std::shared_ptr<NamespaceReplica>> NamespaceReplica::Create(Namespace& ns
     std::vector<InPlaceSink::Piece> pieces;
     for (const PendingBytes& b : in_place)
       pieces.push_back({b.offset, b.bytes, b.fd, b.file_offset, b.backed});
-    GPUFS_ASSIGN_OR_RETURN(r->sink_, InPlaceSink::Create(std::move(pieces), kInPlaceCapacity,
-                                                         buffer_bytes, std::move(staging)));
+    GPUFS_ASSIGN_OR_RETURN(
+        r->sink_, InPlaceSink::Create(std::move(pieces), std::max(kInPlaceCapacity, 4 * lanes),
+                                      buffer_bytes, std::move(staging)));
     return r;
   }
   Namespace* nsp = &ns;
   const HandleId handle = r->staging_;
-  GPUFS_ASSIGN_OR_RETURN(
-      r->sink_,
-      StagedSink::Create(
-          4, buffer_bytes,
-          [nsp, handle](uint64_t offset, std::span<const std::byte> bytes) {
-            return nsp->Write(handle, offset, bytes).status();
-          },
-          std::move(staging)));
+  GPUFS_ASSIGN_OR_RETURN(r->sink_,
+                         StagedSink::Create(
+                             StagedBuffers(lanes), buffer_bytes,
+                             [nsp, handle](uint64_t offset, std::span<const std::byte> bytes) {
+                               return nsp->Write(handle, offset, bytes).status();
+                             },
+                             std::move(staging)));
   return r;
 }
 

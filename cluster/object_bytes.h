@@ -63,13 +63,15 @@ Result<Attr> LookupPath(Namespace& ns, const std::string& path);
 // path (".NAME.fetching-VERSION" staging it), filled in place where its
 // members lie in host memory (InPlaceSink), through staging buffers
 // otherwise, and, once checked, sealed at NAME; then served from there.
-// Destroyed before Complete, it leaves nothing.
+// Destroyed before Complete, it leaves nothing. `lanes`: the transport's
+// lanes, which set how many ranges may be out at once (staging buffers).
 class NamespaceReplica : public LocalReplica {
  public:
   static Result<std::shared_ptr<NamespaceReplica>> Create(Namespace& ns,
                                                           const ObjectManifest& manifest,
                                                           uint64_t buffer_bytes,
-                                                          StagingAllocator staging);
+                                                          StagingAllocator staging,
+                                                          size_t lanes = 1);
   ~NamespaceReplica() override;
   uint64_t size() const override { return manifest_.size; }
   std::optional<InPlaceRange> InPlace(uint64_t offset, uint64_t length) const override;

@@ -146,7 +146,8 @@ struct FetchResult {
   struct PerSource {
     std::string node;
     uint64_t bytes = 0;
-    Status failure;  // why it was dropped, OK if it was not
+    Status failure;          // why it was dropped, OK if it was not
+    size_t connections = 0;  // its connections that delivered bytes
   };
   std::vector<PerSource> sources;
   uint64_t requeued_chunks = 0;  // fetched again after their source failed

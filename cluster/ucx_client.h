@@ -20,9 +20,9 @@
 // each with its own UCP worker, and opens one connection to each source on
 // every lane; the connections of all sources take chunks from one queue, so
 // a source's bytes are received on as many cores as there are lanes (a
-// server with lanes sends them from as many: ucx_server.h). A connection
-// fails, stalls and is dropped on its own, its chunks going to the others;
-// a source has failed when all its connections have.
+// server with lanes sends them from as many: ucx_server.h). When one
+// connection of a source fails or stalls, the source is dropped with all
+// its connections (they share its link and its process).
 //
 // Threading: the fetch state machine runs on the client's own loop thread
 // for all fetches; Fetch blocks the calling thread until its fetch ends.

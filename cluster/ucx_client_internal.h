@@ -43,12 +43,6 @@ struct UcxClient::Job {
     uint64_t conn = 0;  // 0 once closed
     Status failure;  // non-OK once dropped
     size_t in_flight = 0;
-    // Requests it may have in flight now: from 1 up to the options' window
-    // while its ranges complete well within the stall timeout, back to 1
-    // when one takes half of it. A slow link then has one range in flight
-    // at a time, so it stalls only below chunk size / stall timeout, not
-    // window times that (ranges in flight share the link).
-    size_t window = 1;
     uint64_t bytes = 0;
     Clock::time_point last_progress;
     bool failed() const { return !failure.ok(); }
@@ -62,6 +56,18 @@ struct UcxClient::Job {
   std::vector<Chunk> chunks;
   std::deque<size_t> queue;
   std::vector<Source> sources;  // connections
+  // A source as a whole (request.sources[i]), over all its connections.
+  struct Node {
+    // Requests it may have in flight now, over all its connections: from 1
+    // up to the options' window per connection while its ranges complete
+    // well within the stall timeout, back to 1 when one takes half of it.
+    // A slow link then has one range in flight at a time, so it stalls only
+    // below chunk size / stall timeout, not window times that (ranges in
+    // flight share the link, whichever connections they go by).
+    size_t window = 1;
+    size_t in_flight = 0;
+  };
+  std::vector<Node> nodes;
   std::shared_ptr<const std::string> path;
   size_t out = 0;        // sink buffers out (acquired, not given back)
   size_t requested = 0;  // chunks whose buffer a lane holds

@@ -36,6 +36,7 @@ void UcxClient::StartJob(std::unique_ptr<Job> owned) {
     progress_[job.id] = job.progress;
   }
   jobs_[job.id] = std::move(owned);
+  job.nodes.resize(job.request.sources.size());
   if (stopping_) return FailJob(job, Error(ECANCELED, "the UCX client is shutting down"));
   // One connection to each source on every lane, interleaved, so that the
   // first chunks, which go one to each connection, spread over sources.
@@ -74,7 +75,8 @@ void UcxClient::Schedule(Job& job) {
     size_t best = job.sources.size();
     for (size_t i = 0; i < job.sources.size(); ++i) {
       const Job::Source& s = job.sources[i];
-      if (s.failed() || s.conn == 0 || s.in_flight >= s.window) continue;
+      const Job::Node& node = job.nodes[s.node];
+      if (s.failed() || s.conn == 0 || node.in_flight >= node.window) continue;
       if (best == job.sources.size() || s.in_flight < job.sources[best].in_flight) best = i;
     }
     if (best == job.sources.size()) break;
@@ -118,6 +120,7 @@ void UcxClient::SendRequest(Job& job, size_t source, size_t c) {
   in_flight_[chunk.request_id] = {job.id, c};
   if (src.in_flight == 0) src.last_progress = Clock::now();  // idle until now: not a stall
   ++src.in_flight;
+  ++job.nodes[src.node].in_flight;
   ++job.requested;
   ReadRequest header;
   header.request_id = chunk.request_id;
@@ -183,7 +186,10 @@ void UcxClient::RequestDone(uint64_t request_id, ucs_status_t status, int reply_
   Job::Source& src = job.sources[chunk.source];
   const size_t source = chunk.source;
   const bool orphan = chunk.orphaned;
-  if (!orphan && src.in_flight > 0) --src.in_flight;
+  if (!orphan && src.in_flight > 0) {
+    --src.in_flight;
+    --job.nodes[src.node].in_flight;
+  }
   DropChunk(job, c, !job.finishing);
   if (!orphan && !job.finishing) {
     Status why = reply_error != 0 ? Error(reply_error, Describe(src.address) + " answered " +
@@ -209,14 +215,18 @@ void UcxClient::ConnectionFailed(uint64_t conn, ucs_status_t status) {
 void UcxClient::Arrived(Job& job, size_t c) {
   Job::Chunk& chunk = job.chunks[c];
   Job::Source& src = job.sources[chunk.source];
-  if (!chunk.orphaned && src.in_flight > 0) --src.in_flight;
+  Job::Node& node = job.nodes[src.node];
+  if (!chunk.orphaned && src.in_flight > 0) {
+    --src.in_flight;
+    --node.in_flight;
+  }
   src.bytes += chunk.size;
   src.last_progress = Clock::now();
   const auto took = src.last_progress - chunk.requested;
   if (took * 2 >= job.options.stall_timeout) {
-    src.window = 1;
+    node.window = 1;
   } else if (took * 4 < job.options.stall_timeout) {
-    src.window = std::min(src.window + 1, job.options.window);
+    node.window = std::min(node.window + 1, job.options.window * lanes_.size());
   }
   if (job.finishing) {
     DropChunk(job, c, false);
@@ -308,22 +318,30 @@ void UcxClient::DropChunk(Job& job, size_t c, bool requeue) {
 }
 
 void UcxClient::SourceFailed(Job& job, size_t i, const Status& why) {
-  Job::Source& src = job.sources[i];
-  if (src.failed() || job.ended) return;
-  src.failure = why.ok() ? Error(EIO, "source failed") : why;
-  CloseConnection(job, i, true);  // its lane cancels its requests in flight
+  // A source fails as a whole: its other connections share the link and
+  // the process that failed this one, and a chunk requeued onto them would
+  // wait out the stall timeout once more for each.
+  if (job.sources[i].failed() || job.ended) return;
+  const Status failure = why.ok() ? Error(EIO, "source failed") : why;
+  const size_t node = job.sources[i].node;
   size_t moved = 0;
-  for (Job::Chunk& chunk : job.chunks) {
-    if (chunk.source != i || chunk.state != Job::Chunk::State::kRequested || chunk.orphaned)
-      continue;
-    chunk.orphaned = true;  // back to the queue when the lane gives its buffer back
-    ++moved;
+  for (size_t k = 0; k < job.sources.size(); ++k) {
+    Job::Source& src = job.sources[k];
+    if (src.node != node || src.failed()) continue;
+    src.failure = failure;
+    CloseConnection(job, k, true);  // its lane cancels its requests in flight
+    for (Job::Chunk& chunk : job.chunks) {
+      if (chunk.source != k || chunk.state != Job::Chunk::State::kRequested || chunk.orphaned)
+        continue;
+      chunk.orphaned = true;  // back to the queue when the lane gives its buffer back
+      ++moved;
+    }
+    src.in_flight = 0;
   }
-  src.in_flight = 0;
+  job.nodes[node].in_flight = 0;
   GPUFS_LOG(WARN) << "fetch " << job.request.object.ToString() << ": dropping source "
-                  << Describe(src.address) << " (connection " << src.lane + 1 << " of "
-                  << lanes_.size() << "): " << src.failure.ToString() << "; " << moved
-                  << " ranges in flight go to the other connections";
+                  << Describe(job.sources[i].address) << ": " << failure.ToString() << "; " << moved
+                  << " ranges in flight go to the other sources";
   Schedule(job);
 }
 
@@ -355,11 +373,12 @@ void UcxClient::MaybeFinish(Job& job) {
     r.bytes = job.request.size;
     r.seconds = seconds;
     r.requeued_chunks = job.requeued;
-    // By source: its connections' bytes; failed when all its connections did.
+    // By source: its connections' bytes.
     for (const SourceAddress& a : job.request.sources) r.sources.push_back({a.node, 0, Status()});
     std::vector<size_t> alive(job.request.sources.size(), 0);
     for (const Job::Source& s : job.sources) {
       r.sources[s.node].bytes += s.bytes;
+      if (s.bytes > 0) ++r.sources[s.node].connections;
       if (!s.failed())
         ++alive[s.node];
       else if (r.sources[s.node].failure.ok())

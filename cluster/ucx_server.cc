@@ -76,8 +76,10 @@ void UcxServer::OnConnection(ucp_conn_request_h request, void* arg) {
 
 nlohmann::json UcxServer::Stats() const {
   const Counters& c = counters_;
+  nlohmann::json lanes = nlohmann::json::array();
+  for (const auto& lane : lanes_) lanes.push_back({{"bytes_served", lane->bytes_served()}});
   return {{"address", address_},
-          {"lanes", lanes_.size()},
+          {"lanes", lanes},
           {"requests", c.requests.load()},
           {"bytes_served", c.bytes.load()},
           {"refused", c.refused.load()},

@@ -265,10 +265,12 @@ void UcxServer::Lane::OnSent(void* request, ucs_status_t status, void* user_data
 }
 
 void UcxServer::Lane::SendDone(SendContext* ctx, ucs_status_t status) {
-  if (status == UCS_OK)
+  if (status == UCS_OK) {
     counters_.bytes += ctx->header.length;
-  else
+    bytes_ += ctx->header.length;
+  } else {
     ++counters_.failed_sends;
+  }
   if (ctx->slot >= 0) staging_[static_cast<size_t>(ctx->slot)].busy = false;
   bool freed_slot = ctx->slot >= 0;
   delete ctx;

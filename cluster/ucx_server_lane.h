@@ -31,6 +31,7 @@ class UcxServer::Lane {
   void Stop(std::function<void()> before = nullptr);
 
   UcxWorkerLoop& loop() { return *loop_; }
+  uint64_t bytes_served() const { return bytes_.load(); }
   // Creates the endpoint for a connection request; on the loop thread.
   void Accept(ucp_conn_request_h request);
 
@@ -91,6 +92,7 @@ class UcxServer::Lane {
   bool copy_stop_ = false;          // GUARDED_BY(copy_mu_)
   std::thread copy_thread_;
   bool stopped_ = false;
+  std::atomic<uint64_t> bytes_{0};  // sent from this lane
 };
 
 }  // namespace gpufs::cluster

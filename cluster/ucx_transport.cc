@@ -1,6 +1,14 @@
 #include "cluster/ucx_transport.h"
 
+#include <algorithm>
+#include <thread>
+
 namespace gpufs::cluster {
+
+size_t DefaultLanes() {
+  const size_t cores = std::thread::hardware_concurrency();
+  return std::clamp<size_t>(cores / 4, 1, 4);
+}
 
 Result<std::unique_ptr<UcxTransport>> UcxTransport::Start(UcxTransportOptions options,
                                                           SourceProvider provider) {
@@ -11,7 +19,7 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::Start(UcxTransportOptions op
         t->server_,
         UcxServer::Start(t->context_.get(), std::move(options.server), std::move(provider)));
   }
-  GPUFS_ASSIGN_OR_RETURN(t->client_, UcxClient::Start(t->context_.get()));
+  GPUFS_ASSIGN_OR_RETURN(t->client_, UcxClient::Start(t->context_.get(), options.client_lanes));
   return t;
 }
 

@@ -21,9 +21,18 @@ namespace gpufs::cluster {
 
 struct UcxTransportOptions {
   UcxOptions ucx;
-  // server.listen empty: fetch only, serve nothing.
+  // server.listen empty: fetch only, serve nothing. server.lanes is the
+  // server's lane count.
   ServerOptions server;
+  // The client's lanes: connections to each source, each received on a
+  // thread of its own (ucx_client.h).
+  size_t client_lanes = 1;
 };
+
+// Lanes for a node of this machine, at each end: one per four cores, 1 to 4.
+// On TCP one lane moves about what one core copies (a few GB/s); more lanes
+// than the cores can run would only take them from the rest of the node.
+size_t DefaultLanes();
 
 class UcxTransport : public Transport {
  public:

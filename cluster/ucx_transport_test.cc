@@ -110,8 +110,13 @@ class WatchedSink : public FetchSink {
   std::function<void()> hook_;
 };
 
-class UcxTransportTest : public testing::LabTest {
+// Each test runs with one lane at each end, and with three client lanes
+// against peers of two server lanes (connections spread unevenly).
+class UcxTransportTest : public testing::LabTest, public ::testing::WithParamInterface<size_t> {
  protected:
+  size_t ClientLanes() const { return GetParam(); }
+  size_t PeerLanes() const { return GetParam() == 1 ? 1 : 2; }
+
   UcxTransportTest() { with_etcd_ = false; }
 
   void SetUp() override {
@@ -119,6 +124,7 @@ class UcxTransportTest : public testing::LabTest {
     if (IsSkipped() || HasFatalFailure()) return;
     UcxTransportOptions o;
     o.ucx.transports = "tcp";  // the nodes share a host: keep UCX on the network
+    o.client_lanes = ClientLanes();
     auto t = UcxTransport::Start(o, nullptr);
     ASSERT_TRUE(t.ok()) << t.status().ToString();
     client_ = std::move(*t);
@@ -139,7 +145,9 @@ class UcxTransportTest : public testing::LabTest {
                                      "--seed",
                                      std::to_string(kSeed),
                                      "--tls",
-                                     "tcp"};
+                                     "tcp",
+                                     "--lanes",
+                                     std::to_string(PeerLanes())};
     if (copy_out) argv.push_back(mode);
     auto p = LabProcess::Start(*lab_, node, argv, "peer-" + node + ".log");
     EXPECT_TRUE(p.ok()) << p.status().ToString();
@@ -167,7 +175,7 @@ class UcxTransportTest : public testing::LabTest {
   std::unique_ptr<UcxTransport> client_;
 };
 
-TEST_F(UcxTransportTest, FetchesByteIdenticalFromOneSource) {
+TEST_P(UcxTransportTest, FetchesByteIdenticalFromOneSource) {
   std::string b;
   auto peer = StartPeer("b", &b);
   ASSERT_TRUE(peer);
@@ -184,7 +192,32 @@ TEST_F(UcxTransportTest, FetchesByteIdenticalFromOneSource) {
   std::printf("one source: %.0f MB/s\n", kSize / r->seconds / 1e6);
 }
 
-TEST_F(UcxTransportTest, SplitsAmongSeveralSources) {
+TEST_P(UcxTransportTest, ReceivesOnEveryLaneAndSendsFromEveryLane) {
+  std::string b;
+  auto peer = StartPeer("b", &b);
+  ASSERT_TRUE(peer);
+  Buffer dest(kSize);
+  HostBufferSink sink(dest.span());
+  Result<FetchResult> r = client_->Fetch(Request({{"b", b}}), sink, Options());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->sources.size(), 1u);
+  EXPECT_EQ(r->sources[0].connections, ClientLanes());
+  EXPECT_EQ(r->sources[0].bytes, kSize);
+  EXPECT_TRUE(MatchesPattern(dest.span(), kSeed));
+  Result<std::string> stats = peer->Ask("stats", milliseconds(5000));
+  ASSERT_TRUE(stats.ok());
+  nlohmann::json server = nlohmann::json::parse(*stats)["server"];
+  EXPECT_EQ(server["connections_total"], ClientLanes()) << server.dump();
+  ASSERT_EQ(server["lanes"].size(), PeerLanes()) << server.dump();
+  uint64_t sum = 0;
+  for (const auto& lane : server["lanes"]) {
+    EXPECT_GT(lane["bytes_served"].get<uint64_t>(), 0u) << server.dump();
+    sum += lane["bytes_served"].get<uint64_t>();
+  }
+  EXPECT_EQ(sum, kSize);
+}
+
+TEST_P(UcxTransportTest, SplitsAmongSeveralSources) {
   std::string b, c;
   auto pb = StartPeer("b", &b);
   auto pc = StartPeer("c", &c);
@@ -200,7 +233,7 @@ TEST_F(UcxTransportTest, SplitsAmongSeveralSources) {
   EXPECT_TRUE(MatchesPattern(dest.span(), kSeed));
 }
 
-TEST_F(UcxTransportTest, StagesAtBothEnds) {
+TEST_P(UcxTransportTest, StagesAtBothEnds) {
   // The GPU path's shape on host memory: the server reads through CopyOut
   // into its staging pool, the client lands in staging buffers and copies
   // on from a thread of its own.
@@ -223,7 +256,7 @@ TEST_F(UcxTransportTest, StagesAtBothEnds) {
   EXPECT_EQ(nlohmann::json::parse(*stats)["server"]["copied_out"], 32);
 }
 
-TEST_F(UcxTransportTest, SendsRangesInPlaceAndLetsEachHoldGoOnceSent) {
+TEST_P(UcxTransportTest, SendsRangesInPlaceAndLetsEachHoldGoOnceSent) {
   // The peer hands out the ranges of even 8 MiB units in place and copies
   // the others out; each in-place range's hold lives until its send is done.
   std::string b;
@@ -301,7 +334,7 @@ void FetchIntoMembers(UcxTransport& client, const std::string& b, bool in_file,
   ::munmap(map, kSize);
 }
 
-TEST_F(UcxTransportTest, IntoMembersInPlaceOrThroughTheirFile) {
+TEST_P(UcxTransportTest, IntoMembersInPlaceOrThroughTheirFile) {
   std::string b;
   auto peer = StartPeer("b", &b);
   ASSERT_TRUE(peer);
@@ -312,7 +345,7 @@ TEST_F(UcxTransportTest, IntoMembersInPlaceOrThroughTheirFile) {
   FetchIntoMembers(*client_, b, /*in_file=*/true, 3ull * (8 << 20), /*backed=*/true);
 }
 
-TEST_F(UcxTransportTest, CutLinkMidFetchCompletesFromTheOtherSource) {
+TEST_P(UcxTransportTest, CutLinkMidFetchCompletesFromTheOtherSource) {
   std::string b, c;
   auto pb = StartPeer("b", &b);
   auto pc = StartPeer("c", &c);
@@ -334,7 +367,7 @@ TEST_F(UcxTransportTest, CutLinkMidFetchCompletesFromTheOtherSource) {
   EXPECT_TRUE(MatchesPattern(dest.span(), kSeed));
 }
 
-TEST_F(UcxTransportTest, CutLinkOfTheOnlySourceFailsWithinTheStallTimeout) {
+TEST_P(UcxTransportTest, CutLinkOfTheOnlySourceFailsWithinTheStallTimeout) {
   std::string b;
   auto pb = StartPeer("b", &b);
   ASSERT_TRUE(pb);
@@ -354,7 +387,7 @@ TEST_F(UcxTransportTest, CutLinkOfTheOnlySourceFailsWithinTheStallTimeout) {
   EXPECT_EQ(watched.out(), 0);  // nothing outstanding into the sink
 }
 
-TEST_F(UcxTransportTest, KilledSourceMidFetchCompletesFromTheOther) {
+TEST_P(UcxTransportTest, KilledSourceMidFetchCompletesFromTheOther) {
   std::string b, c;
   auto pb = StartPeer("b", &b);
   auto pc = StartPeer("c", &c);
@@ -372,7 +405,7 @@ TEST_F(UcxTransportTest, KilledSourceMidFetchCompletesFromTheOther) {
   EXPECT_TRUE(MatchesPattern(dest.span(), kSeed));
 }
 
-TEST_F(UcxTransportTest, StoppedSourceIsDroppedAsStalled) {
+TEST_P(UcxTransportTest, StoppedSourceIsDroppedAsStalled) {
   std::string b, c;
   auto pb = StartPeer("b", &b);
   auto pc = StartPeer("c", &c);
@@ -388,7 +421,7 @@ TEST_F(UcxTransportTest, StoppedSourceIsDroppedAsStalled) {
   ASSERT_OK(pb->Resume());
 }
 
-TEST_F(UcxTransportTest, SourceWithoutTheObjectIsSkipped) {
+TEST_P(UcxTransportTest, SourceWithoutTheObjectIsSkipped) {
   std::string b, c;
   auto pb = StartPeer("b", &b, false, ObjectRef{kObject.path, kObject.version + 1});
   auto pc = StartPeer("c", &c);
@@ -403,7 +436,7 @@ TEST_F(UcxTransportTest, SourceWithoutTheObjectIsSkipped) {
   EXPECT_EQ(alone.status().code(), ENOENT) << alone.status().ToString();
 }
 
-TEST_F(UcxTransportTest, ChecksumMismatchFailsNamingTheMember) {
+TEST_P(UcxTransportTest, ChecksumMismatchFailsNamingTheMember) {
   std::string b;
   auto pb = StartPeer("b", &b);
   ASSERT_TRUE(pb);
@@ -419,7 +452,7 @@ TEST_F(UcxTransportTest, ChecksumMismatchFailsNamingTheMember) {
   EXPECT_EQ(watched.out(), 0);
 }
 
-TEST_F(UcxTransportTest, UnreachableSourcesFailCleanly) {
+TEST_P(UcxTransportTest, UnreachableSourcesFailCleanly) {
   Buffer dest(1 << 20);
   HostBufferSink sink(dest.span());
   FetchRequest req{kObject, 1 << 20, {{"c", Lab::Address("c") + ":9"}}, {}};
@@ -434,6 +467,11 @@ TEST_F(UcxTransportTest, UnreachableSourcesFailCleanly) {
   req.segments = {{"m", 0, 2 << 20, 0}};
   EXPECT_EQ(client_->Fetch(req, sink, Options()).status().code(), EINVAL);
 }
+
+INSTANTIATE_TEST_SUITE_P(Lanes, UcxTransportTest, ::testing::Values(size_t{1}, size_t{3}),
+                         [](const ::testing::TestParamInfo<size_t>& p) {
+                           return std::to_string(p.param) + "lanes";
+                         });
 
 }  // namespace
 }  // namespace gpufs::cluster

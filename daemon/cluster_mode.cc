@@ -1,6 +1,7 @@
 #include "daemon/cluster_mode.h"
 
 #include "cluster/cluster_objects.h"
+#include "cluster/ucx_transport.h"
 
 namespace gpufs {
 
@@ -11,6 +12,7 @@ Result<std::unique_ptr<RemoteObjects>> StartClusterMode(Namespace& ns, const Mou
   options.listen = config.listen;
   options.etcd_timeout = std::chrono::milliseconds(config.cluster_timeout_ms);
   options.lease_ttl = std::chrono::seconds(config.cluster_lease_s);
+  options.lanes = config.cluster_lanes != 0 ? config.cluster_lanes : cluster::DefaultLanes();
   // A source that stops sending for this long is dropped (its ranges go to
   // the others); the fetch fails when none is left.
   options.fetch.stall_timeout = std::chrono::milliseconds(config.cluster_timeout_ms);

@@ -92,6 +92,8 @@ std::vector<std::string> WorkerArgv(const MountConfig& config) {
                              config.listen, "--cluster-timeout",
                              std::to_string(config.cluster_timeout_ms / 1000.0),
                              "--cluster-lease", std::to_string(config.cluster_lease_s)});
+    if (config.cluster_lanes != 0)
+      argv.insert(argv.end(), {"--cluster-lanes", std::to_string(config.cluster_lanes)});
   }
   return argv;
 }

@@ -88,6 +88,16 @@ Status ParseClusterLease(const std::string& value, MountConfig* config) {
   return Status::Ok();
 }
 
+Status ParseClusterLanes(const std::string& value, MountConfig* config) {
+  char* end = nullptr;
+  long n = std::strtol(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || n < 1 || n > 64) {
+    return Error(EINVAL, "cluster lanes '" + value + "': want a whole number, 1 to 64");
+  }
+  config->cluster_lanes = static_cast<uint32_t>(n);
+  return Status::Ok();
+}
+
 Status ParseCluster(const std::string& value, MountConfig* config) {
   if (!value.starts_with("etcd://") || value.size() == 7) {
     return Error(EINVAL, "cluster '" + value + "': want etcd://HOST:PORT[,HOST:PORT...][/CLUSTER]");
@@ -208,6 +218,8 @@ Status ApplyMountOptions(const std::string& options, MountConfig* config) {
       GPUFS_RETURN_IF_ERROR(ParseClusterTimeout(value, config));
     } else if (key == "cluster_lease") {
       GPUFS_RETURN_IF_ERROR(ParseClusterLease(value, config));
+    } else if (key == "cluster_lanes") {
+      GPUFS_RETURN_IF_ERROR(ParseClusterLanes(value, config));
     } else if (key == "devices") {
       GPUFS_RETURN_IF_ERROR(ParseDevices(value, ':', config));
     } else if (key == "foreground") {
@@ -236,7 +248,7 @@ std::string Usage(ArgStyle style) {
            "devices=0:1,"
            "capacity=SIZE,capacity.TIER=SIZE,persist,debug,noallow_other,"
            "cluster=etcd://H:P[,H:P],node=NAME,listen=ADDR:PORT,cluster_timeout=S,"
-           "cluster_lease=S,...]\n";
+           "cluster_lease=S,cluster_lanes=N,...]\n";
   }
   return "usage: gpufs mount MOUNTPOINT [options]\n"
          "  --state DIR        catalog, host store and log (default $XDG_STATE_HOME/gpufs,\n"
@@ -282,7 +294,9 @@ std::string Usage(ArgStyle style) {
          "                     bound on etcd requests and on a fetch source that stalls\n"
          "                     (default 2)\n"
          "  --cluster-lease SECONDS\n"
-         "                     how long a node that died stays listed (default 10)\n";
+         "                     how long a node that died stays listed (default 10)\n"
+         "  --cluster-lanes N  threads moving a fetch's bytes at each end, one connection\n"
+         "                     to each source per lane (default: one per 4 cores, 1 to 4)\n";
 }
 
 Result<ParsedArgs> ParseMountArgs(int argc, const char* const* argv, ArgStyle style) {
@@ -366,6 +380,9 @@ Result<ParsedArgs> ParseMountArgs(int argc, const char* const* argv, ArgStyle st
     } else if (auto lease = helper ? std::nullopt : value_of("--cluster-lease")) {
       GPUFS_RETURN_IF_ERROR(lease->status());
       GPUFS_RETURN_IF_ERROR(ParseClusterLease(**lease, &config).Prepend("--cluster-lease"));
+    } else if (auto lanes = helper ? std::nullopt : value_of("--cluster-lanes")) {
+      GPUFS_RETURN_IF_ERROR(lanes->status());
+      GPUFS_RETURN_IF_ERROR(ParseClusterLanes(**lanes, &config).Prepend("--cluster-lanes"));
     } else if (auto ready = helper ? std::nullopt : value_of("--ready-fd")) {
       GPUFS_RETURN_IF_ERROR(ready->status());
       char* end = nullptr;

@@ -29,20 +29,24 @@ TEST(MountOptions, DaemonArguments) {
 
 TEST(MountOptions, ClusterMode) {
   auto p = Parse({"/gpu", "--cluster", "etcd://h1:2379,h2:2379/prod", "--node", "n1", "--listen",
-                  "10.0.0.1:7700", "--cluster-timeout", "0.5", "--cluster-lease=4"});
+                  "10.0.0.1:7700", "--cluster-timeout", "0.5", "--cluster-lease=4",
+                  "--cluster-lanes", "3"});
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->config.cluster, "etcd://h1:2379,h2:2379/prod");
   EXPECT_EQ(p->config.node, "n1");
   EXPECT_EQ(p->config.listen, "10.0.0.1:7700");
   EXPECT_EQ(p->config.cluster_timeout_ms, 500u);
   EXPECT_EQ(p->config.cluster_lease_s, 4u);
+  EXPECT_EQ(p->config.cluster_lanes, 3u);
   // -o: the HOST:PORT words after cluster= are its endpoints; the rest go on.
-  auto o = Parse({"gpufs", "/gpu", "-o", "cluster=etcd://h1:1,h2:2,h3:3/c,node=n2,listen=a:9,ro"},
+  auto o = Parse({"gpufs", "/gpu", "-o",
+                  "cluster=etcd://h1:1,h2:2,h3:3/c,node=n2,listen=a:9,cluster_lanes=2,ro"},
                  ArgStyle::kMountHelper);
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   EXPECT_EQ(o->config.cluster, "etcd://h1:1,h2:2,h3:3/c");
   EXPECT_EQ(o->config.node, "n2");
   EXPECT_EQ(o->config.listen, "a:9");
+  EXPECT_EQ(o->config.cluster_lanes, 2u);
   EXPECT_EQ(o->config.fuse_options, (std::vector<std::string>{"ro"}));
   // Each needs the others; bad values are named.
   EXPECT_EQ(Parse({"/gpu", "--cluster", "etcd://h:1", "--node", "n"}).status().code(), EINVAL);
@@ -56,6 +60,13 @@ TEST(MountOptions, ClusterMode) {
                 .status()
                 .code(),
             EINVAL);
+  for (const char* lanes : {"0", "65", "two", ""})
+    EXPECT_EQ(Parse({"/gpu", "--cluster", "etcd://h:1", "--node", "n", "--listen", "a:1",
+                     "--cluster-lanes", lanes})
+                  .status()
+                  .code(),
+              EINVAL)
+        << lanes;
 }
 
 TEST(MountOptions, CapacityPerTierAndPersist) {

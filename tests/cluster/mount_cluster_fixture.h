@@ -70,7 +70,7 @@ class ClusterMountTest : public LabTest {
     Shell r = Sh("nsenter --net=" + lab_->netns_path(n) + " " + bin_ + " mount " + node.mnt +
                  " --state " + node.state + " --store host --cluster " + Url() + " --node " +
                  (as.empty() ? n : as) + " --listen " + Lab::Address(n) +
-                 ":0 --cluster-timeout 1 --cluster-lease 2" + ExtraMountArgs());
+                 ":0 --cluster-timeout 1 --cluster-lease 2 --cluster-lanes 2" + ExtraMountArgs());
     if (r.status == 0) node.mounted = true;
     return r;
   }

@@ -68,13 +68,13 @@ class PatternSource : public ByteSource {
 int Usage() {
   std::fprintf(stderr,
                "usage: cluster_peer serve --listen ADDR:PORT --object PATH@VERSION --size N "
-               "--seed S [--copy-out | --in-place] [--tls T]\n");
+               "--seed S [--copy-out | --in-place] [--tls T] [--lanes N]\n");
   return 2;
 }
 
 int Serve(int argc, char** argv) {
   std::string listen, object, tls;
-  uint64_t size = 0, seed = 0;
+  uint64_t size = 0, seed = 0, lanes = 1;
   PatternSource::Mode mode = PatternSource::Mode::kHost;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
@@ -93,6 +93,8 @@ int Serve(int argc, char** argv) {
       mode = PatternSource::Mode::kInPlace;
     else if (a == "--tls")
       tls = next();
+    else if (a == "--lanes")
+      lanes = std::strtoull(next().c_str(), nullptr, 0);
     else
       return Usage();
   }
@@ -103,6 +105,7 @@ int Serve(int argc, char** argv) {
   UcxTransportOptions options;
   options.ucx.transports = tls;
   options.server.listen = listen;
+  options.server.lanes = lanes;
   auto transport =
       UcxTransport::Start(options, [&](const ObjectRef& want) -> std::shared_ptr<const ByteSource> {
         return want == ref ? source : nullptr;
