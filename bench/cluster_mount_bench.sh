@@ -34,7 +34,7 @@
 # the target's baseline: what the same path gives bytes that are not
 # cache-resident.
 # --lanes N: both mounts move bytes on N UCX lanes (gpufs mount
-# --cluster-lanes; default: the mount's own, one per 4 cores).
+# --cluster-lanes; default: the mount's own, one per 2 cores, 2 to 4).
 # GPUFS_BENCH_LOGS=DIR: the mounts' logs are copied there at the end.
 # GPUFS_BENCH_PERF=FILE: each fetch runs under `perf record -a -g -o FILE.N`
 # (where the machine spends a fetch).

@@ -7,7 +7,8 @@ namespace gpufs::cluster {
 
 size_t DefaultLanes() {
   const size_t cores = std::thread::hardware_concurrency();
-  return std::clamp<size_t>(cores / 4, 1, 4);
+  if (cores <= 1) return 1;
+  return std::clamp<size_t>(cores / 2, 2, 4);
 }
 
 Result<std::unique_ptr<UcxTransport>> UcxTransport::Start(UcxTransportOptions options,

@@ -29,9 +29,11 @@ struct UcxTransportOptions {
   size_t client_lanes = 1;
 };
 
-// Lanes for a node of this machine, at each end: one per four cores, 1 to 4.
-// On TCP one lane moves about what one core copies (a few GB/s); more lanes
-// than the cores can run would only take them from the rest of the node.
+// Lanes for a node of this machine, at each end: one per two cores, 2 to 4
+// (1 on one core). On TCP a lane's thread copies every byte it moves, and
+// while one thread waits on its sockets another copies: on two cores two
+// lanes fetched 7-29% faster than one (docs/BENCHMARKS.md). Past four the
+// threads would only take cores from the rest of the node.
 size_t DefaultLanes();
 
 class UcxTransport : public Transport {

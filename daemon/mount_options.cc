@@ -296,7 +296,7 @@ std::string Usage(ArgStyle style) {
          "  --cluster-lease SECONDS\n"
          "                     how long a node that died stays listed (default 10)\n"
          "  --cluster-lanes N  threads moving a fetch's bytes at each end, one connection\n"
-         "                     to each source per lane (default: one per 4 cores, 1 to 4)\n";
+         "                     to each source per lane (default: one per 2 cores, 2 to 4)\n";
 }
 
 Result<ParsedArgs> ParseMountArgs(int argc, const char* const* argv, ArgStyle style) {
