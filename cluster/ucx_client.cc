@@ -48,13 +48,7 @@ UcxClient::~UcxClient() {
   std::future<void> failed_done = failed.get_future();
   if (loop_->Post([this, &failed] {
         stopping_ = true;
-        std::vector<uint64_t> ids;
-        for (auto& [id, job] : jobs_) ids.push_back(id);
-        for (uint64_t id : ids) {
-          auto it = jobs_.find(id);
-          if (it != jobs_.end())
-            FailJob(*it->second, Error(ECANCELED, "the UCX client is shutting down"));
-        }
+        FailAll();
         failed.set_value();
       }))
     failed_done.wait();
@@ -64,6 +58,16 @@ UcxClient::~UcxClient() {
     mailbox_->loop = nullptr;
   }
   loop_->Stop([this] { Shutdown(); });
+}
+
+void UcxClient::FailAll() {
+  std::vector<uint64_t> ids;
+  for (auto& [id, job] : jobs_) ids.push_back(id);
+  for (uint64_t id : ids) {
+    auto it = jobs_.find(id);
+    if (it != jobs_.end())
+      FailJob(*it->second, Error(ECANCELED, "the UCX client is shutting down"));
+  }
 }
 
 void UcxClient::Shutdown() {
@@ -82,13 +86,7 @@ void UcxClient::Shutdown() {
   for (auto& [id, job] : jobs_)
     for (size_t c = 0; c < job->chunks.size(); ++c)
       if (job->chunks[c].state == Job::Chunk::State::kVerifying) DropChunk(*job, c, false);
-  std::vector<uint64_t> ids;
-  for (auto& [id, job] : jobs_) ids.push_back(id);
-  for (uint64_t id : ids) {
-    auto it = jobs_.find(id);
-    if (it != jobs_.end())
-      FailJob(*it->second, Error(ECANCELED, "the UCX client is shutting down"));
-  }
+  FailAll();
   for (auto& [id, job] : jobs_) {
     if (job->ended) continue;
     if (job->requested > 0)

@@ -86,6 +86,7 @@ class UcxClient {
   void FailJob(Job& job, const Status& why);
   void MaybeFinish(Job& job);
   void CloseConnection(Job& job, size_t source, bool force);
+  void FailAll();  // every job, ECANCELED: the client is stopping
   void Shutdown();
 
   std::unique_ptr<UcxWorkerLoop> loop_;  // the state machine's thread; its worker is unused
