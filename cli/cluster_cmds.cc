@@ -64,7 +64,15 @@ Status Publish(const std::string& path, bool remove, bool quiet) {
   gpufs_publish request{};
   request.flags = remove ? GPUFS_PUBLISH_REMOVE : 0;
   if (::ioctl(fd.get(), GPUFS_IOC_PUBLISH, &request) != 0) {
-    return PosixError((remove ? "unpublish " : "publish ") + path, errno);
+    const int err = errno;
+    // The mount answered the ioctl: ENOTCONN is the node's, not the mount's.
+    if (err == ENOTCONN) {
+      return Error(ENOTCONN, (remove ? "unpublish " : "publish ") + path +
+                                 ": this node is not registered in its cluster now (etcd "
+                                 "unreachable, or its lease lost and not renewed yet); see "
+                                 "`gpufs cluster status`");
+    }
+    return PosixError((remove ? "unpublish " : "publish ") + path, err);
   }
   if (!quiet) {
     std::printf("%s %s as version %llu\n", remove ? "unpublished" : "published", path.c_str(),

@@ -83,6 +83,8 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(ClusterNodeOptions optio
   ro.node = n->options_.node;
   ro.address = n->transport_->listen_address();
   ro.lease_ttl = n->options_.lease_ttl;
+  ro.state_id = n->options_.state_id;
+  ro.join_later = n->options_.join_later;
   ro.on_change = n->options_.on_change;
   ro.on_lease_lost = [raw](const Status&) {
     std::lock_guard lock(raw->mu_);
@@ -90,6 +92,7 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(ClusterNodeOptions optio
     raw->cv_.notify_all();
   };
   GPUFS_ASSIGN_OR_RETURN(n->registry_, Registry::Join(*n->etcd_, ro));
+  n->lease_lost_ = !n->registry_->alive();  // joined later: Maintain registers it
   n->maintainer_ = std::thread([raw] { raw->Maintain(); });
   return n;
 }
@@ -119,6 +122,11 @@ void ClusterNode::Maintain() {
     if (st.ok()) {
       lease_lost_ = false;
       backoff = kRejoinFirst;
+      if (options_.on_rejoined) {
+        lock.unlock();
+        options_.on_rejoined();
+        lock.lock();
+      }
       continue;
     }
     GPUFS_LOG(WARN) << "cluster node " << options_.node << ": rejoin: " << st.ToString()

@@ -52,12 +52,20 @@ struct ClusterNodeOptions {
   std::string listen;  // "ADDR:PORT" peers can reach; port 0 picks one
   std::chrono::milliseconds etcd_timeout{2000};
   std::chrono::seconds lease_ttl{10};
+  // Names the state directory the node runs from (RegistryOptions::state_id).
+  std::string state_id;
   FetchOptions fetch;
   UcxOptions ucx;
   size_t lanes = 1;  // UCX lanes at each end (UcxTransportOptions)
   StagingAllocator staging = StagingAllocator::PageAligned();
   // A path's published version changed ("" : any may have).
   std::function<void(const std::string& path)> on_change;
+  // RegistryOptions::join_later.
+  bool join_later = false;
+  // The node (re)registered after its lease was lost or its join waited
+  // for etcd: what it serves can be checked against the cluster again. On
+  // the node's maintenance thread.
+  std::function<void()> on_rejoined;
 };
 
 // A local copy that a fetch fills and that, once checked, this node serves.

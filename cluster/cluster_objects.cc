@@ -34,6 +34,8 @@ Result<std::unique_ptr<ClusterObjects>> ClusterObjects::Start(Namespace& ns,
   c->replicas_file_ = std::move(replicas_file);
   ClusterObjects* raw = c.get();
   options.on_change = [raw](const std::string& path) { raw->Changed(path); };
+  // Registered again (or at last): every replica kept is checked anew.
+  options.on_rejoined = [raw] { raw->Changed(""); };
   c->options_ = options;
   c->worker_ = std::thread([raw] { raw->Work(); });
   auto node = ClusterNode::Start(std::move(options));
@@ -45,7 +47,9 @@ Result<std::unique_ptr<ClusterObjects>> ClusterObjects::Start(Namespace& ns,
   }
   c->LoadReplicas();
   c->cv_.notify_all();
-  GPUFS_LOG(INFO) << "cluster node " << c->node_->name() << " joined "
+  GPUFS_LOG(INFO) << "cluster node " << c->node_->name()
+                  << (c->node_->registry().alive() ? " joined "
+                                                   : " started (joins when etcd answers) in ")
                   << c->options_.etcd.cluster << ", serving on " << c->node_->address();
   return c;
 }
@@ -180,14 +184,21 @@ Result<uint64_t> ClusterObjects::Publish(uint64_t ino, const std::string& path) 
   }
   if (!version.ok()) return version;
   ++publishes_;
-  uint64_t before = 0;
+  std::vector<uint64_t> before;
   {
     std::lock_guard lock(mu_);
-    before = published_[path];
-    published_[path] = *version;
+    if (auto it = published_.find(path); it != published_.end())
+      before.push_back(it->second.version);
+    // A fetched copy published as it is, or changed, is this node's own now.
+    if (auto it = fetched_.find(path); it != fetched_.end()) {
+      before.push_back(it->second.version);
+      fetched_.erase(it);
+    }
+    published_[path] = {*version, ino, true};
   }
-  // The version before is served no more: its fetchers move to this one.
-  if (before != 0) (void)node_->DropReplica(path, before);
+  SaveReplicas();
+  // The versions before are served no more: their fetchers move to this one.
+  for (uint64_t v : before) (void)node_->DropReplica(path, v);
   return version;
 }
 
@@ -197,11 +208,14 @@ Result<uint64_t> ClusterObjects::Unpublish(const std::string& path) {
   {
     std::lock_guard lock(mu_);
     if (auto it = published_.find(path); it != published_.end()) {
-      before = it->second;
+      before = it->second.version;
       published_.erase(it);
     }
   }
-  if (before != 0) (void)node_->DropReplica(path, before);
+  if (before != 0) {
+    SaveReplicas();
+    (void)node_->DropReplica(path, before);
+  }
   return version;
 }
 
@@ -266,37 +280,81 @@ void ClusterObjects::Work() {
     }
     const std::string path = std::move(changes_.front());
     changes_.pop_front();
-    std::vector<std::pair<std::string, Fetched>> check;
-    for (const auto& [p, f] : fetched_) {
-      if (path.empty() || p == path) check.emplace_back(p, f);
+    struct Check {
+      std::string path;
+      Held held;
+      bool published;
+    };
+    std::vector<Check> check;
+    for (const auto& [p, h] : fetched_) {
+      if (path.empty() || p == path) check.push_back({p, h, false});
+    }
+    for (const auto& [p, h] : published_) {
+      if (path.empty() || p == path) check.push_back({p, h, true});
     }
     lock.unlock();
     ns_.RemoteChanged(path);
-    for (const auto& [p, f] : check) {
-      auto current = node_->Lookup(p);
+    for (const Check& c : check) {
+      auto current = node_->Lookup(c.path);
       if (!current.ok()) continue;  // etcd away: kept until it answers
-      if (*current && !(*current)->removed && (*current)->version == f.version) {
-        if (!f.served) Reserve(p, f);
+      if (*current && !(*current)->removed && (*current)->version == c.held.version) {
+        if (!c.held.served) Reserve(c.path, c.held, c.published);
         continue;
       }
-      Retire(p, f.version, f.object);
+      if (c.published) {
+        Unserve(c.path, c.held.version, /*published=*/true);
+      } else {
+        Retire(c.path, c.held.version, c.held.object);
+      }
     }
     lock.lock();
   }
 }
 
-void ClusterObjects::Reserve(const std::string& path, const Fetched& f) {
-  auto pub = PreparePublication(ns_, f.object, path);
-  Status registered = pub.ok() ? node_->RegisterReplica(path, f.version, pub->bytes) : pub.status();
-  if (!registered.ok()) {
-    GPUFS_LOG(WARN) << "cluster: the replica " << path << "@" << f.version
-                    << " kept from before the restart is not served: " << registered.ToString();
+void ClusterObjects::Reserve(const std::string& path, const Held& h, bool published) {
+  // Served again only if its bytes are still the published ones (a member
+  // may have gone, or been replaced, before the last process could say).
+  auto manifest = node_->Manifest(path, h.version);
+  if (!manifest.ok()) {
+    GPUFS_LOG(WARN) << "cluster: the replica " << path << "@" << h.version
+                    << " kept from before the restart is not served yet: "
+                    << manifest.status().ToString();
     return;
   }
-  std::lock_guard lock(mu_);
-  auto it = fetched_.find(path);
-  if (it != fetched_.end() && it->second.version == f.version) it->second.served = true;
-  GPUFS_LOG(INFO) << "cluster: serving " << path << "@" << f.version << " again (kept across a restart)";
+  auto pub = PreparePublication(ns_, h.object, path);
+  Status same = pub.ok() ? SameBytes(pub->manifest, *manifest) : pub.status();
+  if (!same.ok()) {
+    GPUFS_LOG(WARN) << "cluster: the local object " << path << " is no longer " << path << "@"
+                    << h.version << " (" << same.ToString()
+                    << "): it stays a local object and is not served";
+    Unserve(path, h.version, published);
+    return;
+  }
+  // Registered even if etcd is away now: a rejoin registers it again.
+  Status registered = node_->RegisterReplica(path, h.version, pub->bytes);
+  {
+    std::lock_guard lock(mu_);
+    auto& held = published ? published_ : fetched_;
+    auto it = held.find(path);
+    if (it != held.end() && it->second.version == h.version) it->second.served = true;
+  }
+  GPUFS_LOG(INFO) << "cluster: serving " << path << "@" << h.version << " again (kept across a "
+                  << "restart" << (published ? ", published here" : "") << ")"
+                  << (registered.ok()
+                          ? ""
+                          : "; its replica key waits for etcd: " + registered.ToString());
+}
+
+void ClusterObjects::Unserve(const std::string& path, uint64_t version, bool published) {
+  {
+    std::lock_guard lock(mu_);
+    auto& held = published ? published_ : fetched_;
+    auto it = held.find(path);
+    if (it == held.end() || it->second.version != version) return;
+    held.erase(it);
+  }
+  SaveReplicas();
+  (void)node_->DropReplica(path, version);
 }
 
 void ClusterObjects::LoadReplicas() {
@@ -312,7 +370,8 @@ void ClusterObjects::LoadReplicas() {
   }
   for (const auto& [path, f] : kept.items()) {
     if (!f.is_object() || !f.contains("version") || !f.contains("object") ||
-        !f["version"].is_number_unsigned() || !f["object"].is_number_unsigned()) {
+        !f["version"].is_number_unsigned() || !f["object"].is_number_unsigned() ||
+        (f.contains("published") && !f["published"].is_boolean())) {
       GPUFS_LOG(WARN) << "cluster: " << replicas_file_ << ": a bad record for " << path;
       continue;
     }
@@ -322,7 +381,8 @@ void ClusterObjects::LoadReplicas() {
     auto local = LookupPath(ns_, path);
     if (!local.ok() || local->ino != object) continue;  // gone (or another object) meanwhile
     std::lock_guard lock(mu_);
-    fetched_[path] = {version, object, /*served=*/false};
+    (f.value("published", false) ? published_ : fetched_)[path] = {version, object,
+                                                                   /*served=*/false};
     changes_.push_back(path);  // checked against the cluster by the worker
   }
 }
@@ -332,18 +392,13 @@ void ClusterObjects::SaveReplicas() {
   json out = json::object();
   {
     std::lock_guard lock(mu_);
-    for (const auto& [path, f] : fetched_) out[path] = {{"version", f.version}, {"object", f.object}};
+    for (const auto& [path, h] : fetched_)
+      out[path] = {{"version", h.version}, {"object", h.object}};
+    for (const auto& [path, h] : published_)
+      out[path] = {{"version", h.version}, {"object", h.object}, {"published", true}};
   }
   std::lock_guard lock(file_mu_);
-  const std::string text = out.dump() + "\n";
-  const std::string tmp = replicas_file_ + ".tmp";
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-  Status written = fd.valid() ? WriteAll(fd.get(), 0, std::as_bytes(std::span(text)), tmp)
-                              : PosixError("open " + tmp, errno);
-  if (written.ok() && ::fsync(fd.get()) != 0) written = PosixError("fsync " + tmp, errno);
-  if (written.ok() && ::rename(tmp.c_str(), replicas_file_.c_str()) != 0) {
-    written = PosixError("rename to " + replicas_file_, errno);
-  }
+  Status written = ReplaceFile(replicas_file_, out.dump() + "\n");
   if (!written.ok()) GPUFS_LOG(WARN) << "cluster: replicas file: " << written.ToString();
 }
 
@@ -383,7 +438,7 @@ std::string ClusterObjects::StatusJson() {
   {
     std::lock_guard lock(mu_);
     for (const auto& [p, f] : fetched_) fetched[p] = f.version;
-    for (const auto& [p, v] : published_) published[p] = v;
+    for (const auto& [p, h] : published_) published[p] = h.version;
   }
   s["fetched"] = fetched;
   s["published"] = published;

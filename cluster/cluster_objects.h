@@ -19,6 +19,11 @@
 // - Publish serves the object from open handles of its members, so the
 //   bytes published stay whatever is later replaced or removed locally,
 //   until the path is published again.
+// - What this node fetched and what it published are kept in the state
+//   directory's replicas file: a restarted node (or a worker taking over)
+//   serves each again once the cluster still shows that version and the
+//   local object still holds its bytes (the manifest's CRC-32Cs, read
+//   anew); one that changed stays a local object, served no more.
 //
 // Thread-safe. Destroy it after Namespace::SetRemoteObjects(nullptr) and
 // before the Namespace.
@@ -44,9 +49,10 @@ class ClusterObjects : public RemoteObjects {
  public:
   // Joins the cluster (ClusterNode::Start; its on_change is taken).
   // `replicas_file` (in the mount's state directory; "" for none) keeps
-  // which local objects are replicas this node fetched, so that after a
-  // restart they are served again if still current, and removed (a cache
-  // of an older version) once the cluster shows a newer one.
+  // which local objects are replicas this node fetched or published, so
+  // that after a restart they are served again if still current; a fetched
+  // one is removed (a cache of an older version) once the cluster shows a
+  // newer one, a published one is only served no more.
   static Result<std::unique_ptr<ClusterObjects>> Start(Namespace& ns, ClusterNodeOptions options,
                                                        std::string replicas_file = "");
   ~ClusterObjects() override;
@@ -81,24 +87,28 @@ class ClusterObjects : public RemoteObjects {
   // queued for a check against the cluster), written when fetched_ changes.
   void LoadReplicas();
   void SaveReplicas();
-  struct Fetched;
-  // Serves again a replica kept across a restart that is still current.
-  void Reserve(const std::string& path, const Fetched& f);
+  struct Held;
+  // Serves again a replica kept across a restart that is still current,
+  // if its local object still holds the published bytes.
+  void Reserve(const std::string& path, const Held& h, bool published);
+  // Forgets a replica kept (published: one this node published) and stops
+  // serving it; its local object stays.
+  void Unserve(const std::string& path, uint64_t version, bool published);
 
   Namespace& ns_;
   ClusterNodeOptions options_;
   std::unique_ptr<ClusterNode> node_;
 
   std::mutex mu_;
-  struct Fetched {
+  struct Held {  // a replica this node holds: path@version in a local object
     uint64_t version = 0;
     uint64_t object = 0;  // the local object's inode
     bool served = true;   // false: known from the replicas file, not served yet
   };
   std::string replicas_file_;
   std::mutex file_mu_;  // orders writes of the replicas file
-  std::map<std::string, Fetched> fetched_;     // GUARDED_BY(mu_)
-  std::map<std::string, uint64_t> published_;  // GUARDED_BY(mu_)
+  std::map<std::string, Held> fetched_;        // GUARDED_BY(mu_)
+  std::map<std::string, Held> published_;      // GUARDED_BY(mu_): published here
   std::deque<std::string> changes_;            // GUARDED_BY(mu_)
   std::vector<uint64_t> removed_;              // GUARDED_BY(mu_): fetched objects removed here
   bool stop_ = false;                          // GUARDED_BY(mu_)

@@ -106,6 +106,25 @@ Status ValidateManifest(const ObjectManifest& m) {
   return Status();
 }
 
+Status SameBytes(const ObjectManifest& local, const ObjectManifest& published) {
+  auto differs = [&](const std::string& what) {
+    return Error(ESTALE, published.path + "@" + std::to_string(published.version) + ": " + what);
+  };
+  if (local.size != published.size)
+    return differs(std::to_string(local.size) + " bytes here, " + std::to_string(published.size) +
+                   " published");
+  if (local.members.size() != published.members.size())
+    return differs(std::to_string(local.members.size()) + " members here, " +
+                   std::to_string(published.members.size()) + " published");
+  for (size_t i = 0; i < local.members.size(); ++i) {
+    const MemberManifest &a = local.members[i], &b = published.members[i];
+    if (a.name != b.name) return differs("member " + b.name + " is " + a.name + " here");
+    if (a.offset != b.offset || a.size != b.size || a.crc32c != b.crc32c)
+      return differs("member " + b.name + " holds other bytes here");
+  }
+  return Status::Ok();
+}
+
 json MemberToJson(const MemberManifest& m) {
   json j = {{"name", m.name}, {"offset", m.offset}, {"size", m.size}, {"crc32c", m.crc32c},
             {"mode", m.mode}, {"uid", m.uid},       {"gid", m.gid}};

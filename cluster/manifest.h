@@ -65,6 +65,11 @@ inline constexpr size_t kPartBytes = 512 * 1024;
 // overlap or leave the buffer, a mode over 07777, a negative dimension.
 Status ValidateManifest(const ObjectManifest& m);
 
+// OK when `local` lays out the same bytes as `published`: the same size and
+// members, each of the same name, offset, size and CRC-32C; otherwise
+// ESTALE naming the first difference (a local copy changed since).
+Status SameBytes(const ObjectManifest& local, const ObjectManifest& published);
+
 nlohmann::json MemberToJson(const MemberManifest& m);
 Result<MemberManifest> MemberFromJson(const nlohmann::json& j);
 

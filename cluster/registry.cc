@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <random>
 
 #include "util/log.h"
@@ -29,6 +30,25 @@ std::string RandomId() {
   return buf;
 }
 
+// The kernel's id of this boot ("" where it cannot be read): the same for
+// every process of the machine until it reboots.
+const std::string& BootId() {
+  static const std::string id = [] {
+    std::ifstream in("/proc/sys/kernel/random/boot_id");
+    std::string line;
+    std::getline(in, line);
+    return line;
+  }();
+  return id;
+}
+
+// The errors of an etcd that does not answer (as opposed to one that
+// refuses what was asked).
+bool Unreachable(int code) {
+  return code == ETIMEDOUT || code == ECONNREFUSED || code == ECONNRESET || code == ECONNABORTED ||
+         code == EHOSTUNREACH || code == ENETUNREACH || code == EIO;
+}
+
 // EPROTO naming the key, with a log line: what etcd holds there is not
 // what gpufs writes.
 Status BadValue(const std::string& key, const std::string& what) {
@@ -43,7 +63,9 @@ Result<NodeInfo> ParseNodeValue(const KeyValue& kv, const std::string& name) {
   json j = json::parse(kv.value, nullptr, false);
   if (!j.is_object() || !j.contains("address") || !j["address"].is_string() ||
       (j.contains("pid") && !j["pid"].is_number_integer()) ||
-      (j.contains("started_ms") && !j["started_ms"].is_number_integer()))
+      (j.contains("started_ms") && !j["started_ms"].is_number_integer()) ||
+      (j.contains("state") && !j["state"].is_string()) ||
+      (j.contains("boot") && !j["boot"].is_string()))
     return BadValue(kv.key, "not a node record: '" + kv.value.substr(0, 80) + "'");
   NodeInfo n;
   n.name = name;
@@ -51,6 +73,8 @@ Result<NodeInfo> ParseNodeValue(const KeyValue& kv, const std::string& name) {
   n.pid = j.value("pid", int64_t{0});
   n.started_ms = j.value("started_ms", int64_t{0});
   n.lease = kv.lease;
+  n.state_id = j.value("state", "");
+  n.boot_id = j.value("boot", "");
   return n;
 }
 
@@ -75,17 +99,28 @@ Result<std::unique_ptr<Registry>> Registry::Join(EtcdClient& etcd, RegistryOptio
   if (options.address.empty())
     return Error(EINVAL, "registry: the node's transport address is empty");
   std::unique_ptr<Registry> r(new Registry(etcd, std::move(options)));
-  GPUFS_RETURN_IF_ERROR(r->Register());
-  RangeRequest now{r->keys_.CurrentPrefix(), PrefixEnd(r->keys_.CurrentPrefix()), 0, 0, true};
-  GPUFS_ASSIGN_OR_RETURN(RangeResponse at, etcd.Range(now));
   WatchOptions w;
+  Status registered = r->Register();
+  if (registered.ok()) {
+    RangeRequest now{r->keys_.CurrentPrefix(), PrefixEnd(r->keys_.CurrentPrefix()), 0, 0, true};
+    GPUFS_ASSIGN_OR_RETURN(RangeResponse at, etcd.Range(now));
+    w.start_revision = at.revision + 1;
+  } else if (r->options_.join_later && Unreachable(registered.code())) {
+    // Nothing is cached yet, so the watch may start from whatever is
+    // current when it connects.
+    GPUFS_LOG(WARN) << "cluster " << r->options_.cluster << ": node " << r->options_.node
+                    << " is not registered yet (" << registered.ToString()
+                    << "); it serves its local objects and joins once etcd answers";
+  } else {
+    return registered;
+  }
   w.key = r->keys_.CurrentPrefix();
   w.range_end = PrefixEnd(w.key);
-  w.start_revision = at.revision + 1;
   Registry* raw = r.get();
   w.on_events = [raw](const std::vector<WatchEvent>& events, int64_t) { raw->OnEvents(events); };
   w.on_compacted = [raw](int64_t) { raw->DropAllCached(); };
   r->watch_ = EtcdWatch::Start(etcd, std::move(w));
+  if (!registered.ok()) return r;
   GPUFS_LOG(INFO) << "cluster " << r->options_.cluster << ": node " << r->options_.node
                   << " joined (lease " << r->lease_id() << ", " << r->options_.address << ")";
   return r;
@@ -124,11 +159,29 @@ Status Registry::Register() {
                          LeaseKeeper::Grant(etcd_, options_.lease_ttl, on_lost));
   const std::string key = keys_.Node(options_.node);
   json value = {{"address", options_.address}, {"pid", ::getpid()}, {"started_ms", NowMs()}};
+  if (!options_.state_id.empty()) {
+    value["state"] = options_.state_id;
+    value["boot"] = BootId();
+  }
   TxnRequest t;
   t.compare.push_back(Compare::Missing(key));
   t.success.push_back(TxnOp::Put(key, value.dump(), lease->id()));
   t.failure.push_back(TxnOp::Get(key));
-  GPUFS_ASSIGN_OR_RETURN(TxnResponse r, etcd_.Txn(t));
+  TxnResponse r;
+  for (int attempt = 0;; ++attempt) {
+    GPUFS_ASSIGN_OR_RETURN(r, etcd_.Txn(t));
+    if (r.succeeded || attempt > 0 || r.ranges.empty() || r.ranges[0].kvs.empty()) break;
+    Result<NodeInfo> other = ParseNodeValue(r.ranges[0].kvs[0], options_.node);
+    if (!other.ok() || options_.state_id.empty() || other->state_id != options_.state_id ||
+        BootId().empty() || other->boot_id != BootId() || other->lease == lease->id())
+      break;
+    // An earlier process of this node (see the header): its lease goes.
+    Status revoked = etcd_.RevokeLease(other->lease);
+    if (!revoked.ok() && revoked.code() != ENOENT) return revoked.Prepend("register");
+    GPUFS_LOG(INFO) << "cluster node " << options_.node << ": taken back from pid " << other->pid
+                    << " (an earlier process of this state directory; lease " << other->lease
+                    << " revoked)";
+  }
   if (!r.succeeded) {
     std::string holder = "another process";
     if (!r.ranges.empty() && !r.ranges[0].kvs.empty()) {

@@ -5,6 +5,14 @@
 //   (its liveness); a name that a live node holds is refused (EEXIST, with
 //   who holds it). Keys this node owns (its node key, replicas, fetch
 //   claims) are bound to that lease: when the node dies they go.
+// - Except where the holder is an earlier process of this node itself: one
+//   that ran from the same state directory (state_id) on this machine since
+//   it booted. A state directory serves one mount at a time (its lock), and
+//   a mount's next process starts only after the last one ended, so that
+//   process is gone (killed, its worker taken over, or restarted) though
+//   its lease lives on for a TTL: its lease is revoked and the name taken
+//   at once. Its replicas and claims go with the lease; the caller
+//   registers again what it serves.
 // - Nothing is mirrored: every lookup reads etcd by key or prefix when
 //   asked. What a node has looked up of current/ is cached (LRU) and kept
 //   right by one watch on current/: an event drops the entry and is passed
@@ -53,6 +61,9 @@ struct RegistryOptions {
   std::string node;
   std::string address;  // where this node's transport listens ("ADDR:PORT")
   std::chrono::seconds lease_ttl{10};
+  // What names this node's state directory, the same across its restarts
+  // (empty: none; the name is then never taken back from a lease).
+  std::string state_id;
   size_t cache_entries = 4096;
   // A path's current/ changed (empty path: anything may have: the watch
   // lost history). On the watch thread; must not call back into etcd
@@ -61,6 +72,12 @@ struct RegistryOptions {
   // The lease is gone (etcd said so, or unreachable for a TTL): this
   // node's keys are gone from etcd; Rejoin() registers again.
   std::function<void(const Status& why)> on_lease_lost;
+  // Join with etcd unreachable (a timeout, a refused or reset connection)
+  // returns a registry that is not registered yet (alive() false; its
+  // watch connects when etcd answers) rather than the error; Rejoin()
+  // registers it. For a node that was in the cluster before, whose local
+  // objects must not wait on etcd.
+  bool join_later = false;
 };
 
 struct NodeInfo {
@@ -69,6 +86,8 @@ struct NodeInfo {
   int64_t pid = 0;
   int64_t started_ms = 0;
   int64_t lease = 0;
+  std::string state_id;  // RegistryOptions::state_id of the process ("" if none)
+  std::string boot_id;   // the kernel's boot id of its machine when it registered
 };
 
 struct CurrentVersion {
@@ -86,7 +105,7 @@ Result<NodeInfo> ParseNodeValue(const KeyValue& kv, const std::string& name);
 class Registry {
  public:
   // EEXIST when the node name is live elsewhere; the etcd errors of a
-  // cluster that cannot be reached.
+  // cluster that cannot be reached (unless join_later).
   static Result<std::unique_ptr<Registry>> Join(EtcdClient& etcd, RegistryOptions options);
   // Revokes the lease: this node's keys go at once.
   ~Registry();

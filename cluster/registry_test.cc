@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <fstream>
 #include <thread>
 
 #include "tests/cluster/lab_fixture.h"
@@ -74,13 +75,15 @@ class RegistryTest : public LabTest {
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? std::move(*r) : nullptr;
   }
-  Status JoinStatus(const std::string& node) {
+  Result<std::unique_ptr<Registry>> JoinAs(const std::string& node, const std::string& state_id) {
     RegistryOptions o;
     o.cluster = "test";
     o.node = node;
     o.address = "10.201.0.1:5555";
-    return Registry::Join(*etcd_client_, o).status();
+    o.state_id = state_id;
+    return Registry::Join(*etcd_client_, o);
   }
+  Status JoinStatus(const std::string& node) { return JoinAs(node, "").status(); }
   std::unique_ptr<EtcdClient> etcd_client_;
 };
 
@@ -111,6 +114,54 @@ TEST_F(RegistryTest, ANameThatIsLiveIsRefused) {
     if (!joined) std::this_thread::sleep_for(milliseconds(100));  // polling etcd's lease clock
   }
   EXPECT_TRUE(joined);
+}
+
+// A name held by an earlier process of the same state directory on this
+// machine (its lease still alive) is taken back at once; held by another
+// state directory, or from before a reboot, it is refused as live.
+TEST_F(RegistryTest, AnEarlierProcessOfTheSameStateDirectoryGivesTheNameBack) {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string boot;
+  std::getline(in, boot);
+  ASSERT_FALSE(boot.empty());
+  auto dead_holder = [&](const std::string& node, const std::string& state,
+                         const std::string& boot_id) -> int64_t {
+    Result<LeaseGrant> lease = etcd_client_->GrantLease(60);
+    EXPECT_TRUE(lease.ok());
+    if (!lease.ok()) return 0;
+    nlohmann::json v = {{"address", "x:1"}, {"pid", 1}, {"state", state}, {"boot", boot_id}};
+    EXPECT_TRUE(etcd_client_->Put("/gpufs/test/nodes/" + node, v.dump(), lease->id).ok());
+    // What it served, bound to its lease.
+    EXPECT_TRUE(etcd_client_->Put("/gpufs/test/probe/" + node, "{}", lease->id).ok());
+    return lease->id;
+  };
+  const int64_t old_lease = dead_holder("n", "s1", boot);
+  EXPECT_EQ(JoinAs("n", "s2").status().code(), EEXIST);
+  EXPECT_EQ(JoinAs("n", "").status().code(), EEXIST);
+  auto n = JoinAs("n", "s1");
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  Result<NodeInfo> info = (*n)->Node("n");
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->lease, (*n)->lease_id());
+  EXPECT_NE(info->lease, old_lease);
+  EXPECT_EQ(info->state_id, "s1");
+  EXPECT_EQ(info->boot_id, boot);
+  // The old lease went, and what was bound to it.
+  EXPECT_FALSE(etcd_client_->Get("/gpufs/test/probe/n").ok());
+  // A live holder of the same state is taken from as well (a state
+  // directory serves one mount at a time: the mount's own earlier process).
+  auto again = JoinAs("n", "s1");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  auto t0 = Clock::now();
+  while ((*n)->alive() && Clock::now() - t0 < seconds(10))
+    std::this_thread::sleep_for(milliseconds(50));  // polling its keep-alive's view
+  EXPECT_FALSE((*n)->alive());
+  EXPECT_TRUE((*again)->alive());
+
+  // Of the same state directory but from before a reboot: not known to be
+  // gone (a copy of the directory elsewhere could hold it), so refused.
+  dead_holder("m", "s3", "another-boot");
+  EXPECT_EQ(JoinAs("m", "s3").status().code(), EEXIST);
 }
 
 TEST_F(RegistryTest, PublishIsOneTransactionOnThePreviousVersion) {

@@ -137,7 +137,7 @@ class UcxTransportTest : public testing::LabTest, public ::testing::WithParamInt
     std::vector<std::string> argv = {GPUFS_CLUSTER_PEER,
                                      "serve",
                                      "--listen",
-                                     Lab::Address(node) + ":0",
+                                     Lab::Address(node) + ":" + peer_port_,
                                      "--object",
                                      object.ToString(),
                                      "--size",
@@ -173,6 +173,7 @@ class UcxTransportTest : public testing::LabTest, public ::testing::WithParamInt
   }
 
   std::unique_ptr<UcxTransport> client_;
+  std::string peer_port_ = "0";  // where StartPeer's peers listen
 };
 
 TEST_P(UcxTransportTest, FetchesByteIdenticalFromOneSource) {
@@ -402,6 +403,32 @@ TEST_P(UcxTransportTest, KilledSourceMidFetchCompletesFromTheOther) {
   EXPECT_FALSE(r->sources[0].failure.ok());
   // A dead process resets its connections: no need to wait for a stall.
   EXPECT_LT(Clock::now() - t0, milliseconds(8000));
+  EXPECT_TRUE(MatchesPattern(dest.span(), kSeed));
+}
+
+// A source killed mid-fetch leaves its connections in TIME_WAIT on its
+// port; a process started in its place listens there at once (as a node
+// restarted, or its worker taken over, must), and serves.
+TEST_P(UcxTransportTest, AKilledSourcesPortIsListenedOnAgainAtOnce) {
+  std::string b;
+  auto pb = StartPeer("b", &b);
+  ASSERT_TRUE(pb);
+  {
+    Buffer dest(kSize);
+    HostBufferSink sink(dest.span());
+    WatchedSink watched(sink);
+    watched.OnLanded(4, [&] { pb->Kill(); });
+    EXPECT_FALSE(client_->Fetch(Request({{"b", b}}), watched, Options()).ok());
+  }
+  peer_port_ = b.substr(b.rfind(':') + 1);
+  std::string again;
+  auto second = StartPeer("b", &again);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(again, b);
+  Buffer dest(kSize);
+  HostBufferSink sink(dest.span());
+  Result<FetchResult> r = client_->Fetch(Request({{"b", again}}), sink, Options());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(MatchesPattern(dest.span(), kSeed));
 }
 

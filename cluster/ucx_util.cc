@@ -5,7 +5,9 @@
 #include <sys/eventfd.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "util/log.h"
 
@@ -70,6 +72,15 @@ Status UcsError(std::string_view call, ucs_status_t status) {
 }
 
 Result<UcpContext> CreateUcpContext(const UcxOptions& options) {
+  // A listener binds its port even while connections of the process that
+  // held it before linger in TIME_WAIT, so that a node restarted (or its
+  // worker taken over) listens at once where its peers expect it; a port a
+  // live listener holds is still refused. UCX reads its connection
+  // managers' settings from the environment when a worker is made (1.13
+  // takes no ucp_config_modify for them); set once, before any worker
+  // exists, and only where the user has not chosen.
+  static std::once_flag reuse_addr;
+  std::call_once(reuse_addr, [] { ::setenv("UCX_TCP_CM_REUSEADDR", "y", /*overwrite=*/0); });
   ucp_config_t* raw = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &raw);
   if (st != UCS_OK) return UcsError("ucp_config_read", st);

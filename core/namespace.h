@@ -120,8 +120,16 @@ class Namespace {
   // its bytes elsewhere (a GPU, the files host tier): write the handle then.
   // EINVAL for a handle without a pending object, EPERM once sealed.
   Result<std::vector<PendingBytes>> PendingHostBytes(HandleId handle);
-  // Inodes of published objects not fetched (yet): kRemoteInoBase and up.
-  static constexpr uint64_t kRemoteInoBase = 1ull << 61;  // below kControlDirIno
+  // Inodes of published objects not fetched (yet): kRemoteInoBase and up,
+  // below kControlDirIno. Each namespace generation (each worker) issues
+  // from a range of its own, 2^40 inodes from kRemoteInoBase + (generation
+  // mod 2^21) x 2^40, so that none the kernel holds from an earlier worker
+  // is issued again (for 2^21 workers).
+  static constexpr uint64_t kRemoteInoBase = 1ull << 61;
+  static constexpr int kRemoteInoRangeBits = 40;
+  static constexpr uint64_t RemoteInoRange(uint64_t generation) {
+    return kRemoteInoBase + ((generation & ((1ull << 21) - 1)) << kRemoteInoRangeBits);
+  }
   static bool IsRemoteIno(uint64_t ino) { return ino >= kRemoteInoBase && ino < kControlDirIno; }
 
   // --- entries ---------------------------------------------------------------

@@ -15,9 +15,15 @@ namespace gpufs {
 // and so is every unsealed blob (an open that created it may be re-sent to
 // this worker). Each store then learns its live blobs, frees everything else
 // and reports what it lost.
+static_assert(Namespace::RemoteInoRange((1ull << 21) - 1) +
+                      (1ull << Namespace::kRemoteInoRangeBits) - 1 <
+                  kControlDirIno,
+              "the last worker's range of remote inodes ends below the control files'");
+
 Status Namespace::Recover() {
   std::lock_guard lock(mu_);
   GPUFS_ASSIGN_OR_RETURN(generation_, catalog_->NextGeneration());
+  remote_inodes_.StartAt(RemoteInoRange(generation_));
   std::set<EntryId> held_entries;
   std::set<BlobId> held_blobs;
   for (const AdoptedHandle& h : adopted_.handles) {

@@ -2,6 +2,11 @@
 
 namespace gpufs {
 
+void RemoteInodes::StartAt(uint64_t first) {
+  std::lock_guard lock(mu_);
+  next_ = first;
+}
+
 uint64_t RemoteInodes::InodeFor(uint64_t parent, std::string_view name,
                                 const RemoteObject& object) {
   std::lock_guard lock(mu_);

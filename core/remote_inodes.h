@@ -3,6 +3,10 @@
 // version), from `first` up, never reused while the daemon runs, each
 // remembering where it is shown and, once fetched, the local object it
 // stands for. Thread-safe; its mutex is a leaf lock.
+//
+// The kernel keeps the inodes (and the entries under them) that an earlier
+// worker of the mount gave it, so each worker must issue from a range of
+// its own: Namespace starts it at RemoteInodeRange(its generation).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +32,8 @@ class RemoteInodes {
     uint64_t local = 0;  // the local object it was fetched into (0: not yet)
   };
   explicit RemoteInodes(uint64_t first) : next_(first) {}
+  // Where the inodes issued from now on start.
+  void StartAt(uint64_t first);
 
   // The inode of `object` shown as `name` in `parent`, issued the first time.
   uint64_t InodeFor(uint64_t parent, std::string_view name, const RemoteObject& object);

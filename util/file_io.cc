@@ -1,8 +1,11 @@
 #include "util/file_io.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
+
+#include "util/unique_fd.h"
 
 namespace gpufs {
 
@@ -35,6 +38,16 @@ Status ReadAll(int fd, uint64_t offset, std::span<std::byte> dst, const std::str
     }
     done += static_cast<size_t>(n);
   }
+  return Status::Ok();
+}
+
+Status ReplaceFile(const std::string& path, std::string_view text) {
+  const std::string tmp = path + ".tmp";
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd.valid()) return PosixError("open " + tmp, errno);
+  GPUFS_RETURN_IF_ERROR(WriteAll(fd.get(), 0, std::as_bytes(std::span(text)), tmp));
+  if (::fsync(fd.get()) != 0) return PosixError("fsync " + tmp, errno);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return PosixError("rename to " + path, errno);
   return Status::Ok();
 }
 
