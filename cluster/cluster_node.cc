@@ -68,6 +68,8 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(ClusterNodeOptions optio
   EtcdOptions eo;
   eo.endpoints = n->options_.etcd.endpoints;
   eo.timeout = n->options_.etcd_timeout;
+  eo.user = n->options_.etcd_user;
+  eo.password = n->options_.etcd_password;
   GPUFS_ASSIGN_OR_RETURN(n->etcd_, EtcdClient::Create(eo));
   UcxTransportOptions to;
   to.ucx = n->options_.ucx;

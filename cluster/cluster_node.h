@@ -51,6 +51,8 @@ struct ClusterNodeOptions {
   std::string node;
   std::string listen;  // "ADDR:PORT" peers can reach; port 0 picks one
   std::chrono::milliseconds etcd_timeout{2000};
+  // etcd's authentication (EtcdOptions::user, password); empty: none.
+  std::string etcd_user, etcd_password;
   std::chrono::seconds lease_ttl{10};
   // Names the state directory the node runs from (RegistryOptions::state_id).
   std::string state_id;

@@ -59,7 +59,8 @@ Result<std::unique_ptr<EtcdClient>> EtcdClient::Create(EtcdOptions options) {
     urls.push_back(std::move(url));
   }
   options.endpoints = urls;
-  auto http = std::make_unique<EtcdHttp>(std::move(urls), options.timeout, options.connect_timeout);
+  auto http = std::make_unique<EtcdHttp>(std::move(urls), options.timeout, options.connect_timeout,
+                                         options.user, options.password);
   return std::unique_ptr<EtcdClient>(new EtcdClient(std::move(options), std::move(http)));
 }
 

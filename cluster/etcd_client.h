@@ -57,6 +57,10 @@ struct EtcdOptions {
   // the cluster was started with other values.
   size_t max_txn_ops = 128;
   size_t max_request_bytes = 1536 * 1024;
+  // etcd's authentication (auth enabled): the user every request is made
+  // as, with its password; empty: none.
+  std::string user;
+  std::string password;
 };
 
 struct KeyValue {

@@ -3,7 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "cluster/etcd_watch.h"
 #include "tests/cluster/lab_fixture.h"
+#include "tests/support/wait.h"
 
 namespace gpufs::cluster {
 namespace {
@@ -12,6 +19,7 @@ using std::chrono::milliseconds;
 using testing::EtcdServer;
 using testing::LabTest;
 using Clock = std::chrono::steady_clock;
+using test_support::Eventually;
 
 // A call's bound: the client's timeout, plus scheduling slack on a loaded
 // 2-core machine.
@@ -23,6 +31,67 @@ milliseconds Since(Clock::time_point t) {
 }
 
 using EtcdClientTest = LabTest;
+
+// With etcd's authentication on, only a client with a user and password
+// gets in, and only where its role lets it; a token that etcd forgets (it
+// restarted) is fetched again without the caller seeing it.
+TEST_F(EtcdClientTest, WithAuthOnOnlyItsUserGetsInAndALostTokenIsFetchedAgain) {
+  ASSERT_OK(EnableEtcdAuth("node", "node-pw"));
+  auto anonymous = NewClient();
+  Status refused = anonymous->Put("/gpufs/t/k", "v").status();
+  EXPECT_EQ(refused.code(), EACCES) << refused.ToString();
+  EXPECT_NE(refused.message().find("--cluster-credentials"), std::string::npos)
+      << refused.ToString();
+  EXPECT_EQ(anonymous->Get("/gpufs/t/k").status().code(), EACCES);
+  auto wrong = NewClient({}, milliseconds(1000), "node", "not-the-password");
+  EXPECT_EQ(wrong->Put("/gpufs/t/k", "v").status().code(), EACCES);
+
+  auto c = NewClient({}, milliseconds(1000), "node", "node-pw");
+  ASSERT_TRUE(c->Put("/gpufs/t/k", "v1").ok());
+  EXPECT_EQ(c->Get("/gpufs/t/k")->value, "v1");
+  EXPECT_EQ(c->Put("/elsewhere", "v").status().code(), EACCES);  // outside its role
+  Result<LeaseGrant> lease = c->GrantLease(30);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  ASSERT_TRUE(c->Put("/gpufs/t/leased", "v", lease->id).ok());
+
+  // A watch made with the token gets events.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> seen;
+  WatchOptions w;
+  w.key = "/gpufs/t/";
+  w.range_end = PrefixEnd(w.key);
+  w.on_events = [&](const std::vector<WatchEvent>& events, int64_t) {
+    std::lock_guard lock(mu);
+    for (const WatchEvent& e : events) seen.push_back(e.kv.value);
+    cv.notify_all();
+  };
+  auto watch = EtcdWatch::Start(*c, std::move(w));
+  auto seen_value = [&](const std::string& v) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(10),
+                       [&] { return std::find(seen.begin(), seen.end(), v) != seen.end(); });
+  };
+  ASSERT_TRUE(Eventually([&] {
+    (void)c->Put("/gpufs/t/w", "w1");
+    std::lock_guard lock(mu);
+    return !seen.empty();
+  }));
+
+  // Tokens that expire after a second idle (etcd restarted so): one the
+  // client holds is refused, fetched again, and the call goes through.
+  ASSERT_OK(etcd_->Restart({"--auth-token-ttl", "1"}));
+  ASSERT_TRUE(c->Put("/gpufs/t/k", "v1b").ok());
+  std::this_thread::sleep_for(milliseconds(2500));  // past the token's TTL: etcd's clock
+  Result<int64_t> again = c->Put("/gpufs/t/k", "v2");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(c->Get("/gpufs/t/k")->value, "v2");
+  EXPECT_TRUE(c->KeepAliveOnce(lease->id).ok());
+  // So does the watch, which resumes where it was.
+  ASSERT_TRUE(c->Put("/gpufs/t/w", "w2").ok());
+  EXPECT_TRUE(seen_value("w2"));
+  watch->Stop();
+}
 
 TEST_F(EtcdClientTest, PutGetRangePrefixAndDelete) {
   auto c = NewClient();

@@ -65,6 +65,15 @@ Status GatewayError(int http_status, const nlohmann::json& body, std::string_vie
       break;
     case 3:
       code = EINVAL;
+      // An etcd with auth enabled, asked without a token or with a bad
+      // user or password.
+      if (message.find("user name is empty") != std::string::npos) {
+        code = EACCES;
+        message +=
+            " (this etcd requires authentication: a user and password, "
+            "gpufs mount --cluster-credentials FILE)";
+      }
+      if (message.find("authentication failed") != std::string::npos) code = EACCES;
       if (message.find("request is too large") != std::string::npos) code = EMSGSIZE;
       if (message.find("too many operations") != std::string::npos) code = E2BIG;
       break;
@@ -123,28 +132,76 @@ Result<std::string> NormaliseEndpoint(std::string_view endpoint) {
 }
 
 EtcdHttp::EtcdHttp(std::vector<std::string> endpoints, milliseconds timeout,
-                   milliseconds connect_timeout)
-    : endpoints_(std::move(endpoints)), timeout_(timeout), connect_timeout_(connect_timeout) {
+                   milliseconds connect_timeout, std::string user, std::string password)
+    : endpoints_(std::move(endpoints)),
+      timeout_(timeout),
+      connect_timeout_(connect_timeout),
+      user_(std::move(user)),
+      password_(std::move(password)) {
   EnsureCurlInitialised();
-  curl_slist* list = curl_slist_append(nullptr, "Content-Type: application/json");
-  // No "Expect: 100-continue" round trip before larger bodies.
-  list = curl_slist_append(list, "Expect:");
-  headers_.reset(list);
+  headers_ = Headers("");
 }
 
 EtcdHttp::~EtcdHttp() = default;
 
-void EtcdHttp::ConfigureHandle(CURL* curl, const std::string& url, const std::string& body,
-                               std::string* response) const {
+std::shared_ptr<curl_slist> EtcdHttp::Headers(const std::string& token) const {
+  curl_slist* list = curl_slist_append(nullptr, "Content-Type: application/json");
+  // No "Expect: 100-continue" round trip before larger bodies.
+  list = curl_slist_append(list, "Expect:");
+  if (!token.empty()) list = curl_slist_append(list, ("Authorization: " + token).c_str());
+  return std::shared_ptr<curl_slist>(list, curl_slist_free_all);
+}
+
+bool EtcdHttp::WantsToken(const Status& st) {
+  return !st.ok() && (st.message().find("invalid auth token") != std::string::npos ||
+                      st.message().find("user name is empty") != std::string::npos);
+}
+
+Status EtcdHttp::EnsureToken() {
+  if (user_.empty()) return Status::Ok();
+  std::lock_guard auth(auth_mu_);
+  {
+    std::lock_guard lock(headers_mu_);
+    if (have_token_) return Status::Ok();
+  }
+  const std::string body = nlohmann::json{{"name", user_}, {"password", password_}}.dump();
+  GPUFS_ASSIGN_OR_RETURN(nlohmann::json answer,
+                         PostOnce("/v3/auth/authenticate", body, Retry::kIdempotent,
+                                  /*with_token=*/false, nullptr));
+  auto token = answer.find("token");
+  if (token == answer.end() || !token->is_string() || token->get<std::string>().empty())
+    return Error(EPROTO, "etcd authenticate as " + user_ + ": no token in the answer");
+  std::lock_guard lock(headers_mu_);
+  headers_ = Headers(*token);
+  have_token_ = true;
+  return Status::Ok();
+}
+
+void EtcdHttp::DropToken(const std::shared_ptr<curl_slist>& refused) {
+  std::lock_guard lock(headers_mu_);
+  if (headers_ != refused) return;  // another caller has a new one already
+  headers_ = Headers("");
+  have_token_ = false;
+}
+
+std::shared_ptr<curl_slist> EtcdHttp::ConfigureHandle(CURL* curl, const std::string& url,
+                                                      const std::string& body,
+                                                      std::string* response) const {
+  std::shared_ptr<curl_slist> headers;
+  {
+    std::lock_guard lock(headers_mu_);
+    headers = headers_;
+  }
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl, CURLOPT_NOPROXY, "*");
-  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers_.get());
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers.get());
   curl_easy_setopt(curl, CURLOPT_POST, 1L);
   curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.data());
   curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, AppendBody);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, response);
+  return headers;
 }
 
 CurlEasy EtcdHttp::TakeHandle() {
@@ -165,6 +222,22 @@ void EtcdHttp::GiveBack(CurlEasy handle) {
 }
 
 Result<nlohmann::json> EtcdHttp::Post(std::string_view path, const std::string& body, Retry retry) {
+  if (user_.empty()) return PostOnce(path, body, retry, /*with_token=*/false, nullptr);
+  // A token expires (etcd's --auth-token-ttl) or dies with a restarted
+  // etcd: refused, it is fetched again once and the call made again (a
+  // refused call was not applied).
+  for (int attempt = 0;; ++attempt) {
+    GPUFS_RETURN_IF_ERROR(EnsureToken());
+    std::shared_ptr<curl_slist> used;
+    Result<nlohmann::json> r = PostOnce(path, body, retry, /*with_token=*/true, &used);
+    if (r.ok() || attempt > 0 || !WantsToken(r.status())) return r;
+    DropToken(used);
+  }
+}
+
+Result<nlohmann::json> EtcdHttp::PostOnce(std::string_view path, const std::string& body,
+                                          Retry retry, bool with_token,
+                                          std::shared_ptr<curl_slist>* used) {
   const auto deadline = Clock::now() + timeout_;
   const size_t n = endpoints_.size();
   const size_t start = preferred();
@@ -180,7 +253,12 @@ Result<nlohmann::json> EtcdHttp::Post(std::string_view path, const std::string& 
     if (!handle) return Error(ENOMEM, "curl_easy_init failed");
     const std::string url = endpoints_[idx] + std::string(path);
     std::string response;
-    ConfigureHandle(handle.get(), url, body, &response);
+    std::shared_ptr<curl_slist> headers = ConfigureHandle(handle.get(), url, body, &response);
+    if (!with_token) {
+      headers = Headers("");
+      curl_easy_setopt(handle.get(), CURLOPT_HTTPHEADER, headers.get());
+    }
+    if (used != nullptr) *used = headers;
     curl_easy_setopt(handle.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(budget.count()));
     curl_easy_setopt(handle.get(), CURLOPT_CONNECTTIMEOUT_MS,
                      static_cast<long>(std::min(budget, connect_timeout_).count()));

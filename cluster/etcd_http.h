@@ -1,6 +1,8 @@
 // EtcdHttp: the HTTP side of the etcd client: libcurl handles (RAII), one
-// POST with endpoint failover inside a deadline, and the mapping of curl
-// and gateway errors onto errno. See etcd_client.h for the contract.
+// POST with endpoint failover inside a deadline, the mapping of curl and
+// gateway errors onto errno, and etcd's authentication (a user's token,
+// fetched at the first request and again when etcd calls it invalid). See
+// etcd_client.h for the contract.
 #pragma once
 
 #include <curl/curl.h>
@@ -48,8 +50,11 @@ Result<std::string> NormaliseEndpoint(std::string_view endpoint);
 
 class EtcdHttp {
  public:
+  // `user` empty: no authentication (an etcd with auth enabled refuses
+  // every request: EACCES).
   EtcdHttp(std::vector<std::string> endpoints, std::chrono::milliseconds timeout,
-           std::chrono::milliseconds connect_timeout);
+           std::chrono::milliseconds connect_timeout, std::string user = {},
+           std::string password = {});
   ~EtcdHttp();
   EtcdHttp(const EtcdHttp&) = delete;
   EtcdHttp& operator=(const EtcdHttp&) = delete;
@@ -66,18 +71,35 @@ class EtcdHttp {
   std::chrono::milliseconds connect_timeout() const { return connect_timeout_; }
 
   // Sets what every handle of this client shares: no proxy (etcd is always
-  // reached directly), no signals (threads), the JSON header.
-  void ConfigureHandle(CURL* curl, const std::string& url, const std::string& body,
-                       std::string* response) const;
+  // reached directly), no signals (threads), the JSON header and the auth
+  // token. Keep the returned header list as long as the handle runs.
+  std::shared_ptr<curl_slist> ConfigureHandle(CURL* curl, const std::string& url,
+                                              const std::string& body, std::string* response) const;
+  // With a user: gets a token unless one is held (EACCES for a refused
+  // user or password). OK at once without one.
+  Status EnsureToken();
+  // The token etcd refused (as ConfigureHandle gave it) is dropped: the
+  // next EnsureToken authenticates again.
+  void DropToken(const std::shared_ptr<curl_slist>& refused);
+  // Whether `st` (from a call made with a token, or without one) says
+  // etcd wants a (new) token.
+  static bool WantsToken(const Status& st);
 
  private:
+  Result<nlohmann::json> PostOnce(std::string_view path, const std::string& body, Retry retry,
+                                  bool with_token, std::shared_ptr<curl_slist>* used);
+  std::shared_ptr<curl_slist> Headers(const std::string& token) const;
   CurlEasy TakeHandle();
   void GiveBack(CurlEasy handle);
 
   const std::vector<std::string> endpoints_;
   const std::chrono::milliseconds timeout_;
   const std::chrono::milliseconds connect_timeout_;
-  CurlSlist headers_;
+  const std::string user_, password_;
+  std::mutex auth_mu_;  // orders authentications
+  mutable std::mutex headers_mu_;
+  std::shared_ptr<curl_slist> headers_;  // GUARDED_BY(headers_mu_): with the token, if any
+  bool have_token_ = false;              // GUARDED_BY(headers_mu_)
   std::atomic<size_t> preferred_{0};
   std::mutex pool_mu_;
   std::vector<CurlEasy> pool_;  // idle handles, each with its open connection; GUARDED_BY(pool_mu_)

@@ -152,7 +152,10 @@ Status EtcdWatch::Stream(const std::string& endpoint) {
   CurlMulti multi(curl_multi_init());
   if (!easy || !multi) return Error(ENOMEM, "curl handles for a watch");
   const std::string url = endpoint + "/v3/watch";
-  client_.http().ConfigureHandle(easy.get(), url, body, nullptr);
+  GPUFS_RETURN_IF_ERROR(client_.http().EnsureToken());
+  // Held while the stream runs; a token refused is fetched anew next time.
+  std::shared_ptr<curl_slist> headers =
+      client_.http().ConfigureHandle(easy.get(), url, body, nullptr);
   pending_.clear();
   StreamContext ctx{&pending_,
                     [this](const std::string& line, Status* why) { return HandleLine(line, why); },
@@ -217,6 +220,7 @@ Status EtcdWatch::Stream(const std::string& endpoint) {
     multi_ = nullptr;
   }
   curl_multi_remove_handle(multi.get(), easy.get());
+  if (EtcdHttp::WantsToken(result)) client_.http().DropToken(headers);
   return result;
 }
 

@@ -1,5 +1,9 @@
 #include "daemon/cluster_mode.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -10,6 +14,7 @@
 #include "cluster/ucx_transport.h"
 #include "util/file_io.h"
 #include "util/log.h"
+#include "util/unique_fd.h"
 
 namespace gpufs {
 namespace {
@@ -35,6 +40,37 @@ std::string NewStateId() {
   return id;
 }
 
+// USER:PASSWORD from `path`, which only its owner, root or this daemon's
+// user, may read: the password lets whoever has it rewrite the cluster's
+// namespace.
+Status ReadCredentials(const std::string& path, std::string* user, std::string* password) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) return PosixError("cluster credentials " + path, errno);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return PosixError("stat " + path, errno);
+  if (!S_ISREG(st.st_mode)) return Error(EINVAL, "cluster credentials " + path + ": not a file");
+  if ((st.st_uid != 0 && st.st_uid != ::geteuid()) || (st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return Error(EPERM, "cluster credentials " + path + " (mode " + mode + ", uid " +
+                            std::to_string(st.st_uid) +
+                            ") may be read by others than its owner root: chown root " + path +
+                            "; chmod 600 " + path);
+  }
+  char buf[4096];
+  const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+  if (n < 0) return PosixError("read " + path, errno);
+  std::string text(buf, static_cast<size_t>(n));
+  text = text.substr(0, text.find('\n'));
+  if (!text.empty() && text.back() == '\r') text.pop_back();
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos || colon == 0)
+    return Error(EINVAL, "cluster credentials " + path + ": want one line USER:PASSWORD");
+  *user = text.substr(0, colon);
+  *password = text.substr(colon + 1);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<RemoteObjects>> StartClusterMode(Namespace& ns, const MountConfig& config) {
@@ -47,6 +83,9 @@ Result<std::unique_ptr<RemoteObjects>> StartClusterMode(Namespace& ns, const Mou
   // objects with etcd away and join when it answers.
   options.join_later = known.has_value();
   GPUFS_ASSIGN_OR_RETURN(options.etcd, cluster::ParseClusterUrl(config.cluster));
+  if (!config.cluster_credentials.empty())
+    GPUFS_RETURN_IF_ERROR(
+        ReadCredentials(config.cluster_credentials, &options.etcd_user, &options.etcd_password));
   options.node = config.node;
   options.listen = config.listen;
   options.etcd_timeout = std::chrono::milliseconds(config.cluster_timeout_ms);

@@ -94,6 +94,8 @@ std::vector<std::string> WorkerArgv(const MountConfig& config) {
                              "--cluster-lease", std::to_string(config.cluster_lease_s)});
     if (config.cluster_lanes != 0)
       argv.insert(argv.end(), {"--cluster-lanes", std::to_string(config.cluster_lanes)});
+    if (!config.cluster_credentials.empty())
+      argv.insert(argv.end(), {"--cluster-credentials", config.cluster_credentials});
   }
   return argv;
 }

@@ -124,8 +124,10 @@ bool IsEndpointWord(const std::string& word) {
 
 Status CheckClusterConfig(const MountConfig& config) {
   if (config.cluster.empty()) {
-    if (!config.node.empty() || !config.listen.empty()) {
-      return Error(EINVAL, "--node and --listen are for cluster mode: add --cluster etcd://...");
+    if (!config.node.empty() || !config.listen.empty() || !config.cluster_credentials.empty()) {
+      return Error(EINVAL,
+                   "--node, --listen and --cluster-credentials are for cluster mode: add "
+                   "--cluster etcd://...");
     }
     return Status::Ok();
   }
@@ -220,6 +222,9 @@ Status ApplyMountOptions(const std::string& options, MountConfig* config) {
       GPUFS_RETURN_IF_ERROR(ParseClusterLease(value, config));
     } else if (key == "cluster_lanes") {
       GPUFS_RETURN_IF_ERROR(ParseClusterLanes(value, config));
+    } else if (key == "cluster_credentials") {
+      if (value.empty()) return Error(EINVAL, "cluster_credentials= needs a file");
+      config->cluster_credentials = value;
     } else if (key == "devices") {
       GPUFS_RETURN_IF_ERROR(ParseDevices(value, ':', config));
     } else if (key == "foreground") {
@@ -296,7 +301,10 @@ std::string Usage(ArgStyle style) {
          "  --cluster-lease SECONDS\n"
          "                     how long a node that died stays listed (default 10)\n"
          "  --cluster-lanes N  threads moving a fetch's bytes at each end, one connection\n"
-         "                     to each source per lane (default: one per 2 cores, 2 to 4)\n";
+         "                     to each source per lane (default: one per 2 cores, 2 to 4)\n"
+         "  --cluster-credentials FILE\n"
+         "                     USER:PASSWORD for an etcd with authentication on (a file\n"
+         "                     only root may read)\n";
 }
 
 Result<ParsedArgs> ParseMountArgs(int argc, const char* const* argv, ArgStyle style) {
@@ -383,6 +391,10 @@ Result<ParsedArgs> ParseMountArgs(int argc, const char* const* argv, ArgStyle st
     } else if (auto lanes = helper ? std::nullopt : value_of("--cluster-lanes")) {
       GPUFS_RETURN_IF_ERROR(lanes->status());
       GPUFS_RETURN_IF_ERROR(ParseClusterLanes(**lanes, &config).Prepend("--cluster-lanes"));
+    } else if (auto cred = helper ? std::nullopt : value_of("--cluster-credentials")) {
+      GPUFS_RETURN_IF_ERROR(cred->status());
+      if ((*cred)->empty()) return Error(EINVAL, "--cluster-credentials needs a file");
+      config.cluster_credentials = **cred;
     } else if (auto ready = helper ? std::nullopt : value_of("--ready-fd")) {
       GPUFS_RETURN_IF_ERROR(ready->status());
       char* end = nullptr;

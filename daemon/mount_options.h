@@ -9,12 +9,14 @@
 //          [-f|--foreground] [-d|--debug] [-o OPTIONS]
 //          [--ready-fd FD]
 //          [--cluster etcd://H:P[,H:P...][/CLUSTER] --node NAME --listen ADDR:PORT
-//           [--cluster-timeout SECONDS] [--cluster-lease SECONDS] [--cluster-lanes N]]
+//           [--cluster-timeout SECONDS] [--cluster-lease SECONDS] [--cluster-lanes N]
+//           [--cluster-credentials FILE]]
 //
 // -o takes comma-separated options: gpufs's own (state=, store=, ipc=, reader_copies=,
 // host_tier=, host_reserve=, socket=,
 // devices= with ':' between ordinals, capacity=, capacity.TIER=, persist, foreground, debug,
-// cluster=, node=, listen=, cluster_timeout=, cluster_lease=, cluster_lanes=; in
+// cluster=, node=, listen=, cluster_timeout=, cluster_lease=, cluster_lanes=,
+// cluster_credentials=; in
 // cluster=etcd://H:P,H:P the words after the first that are HOST:PORT belong to it), fstab-only
 // words (defaults, noauto, ...: dropped), allow_other / noallow_other, and the rest for FUSE.
 // -d/--debug (or -o debug) traces every FUSE request and implies the foreground, as in sshfs.
@@ -64,6 +66,9 @@ struct MountConfig {
   uint32_t cluster_timeout_ms = 2000;  // etcd requests, and a fetch source that stalls
   uint32_t cluster_lease_s = 10;       // a dead node's keys last this long
   uint32_t cluster_lanes = 0;          // UCX threads moving bytes at each end; 0: by the cores
+  // A file holding USER:PASSWORD for an etcd with authentication on; read
+  // by the worker, refused unless only its owner (root) may read it.
+  std::string cluster_credentials;
   std::vector<std::string> fuse_options;
 };
 

@@ -30,8 +30,9 @@ TEST(MountOptions, DaemonArguments) {
 TEST(MountOptions, ClusterMode) {
   auto p = Parse({"/gpu", "--cluster", "etcd://h1:2379,h2:2379/prod", "--node", "n1", "--listen",
                   "10.0.0.1:7700", "--cluster-timeout", "0.5", "--cluster-lease=4",
-                  "--cluster-lanes", "3"});
+                  "--cluster-lanes", "3", "--cluster-credentials", "/etc/gpufs/etcd"});
   ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->config.cluster_credentials, "/etc/gpufs/etcd");
   EXPECT_EQ(p->config.cluster, "etcd://h1:2379,h2:2379/prod");
   EXPECT_EQ(p->config.node, "n1");
   EXPECT_EQ(p->config.listen, "10.0.0.1:7700");
@@ -40,9 +41,11 @@ TEST(MountOptions, ClusterMode) {
   EXPECT_EQ(p->config.cluster_lanes, 3u);
   // -o: the HOST:PORT words after cluster= are its endpoints; the rest go on.
   auto o = Parse({"gpufs", "/gpu", "-o",
-                  "cluster=etcd://h1:1,h2:2,h3:3/c,node=n2,listen=a:9,cluster_lanes=2,ro"},
+                  "cluster=etcd://h1:1,h2:2,h3:3/c,node=n2,listen=a:9,cluster_lanes=2,"
+                  "cluster_credentials=/root/etcd,ro"},
                  ArgStyle::kMountHelper);
   ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->config.cluster_credentials, "/root/etcd");
   EXPECT_EQ(o->config.cluster, "etcd://h1:1,h2:2,h3:3/c");
   EXPECT_EQ(o->config.node, "n2");
   EXPECT_EQ(o->config.listen, "a:9");
@@ -51,6 +54,7 @@ TEST(MountOptions, ClusterMode) {
   // Each needs the others; bad values are named.
   EXPECT_EQ(Parse({"/gpu", "--cluster", "etcd://h:1", "--node", "n"}).status().code(), EINVAL);
   EXPECT_EQ(Parse({"/gpu", "--node", "n", "--listen", "a:1"}).status().code(), EINVAL);
+  EXPECT_EQ(Parse({"/gpu", "--cluster-credentials", "/etc/gpufs/etcd"}).status().code(), EINVAL);
   EXPECT_EQ(Parse({"/gpu", "--cluster", "http://h:1", "--node", "n", "--listen", "a:1"})
                 .status()
                 .code(),

@@ -320,6 +320,7 @@ Status EtcdServer::Launch() {
       // A one-member cluster elects itself at once.
       "--heartbeat-interval", "10", "--election-timeout", "100", "--logger", "zap", "--log-level",
       "warn"};
+  argv.insert(argv.end(), extra_.begin(), extra_.end());
   GPUFS_ASSIGN_OR_RETURN(process_, LabProcess::Start(lab_, node_, argv, "etcd-" + node_ + ".log"));
   ++launches_;
   const std::string health = client + "/health";
@@ -341,7 +342,8 @@ void EtcdServer::Kill() {
   process_.reset();
 }
 
-Status EtcdServer::Restart() {
+Status EtcdServer::Restart(std::vector<std::string> extra) {
+  if (!extra.empty()) extra_ = std::move(extra);
   Kill();
   return Launch();
 }

@@ -112,8 +112,9 @@ class EtcdServer {
   std::string endpoint() const;
   // SIGKILL (the data directory stays).
   void Kill();
-  // Starts it again on the same data directory and waits until it serves.
-  Status Restart();
+  // Starts it again on the same data directory and waits until it serves;
+  // with `extra` flags from then on, if any are given.
+  Status Restart(std::vector<std::string> extra = {});
   // SIGSTOP / SIGCONT: a hung etcd (connections accepted, nothing answered).
   Status Pause();
   Status Resume();
@@ -126,6 +127,7 @@ class EtcdServer {
   std::string node_;
   std::string data_dir_;
   std::unique_ptr<LabProcess> process_;
+  std::vector<std::string> extra_;  // flags added to every launch
   int launches_ = 0;
 };
 

@@ -46,6 +46,8 @@ class ClusterMountTest : public LabTest {
     LabTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
     bin_ = GPUFS_BIN;
+    BeforeMounts();
+    if (HasFatalFailure()) return;
     for (const char* n : {"a", "b", "c"}) {
       Node node{n, lab_->dir() + "/mnt-" + n, lab_->dir() + "/state-" + n};
       ::mkdir(node.mnt.c_str(), 0755);
@@ -62,6 +64,8 @@ class ClusterMountTest : public LabTest {
 
   // Appended to every mount's command line.
   virtual std::string ExtraMountArgs() const { return ""; }
+  // Runs once etcd is up, before the nodes mount.
+  virtual void BeforeMounts() {}
 
   std::string Url() const { return "etcd://" + etcd_->endpoint() + "/" + lab_->tag(); }
 
